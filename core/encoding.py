@@ -1,0 +1,77 @@
+"""The one encoding of stored values (step outputs, inputs, decisions): strict JSON.
+
+Accepted: None, bool, int, finite float, str (valid Unicode), list/tuple, dict with str keys, and
+pydantic models (stored as ``model_dump(mode="json")``). Anything else fails with an
+``InvalidValue`` naming the path, e.g. ``output.obj: object is not JSON serializable``.
+Nothing is ever pickled; reading a value never imports or executes anything.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from pydantic import BaseModel
+
+from .errors import InvalidValue
+
+MAX_DEPTH = 200
+
+
+def _plain(value: Any, path: str, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise InvalidValue(f"{path}: nested deeper than {MAX_DEPTH} levels")
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidValue(f"{path}: {value} is not valid JSON (only finite numbers are)")
+        return value
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidValue(f"{path}: text contains a lone surrogate and is not valid Unicode") from None
+        return value
+    if isinstance(value, BaseModel):
+        return _plain(value.model_dump(mode="json"), path, depth + 1)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidValue(f"{path}: key {k!r} is not a string (JSON keys are text)")
+            out[k] = _plain(v, f"{path}.{k}", depth + 1)
+        return out
+    raise InvalidValue(f"{path}: {type(value).__name__} is not JSON serializable")
+
+
+def dumps(value: Any, path: str = "output") -> str:
+    """Encode ``value`` as JSON text for the store.
+
+    Raises ``InvalidValue`` naming ``path`` and the offending element.
+    """
+    return json.dumps(_plain(value, path, 0), ensure_ascii=False, separators=(",", ":"))
+
+
+def loads(text: str | None) -> Any:
+    """Decode stored JSON text (None stays None). Raises ``json.JSONDecodeError`` on damaged text."""
+    return None if text is None else json.loads(text)
+
+
+def parse_json_arg(text: str, what: str) -> Any:
+    """Parse JSON given by a person (``--input``, ``--value``, a console field).
+
+    Raises ``InvalidValue`` with one line saying where the JSON broke and how to fix it.
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidValue(
+            f"{what} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+            f"""quote strings, e.g. '"yes"' or '{{"key": 1}}'"""
+        ) from None
+    dumps(value, what)  # rejects NaN and friends the same way a step output would be
+    return value

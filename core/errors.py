@@ -1,0 +1,48 @@
+"""Typed errors. Each message is one line a person can act on; the CLI prints it as is."""
+
+from __future__ import annotations
+
+
+class RelaypointError(Exception):
+    """Base of every error relaypoint raises on purpose (the CLI prints ``error: <message>``)."""
+
+
+class StoreError(RelaypointError):
+    """The store file cannot be used: missing, not a relaypoint store, corrupt, newer, read-only."""
+
+
+class UnknownRun(RelaypointError):
+    """No run matches the given id or id prefix (or the prefix matches several runs)."""
+
+
+class UnknownWorkflow(RelaypointError):
+    """The workflow named is not among the loaded definitions."""
+
+
+class UnknownStep(RelaypointError):
+    """The step named is not in the run's chain."""
+
+
+class RefusedTransition(RelaypointError):
+    """The operation does not apply to the run in its current status; the message says what does."""
+
+
+class DriftError(RelaypointError):
+    """The workflow definition changed since the run was recorded (steps added, removed or renamed)."""
+
+
+class LeaseLost(RelaypointError):
+    """This process no longer owns the run (its lease expired, was taken over, or the run was cancelled);
+    the fence refused its write and nothing was recorded."""
+
+
+class DefinitionError(RelaypointError):
+    """A workflow definition is invalid (for example, two steps share a name)."""
+
+
+class InvalidValue(RelaypointError):
+    """A value cannot be stored as JSON; the message names the offending path."""
+
+
+class AppLoadError(RelaypointError):
+    """``--app MODULE:ATTR`` could not be imported or does not name workflows."""

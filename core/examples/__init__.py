@@ -1,0 +1,1 @@
+"""Example workflows bundled with relaypoint; ``relaypoint.examples.audit`` audits a local directory."""

@@ -1,0 +1,112 @@
+"""Pydantic models of what the store holds; also the JSON shapes the CLI prints with ``--json``.
+
+Times are aware UTC datetimes; in JSON they are ISO 8601 strings ending in ``Z``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_serializer
+
+from .clock import to_text
+from .status import RunStatus, StepStatus
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    @field_serializer("*", when_used="json")
+    def _times(self, value: Any) -> Any:
+        return to_text(value) if isinstance(value, datetime) else value
+
+
+class Lease(_Model):
+    """Who is executing a run: an owner token, process id, host, and when the lease expires (UTC)."""
+
+    token: str
+    pid: int
+    host: str
+    expires_at: datetime
+    heartbeat_at: datetime
+
+
+class RunSummary(_Model):
+    """One row of a run listing. Built from the ``runs`` table alone: never reads step outputs."""
+
+    run_id: str
+    workflow: str
+    status: RunStatus
+    parent_run_id: str | None
+    forked_from_step: str | None
+    created_at: datetime
+    updated_at: datetime
+    current_step: str | None
+    steps_done: int
+    steps_total: int
+    error: str | None = None
+    lease: Lease | None = None
+
+
+class StepRecord(_Model):
+    """One step of a run's chain. ``output`` is None when not loaded or when the step returned None;
+    ``has_output`` tells the two apart."""
+
+    position: int
+    name: str
+    status: StepStatus
+    attempts: int
+    options: dict[str, Any]
+    output: Any = None
+    has_output: bool = False
+    error: str | None = None
+    traceback: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    idempotency_key: str
+
+
+class Checkpoint(_Model):
+    """A durable boundary of a run. ``kind``: start, boundary, approval, input, orphan, fork.
+
+    Pausing kinds (approval, input, orphan) wait for a decision: ``decision`` is None until one of
+    approved, rejected or responded is recorded, once. ``position`` is the index of the next step
+    to run from this boundary; ``state`` is a small driver state (JSON) for multi-step patterns.
+    """
+
+    checkpoint_id: int
+    run_id: str
+    position: int
+    step: str | None
+    kind: str
+    created_at: datetime
+    reason: str | None = None
+    state: Any = None
+    decision: str | None = None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    comment: str | None = None
+    value: Any = None
+
+
+class Event(_Model):
+    """One entry of a run's audit trail (``kind`` e.g. step_completed, approved, interruption_detected)."""
+
+    event_id: int
+    run_id: str
+    at: datetime
+    kind: str
+    step: str | None = None
+    actor: str | None = None
+    detail: dict[str, Any] | None = None
+
+
+class Run(RunSummary):
+    """A run with its input, step chain (``tasks``), the checkpoint it waits on, and its forks."""
+
+    input: dict[str, Any]
+    tasks: list[StepRecord]
+    pending: Checkpoint | None = None
+    forks: list[str] = []
+    definition: list[dict[str, Any]] | None = None

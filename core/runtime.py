@@ -1,0 +1,568 @@
+"""The runtime: every operation on runs (start, resume, approve, reject, respond, fork, cancel, and
+the queries), shared by the Python API, the CLI and the console.
+
+Rules live here, not in the front ends. Each transition is one store transaction; each step boundary
+(finished step's output, next step's start, checkpoint row, events) commits together.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import traceback as tb
+from collections.abc import Iterable
+from typing import Any
+
+from . import encoding
+from .clock import Clock, IdFactory, from_text, new_run_id, to_text, utcnow
+from .errors import (DefinitionError, DriftError, InvalidValue, LeaseLost, RefusedTransition,
+                     UnknownStep, UnknownWorkflow)
+from .lease import HOST, LeaseHolder, owner_gone
+from .models import Checkpoint, Event, Run, RunSummary, StepRecord
+from .status import RunStatus, StepStatus
+from .store import Store, summary_from_row
+from .workflow import Context, InputRequested, Workflow
+
+LEASE_SECONDS = 30.0
+_CLEAR_LEASE = dict(lease_token=None, lease_pid=None, lease_host=None, lease_expires_at=None, heartbeat_at=None)
+
+
+def os_user() -> str:
+    """The operating-system user name, the default ``by`` of a decision."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no name for this uid (containers): record the uid
+        return f"uid:{os.getuid()}"
+
+
+class Runtime:
+    """Operations on the runs of one store.
+
+    ``path``: the SQLite file (created, owner-only, if missing and ``create`` is true).
+    ``workflows``: definitions needed by ``start`` and ``resume``; decisions, forks, cancels and
+    queries need none. ``clock``/``id_factory``: injectable for stable tests. ``lease_seconds``:
+    how long an executor's lease lasts without a heartbeat (renewed every third of it).
+
+    Raises ``StoreError`` when the file cannot be used, ``DefinitionError`` for two workflows with one name.
+    """
+
+    def __init__(self, path: str, workflows: Iterable[Workflow] = (), *, clock: Clock = utcnow,
+                 id_factory: IdFactory = new_run_id, lease_seconds: float = LEASE_SECONDS,
+                 create: bool = True, readonly: bool = False) -> None:
+        self.store = Store(path, create=create, readonly=readonly)
+        self.clock = clock
+        self.id_factory = id_factory
+        self.lease_seconds = lease_seconds
+        self.workflows: dict[str, Workflow] = {}
+        for wf in workflows:
+            if wf.name in self.workflows:
+                raise DefinitionError(f"two workflows are named {wf.name!r}")
+            self.workflows[wf.name] = wf
+
+    def close(self) -> None:
+        """Close the store connection."""
+        self.store.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _now(self) -> str:
+        return to_text(self.clock())
+
+    # ---- queries --------------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> Run:
+        """The run (full id or unique prefix) with its input, step chain and outputs, pending
+        checkpoint and forks. Raises ``UnknownRun``."""
+        self.sweep()
+        rid = self.store.resolve(run_id)
+        row = self.store.run_row(rid)
+        summary = summary_from_row(row)
+        return Run(
+            **summary.model_dump(), input=encoding.loads(row["input"]) or {},
+            tasks=self.store.steps(rid), pending=self.store.pending_checkpoint(rid),
+            forks=self.store.forks(rid), definition=encoding.loads(row["definition"]),
+        )
+
+    def list(self, status: str | None = None, workflow: str | None = None, limit: int = 100, *,
+             before: tuple[str, str] | None = None, search: str | None = None) -> list[RunSummary]:
+        """Newest-first runs, at most ``limit``; ``before`` continues after a page's last
+        (created_at text, run_id). Never reads step outputs."""
+        if status is not None:
+            RunStatus(status)  # ValueError for a word outside the vocabulary
+        self.sweep()
+        return self.store.list_runs(status=status, workflow=workflow, limit=limit, before=before, search=search)
+
+    def events(self, run_id: str) -> list[Event]:
+        """The run's audit trail, oldest first. Raises ``UnknownRun``."""
+        return self.store.events(self.store.resolve(run_id))
+
+    def steps(self, run_id: str) -> list[StepRecord]:
+        """The run's chain without outputs (cheap; see :meth:`step_output`). Raises ``UnknownRun``."""
+        return self.store.steps(self.store.resolve(run_id), with_output=False)
+
+    def step_output(self, run_id: str, step: str) -> Any:
+        """One step's output. Raises ``UnknownRun`` or ``UnknownStep``."""
+        rid = self.store.resolve(run_id)
+        return self.store.step_output(rid, self._step(rid, step).position)
+
+    def sweep(self) -> list[str]:
+        """Mark ``interrupted`` every running run whose owner is gone (dead pid on this host, or an
+        expired lease). Ownership is decided by the lease token, so a run claimed meanwhile is left
+        alone. Returns the ids marked. Does nothing on a read-only store."""
+        if self.store.readonly:
+            return []
+        now = self.clock()
+        rows = self.store.conn.execute(
+            "SELECT run_id, lease_token, lease_pid, lease_host, lease_expires_at FROM runs WHERE status = ?",
+            (RunStatus.RUNNING,)).fetchall()
+        marked = []
+        for run_id, token, pid, host, expires in rows:
+            if not owner_gone(host, pid, from_text(expires), now):
+                continue
+            with self.store.transaction():
+                if self._mark_interrupted(run_id, token, pid, host):
+                    marked.append(run_id)
+        return marked
+
+    def _mark_interrupted(self, run_id: str, token: str | None, pid: int | None, host: str | None) -> bool:
+        at = self._now()
+        if not self.store.update_run(run_id, fence=token, status=RunStatus.INTERRUPTED, updated_at=at,
+                                     **_CLEAR_LEASE):
+            return False
+        for s in self.store.steps(run_id, with_output=False):
+            if s.status == StepStatus.RUNNING:
+                self.store.update_step(run_id, s.position, status=StepStatus.INTERRUPTED)
+                self.store.add_event(run_id, at, "interruption_detected", step=s.name, pid=pid, host=host,
+                                     attempt=s.attempts)
+        return True
+
+    # ---- starting and resuming ------------------------------------------------------------------
+
+    def start(self, workflow: str, input: dict[str, Any] | None = None) -> str:
+        """Create a run of ``workflow`` and execute it in this process until it completes, pauses or
+        fails. Returns the run id (check ``get(run_id).status``).
+
+        Raises ``UnknownWorkflow``, ``InvalidValue`` (input not a JSON object), ``LeaseLost``.
+        """
+        wf = self._workflow(workflow)
+        input = {} if input is None else input
+        if not isinstance(input, dict):
+            raise InvalidValue("the run input must be a JSON object, e.g. '{\"topic\": \"x\"}'")
+        input_text = encoding.dumps(input, "input")
+        run_id = self.id_factory()
+        lease = self._lease(run_id)
+        at = self._now()
+        first = wf.steps[0].name if wf.steps else None
+        with self.store.transaction():
+            self.store.db["runs"].insert({
+                "run_id": run_id, "workflow": wf.name, "status": RunStatus.RUNNING, "input": input_text,
+                "definition": encoding.dumps(wf.definition()), "fingerprint": wf.fingerprint(),
+                "created_at": at, "updated_at": at, "current_step": first, "steps_done": 0,
+                "steps_total": len(wf.steps), **lease.columns(),
+            })
+            self.store.db["steps"].insert_all({
+                "run_id": run_id, "position": i, "name": s.name, "status": StepStatus.PENDING, "attempts": 0,
+                "options": encoding.dumps(s.options()), "idempotency_key": f"{run_id}/{s.name}",
+            } for i, s in enumerate(wf.steps))
+            self.store.add_checkpoint(run_id, at, "start", 0, first)
+            self.store.add_event(run_id, at, "run_started", workflow=wf.name, pid=lease.pid, host=HOST)
+            if first is not None:
+                self._begin_step(run_id, 0, first, 1, at)
+        self._drive(run_id, wf, lease)
+        return run_id
+
+    def check_resumable(self, run_id: str) -> Run:
+        """The run, if ``resume`` would act on it; otherwise ``RefusedTransition`` saying why and what
+        to do instead. Used by the console before it starts a resume process."""
+        run = self.get(run_id)
+        self._refuse_unless_resumable(summary=run)
+        return run
+
+    def _refuse_unless_resumable(self, summary: RunSummary) -> None:
+        rid, status = summary.run_id, summary.status
+        if status == RunStatus.RUNNING:
+            lease = summary.lease
+            who = f"pid {lease.pid} on {lease.host}" if lease else "another process"
+            raise RefusedTransition(f"run {rid} is being executed by {who}; wait for it, or cancel it")
+        if status == RunStatus.AWAITING_APPROVAL:
+            raise RefusedTransition(f"run {rid} is awaiting approval; approve or reject it first "
+                                    f"(relaypoint approve {rid})")
+        if status == RunStatus.AWAITING_INPUT:
+            raise RefusedTransition(f"run {rid} is awaiting input; answer it first "
+                                    f"(relaypoint respond {rid} --value JSON)")
+        if status.is_terminal:
+            raise RefusedTransition(f"run {rid} is {status} and cannot be resumed; fork it instead "
+                                    f"(relaypoint fork {rid} --from STEP)")
+
+    def resume(self, run_id: str, *, allow_drift: bool = False) -> RunStatus:
+        """Continue a queued, interrupted or failed run at its first non-completed step, in this
+        process, until it completes, pauses or fails; returns the status it ends in.
+
+        A step found interrupted (running when its owner died: its output was never recorded) is
+        re-run with attempt + 1 (``on_orphan="retry"``), or with ``on_orphan="hold"`` the run pauses
+        ``awaiting_approval`` for a person to approve a re-run or record the output.
+
+        Raises ``UnknownRun``, ``RefusedTransition`` (paused, terminal, or owned by a live process —
+        exactly one of several concurrent resumers executes), ``UnknownWorkflow``, ``DriftError``,
+        ``LeaseLost``.
+        """
+        self.sweep()
+        rid = self.store.resolve(run_id)
+        lease = self._lease(rid)
+        with self.store.transaction():
+            row = self.store.run_row(rid)
+            summary = summary_from_row(row)
+            if summary.status == RunStatus.RUNNING and summary.lease and owner_gone(
+                    summary.lease.host, summary.lease.pid, summary.lease.expires_at, self.clock()):
+                self._mark_interrupted(rid, summary.lease.token, summary.lease.pid, summary.lease.host)
+                summary = summary_from_row(self.store.run_row(rid))
+            self._refuse_unless_resumable(summary)
+            wf = self._workflow_of(summary.workflow)
+            steps = self.store.steps(rid, with_output=False)
+            self._check_drift(rid, wf, steps, allow_drift)
+            at = self._now()
+            nxt = next((s for s in steps if s.status != StepStatus.COMPLETED), None)
+            if nxt is not None and nxt.status == StepStatus.INTERRUPTED and wf.get(nxt.name).on_orphan == "hold":
+                self._pause(rid, None, "orphan", nxt.position, nxt.name, at, reason=(
+                    f"step '{nxt.name}' was running (attempt {nxt.attempts}) when its process died and its "
+                    "output was not recorded; approve to re-run it, or approve with an output to record "
+                    "what it did"))
+                return RunStatus.AWAITING_APPROVAL
+            self.store.update_run(rid, status=RunStatus.RUNNING, updated_at=at,
+                                  current_step=nxt.name if nxt else None, error=None, **lease.columns())
+            self.store.add_event(rid, at, "resumed", pid=lease.pid, host=HOST, previous_status=summary.status)
+            if nxt is not None:
+                self._begin_step(rid, nxt.position, nxt.name, nxt.attempts + 1, at)
+        return self._drive(rid, wf, lease)
+
+    def _check_drift(self, rid: str, wf: Workflow, steps: list[StepRecord], allow_drift: bool) -> None:
+        recorded = [s.name for s in steps]
+        defined = [s.name for s in wf.steps]
+        if recorded == defined or allow_drift and all(wf.get(s.name) for s in steps
+                                                        if s.status != StepStatus.COMPLETED):
+            return
+        added = [n for n in defined if n not in recorded]
+        removed = [n for n in recorded if n not in defined]
+        parts = [f"added {', '.join(added)}" if added else "", f"removed {', '.join(removed)}" if removed else ""]
+        change = "; ".join(p for p in parts if p) or "steps reordered"
+        raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}); "
+                         "fork the run, or resume with --allow-drift to map completed steps by name")
+
+    # ---- the executor loop -----------------------------------------------------------------------
+
+    def _lease(self, run_id: str) -> LeaseHolder:
+        return LeaseHolder(str(self.store.path), run_id, self.clock, self.lease_seconds)
+
+    def _begin_step(self, run_id: str, position: int, name: str, attempt: int, at: str) -> None:
+        self.store.update_step(run_id, position, status=StepStatus.RUNNING, attempts=attempt, started_at=at,
+                               finished_at=None, error=None, traceback=None)
+        self.store.add_event(run_id, at, "step_started", step=name, attempt=attempt)
+
+    def _fenced(self, run_id: str, lease: LeaseHolder, **cols: Any) -> None:
+        """A run update that applies only while ``lease`` owns the run; otherwise ``LeaseLost``."""
+        if not self.store.update_run(run_id, fence=lease.token, **cols):
+            status = self.store.run_row(run_id)["status"]
+            why = ("it was cancelled" if status == RunStatus.CANCELLED
+                   else "its lease expired or another process took the run over")
+            raise LeaseLost(f"run {run_id}: this process no longer owns the run ({why}); "
+                            "the step's result was not recorded")
+
+    def _drive(self, run_id: str, wf: Workflow, lease: LeaseHolder) -> RunStatus:
+        """Execute steps while this process holds the lease. Returns the status the run ends in."""
+        lease.start_heartbeat()
+        failures: dict[str, int] = {}
+        try:
+            while True:
+                steps = self.store.steps(run_id, with_output=False)
+                cur = next((s for s in steps if s.status == StepStatus.RUNNING), None)
+                if cur is None:
+                    with self.store.transaction():
+                        at = self._now()
+                        self._fenced(run_id, lease, status=RunStatus.COMPLETED, updated_at=at, current_step=None,
+                                     **_CLEAR_LEASE)
+                        self.store.add_event(run_id, at, "run_completed")
+                    return RunStatus.COMPLETED
+                spec = wf.get(cur.name)
+                ctx = Context(
+                    run_id=run_id, step=cur.name, attempt=cur.attempts, idempotency_key=cur.idempotency_key,
+                    input=encoding.loads(self.store.run_row(run_id)["input"]) or {},
+                    results=self.store.completed_outputs(run_id, cur.position),
+                    responses=self.store.responses(run_id, cur.name),
+                )
+                try:
+                    output = encoding.dumps(spec.fn(ctx), "output")
+                except InputRequested as ask:
+                    with self.store.transaction():
+                        at = self._now()
+                        self._fenced(run_id, lease, updated_at=at)
+                        self.store.update_step(run_id, cur.position, status=StepStatus.PENDING)
+                        self._pause(run_id, lease, "input", cur.position, cur.name, at, reason=ask.prompt)
+                    return RunStatus.AWAITING_INPUT
+                except Exception as exc:
+                    failures[cur.name] = failures.get(cur.name, 0) + 1
+                    retry = not isinstance(exc, InvalidValue) and failures[cur.name] <= spec.retries
+                    if self._record_failure(run_id, lease, cur, exc, retry):
+                        continue
+                    return RunStatus.FAILED
+                if lease.lost.is_set():
+                    self._fenced(run_id, lease)  # raises LeaseLost with the reason
+                if self._boundary(run_id, lease, cur, spec.approval, output, steps):
+                    return RunStatus.AWAITING_APPROVAL
+        finally:
+            lease.stop_heartbeat()
+
+    def _record_failure(self, run_id: str, lease: LeaseHolder, cur: StepRecord, exc: Exception,
+                        retry: bool) -> bool:
+        message = f"{type(exc).__name__}: {exc}" if not isinstance(exc, InvalidValue) else str(exc)
+        trace = "".join(tb.format_exception(exc))
+        with self.store.transaction():
+            at = self._now()
+            self._fenced(run_id, lease, updated_at=at)
+            self.store.add_event(run_id, at, "step_failed", step=cur.name, attempt=cur.attempts, error=message,
+                                 will_retry=retry)
+            if retry:
+                self._begin_step(run_id, cur.position, cur.name, cur.attempts + 1, at)
+                return True
+            self.store.update_step(run_id, cur.position, status=StepStatus.FAILED, error=message,
+                                   traceback=trace, finished_at=at)
+            self._fenced(run_id, lease, status=RunStatus.FAILED, error=f"step '{cur.name}' failed: {message}",
+                         **_CLEAR_LEASE)
+            self.store.add_event(run_id, at, "run_failed", step=cur.name, error=message)
+        return False
+
+    def _boundary(self, run_id: str, lease: LeaseHolder, cur: StepRecord, approval: bool, output: str,
+                  steps: list[StepRecord]) -> bool:
+        """Commit one step boundary; returns True when it paused at an approval gate."""
+        with self.store.transaction():
+            at = self._now()
+            done = sum(s.status == StepStatus.COMPLETED for s in steps) + 1
+            self._fenced(run_id, lease, updated_at=at, steps_done=done)
+            self.store.update_step(run_id, cur.position, status=StepStatus.COMPLETED, output=output,
+                                   finished_at=at, error=None, traceback=None)
+            self.store.add_event(run_id, at, "step_completed", step=cur.name, attempt=cur.attempts)
+            if approval:
+                self._pause(run_id, lease, "approval", cur.position + 1, cur.name, at,
+                            reason=f"approve the output of step '{cur.name}'")
+                return True
+            nxt = next((s for s in steps if s.position > cur.position and s.status != StepStatus.COMPLETED), None)
+            self.store.add_checkpoint(run_id, at, "boundary", cur.position + 1, nxt.name if nxt else None)
+            if nxt is not None:
+                self.store.update_run(run_id, current_step=nxt.name)
+                self._begin_step(run_id, nxt.position, nxt.name, nxt.attempts + 1, at)
+        return False
+
+    def _pause(self, run_id: str, lease: LeaseHolder | None, kind: str, position: int, step: str, at: str,
+               reason: str) -> None:
+        status = RunStatus.AWAITING_INPUT if kind == "input" else RunStatus.AWAITING_APPROVAL
+        cols = dict(status=status, updated_at=at, current_step=step, **_CLEAR_LEASE)
+        if lease is not None:
+            self._fenced(run_id, lease, **cols)
+        else:
+            self.store.update_run(run_id, **cols)
+        cp = self.store.add_checkpoint(run_id, at, kind, position, step, reason=reason)
+        self.store.add_event(run_id, at, "paused", step=step, checkpoint_id=cp, gate=kind, reason=reason)
+
+    # ---- decisions ------------------------------------------------------------------------------
+
+    def _pending(self, rid: str, kinds: tuple[str, ...], verb: str, checkpoint_id: int | None) -> Checkpoint:
+        status = RunStatus(self.store.run_row(rid)["status"])
+        cp = self.store.pending_checkpoint(rid)
+        if cp is None or cp.kind not in kinds or not status.is_paused:
+            raise RefusedTransition(f"run {rid} is {status}; there is nothing to {verb}"
+                                    + (" (it was already decided)" if status.is_terminal or
+                                       status == RunStatus.QUEUED else ""))
+        if checkpoint_id is not None and cp.checkpoint_id != checkpoint_id:
+            raise RefusedTransition(f"run {rid} moved on since checkpoint {checkpoint_id}: it now waits on "
+                                    f"checkpoint {cp.checkpoint_id} (step '{cp.step}'); review it again")
+        return cp
+
+    def _decide(self, cp: Checkpoint, decision: str, by: str, at: str, comment: str | None,
+                value: str | None) -> None:
+        cur = self.store.conn.execute(
+            "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ?, comment = ?, value = ? "
+            "WHERE checkpoint_id = ? AND decision IS NULL",
+            (decision, by, at, comment, value, cp.checkpoint_id))
+        if cur.rowcount != 1:  # unreachable under BEGIN IMMEDIATE; kept as the last guard of exactly-once
+            raise RefusedTransition(f"checkpoint {cp.checkpoint_id} was already decided")
+
+    def approve(self, run_id: str, by: str | None = None, comment: str | None = None, output: Any = None,
+                *, checkpoint_id: int | None = None) -> Checkpoint:
+        """Approve the run's pending approval checkpoint, once; the run becomes ``queued`` (a resume or
+        worker continues it; approving never continues past a later gate).
+
+        ``output`` (not None) replaces the gated step's output (an edited output), or for a held
+        orphan step records it as the step's output instead of re-running it. ``checkpoint_id``: the
+        checkpoint the person looked at; if the run has moved on, the approval is refused.
+        ``by`` defaults to the OS user. Returns the decided checkpoint.
+
+        Raises ``UnknownRun``, ``RefusedTransition`` (not awaiting approval, already decided, stale),
+        ``InvalidValue`` (output not storable).
+        """
+        by = by or os_user()
+        value = None if output is None else encoding.dumps(output, "output")
+        with self.store.transaction():
+            rid = self.store.resolve(run_id)
+            cp = self._pending(rid, ("approval", "orphan"), "approve", checkpoint_id)
+            at = self._now()
+            self._decide(cp, "approved", by, at, comment, value)
+            step = self._step(rid, cp.step)
+            cols: dict[str, Any] = {}
+            if cp.kind == "orphan" and value is None:
+                self.store.update_step(rid, step.position, status=StepStatus.PENDING)
+            elif cp.kind == "orphan":
+                self.store.update_step(rid, step.position, status=StepStatus.COMPLETED, output=value,
+                                       finished_at=at)
+                cols["steps_done"] = sum(s.status == StepStatus.COMPLETED for s in self.store.steps(
+                    rid, with_output=False))
+            elif value is not None:
+                self.store.update_step(rid, step.position, output=value)
+            self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at, **cols)
+            self.store.add_event(rid, at, "approved", step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id,
+                                 comment=comment, output_edited=value is not None)
+            return self.store.pending_checkpoint(rid) or cp.model_copy(update={
+                "decision": "approved", "decided_by": by, "comment": comment})
+
+    def reject(self, run_id: str, comment: str, by: str | None = None, *,
+               checkpoint_id: int | None = None) -> Checkpoint:
+        """Reject the pending approval, once: the run becomes ``rejected`` (terminal) and its
+        remaining steps ``cancelled``. ``comment`` (the reason) is required.
+
+        Raises ``UnknownRun``, ``RefusedTransition``, ``InvalidValue`` (empty reason).
+        """
+        if not comment or not comment.strip():
+            raise InvalidValue("a rejection needs a reason (--comment TEXT)")
+        by = by or os_user()
+        with self.store.transaction():
+            rid = self.store.resolve(run_id)
+            cp = self._pending(rid, ("approval", "orphan"), "reject", checkpoint_id)
+            at = self._now()
+            self._decide(cp, "rejected", by, at, comment, None)
+            self._cancel_open_steps(rid, at)
+            self.store.update_run(rid, status=RunStatus.REJECTED, updated_at=at, current_step=None)
+            self.store.add_event(rid, at, "rejected", step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id,
+                                 comment=comment)
+        return cp.model_copy(update={"decision": "rejected", "decided_by": by, "comment": comment})
+
+    def respond(self, run_id: str, value: Any, by: str | None = None, *,
+                checkpoint_id: int | None = None) -> Checkpoint:
+        """Record the answer to the run's pending input request, once; the run becomes ``queued`` and,
+        when resumed, the asking step re-runs and its ``request_input`` returns ``value``.
+
+        Raises ``UnknownRun``, ``RefusedTransition``, ``InvalidValue``.
+        """
+        by = by or os_user()
+        text = encoding.dumps(value, "value")
+        with self.store.transaction():
+            rid = self.store.resolve(run_id)
+            cp = self._pending(rid, ("input",), "respond to", checkpoint_id)
+            at = self._now()
+            self._decide(cp, "responded", by, at, None, text)
+            self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at)
+            self.store.add_event(rid, at, "responded", step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id)
+        return cp.model_copy(update={"decision": "responded", "decided_by": by, "value": value})
+
+    def cancel(self, run_id: str, by: str | None = None) -> RunStatus:
+        """Cancel a non-terminal run: it becomes ``cancelled``, open steps ``cancelled``, and any
+        executor's lease is revoked, so a step still running is never recorded as completed.
+        Returns the status the run had. Raises ``UnknownRun``, ``RefusedTransition`` (terminal)."""
+        by = by or os_user()
+        with self.store.transaction():
+            rid = self.store.resolve(run_id)
+            status = RunStatus(self.store.run_row(rid)["status"])
+            if status.is_terminal:
+                raise RefusedTransition(f"run {rid} is already {status}; nothing to cancel")
+            at = self._now()
+            self._cancel_open_steps(rid, at)
+            self.store.update_run(rid, status=RunStatus.CANCELLED, updated_at=at, current_step=None,
+                                  **_CLEAR_LEASE)
+            self.store.add_event(rid, at, "cancelled", actor=by, previous_status=status)
+        return status
+
+    def _cancel_open_steps(self, rid: str, at: str) -> None:
+        self.store.conn.execute(
+            "UPDATE steps SET status = ?, finished_at = coalesce(finished_at, ?) WHERE run_id = ? AND status IN (?, ?, ?)",
+            (StepStatus.CANCELLED, at, rid, StepStatus.PENDING, StepStatus.RUNNING, StepStatus.INTERRUPTED))
+
+    # ---- forks ----------------------------------------------------------------------------------
+
+    def fork(self, run_id: str, from_step: str, input: dict[str, Any] | None = None) -> str:
+        """Create a new ``queued`` run from the boundary before ``from_step``: steps before it are
+        completed with the parent's outputs (copied, never re-run), ``from_step`` onward pending.
+        ``input`` replaces the parent's input when given. The parent is untouched.
+        Returns the new run id.
+
+        Raises ``UnknownRun``, ``UnknownStep``, ``RefusedTransition`` (an upstream step has no output
+        to reuse), ``InvalidValue``.
+        """
+        if input is not None and not isinstance(input, dict):
+            raise InvalidValue("the fork input must be a JSON object, e.g. '{\"topic\": \"x\"}'")
+        input_text = None if input is None else encoding.dumps(input, "input")
+        with self.store.transaction():
+            rid = self.store.resolve(run_id)
+            parent = self.store.run_row(rid)
+            step = self._step(rid, from_step)
+            upstream = [s for s in self.store.steps(rid, with_output=False) if s.position < step.position]
+            missing = [s.name for s in upstream if s.status != StepStatus.COMPLETED]
+            if missing:
+                raise RefusedTransition(f"step '{missing[0]}' of run {rid} has not completed, so there is no "
+                                        f"output to reuse; fork from '{missing[0]}' or earlier")
+            new_id = self.id_factory()
+            at = self._now()
+            self.store.db["runs"].insert({
+                "run_id": new_id, "workflow": parent["workflow"], "status": RunStatus.QUEUED,
+                "input": input_text or parent["input"], "parent_run_id": rid, "forked_from_step": step.name,
+                "definition": parent["definition"], "fingerprint": parent["fingerprint"], "created_at": at,
+                "updated_at": at, "current_step": step.name, "steps_done": len(upstream),
+                "steps_total": parent["steps_total"],
+            })
+            self._copy_steps(rid, new_id, step.position)
+            self.store.add_checkpoint(new_id, at, "fork", step.position, step.name,
+                                      state={"parent_run_id": rid, "from_step": step.name})
+            self.store.add_event(new_id, at, "forked", step=step.name, parent_run_id=rid,
+                                 input_replaced=input is not None)
+        return new_id
+
+    def _copy_steps(self, parent: str, child: str, cut: int) -> None:
+        # In SQL: upstream outputs move as stored text, never decoded or re-run.
+        self.store.conn.execute(
+            """INSERT INTO steps (run_id, position, name, status, attempts, options, output, started_at,
+                                  finished_at, idempotency_key)
+               SELECT :child, position, name,
+                      CASE WHEN position < :cut THEN status ELSE :pending END,
+                      CASE WHEN position < :cut THEN attempts ELSE 0 END,
+                      options,
+                      CASE WHEN position < :cut THEN output END,
+                      CASE WHEN position < :cut THEN started_at END,
+                      CASE WHEN position < :cut THEN finished_at END,
+                      CASE WHEN position < :cut THEN idempotency_key ELSE :child || '/' || name END
+               FROM steps WHERE run_id = :parent ORDER BY position""",
+            {"child": child, "parent": parent, "cut": cut, "pending": StepStatus.PENDING},
+        )
+
+    # ---- lookups --------------------------------------------------------------------------------
+
+    def _step(self, rid: str, name: str | None) -> StepRecord:
+        steps = self.store.steps(rid, with_output=False)
+        found = next((s for s in steps if s.name == name), None)
+        if found is None:
+            names = ", ".join(s.name for s in steps) or "none"
+            raise UnknownStep(f"run {rid} has no step {name!r}; its steps are: {names}")
+        return found
+
+    def _workflow(self, name: str) -> Workflow:
+        if name not in self.workflows:
+            known = ", ".join(sorted(self.workflows)) or "none loaded; pass --app MODULE:ATTR"
+            raise UnknownWorkflow(f"unknown workflow {name!r} (known: {known})")
+        return self.workflows[name]
+
+    def _workflow_of(self, name: str) -> Workflow:
+        if name not in self.workflows:
+            if not self.workflows:
+                raise UnknownWorkflow(f"resuming needs the definition of workflow {name!r}: pass --app MODULE:ATTR")
+            raise UnknownWorkflow(f"workflow {name!r} is not defined by the loaded app (it defines: "
+                                  f"{', '.join(sorted(self.workflows))}); pass the --app that defines it")
+        return self.workflows[name]

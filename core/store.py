@@ -1,0 +1,402 @@
+"""The SQLite store: schema, migrations, transactions and the queries the runtime and console use.
+
+One file, WAL mode, a busy timeout, owner-only permissions on a new file. Every write happens in a
+``BEGIN IMMEDIATE`` transaction (:meth:`Store.transaction`) so a step boundary commits as one unit.
+Listing reads only the ``runs`` table (progress is kept there), never step outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from . import encoding
+from .clock import from_text
+from .errors import StoreError, UnknownRun
+from .models import Checkpoint, Event, Lease, RunSummary, StepRecord
+from .status import RunStatus, StepStatus
+
+APP_ID = "relaypoint"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_SECONDS = 30.0
+
+# Columns of ``runs`` a listing reads (no input, no definition).
+SUMMARY_COLUMNS = (
+    "run_id, workflow, status, parent_run_id, forked_from_step, created_at, updated_at, current_step, "
+    "steps_done, steps_total, error, lease_token, lease_pid, lease_host, lease_expires_at, heartbeat_at"
+)
+STEP_COLUMNS_NO_OUTPUT = (
+    "position, name, status, attempts, options, error, traceback, started_at, finished_at, "
+    "idempotency_key, output IS NOT NULL AS has_output"
+)
+
+
+def _migrate_1(db: sqlite_utils.Database) -> None:
+    db["runs"].create(
+        {
+            "run_id": str, "workflow": str, "status": str, "input": str, "parent_run_id": str,
+            "forked_from_step": str, "definition": str, "fingerprint": str, "created_at": str,
+            "updated_at": str, "current_step": str, "steps_done": int, "steps_total": int, "error": str,
+            "lease_token": str, "lease_pid": int, "lease_host": str, "lease_expires_at": str,
+            "heartbeat_at": str,
+        },
+        pk="run_id",
+        not_null={"workflow", "status", "input", "created_at", "updated_at", "steps_done", "steps_total"},
+        defaults={"steps_done": 0, "steps_total": 0},
+    )
+    db["steps"].create(
+        {
+            "run_id": str, "position": int, "name": str, "status": str, "attempts": int, "options": str,
+            "output": str, "error": str, "traceback": str, "started_at": str, "finished_at": str,
+            "idempotency_key": str,
+        },
+        pk=("run_id", "position"),
+        not_null={"name", "status", "attempts", "options", "idempotency_key"},
+        defaults={"attempts": 0, "options": "{}"},
+        foreign_keys=[("run_id", "runs", "run_id")],
+    )
+    db["checkpoints"].create(
+        {
+            "checkpoint_id": int, "run_id": str, "position": int, "step": str, "kind": str,
+            "created_at": str, "reason": str, "state": str, "decision": str, "decided_by": str,
+            "decided_at": str, "comment": str, "value": str,
+        },
+        pk="checkpoint_id",
+        not_null={"run_id", "position", "kind", "created_at"},
+        foreign_keys=[("run_id", "runs", "run_id")],
+    )
+    db["events"].create(
+        {"event_id": int, "run_id": str, "at": str, "kind": str, "step": str, "actor": str, "detail": str},
+        pk="event_id",
+        not_null={"run_id", "at", "kind"},
+        foreign_keys=[("run_id", "runs", "run_id")],
+    )
+    # Indexes serve the console: newest-first keyset pages, filtered by status or workflow,
+    # the orphan sweep (status = running), forks of a run, and per-run chains.
+    db["runs"].create_index(["created_at", "run_id"], index_name="runs_by_created")
+    db["runs"].create_index(["status", "created_at", "run_id"], index_name="runs_by_status")
+    db["runs"].create_index(["workflow", "created_at", "run_id"], index_name="runs_by_workflow")
+    db["runs"].create_index(["parent_run_id"], index_name="runs_by_parent")
+    db["steps"].create_index(["run_id", "name"], index_name="steps_by_name", unique=True)
+    db["checkpoints"].create_index(["run_id", "checkpoint_id"], index_name="checkpoints_by_run")
+    db["events"].create_index(["run_id", "event_id"], index_name="events_by_run")
+
+
+MIGRATIONS = {1: _migrate_1}
+
+
+class Store:
+    """A relaypoint store in one SQLite file.
+
+    ``path``: the file. ``create``: make a new store if the file does not exist (owner-only, 0600);
+    otherwise a missing file is a ``StoreError``. ``readonly``: open without writing (a console on a
+    file it cannot write).
+
+    Raises ``StoreError`` (one line) when the file is missing, not SQLite, corrupt, not a relaypoint
+    store, or from a newer relaypoint. Nothing is written to a file that could not be read as a store.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, create: bool = False, readonly: bool = False,
+                 busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        if not self.path.exists():
+            if not create:
+                raise StoreError(
+                    f"no relaypoint store at {self.path}; run `relaypoint demo` or pass --db PATH (or RELAYPOINT_DB)"
+                )
+            try:
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except FileExistsError:
+                pass  # another process created it first; the checks below apply to it
+            except OSError as e:
+                raise StoreError(f"cannot create store {self.path}: {e.strerror}") from None
+        elif self.path.is_dir():
+            raise StoreError(f"{self.path} is a directory, not a relaypoint store file")
+        if readonly:
+            uri = f"file:{self.path.resolve()}?mode=ro"
+            self.conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout,
+                                        check_same_thread=False)
+        else:
+            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout,
+                                        check_same_thread=False)
+        self.db = sqlite_utils.Database(self.conn)
+        try:
+            self._check_and_migrate()
+        except sqlite3.DatabaseError as e:
+            self.conn.close()
+            raise StoreError(f"{self.path} is not a readable SQLite database ({e}); "
+                             "point --db at a relaypoint store") from None
+        except StoreError:
+            self.conn.close()
+            raise
+
+    def _check_and_migrate(self) -> None:
+        # Read before writing anything: a foreign or corrupt file must come out untouched.
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        version = 0
+        if tables:
+            if "meta" not in tables:
+                raise StoreError(f"{self.path} is an SQLite file but not a relaypoint store (no meta table)")
+            meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+            if meta.get("app") != APP_ID:
+                raise StoreError(f"{self.path} is an SQLite file but not a relaypoint store")
+            version = int(meta.get("schema_version", "0"))
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has store schema version {version}, newer than this relaypoint "
+                    f"understands ({SCHEMA_VERSION}); upgrade relaypoint to open it"
+                )
+        if self.readonly:
+            if version < SCHEMA_VERSION:
+                raise StoreError(f"{self.path} needs a schema migration but is open read-only")
+            return
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        self.conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoint, atomic always
+        if version == SCHEMA_VERSION:
+            return
+        with self.transaction():
+            # Re-read under the write lock: another process may have migrated meanwhile.
+            if "meta" not in self.db.table_names():
+                self.db["meta"].create({"key": str, "value": str}, pk="key")
+                self.db["meta"].insert({"key": "app", "value": APP_ID})
+            meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+            version = int(meta.get("schema_version", "0"))
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                MIGRATIONS[v](self.db)
+            self.db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``): everything inside commits together or not at all.
+
+        Waits up to the busy timeout for another writer. Raises ``StoreError`` if the store is
+        read-only or the disk is full; the transaction is rolled back and nothing is half-written.
+        """
+        if self.readonly:
+            raise StoreError(f"{self.path} is open read-only; actions that record something are unavailable")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise self._store_error(e) from None
+        try:
+            yield self.conn
+            self.conn.execute("COMMIT")
+        except BaseException as exc:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise self._store_error(exc) from None
+            raise
+
+    def _store_error(self, e: sqlite3.OperationalError) -> StoreError:
+        msg = str(e)
+        if "locked" in msg or "busy" in msg:
+            return StoreError(f"{self.path} stayed busy for {BUSY_TIMEOUT_SECONDS:.0f} s (another process is "
+                              "writing); try again")
+        if "readonly" in msg:
+            return StoreError(f"{self.path} is read-only; actions that record something are unavailable")
+        if "full" in msg:
+            return StoreError(f"{self.path}: the disk or store is full; nothing was recorded, free space and retry")
+        return StoreError(f"{self.path}: {msg}")
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    def resolve(self, run_id: str) -> str:
+        """Full run id for a full id or a unique prefix. Raises ``UnknownRun`` (echoing the id)."""
+        if not run_id:
+            raise UnknownRun("empty run id; see `relaypoint list`")
+        rows = self.conn.execute(
+            "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT 3",
+            (run_id, run_id + "\U0010ffff"),
+        ).fetchall()
+        if not rows:
+            raise UnknownRun(f"no run with id {run_id!r} in {self.path}; see `relaypoint list`")
+        if len(rows) > 1 and rows[0][0] != run_id:
+            ids = ", ".join(r[0] for r in rows[:2])
+            raise UnknownRun(f"run id prefix {run_id!r} matches several runs ({ids}, ...); give more characters")
+        return rows[0][0]
+
+    def run_row(self, run_id: str) -> dict[str, Any]:
+        """The raw ``runs`` row (all columns). Raises ``UnknownRun``."""
+        rows = list(self.db.query("SELECT * FROM runs WHERE run_id = ?", [run_id]))
+        if not rows:
+            raise UnknownRun(f"no run with id {run_id!r} in {self.path}; see `relaypoint list`")
+        return rows[0]
+
+    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
+                  before: tuple[str, str] | None = None, search: str | None = None) -> list[RunSummary]:
+        """Newest-first page of runs. ``before``: the (created_at, run_id) of the last row of the
+        previous page (keyset pagination on an index: cost does not grow with the offset).
+        ``search``: a run id prefix or a workflow name prefix."""
+        where, params = [], []
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if workflow:
+            where.append("workflow = ?")
+            params.append(workflow)
+        if before:
+            where.append("(created_at, run_id) < (?, ?)")
+            params.extend(before)
+        if search:
+            where.append("(run_id >= ? AND run_id < ? OR workflow >= ? AND workflow < ?)")
+            params.extend([search, search + "\U0010ffff", search, search + "\U0010ffff"])
+        sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
+        params.append(limit)
+        return [summary_from_row(r) for r in self.db.query(sql, params)]
+
+    def count_by_status(self) -> dict[str, int]:
+        """Number of runs per status (served by the status index)."""
+        return dict(self.conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+
+    def steps(self, run_id: str, *, with_output: bool = True) -> list[StepRecord]:
+        """The run's chain in order. ``with_output=False`` skips the output column (the console
+        loads one output at a time with :meth:`step_output`)."""
+        cols = STEP_COLUMNS_NO_OUTPUT + (", output" if with_output else "")
+        rows = self.db.query(f"SELECT {cols} FROM steps WHERE run_id = ? ORDER BY position", [run_id])
+        return [step_from_row(r) for r in rows]
+
+    def step_output(self, run_id: str, position: int) -> Any:
+        """One step's decoded output (None when it has none)."""
+        row = self.conn.execute("SELECT output FROM steps WHERE run_id = ? AND position = ?",
+                                (run_id, position)).fetchone()
+        return encoding.loads(row[0]) if row else None
+
+    def completed_outputs(self, run_id: str, before_position: int) -> dict[str, Any]:
+        """name -> output of each completed step before ``before_position``."""
+        rows = self.conn.execute(
+            "SELECT name, output FROM steps WHERE run_id = ? AND position < ? AND status = ? ORDER BY position",
+            (run_id, before_position, StepStatus.COMPLETED),
+        )
+        return {name: encoding.loads(out) for name, out in rows}
+
+    def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
+        """The newest undecided pausing checkpoint (approval, input, orphan), if any."""
+        rows = list(self.db.query(
+            "SELECT * FROM checkpoints WHERE run_id = ? AND kind IN ('approval', 'input', 'orphan') "
+            "AND decision IS NULL ORDER BY checkpoint_id DESC LIMIT 1", [run_id]))
+        return checkpoint_from_row(rows[0]) if rows else None
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """All of a run's checkpoints, oldest first."""
+        rows = self.db.query("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id", [run_id])
+        return [checkpoint_from_row(r) for r in rows]
+
+    def responses(self, run_id: str, step: str) -> list[Any]:
+        """Recorded answers to ``request_input`` calls of one step, in call order."""
+        rows = self.conn.execute(
+            "SELECT value FROM checkpoints WHERE run_id = ? AND step = ? AND kind = 'input' "
+            "AND decision = 'responded' ORDER BY checkpoint_id", (run_id, step))
+        return [encoding.loads(r[0]) for r in rows]
+
+    def forks(self, run_id: str) -> list[str]:
+        """Ids of runs forked from this one, oldest first."""
+        rows = self.conn.execute("SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY created_at",
+                                 (run_id,))
+        return [r[0] for r in rows]
+
+    def events(self, run_id: str) -> list[Event]:
+        """The run's audit trail, oldest first."""
+        rows = self.db.query("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", [run_id])
+        return [
+            Event(event_id=r["event_id"], run_id=r["run_id"], at=from_text(r["at"]), kind=r["kind"],
+                  step=r["step"], actor=r["actor"], detail=_json_or_raw(r["detail"]))
+            for r in rows
+        ]
+
+    # ---- writes (call inside transaction()) ---------------------------------------------------
+
+    def add_event(self, run_id: str, at: str, kind: str, *, step: str | None = None,
+                  actor: str | None = None, **detail: Any) -> None:
+        """Append an audit event (inside the caller's transaction)."""
+        self.conn.execute(
+            "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, at, kind, step, actor, json.dumps(detail, ensure_ascii=False) if detail else None),
+        )
+
+    def add_checkpoint(self, run_id: str, at: str, kind: str, position: int, step: str | None,
+                       reason: str | None = None, state: Any = None) -> int:
+        """Insert a checkpoint row; returns its id (inside the caller's transaction)."""
+        cur = self.conn.execute(
+            "INSERT INTO checkpoints (run_id, position, step, kind, created_at, reason, state) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run_id, position, step, kind, at, reason, None if state is None else encoding.dumps(state, "state")),
+        )
+        return int(cur.lastrowid)
+
+    def update_run(self, run_id: str, *, fence: str | None = None, **cols: Any) -> bool:
+        """Set columns of a run. With ``fence`` (a lease token) the write applies only while that
+        token still owns the run; returns False when the fence refused it."""
+        sets = ", ".join(f"{k} = ?" for k in cols)
+        sql = f"UPDATE runs SET {sets} WHERE run_id = ?"
+        params = [*cols.values(), run_id]
+        if fence is not None:
+            sql += " AND lease_token = ?"
+            params.append(fence)
+        return self.conn.execute(sql, params).rowcount == 1
+
+    def update_step(self, run_id: str, position: int, **cols: Any) -> None:
+        """Set columns of one step row."""
+        sets = ", ".join(f"{k} = ?" for k in cols)
+        self.conn.execute(f"UPDATE steps SET {sets} WHERE run_id = ? AND position = ?",
+                          [*cols.values(), run_id, position])
+
+
+def _json_or_raw(text: str | None) -> Any:
+    # A hand-damaged detail column is shown, not fatal.
+    try:
+        return encoding.loads(text)
+    except json.JSONDecodeError:
+        return {"unreadable": text}
+
+
+def summary_from_row(r: dict[str, Any]) -> RunSummary:
+    """Build a :class:`RunSummary` from a ``runs`` row."""
+    lease = None
+    if r.get("lease_token"):
+        lease = Lease(token=r["lease_token"], pid=r["lease_pid"] or 0, host=r["lease_host"] or "",
+                      expires_at=from_text(r["lease_expires_at"]), heartbeat_at=from_text(r["heartbeat_at"]))
+    return RunSummary(
+        run_id=r["run_id"], workflow=r["workflow"], status=RunStatus(r["status"]),
+        parent_run_id=r["parent_run_id"], forked_from_step=r["forked_from_step"],
+        created_at=from_text(r["created_at"]), updated_at=from_text(r["updated_at"]),
+        current_step=r["current_step"], steps_done=r["steps_done"], steps_total=r["steps_total"],
+        error=r["error"], lease=lease,
+    )
+
+
+def step_from_row(r: dict[str, Any]) -> StepRecord:
+    """Build a :class:`StepRecord` from a ``steps`` row (output decoded when the row carries it)."""
+    return StepRecord(
+        position=r["position"], name=r["name"], status=StepStatus(r["status"]), attempts=r["attempts"],
+        options=encoding.loads(r["options"]) or {}, output=encoding.loads(r.get("output")),
+        has_output=bool(r["has_output"]), error=r["error"], traceback=r["traceback"],
+        started_at=from_text(r["started_at"]), finished_at=from_text(r["finished_at"]),
+        idempotency_key=r["idempotency_key"],
+    )
+
+
+def checkpoint_from_row(r: dict[str, Any]) -> Checkpoint:
+    """Build a :class:`Checkpoint` from a ``checkpoints`` row."""
+    return Checkpoint(
+        checkpoint_id=r["checkpoint_id"], run_id=r["run_id"], position=r["position"], step=r["step"],
+        kind=r["kind"], created_at=from_text(r["created_at"]), reason=r["reason"],
+        state=encoding.loads(r["state"]), decision=r["decision"], decided_by=r["decided_by"],
+        decided_at=from_text(r["decided_at"]), comment=r["comment"], value=encoding.loads(r["value"]),
+    )

@@ -1,0 +1,133 @@
+"""Workflow definitions: an ordered chain of named steps, registered with ``@wf.step``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import DefinitionError
+
+OnOrphan = Literal["retry", "hold"]
+StepFn = Callable[["Context"], Any]
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step of a workflow: its name, function and options.
+
+    ``approval``: after the step completes the run pauses ``awaiting_approval``.
+    ``retries``: automatic re-executions after an exception (0 = none).
+    ``on_orphan``: what resume does with a step found ``running`` under a dead owner:
+    ``"retry"`` re-runs it (attempt + 1), ``"hold"`` pauses the run for a person to decide.
+    """
+
+    name: str
+    fn: StepFn
+    approval: bool = False
+    retries: int = 0
+    on_orphan: OnOrphan = "retry"
+
+    def options(self) -> dict[str, Any]:
+        """The step's options as stored with each run (``steps.options``)."""
+        return {"approval": self.approval, "retries": self.retries, "on_orphan": self.on_orphan}
+
+
+@dataclass
+class Workflow:
+    """A named, ordered chain of steps.
+
+    >>> wf = Workflow("review")
+    >>> @wf.step
+    ... def draft(ctx): return {"text": "..."}
+    >>> @wf.step(approval=True)
+    ... def review(ctx): return ctx.results["draft"]
+
+    Raises ``DefinitionError`` for a duplicate step name or an invalid option.
+    """
+
+    name: str
+    steps: list[StepSpec] = field(default_factory=list)
+
+    def step(
+        self,
+        fn: StepFn | None = None,
+        *,
+        name: str | None = None,
+        approval: bool = False,
+        retries: int = 0,
+        on_orphan: OnOrphan = "retry",
+    ) -> Any:
+        """Register a step; usable as ``@wf.step``, ``@wf.step(...)`` or ``wf.step(name=...)(fn)``."""
+
+        def register(f: StepFn) -> StepFn:
+            step_name = name or f.__name__
+            if any(s.name == step_name for s in self.steps):
+                raise DefinitionError(f"workflow {self.name!r} already has a step named {step_name!r}")
+            if on_orphan not in ("retry", "hold"):
+                raise DefinitionError(f"step {step_name!r}: on_orphan must be 'retry' or 'hold', not {on_orphan!r}")
+            if not isinstance(retries, int) or retries < 0:
+                raise DefinitionError(f"step {step_name!r}: retries must be a whole number >= 0")
+            self.steps.append(StepSpec(step_name, f, approval, retries, on_orphan))
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def get(self, step_name: str) -> StepSpec | None:
+        """The step named ``step_name``, or None."""
+        return next((s for s in self.steps if s.name == step_name), None)
+
+    def definition(self) -> list[dict[str, Any]]:
+        """The ordered step names and options: what a run records to detect drift later."""
+        return [{"name": s.name, **s.options()} for s in self.steps]
+
+    def fingerprint(self) -> str:
+        """A short hash of :meth:`definition` (16 hex characters)."""
+        blob = json.dumps(self.definition(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class InputRequested(BaseException):
+    """Raised inside a step by ``ctx.request_input`` when no response is recorded yet.
+
+    A BaseException so a step's own ``except Exception`` does not swallow the pause.
+    """
+
+    def __init__(self, prompt: str, index: int) -> None:
+        super().__init__(prompt)
+        self.prompt = prompt
+        self.index = index
+
+
+@dataclass
+class Context:
+    """What a step function receives.
+
+    ``input``: the run's input (a dict). ``results``: name of each completed upstream step ->
+    its output (None is a valid output). ``attempt``: 1-based count of executions of this step.
+    ``idempotency_key``: stable across attempts of this step of this run, new in a fork; pass it
+    to external services so a re-executed step does not repeat a side effect.
+    """
+
+    run_id: str
+    step: str
+    attempt: int
+    idempotency_key: str
+    input: dict[str, Any]
+    results: Mapping[str, Any]
+    responses: list[Any] = field(default_factory=list)
+    _asked: int = 0
+
+    def request_input(self, prompt: str) -> Any:
+        """Return the answer to ``prompt``; if none is recorded yet, pause the run ``awaiting_input``.
+
+        After ``respond`` and a resume the step runs again from its top, and this call returns the
+        recorded response. Several calls in one step are matched to responses by their order.
+        """
+        index = self._asked
+        self._asked += 1
+        if index < len(self.responses):
+            return self.responses[index]
+        raise InputRequested(str(prompt), index)
