@@ -150,6 +150,23 @@ def test_analyze_files_threshold_and_qualified_names(project: Path) -> None:
     assert result["long_function_count"] == 3
 
 
+def test_analyze_files_lists_unreadable_files_without_failing(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_bytes(b'x = "\xff"\n')
+    result = audit.analyze_files(str(tmp_path), ["bad.py", "gone.py"])
+    assert result["files_analyzed"] == 0
+    assert [(u["path"], u["error"].split(":")[0]) for u in result["unparsable"]] == [
+        ("bad.py", "SyntaxError"),
+        ("gone.py", "FileNotFoundError"),
+    ]
+
+
+def test_analyze_files_survives_deeply_nested_expressions(tmp_path: Path) -> None:
+    # Python 3.11 and 3.12 cannot parse this (RecursionError); 3.13 can.
+    (tmp_path / "deep.py").write_text("x = " + "+".join(["1"] * 5000) + "\n")
+    result = audit.analyze_files(str(tmp_path), ["deep.py"])
+    assert result["files_analyzed"] + len(result["unparsable"]) == 1
+
+
 def test_analyze_files_with_nothing_to_measure() -> None:
     result = audit.analyze_files("/nonexistent", [])
     assert result["files_analyzed"] == 0

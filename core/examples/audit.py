@@ -95,8 +95,8 @@ def analyze_source(source: bytes, path: str, long_lines: int = 50) -> dict[str, 
     "long_functions": [{"path", "name" (dotted, e.g. "Class.method"), "lines"}] longer than
     ``long_lines`` lines}``.
 
-    Raises ``SyntaxError``, ``ValueError`` (``UnicodeDecodeError`` included) or
-    ``tokenize.TokenError`` for a file that cannot be decoded or parsed.
+    Raises ``SyntaxError``, ``ValueError`` (``UnicodeDecodeError`` included), ``RecursionError``
+    (nesting too deep) or ``tokenize.TokenError`` for a file that cannot be decoded or parsed.
     """
     tree = ast.parse(source, filename=path)
     module_documented = int(ast.get_docstring(tree) is not None)
@@ -158,7 +158,7 @@ def analyze_files(root: str, paths: list[str], long_lines: int = 50, delay: floa
         try:
             with open(os.path.join(root, path), "rb") as f:
                 stats = analyze_source(f.read(), path, long_lines)
-        except (OSError, SyntaxError, ValueError, tokenize.TokenError) as e:
+        except (OSError, SyntaxError, ValueError, RecursionError, tokenize.TokenError) as e:
             unparsable.append({"path": path, "error": f"{type(e).__name__}: {e}"})
         else:
             totals.update({k: stats[k] for k in ("functions", "classes", "documentable", "documented")})

@@ -1,0 +1,5 @@
+"""``python -m relaypoint`` runs the CLI."""
+
+from .cli import main
+
+main()

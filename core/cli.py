@@ -1,0 +1,293 @@
+"""The ``relaypoint`` command line: a thin layer over :class:`relaypoint.Runtime`.
+
+Every expected failure prints one line ``error: ...`` on stderr and exits 1; usage mistakes exit 2
+(click's own handling). Human output shows stored text literally; ``--json`` prints JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .apploader import load_workflows
+from .display import literal, pretty_json
+from .encoding import parse_json_arg
+from .errors import RelaypointError
+from .runtime import Runtime
+from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
+
+STATUS_CHOICE = click.Choice([s.value for s in RunStatus])
+APP_OPTION = click.option("--app", "app_spec", envvar="RELAYPOINT_APP", metavar="MODULE:ATTR",
+                          help="Module attribute holding a Workflow or a list of them (env RELAYPOINT_APP).")
+
+
+class _Group(click.Group):
+    """Turns relaypoint's typed errors (and SQLite errors from a damaged file) into one line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RelaypointError as e:
+            raise click.ClickException(str(e)) from None
+        except sqlite3.DatabaseError as e:
+            db = ctx.params.get("db", "the store")
+            raise click.ClickException(f"{db} could not be read as a relaypoint store ({e})") from None
+
+
+def _out() -> Console:
+    console = Console(highlight=False)
+    if not console.is_terminal:  # piped: never truncate ids to 80 columns
+        console.width = 200
+    return console
+
+
+def _dump(value: Any) -> None:
+    # ensure_ascii: stored text may hold C1 controls and BiDi overrides; escaped JSON never reaches
+    # the terminal raw.
+    click.echo(json.dumps(value, indent=2, ensure_ascii=True))
+
+
+def _runtime(ctx: click.Context, app_spec: str | None = None, *, create: bool = False) -> Runtime:
+    workflows = load_workflows(app_spec) if app_spec else []
+    rt = Runtime(ctx.obj["db"], workflows, create=create)
+    ctx.call_on_close(rt.close)
+    return rt
+
+
+@click.group(cls=_Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", default="relaypoint.db", envvar="RELAYPOINT_DB", show_default=True, metavar="PATH",
+              help="The store file (env RELAYPOINT_DB).")
+@click.version_option(package_name="relaypoint")
+@click.pass_context
+def cli(ctx: click.Context, db: str) -> None:
+    """Durable, resumable, human-approved runs on a local SQLite file.
+
+    With no command, opens the console.
+    """
+    ctx.obj = {"db": db}
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(console)
+
+
+@cli.command()
+@APP_OPTION
+@click.pass_context
+def console(ctx: click.Context, app_spec: str | None) -> None:
+    """Open the terminal console on the store."""
+    from relaypoint.tui import run_console  # textual is imported only for the console
+
+    if app_spec:
+        load_workflows(app_spec)  # fail here, with one line, rather than at the first resume
+    _runtime(ctx).close()  # one clear line if the store is missing or unreadable
+    run_console(ctx.obj["db"], app_spec)
+
+
+@cli.command()
+@click.option("--no-console", is_flag=True, help="Only fill the store; do not open the console.")
+@click.option("--root", default=None, metavar="DIR", help="Directory the example audits (default: the relaypoint sources).")
+@click.pass_context
+def demo(ctx: click.Context, no_console: bool, root: str | None) -> None:
+    """Fill the store with real runs of the bundled example, then open the console."""
+    from .demo import DEMO_APP, build_demo
+
+    runs = build_demo(ctx.obj["db"], root=root, progress=lambda line: click.echo(line, err=True))
+    click.echo(f"demo store {ctx.obj['db']}: {len(runs)} runs", err=True)
+    if not no_console:
+        from relaypoint.tui import run_console
+
+        run_console(ctx.obj["db"], DEMO_APP)
+
+
+@cli.command()
+@click.argument("workflow")
+@APP_OPTION
+@click.option("--input", "input_json", metavar="JSON", help="The run input, a JSON object.")
+@click.pass_context
+def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: str | None) -> None:
+    """Start a run of WORKFLOW and execute it here; prints the run id.
+
+    Exits 0 when the run ends completed or paused, 1 when it failed.
+    """
+    if not app_spec:
+        raise click.UsageError("start needs --app MODULE:ATTR (or RELAYPOINT_APP) to find the workflow")
+    data = parse_json_arg(input_json, "--input") if input_json is not None else None
+    rt = _runtime(ctx, app_spec, create=True)
+    run_id = rt.start(workflow, data)
+    click.echo(run_id)
+    run = rt.get(run_id)
+    if run.status == RunStatus.FAILED:
+        raise click.ClickException(f"run {run_id} failed: {run.error}")
+    if run.status.is_paused:
+        click.echo(f"run {run_id} is {run.status} at step '{run.current_step}'", err=True)
+
+
+@cli.command("list")
+@click.option("--status", type=STATUS_CHOICE, help="Only runs with this status.")
+@click.option("--workflow", help="Only runs of this workflow.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="At most this many runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, newest first.")
+@click.pass_context
+def list_(ctx: click.Context, status: str | None, workflow: str | None, limit: int, as_json: bool) -> None:
+    """List runs, newest first."""
+    runs = _runtime(ctx).list(status=status, workflow=workflow, limit=limit)
+    if as_json:
+        _dump([r.model_dump(mode="json") for r in runs])
+        return
+    table = Table(box=None, pad_edge=False)
+    for col in ("run id", "workflow", "status", "progress", "step", "updated (UTC)", "parent"):
+        table.add_column(col, no_wrap=True, overflow="ellipsis" if col in ("workflow", "step") else "fold")
+    for r in runs:
+        table.add_row(literal(r.run_id), literal(r.workflow), literal(f"{RUN_SYMBOLS[r.status]} {r.status}"),
+                      f"{r.steps_done}/{r.steps_total}", literal(r.current_step or ""),
+                      r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), literal(r.parent_run_id or ""))
+    _out().print(table)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
+@click.pass_context
+def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show a run: header, step chain with outputs and errors."""
+    run = _runtime(ctx).get(run_id)
+    if as_json:
+        data = run.model_dump(mode="json", include={
+            "run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
+            "updated_at", "current_step", "steps_done", "steps_total", "error", "forks"})
+        data["tasks"] = [t.model_dump(mode="json", include={
+            "name", "status", "attempts", "output", "error", "started_at", "finished_at"}) for t in run.tasks]
+        data["pending"] = run.pending.model_dump(mode="json") if run.pending else None
+        _dump(data)
+        return
+    out = _out()
+    out.print(literal(f"run {run.run_id}  {run.workflow}  {RUN_SYMBOLS[run.status]} {run.status}", "bold"))
+    out.print(literal(f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC, updated {run.updated_at:%Y-%m-%d %H:%M:%S} UTC"))
+    if run.parent_run_id:
+        out.print(literal(f"forked from {run.parent_run_id} at step '{run.forked_from_step}'"))
+    if run.forks:
+        out.print(literal(f"forks: {', '.join(run.forks)}"))
+    if run.pending:
+        out.print(literal(f"waiting: {run.pending.reason} (checkpoint {run.pending.checkpoint_id})", "yellow"))
+    if run.error:
+        out.print(literal(f"error: {run.error}", "red"))
+    for t in run.tasks:
+        out.print(literal(f"\n{STEP_SYMBOLS[t.status]} {t.name}  {t.status}  attempts {t.attempts}", "bold"))
+        if t.has_output:
+            out.print(literal(pretty_json(t.output)))
+        if t.error:
+            out.print(literal(t.traceback or t.error, "red"))
+
+
+@cli.command()
+@click.argument("run_id")
+@APP_OPTION
+@click.option("--allow-drift", is_flag=True, help="Resume even if the workflow's steps changed (maps completed steps by name).")
+@click.pass_context
+def resume(ctx: click.Context, run_id: str, app_spec: str | None, allow_drift: bool) -> None:
+    """Continue a queued, interrupted or failed run at its first non-completed step."""
+    if not app_spec:
+        raise click.UsageError("resume needs --app MODULE:ATTR (or RELAYPOINT_APP) to run the steps")
+    rt = _runtime(ctx, app_spec)
+    status = rt.resume(run_id, allow_drift=allow_drift)
+    run = rt.get(run_id)
+    if status == RunStatus.FAILED:
+        raise click.ClickException(f"run {run.run_id} failed: {run.error}")
+    click.echo(f"run {run.run_id} is {status}" + (f" at step '{run.current_step}'" if status.is_paused else ""))
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--by", help="Who decides (default: the OS user).")
+@click.option("--comment", help="A note kept with the decision.")
+@click.option("--output", "output_json", metavar="JSON", help="Replace the gated step's output with this JSON.")
+@click.option("--checkpoint", type=int, help="Refuse if the run no longer waits on this checkpoint id.")
+@click.pass_context
+def approve(ctx: click.Context, run_id: str, by: str | None, comment: str | None, output_json: str | None,
+            checkpoint: int | None) -> None:
+    """Approve the run's pending checkpoint; the run becomes queued."""
+    output = parse_json_arg(output_json, "--output") if output_json is not None else None
+    rt = _runtime(ctx)
+    cp = rt.approve(run_id, by=by, comment=comment, output=output, checkpoint_id=checkpoint)
+    rid = cp.run_id
+    click.echo(f"approved checkpoint {cp.checkpoint_id} (step '{cp.step}') of run {rid}; the run is queued: "
+               f"continue it with `relaypoint resume {rid} --app MODULE:ATTR`")
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--comment", required=True, help="The reason (required).")
+@click.option("--by", help="Who decides (default: the OS user).")
+@click.option("--checkpoint", type=int, help="Refuse if the run no longer waits on this checkpoint id.")
+@click.pass_context
+def reject(ctx: click.Context, run_id: str, comment: str, by: str | None, checkpoint: int | None) -> None:
+    """Reject the run's pending approval; the run becomes rejected."""
+    cp = _runtime(ctx).reject(run_id, comment=comment, by=by, checkpoint_id=checkpoint)
+    click.echo(f"rejected checkpoint {cp.checkpoint_id} (step '{cp.step}') of run {cp.run_id}")
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--value", "value_json", required=True, metavar="JSON", help="The answer, as JSON (a string is '\"text\"').")
+@click.option("--by", help="Who answers (default: the OS user).")
+@click.option("--checkpoint", type=int, help="Refuse if the run no longer waits on this checkpoint id.")
+@click.pass_context
+def respond(ctx: click.Context, run_id: str, value_json: str, by: str | None, checkpoint: int | None) -> None:
+    """Answer the run's pending input request; the run becomes queued."""
+    value = parse_json_arg(value_json, "--value")
+    cp = _runtime(ctx).respond(run_id, value, by=by, checkpoint_id=checkpoint)
+    click.echo(f"recorded the answer for step '{cp.step}' of run {cp.run_id}; the run is queued: "
+               f"continue it with `relaypoint resume {cp.run_id} --app MODULE:ATTR`")
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--from", "from_step", required=True, metavar="STEP", help="First step the fork re-runs.")
+@click.option("--input", "input_json", metavar="JSON", help="A new input for the fork (a JSON object).")
+@click.pass_context
+def fork(ctx: click.Context, run_id: str, from_step: str, input_json: str | None) -> None:
+    """Fork a run from the boundary before STEP; prints the new run id."""
+    data = parse_json_arg(input_json, "--input") if input_json is not None else None
+    click.echo(_runtime(ctx).fork(run_id, from_step, data))
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--by", help="Who cancels (default: the OS user).")
+@click.pass_context
+def cancel(ctx: click.Context, run_id: str, by: str | None) -> None:
+    """Cancel a run that has not ended."""
+    rt = _runtime(ctx)
+    rid = rt.store.resolve(run_id)
+    previous = rt.cancel(rid, by=by)
+    click.echo(f"cancelled run {rid} (it was {previous})")
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, oldest first.")
+@click.pass_context
+def events(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show a run's audit trail (UTC)."""
+    evs = _runtime(ctx).events(run_id)
+    if as_json:
+        _dump([e.model_dump(mode="json") for e in evs])
+        return
+    table = Table(box=None, pad_edge=False)
+    for col in ("at (UTC)", "event", "step", "by", "detail"):
+        table.add_column(col)
+    for e in evs:
+        detail = ", ".join(f"{k}={v}" for k, v in (e.detail or {}).items() if v not in (None, False))
+        table.add_row(e.at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z", literal(e.kind), literal(e.step or ""),
+                      literal(e.actor or ""), literal(detail))
+    _out().print(table)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="relaypoint")
+

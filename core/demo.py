@@ -1,0 +1,94 @@
+"""``relaypoint demo``: fill a store with real runs of the bundled ``repo-audit`` example.
+
+Every run is really executed, including one whose process is SIGKILLed mid-step, so the console
+shows each state: completed, awaiting approval, awaiting input, interrupted, failed, rejected,
+and a fork of the completed run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .errors import RelaypointError
+from .examples.audit import workflows
+from .runtime import Runtime
+from .status import RunStatus, StepStatus
+
+DEMO_APP = "relaypoint.examples.audit:workflows"
+KILL_WAIT_SECONDS = 60.0
+
+
+def _kill_mid_step(db_path: str, input: dict, step: str) -> str:
+    """Start a run in a child process, SIGKILL it while ``step`` runs; returns the run id."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "relaypoint", "--db", db_path, "start", "repo-audit", "--app", DEMO_APP,
+         "--input", json.dumps(input)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    deadline = time.monotonic() + KILL_WAIT_SECONDS
+    with Runtime(db_path, create=False) as rt:
+        while time.monotonic() < deadline:
+            running = rt.store.conn.execute(
+                "SELECT r.run_id FROM runs r JOIN steps s ON s.run_id = r.run_id "
+                "WHERE r.lease_pid = ? AND s.name = ? AND s.status = ?", (child.pid, step, StepStatus.RUNNING),
+            ).fetchone()
+            if running:
+                child.send_signal(signal.SIGKILL)
+                child.wait()
+                rt.sweep()
+                return running[0]
+            if child.poll() is not None:
+                break
+            time.sleep(0.05)
+    child.kill()
+    child.wait()
+    raise RelaypointError(f"demo: the child run never reached step '{step}' (exit code {child.returncode})")
+
+
+def build_demo(db_path: str, root: str | None = None,
+               progress: Callable[[str], None] = lambda line: None) -> dict[str, str]:
+    """Create the demo runs in ``db_path`` (created if missing). ``root``: the directory audited
+    (default: the installed relaypoint sources, a real and bounded tree). Reports are written to
+    the system temporary directory. Returns label -> run id. Raises ``RelaypointError``."""
+    root = root or str(Path(__file__).resolve().parent)
+    base = {"root": root}
+    with Runtime(db_path, workflows) as rt:
+        runs: dict[str, str] = {}
+
+        progress("completed: audit, approve, resume to the end")
+        rid = rt.start("repo-audit", base)
+        rt.approve(rid, by="demo-reviewer", comment="Numbers look right; publish it.")
+        rt.resume(rid)
+        runs["completed"] = rid
+
+        progress("awaiting approval: audit paused at its report gate")
+        runs["awaiting_approval"] = rt.start("repo-audit", {**base, "title": "Audit awaiting review"})
+
+        progress("awaiting input: the draft step asks for a title")
+        runs["awaiting_input"] = rt.start("repo-audit", {**base, "ask_title": True})
+
+        progress("failed: audit of a directory that does not exist")
+        runs["failed"] = rt.start("repo-audit", {"root": os.path.join(root, "no-such-directory")})
+
+        progress("rejected: audit rejected at its gate")
+        rid = rt.start("repo-audit", {**base, "title": "Audit to reject"})
+        rt.reject(rid, comment="Docstring coverage too low; document the public API first.", by="demo-reviewer")
+        runs["rejected"] = rid
+
+        progress("fork: the completed run, forked from its draft with a new title")
+        runs["fork"] = rt.fork(runs["completed"], "draft", {**base, "title": "Audit (forked draft)"})
+
+    progress("interrupted: a child process SIGKILLed during its analyze step")
+    runs["interrupted"] = _kill_mid_step(db_path, {**base, "delay": 30}, "analyze")
+    with Runtime(db_path, create=False) as rt:
+        status = rt.get(runs["interrupted"]).status
+    if status != RunStatus.INTERRUPTED:
+        raise RelaypointError(f"demo: the killed run shows {status}, expected interrupted")
+    return runs
