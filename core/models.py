@@ -28,8 +28,8 @@ class Lease(_Model):
     token: str
     pid: int
     host: str
-    expires_at: datetime
-    heartbeat_at: datetime
+    expires_at: datetime | None
+    heartbeat_at: datetime | None
 
 
 class RunSummary(_Model):

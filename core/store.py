@@ -225,8 +225,8 @@ class Store:
         if not rows:
             raise UnknownRun(f"no run with id {run_id!r} in {self.path}; see `relaypoint list`")
         if len(rows) > 1 and rows[0][0] != run_id:
-            ids = ", ".join(r[0] for r in rows[:2])
-            raise UnknownRun(f"run id prefix {run_id!r} matches several runs ({ids}, ...); give more characters")
+            ids = ", ".join(r[0] for r in rows[:2]) + (", ..." if len(rows) > 2 else "")
+            raise UnknownRun(f"run id prefix {run_id!r} matches several runs ({ids}); give more characters")
         return rows[0][0]
 
     def run_row(self, run_id: str) -> dict[str, Any]:

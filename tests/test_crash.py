@@ -1,0 +1,150 @@
+"""Real processes: SIGKILL mid-step then resume, and concurrent resumers racing for one run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from relaypoint import Runtime, RunStatus, StepStatus
+
+APP = textwrap.dedent('''
+    import os, time
+    from relaypoint import Workflow
+
+    wf = Workflow("chain")
+
+    def _log(ctx):
+        with open(os.environ["EXEC_LOG"], "a") as f:
+            f.write(f"{ctx.step} {ctx.attempt} {os.getpid()}\\n")
+
+    @wf.step
+    def first(ctx):
+        _log(ctx)
+        return {"n": 1}
+
+    @wf.step
+    def slow(ctx):
+        _log(ctx)
+        time.sleep(float(ctx.input.get("sleep", 0)))
+        return {"n": ctx.results["first"]["n"] + 1}
+
+    @wf.step
+    def last(ctx):
+        _log(ctx)
+        return {"n": ctx.results["slow"]["n"] + 1}
+
+    workflows = [wf]
+''')
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "crashapp.py").write_text(APP)
+    env = {**os.environ, "EXEC_LOG": str(tmp_path / "exec.log"), "PYTHONPATH": str(tmp_path)}
+    return {"db": str(tmp_path / "runs.db"), "cwd": str(tmp_path), "log": env["EXEC_LOG"], "env": env}
+
+
+def cli(app, *args: str, wait: bool = True):
+    cmd = [sys.executable, "-m", "relaypoint", "--db", app["db"], *args]
+    proc = subprocess.Popen(cmd, cwd=app["cwd"], env=app["env"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    if wait:
+        out, err = proc.communicate(timeout=60)
+        return proc.returncode, out, err
+    return proc
+
+
+def executions(app) -> list[str]:
+    path = Path(app["log"])
+    return [line.split()[0] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_for_step(db: str, step: str, status: str = "running", timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(db):
+            with sqlite3.connect(db) as conn:
+                try:
+                    row = conn.execute("SELECT run_id FROM steps WHERE name = ? AND status = ?",
+                                       (step, status)).fetchone()
+                except sqlite3.OperationalError:
+                    row = None  # schema not created yet
+            if row:
+                return row[0]
+        time.sleep(0.02)
+    raise AssertionError(f"step {step} never reached {status}")
+
+
+def test_sigkill_mid_step_then_resume_reruns_only_the_interrupted_step(app):
+    proc = cli(app, "start", "chain", "--app", "crashapp:workflows", "--input", json.dumps({"sleep": 30}),
+               wait=False)
+    run_id = wait_for_step(app["db"], "slow")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+    with Runtime(app["db"], create=False) as rt:
+        run = rt.get(run_id)
+        assert run.status == RunStatus.INTERRUPTED
+        assert [t.status for t in run.tasks] == [StepStatus.COMPLETED, StepStatus.INTERRUPTED, StepStatus.PENDING]
+        rt.store.conn.execute("UPDATE runs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 0}), run_id))
+
+    code, out, err = cli(app, "resume", run_id, "--app", "crashapp:workflows")
+    assert code == 0, err
+    assert "completed" in out
+
+    with Runtime(app["db"], create=False) as rt:
+        run = rt.get(run_id)
+        assert run.status == RunStatus.COMPLETED
+        assert [t.output for t in run.tasks] == [{"n": 1}, {"n": 2}, {"n": 3}]
+        assert [t.attempts for t in run.tasks] == [1, 2, 1]
+        kinds = [e.kind for e in rt.events(run_id)]
+    assert "interruption_detected" in kinds and kinds[-1] == "run_completed"
+    assert executions(app) == ["first", "slow", "slow", "last"]
+
+
+def test_concurrent_resumers_exactly_one_executes(app):
+    proc = cli(app, "start", "chain", "--app", "crashapp:workflows", "--input", json.dumps({"sleep": 30}),
+               wait=False)
+    run_id = wait_for_step(app["db"], "slow")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with sqlite3.connect(app["db"]) as conn:
+        conn.execute("UPDATE runs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 1.5}), run_id))
+
+    racers = [cli(app, "resume", run_id, "--app", "crashapp:workflows", wait=False) for _ in range(4)]
+    results = [(p.wait(timeout=60), *p.communicate()) for p in racers]
+
+    winners = [r for r in results if r[0] == 0]
+    losers = [r for r in results if r[0] != 0]
+    assert len(winners) == 1, results
+    for code, out, err in losers:
+        assert code == 1
+        assert len(err.strip().splitlines()) == 1, err
+        assert "being executed by" in err or "completed and cannot be resumed" in err, err
+    for _, out, err in results:
+        assert "locked" not in out + err and "Traceback" not in out + err
+    assert executions(app) == ["first", "slow", "slow", "last"]
+    with Runtime(app["db"], create=False) as rt:
+        assert rt.get(run_id).status == RunStatus.COMPLETED
+
+
+def test_owner_on_another_host_is_interrupted_only_after_its_lease_expires(app):
+    code, _, err = cli(app, "start", "chain", "--app", "crashapp:workflows")
+    assert code == 0, err
+    with Runtime(app["db"], create=False) as rt:
+        run_id = rt.list()[0].run_id
+        for expires, expected in (("2999-01-01T00:00:00.000Z", RunStatus.RUNNING),
+                                  ("2000-01-01T00:00:00.000Z", RunStatus.INTERRUPTED)):
+            rt.store.conn.execute(
+                "UPDATE runs SET status = 'running', lease_token = 't', lease_pid = 1, lease_host = 'elsewhere', "
+                "lease_expires_at = ? WHERE run_id = ?", (expires, run_id))
+            assert rt.get(run_id).status == expected
