@@ -7,7 +7,9 @@ Every expected failure prints one line ``error: ...`` on stderr and exits 1; usa
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -18,7 +20,7 @@ from .apploader import load_workflows
 from .display import literal, pretty_json
 from .encoding import parse_json_arg
 from .errors import RelaypointError
-from .runtime import Runtime
+from .runtime import LEASE_SECONDS, Runtime
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
 
 STATUS_CHOICE = click.Choice([s.value for s in RunStatus])
@@ -52,9 +54,14 @@ def _dump(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=True))
 
 
+def _lease_seconds() -> float:
+    # An operator setting for slow steps on shared hosts, and for tests of lease expiry.
+    return float(os.environ.get("RELAYPOINT_LEASE_SECONDS", LEASE_SECONDS))
+
+
 def _runtime(ctx: click.Context, app_spec: str | None = None, *, create: bool = False) -> Runtime:
     workflows = load_workflows(app_spec) if app_spec else []
-    rt = Runtime(ctx.obj["db"], workflows, create=create)
+    rt = Runtime(ctx.obj["db"], workflows, create=create, lease_seconds=_lease_seconds())
     ctx.call_on_close(rt.close)
     return rt
 
@@ -285,6 +292,49 @@ def events(ctx: click.Context, run_id: str, as_json: bool) -> None:
         table.add_row(e.at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z", literal(e.kind), literal(e.step or ""),
                       literal(e.actor or ""), literal(detail))
     _out().print(table)
+
+
+@cli.command()
+@APP_OPTION
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Runs executed at once (threads).")
+@click.option("--max-recoveries", default=3, show_default=True, type=click.IntRange(0),
+              help="Mark a run failed once its executor has died more than this many times.")
+@click.option("--poll", default=1.0, show_default=True, type=click.FloatRange(0.05), help="Seconds between polls.")
+@click.pass_context
+def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recoveries: int, poll: float) -> None:
+    """Execute queued runs and recover interrupted ones until SIGINT/SIGTERM."""
+    from .worker import Worker
+
+    if not app_spec:
+        raise click.UsageError("worker needs --app MODULE:ATTR (or RELAYPOINT_APP) to run the steps")
+    workflows = load_workflows(app_spec)
+    w = Worker(ctx.obj["db"], workflows, concurrency=concurrency, poll_seconds=poll,
+               max_recoveries=max_recoveries, lease_seconds=_lease_seconds(),
+               log=lambda line: click.echo(line, err=True))
+    click.echo(f"worker on {ctx.obj['db']}: {', '.join(wf.name for wf in workflows)}, "
+               f"concurrency {concurrency}; SIGINT or SIGTERM stops it gracefully", err=True)
+    w.run()
+
+
+@cli.command()
+@click.argument("run_id")
+@click.pass_context
+def delete(ctx: click.Context, run_id: str) -> None:
+    """Delete a run and everything recorded of it."""
+    click.echo(f"deleted run {_runtime(ctx).delete(run_id)}")
+
+
+@cli.command()
+@click.option("--days", required=True, type=click.FloatRange(0), help="Delete runs last updated more than this many days ago.")
+@click.option("--status", "statuses", multiple=True, type=STATUS_CHOICE,
+              help="Only runs with this status (repeatable; default: completed, rejected, cancelled).")
+@click.pass_context
+def prune(ctx: click.Context, days: float, statuses: tuple[str, ...]) -> None:
+    """Delete old runs (by default only terminal ones)."""
+    rt = _runtime(ctx)
+    ids = rt.prune(timedelta(days=days), statuses) if statuses else rt.prune(timedelta(days=days))
+    click.echo(f"deleted {len(ids)} run(s)")
 
 
 def main() -> None:

@@ -88,6 +88,7 @@ class Checkpoint(_Model):
     decided_at: datetime | None = None
     comment: str | None = None
     value: Any = None
+    deadline_at: datetime | None = None
 
 
 class Event(_Model):

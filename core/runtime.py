@@ -10,7 +10,8 @@ from __future__ import annotations
 import getpass
 import os
 import traceback as tb
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import Any
 
 from . import encoding
@@ -19,9 +20,9 @@ from .errors import (DefinitionError, DriftError, InvalidValue, LeaseLost, Refus
                      UnknownStep, UnknownWorkflow)
 from .lease import HOST, LeaseHolder, owner_gone
 from .models import Checkpoint, Event, Run, RunSummary, StepRecord
-from .status import RunStatus, StepStatus
+from .status import TERMINAL, RunStatus, StepStatus
 from .store import Store, summary_from_row
-from .workflow import Context, InputRequested, Workflow
+from .workflow import Context, InputRequested, StepSpec, Workflow
 
 LEASE_SECONDS = 30.0
 _CLEAR_LEASE = dict(lease_token=None, lease_pid=None, lease_host=None, lease_expires_at=None, heartbeat_at=None)
@@ -42,17 +43,19 @@ class Runtime:
     ``workflows``: definitions needed by ``start`` and ``resume``; decisions, forks, cancels and
     queries need none. ``clock``/``id_factory``: injectable for stable tests. ``lease_seconds``:
     how long an executor's lease lasts without a heartbeat (renewed every third of it).
+    ``max_recoveries``: see :meth:`resume` (None: no limit).
 
     Raises ``StoreError`` when the file cannot be used, ``DefinitionError`` for two workflows with one name.
     """
 
     def __init__(self, path: str, workflows: Iterable[Workflow] = (), *, clock: Clock = utcnow,
                  id_factory: IdFactory = new_run_id, lease_seconds: float = LEASE_SECONDS,
-                 create: bool = True, readonly: bool = False) -> None:
+                 create: bool = True, readonly: bool = False, max_recoveries: int | None = None) -> None:
         self.store = Store(path, create=create, readonly=readonly)
         self.clock = clock
         self.id_factory = id_factory
         self.lease_seconds = lease_seconds
+        self.max_recoveries = max_recoveries
         self.workflows: dict[str, Workflow] = {}
         for wf in workflows:
             if wf.name in self.workflows:
@@ -198,13 +201,20 @@ class Runtime:
             raise RefusedTransition(f"run {rid} is {status} and cannot be resumed; fork it instead "
                                     f"(relaypoint fork {rid} --from STEP)")
 
-    def resume(self, run_id: str, *, allow_drift: bool = False) -> RunStatus:
+    def resume(self, run_id: str, *, allow_drift: bool = False,
+               should_stop: Callable[[], bool] | None = None) -> RunStatus:
         """Continue a queued, interrupted or failed run at its first non-completed step, in this
         process, until it completes, pauses or fails; returns the status it ends in.
 
         A step found interrupted (running when its owner died: its output was never recorded) is
         re-run with attempt + 1 (``on_orphan="retry"``), or with ``on_orphan="hold"`` the run pauses
         ``awaiting_approval`` for a person to approve a re-run or record the output.
+
+        ``allow_drift``: resume even though the workflow's definition changed, mapping completed steps
+        by name. ``should_stop``: checked at each boundary; when it says True the finished step is
+        recorded and the run is released ``queued`` for another executor (a worker's graceful stop).
+        With ``max_recoveries`` set, an interrupted run whose executor has died more than that many
+        times is marked ``failed`` instead (a poison-pill guard).
 
         Raises ``UnknownRun``, ``RefusedTransition`` (paused, terminal, or owned by a live process —
         exactly one of several concurrent resumers executes), ``UnknownWorkflow``, ``DriftError``,
@@ -222,35 +232,67 @@ class Runtime:
                 summary = summary_from_row(self.store.run_row(rid))
             self._refuse_unless_resumable(summary)
             wf = self._workflow_of(summary.workflow)
-            steps = self.store.steps(rid, with_output=False)
-            self._check_drift(rid, wf, steps, allow_drift)
             at = self._now()
+            steps = self._reconcile_definition(rid, row, wf, allow_drift, at)
+            if summary.status == RunStatus.INTERRUPTED and self._poisoned(rid, steps, at):
+                return RunStatus.FAILED
             nxt = next((s for s in steps if s.status != StepStatus.COMPLETED), None)
             if nxt is not None and nxt.status == StepStatus.INTERRUPTED and wf.get(nxt.name).on_orphan == "hold":
                 self._pause(rid, None, "orphan", nxt.position, nxt.name, at, reason=(
                     f"step '{nxt.name}' was running (attempt {nxt.attempts}) when its process died and its "
                     "output was not recorded; approve to re-run it, or approve with an output to record "
-                    "what it did"))
+                    "what it did"), timeout=None)
                 return RunStatus.AWAITING_APPROVAL
             self.store.update_run(rid, status=RunStatus.RUNNING, updated_at=at,
                                   current_step=nxt.name if nxt else None, error=None, **lease.columns())
             self.store.add_event(rid, at, "resumed", pid=lease.pid, host=HOST, previous_status=summary.status)
             if nxt is not None:
                 self._begin_step(rid, nxt.position, nxt.name, nxt.attempts + 1, at)
-        return self._drive(rid, wf, lease)
+        return self._drive(rid, wf, lease, should_stop)
 
-    def _check_drift(self, rid: str, wf: Workflow, steps: list[StepRecord], allow_drift: bool) -> None:
-        recorded = [s.name for s in steps]
-        defined = [s.name for s in wf.steps]
-        if recorded == defined or allow_drift and all(wf.get(s.name) for s in steps
-                                                        if s.status != StepStatus.COMPLETED):
-            return
-        added = [n for n in defined if n not in recorded]
-        removed = [n for n in recorded if n not in defined]
-        parts = [f"added {', '.join(added)}" if added else "", f"removed {', '.join(removed)}" if removed else ""]
-        change = "; ".join(p for p in parts if p) or "steps reordered"
-        raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}); "
-                         "fork the run, or resume with --allow-drift to map completed steps by name")
+    def _poisoned(self, rid: str, steps: list[StepRecord], at: str) -> bool:
+        """Fail a run whose executor keeps dying (more than ``max_recoveries`` interruptions)."""
+        if self.max_recoveries is None:
+            return False
+        deaths = self.store.conn.execute("SELECT count(*) FROM events WHERE run_id = ? AND kind = ?",
+                                         (rid, "interruption_detected")).fetchone()[0]
+        if deaths <= self.max_recoveries:
+            return False
+        step = next((s for s in steps if s.status == StepStatus.INTERRUPTED), None)
+        reason = (f"its executor died {deaths} times (more than the {self.max_recoveries} recoveries allowed)"
+                  + (f" while step '{step.name}' ran" if step else ""))
+        if step is not None:
+            self.store.update_step(rid, step.position, status=StepStatus.FAILED, error=reason, finished_at=at)
+        self.store.update_run(rid, status=RunStatus.FAILED, updated_at=at, error=reason)
+        self.store.add_event(rid, at, "run_failed", step=step.name if step else None, error=reason,
+                             poison_pill=True)
+        return True
+
+    def _reconcile_definition(self, rid: str, row: dict[str, Any], wf: Workflow, allow_drift: bool,
+                              at: str) -> list[StepRecord]:
+        """The run's chain, checked against the loaded definition. Refuses drift with ``DriftError``
+        unless ``allow_drift``: then the chain is rebuilt in the new order, steps kept by name."""
+        steps = self.store.steps(rid, with_output=False)
+        recorded = encoding.loads(row["definition"]) or []
+        if recorded == wf.definition():
+            return steps
+        change = describe_drift(recorded, wf.definition())
+        if not allow_drift:
+            raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}); "
+                             "fork the run, or resume with --allow-drift to map completed steps by name")
+        old = {r["name"]: r for r in self.store.db.query("SELECT * FROM steps WHERE run_id = ?", [rid])}
+        self.store.conn.execute("DELETE FROM steps WHERE run_id = ?", (rid,))
+        for i, spec in enumerate(wf.steps):
+            kept = old.pop(spec.name, None) or {
+                "run_id": rid, "name": spec.name, "status": StepStatus.PENDING, "attempts": 0,
+                "idempotency_key": f"{rid}/{spec.name}"}
+            self.store.db["steps"].insert({**kept, "position": i, "options": encoding.dumps(spec.options())})
+        self.store.update_run(rid, definition=encoding.dumps(wf.definition()), fingerprint=wf.fingerprint(),
+                              steps_total=len(wf.steps), steps_done=sum(
+                                  r["status"] == StepStatus.COMPLETED for r in self.store.db.query(
+                                      "SELECT status FROM steps WHERE run_id = ?", [rid])))
+        self.store.add_event(rid, at, "drift_allowed", change=change, dropped=sorted(old))
+        return self.store.steps(rid, with_output=False)
 
     # ---- the executor loop -----------------------------------------------------------------------
 
@@ -271,7 +313,8 @@ class Runtime:
             raise LeaseLost(f"run {run_id}: this process no longer owns the run ({why}); "
                             "the step's result was not recorded")
 
-    def _drive(self, run_id: str, wf: Workflow, lease: LeaseHolder) -> RunStatus:
+    def _drive(self, run_id: str, wf: Workflow, lease: LeaseHolder,
+               should_stop: Callable[[], bool] | None = None) -> RunStatus:
         """Execute steps while this process holds the lease. Returns the status the run ends in."""
         lease.start_heartbeat()
         failures: dict[str, int] = {}
@@ -300,7 +343,8 @@ class Runtime:
                         at = self._now()
                         self._fenced(run_id, lease, updated_at=at)
                         self.store.update_step(run_id, cur.position, status=StepStatus.PENDING)
-                        self._pause(run_id, lease, "input", cur.position, cur.name, at, reason=ask.prompt)
+                        self._pause(run_id, lease, "input", cur.position, cur.name, at, reason=ask.prompt,
+                                    timeout=spec.timeout)
                     return RunStatus.AWAITING_INPUT
                 except Exception as exc:
                     failures[cur.name] = failures.get(cur.name, 0) + 1
@@ -310,8 +354,10 @@ class Runtime:
                     return RunStatus.FAILED
                 if lease.lost.is_set():
                     self._fenced(run_id, lease)  # raises LeaseLost with the reason
-                if self._boundary(run_id, lease, cur, spec.approval, output, steps):
-                    return RunStatus.AWAITING_APPROVAL
+                stop = should_stop is not None and should_stop()
+                ended = self._boundary(run_id, lease, cur, spec, output, steps, stop)
+                if ended is not None:
+                    return ended
         finally:
             lease.stop_heartbeat()
 
@@ -334,9 +380,10 @@ class Runtime:
             self.store.add_event(run_id, at, "run_failed", step=cur.name, error=message)
         return False
 
-    def _boundary(self, run_id: str, lease: LeaseHolder, cur: StepRecord, approval: bool, output: str,
-                  steps: list[StepRecord]) -> bool:
-        """Commit one step boundary; returns True when it paused at an approval gate."""
+    def _boundary(self, run_id: str, lease: LeaseHolder, cur: StepRecord, spec: StepSpec, output: str,
+                  steps: list[StepRecord], stop: bool) -> RunStatus | None:
+        """Commit one step boundary. Returns the status the run stopped in (paused at the step's
+        approval gate, or released ``queued`` because ``stop``), or None to go on."""
         with self.store.transaction():
             at = self._now()
             done = sum(s.status == StepStatus.COMPLETED for s in steps) + 1
@@ -344,27 +391,34 @@ class Runtime:
             self.store.update_step(run_id, cur.position, status=StepStatus.COMPLETED, output=output,
                                    finished_at=at, error=None, traceback=None)
             self.store.add_event(run_id, at, "step_completed", step=cur.name, attempt=cur.attempts)
-            if approval:
+            if spec.approval:
                 self._pause(run_id, lease, "approval", cur.position + 1, cur.name, at,
-                            reason=f"approve the output of step '{cur.name}'")
-                return True
+                            reason=f"approve the output of step '{cur.name}'", timeout=spec.timeout)
+                return RunStatus.AWAITING_APPROVAL
             nxt = next((s for s in steps if s.position > cur.position and s.status != StepStatus.COMPLETED), None)
             self.store.add_checkpoint(run_id, at, "boundary", cur.position + 1, nxt.name if nxt else None)
-            if nxt is not None:
-                self.store.update_run(run_id, current_step=nxt.name)
-                self._begin_step(run_id, nxt.position, nxt.name, nxt.attempts + 1, at)
-        return False
+            if nxt is None:
+                return None
+            self.store.update_run(run_id, current_step=nxt.name)
+            if stop:
+                self.store.update_run(run_id, status=RunStatus.QUEUED, **_CLEAR_LEASE)
+                self.store.add_event(run_id, at, "released", step=nxt.name, reason="executor stopping")
+                return RunStatus.QUEUED
+            self._begin_step(run_id, nxt.position, nxt.name, nxt.attempts + 1, at)
+        return None
 
     def _pause(self, run_id: str, lease: LeaseHolder | None, kind: str, position: int, step: str, at: str,
-               reason: str) -> None:
+               reason: str, timeout: float | None) -> None:
         status = RunStatus.AWAITING_INPUT if kind == "input" else RunStatus.AWAITING_APPROVAL
         cols = dict(status=status, updated_at=at, current_step=step, **_CLEAR_LEASE)
         if lease is not None:
             self._fenced(run_id, lease, **cols)
         else:
             self.store.update_run(run_id, **cols)
-        cp = self.store.add_checkpoint(run_id, at, kind, position, step, reason=reason)
-        self.store.add_event(run_id, at, "paused", step=step, checkpoint_id=cp, gate=kind, reason=reason)
+        deadline = None if timeout is None else to_text(self.clock() + timedelta(seconds=timeout))
+        cp = self.store.add_checkpoint(run_id, at, kind, position, step, reason=reason, deadline_at=deadline)
+        self.store.add_event(run_id, at, "paused", step=step, checkpoint_id=cp, gate=kind, reason=reason,
+                             deadline_at=deadline)
 
     # ---- decisions ------------------------------------------------------------------------------
 
@@ -477,6 +531,9 @@ class Runtime:
                 raise RefusedTransition(f"run {rid} is already {status}; nothing to cancel")
             at = self._now()
             self._cancel_open_steps(rid, at)
+            self.store.conn.execute(
+                "UPDATE checkpoints SET decision = 'cancelled', decided_by = ?, decided_at = ? "
+                "WHERE run_id = ? AND decision IS NULL AND kind IN ('approval', 'input', 'orphan')", (by, at, rid))
             self.store.update_run(rid, status=RunStatus.CANCELLED, updated_at=at, current_step=None,
                                   **_CLEAR_LEASE)
             self.store.add_event(rid, at, "cancelled", actor=by, previous_status=status)
@@ -486,6 +543,65 @@ class Runtime:
         self.store.conn.execute(
             "UPDATE steps SET status = ?, finished_at = coalesce(finished_at, ?) WHERE run_id = ? AND status IN (?, ?, ?)",
             (StepStatus.CANCELLED, at, rid, StepStatus.PENDING, StepStatus.RUNNING, StepStatus.INTERRUPTED))
+
+    def expire_deadlines(self) -> list[str]:
+        """Reject every paused run whose pause deadline (``checkpoints.deadline_at``, UTC) has passed,
+        with the reason. Returns the ids rejected. Safe to call from many workers at once: each
+        checkpoint is decided once."""
+        now = self._now()
+        rows = self.store.conn.execute(
+            "SELECT checkpoint_id, run_id, step, kind, deadline_at FROM checkpoints "
+            "WHERE decision IS NULL AND deadline_at IS NOT NULL AND deadline_at <= ?", (now,)).fetchall()
+        expired = []
+        for cp_id, rid, step, kind, deadline in rows:
+            reason = f"the {'input' if kind == 'input' else 'approval'} deadline ({deadline}) passed"
+            with self.store.transaction():
+                decided = self.store.conn.execute(
+                    "UPDATE checkpoints SET decision = 'expired', decided_by = 'deadline', decided_at = ?, "
+                    "comment = ? WHERE checkpoint_id = ? AND decision IS NULL", (now, reason, cp_id)).rowcount
+                if not decided:
+                    continue
+                self._cancel_open_steps(rid, now)
+                self.store.update_run(rid, status=RunStatus.REJECTED, updated_at=now, current_step=None,
+                                      error=reason)
+                self.store.add_event(rid, now, "deadline_expired", step=step, checkpoint_id=cp_id, reason=reason)
+            expired.append(rid)
+        return expired
+
+    # ---- deletion -------------------------------------------------------------------------------
+
+    def delete(self, run_id: str) -> str:
+        """Delete a run and everything of it (steps, checkpoints, events) in one transaction; returns
+        its id. Forks of it keep their ``parent_run_id``, shown as a deleted parent.
+
+        Raises ``UnknownRun``, ``RefusedTransition`` (a live process is executing it: cancel it first).
+        """
+        with self.store.transaction():
+            rid = self.store.resolve(run_id)
+            summary = summary_from_row(self.store.run_row(rid))
+            if summary.status == RunStatus.RUNNING and summary.lease and not owner_gone(
+                    summary.lease.host, summary.lease.pid, summary.lease.expires_at, self.clock()):
+                raise RefusedTransition(f"run {rid} is being executed by pid {summary.lease.pid} on "
+                                        f"{summary.lease.host}; cancel it before deleting it")
+            self._delete_rows([rid])
+        return rid
+
+    def prune(self, older_than: timedelta, statuses: Iterable[str] = tuple(TERMINAL)) -> list[str]:
+        """Delete runs in ``statuses`` (default: the terminal ones) last updated more than
+        ``older_than`` ago, in one transaction. Returns the ids deleted. Raises ``ValueError`` for a
+        status outside the vocabulary."""
+        wanted = [RunStatus(s).value for s in statuses]
+        cutoff = to_text(self.clock() - older_than)
+        with self.store.transaction():
+            marks = ", ".join("?" * len(wanted))
+            ids = [r[0] for r in self.store.conn.execute(
+                f"SELECT run_id FROM runs WHERE status IN ({marks}) AND updated_at < ?", (*wanted, cutoff))]
+            self._delete_rows(ids)
+        return ids
+
+    def _delete_rows(self, ids: list[str]) -> None:
+        for table in ("events", "checkpoints", "steps", "runs"):
+            self.store.conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(i,) for i in ids])
 
     # ---- forks ----------------------------------------------------------------------------------
 
@@ -566,3 +682,21 @@ class Runtime:
             raise UnknownWorkflow(f"workflow {name!r} is not defined by the loaded app (it defines: "
                                   f"{', '.join(sorted(self.workflows))}); pass the --app that defines it")
         return self.workflows[name]
+
+
+def describe_drift(recorded: list[dict[str, Any]], defined: list[dict[str, Any]]) -> str:
+    """One line listing how a definition changed: steps added, removed, renamed (a removed and an
+    added step at the same position), and steps whose options changed."""
+    old = [d["name"] for d in recorded]
+    new = [d["name"] for d in defined]
+    renamed = [(o, n) for o, n in zip(old, new) if o != n and o not in new and n not in old]
+    gone = {o for o, _ in renamed} | {n for _, n in renamed}
+    added = [n for n in new if n not in old and n not in gone]
+    removed = [o for o in old if o not in new and o not in gone]
+    before = {d["name"]: d for d in recorded}
+    changed = [d["name"] for d in defined if d["name"] in before and before[d["name"]] != d]
+    parts = [f"added {', '.join(added)}" if added else "",
+             f"removed {', '.join(removed)}" if removed else "",
+             f"renamed {', '.join(f'{o} -> {n}' for o, n in renamed)}" if renamed else "",
+             f"options changed for {', '.join(changed)}" if changed else ""]
+    return "; ".join(p for p in parts if p) or "steps reordered"

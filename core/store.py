@@ -66,7 +66,7 @@ def _migrate_1(db: sqlite_utils.Database) -> None:
         {
             "checkpoint_id": int, "run_id": str, "position": int, "step": str, "kind": str,
             "created_at": str, "reason": str, "state": str, "decision": str, "decided_by": str,
-            "decided_at": str, "comment": str, "value": str,
+            "decided_at": str, "comment": str, "value": str, "deadline_at": str,
         },
         pk="checkpoint_id",
         not_null={"run_id", "position", "kind", "created_at"},
@@ -87,6 +87,9 @@ def _migrate_1(db: sqlite_utils.Database) -> None:
     db["steps"].create_index(["run_id", "name"], index_name="steps_by_name", unique=True)
     db["checkpoints"].create_index(["run_id", "checkpoint_id"], index_name="checkpoints_by_run")
     db["events"].create_index(["run_id", "event_id"], index_name="events_by_run")
+    # Only undecided pauses with a deadline: what a worker scans to expire them.
+    db.execute("CREATE INDEX checkpoints_open_deadlines ON checkpoints (deadline_at) "
+               "WHERE decision IS NULL AND deadline_at IS NOT NULL")
 
 
 MIGRATIONS = {1: _migrate_1}
@@ -331,12 +334,13 @@ class Store:
         )
 
     def add_checkpoint(self, run_id: str, at: str, kind: str, position: int, step: str | None,
-                       reason: str | None = None, state: Any = None) -> int:
+                       reason: str | None = None, state: Any = None, deadline_at: str | None = None) -> int:
         """Insert a checkpoint row; returns its id (inside the caller's transaction)."""
         cur = self.conn.execute(
-            "INSERT INTO checkpoints (run_id, position, step, kind, created_at, reason, state) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (run_id, position, step, kind, at, reason, None if state is None else encoding.dumps(state, "state")),
+            "INSERT INTO checkpoints (run_id, position, step, kind, created_at, reason, state, deadline_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, position, step, kind, at, reason, None if state is None else encoding.dumps(state, "state"),
+             deadline_at),
         )
         return int(cur.lastrowid)
 
@@ -399,4 +403,5 @@ def checkpoint_from_row(r: dict[str, Any]) -> Checkpoint:
         kind=r["kind"], created_at=from_text(r["created_at"]), reason=r["reason"],
         state=encoding.loads(r["state"]), decision=r["decision"], decided_by=r["decided_by"],
         decided_at=from_text(r["decided_at"]), comment=r["comment"], value=encoding.loads(r["value"]),
+        deadline_at=from_text(r["deadline_at"]),
     )

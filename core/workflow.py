@@ -22,6 +22,9 @@ class StepSpec:
     ``retries``: automatic re-executions after an exception (0 = none).
     ``on_orphan``: what resume does with a step found ``running`` under a dead owner:
     ``"retry"`` re-runs it (attempt + 1), ``"hold"`` pauses the run for a person to decide.
+    ``timeout``: seconds a pause of this step (its approval, or its ``request_input``) may wait;
+    the deadline is stored as an absolute UTC time when the pause begins, and a worker rejects the
+    run once it passes. None: no deadline.
     """
 
     name: str
@@ -29,10 +32,12 @@ class StepSpec:
     approval: bool = False
     retries: int = 0
     on_orphan: OnOrphan = "retry"
+    timeout: float | None = None
 
     def options(self) -> dict[str, Any]:
         """The step's options as stored with each run (``steps.options``)."""
-        return {"approval": self.approval, "retries": self.retries, "on_orphan": self.on_orphan}
+        return {"approval": self.approval, "retries": self.retries, "on_orphan": self.on_orphan,
+                "timeout": self.timeout}
 
 
 @dataclass
@@ -59,6 +64,7 @@ class Workflow:
         approval: bool = False,
         retries: int = 0,
         on_orphan: OnOrphan = "retry",
+        timeout: float | None = None,
     ) -> Any:
         """Register a step; usable as ``@wf.step``, ``@wf.step(...)`` or ``wf.step(name=...)(fn)``."""
 
@@ -70,7 +76,9 @@ class Workflow:
                 raise DefinitionError(f"step {step_name!r}: on_orphan must be 'retry' or 'hold', not {on_orphan!r}")
             if not isinstance(retries, int) or retries < 0:
                 raise DefinitionError(f"step {step_name!r}: retries must be a whole number >= 0")
-            self.steps.append(StepSpec(step_name, f, approval, retries, on_orphan))
+            if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+                raise DefinitionError(f"step {step_name!r}: timeout must be a number of seconds > 0")
+            self.steps.append(StepSpec(step_name, f, approval, retries, on_orphan, timeout))
             return f
 
         return register(fn) if fn is not None else register
