@@ -21,7 +21,7 @@ from .errors import (DefinitionError, DriftError, InvalidValue, LeaseLost, Refus
 from .lease import HOST, LeaseHolder, owner_gone
 from .models import Checkpoint, Event, Run, RunSummary, StepRecord
 from .status import TERMINAL, RunStatus, StepStatus
-from .store import Store, summary_from_row
+from .store import PAUSE_KINDS, UNDECIDED, Store, readable, summary_from_row
 from .workflow import Context, InputRequested, StepSpec, Workflow
 
 LEASE_SECONDS = 30.0
@@ -85,9 +85,9 @@ class Runtime:
         row = self.store.run_row(rid)
         summary = summary_from_row(row)
         return Run(
-            **summary.model_dump(), input=encoding.loads(row["input"]) or {},
+            **summary.model_dump(), input=readable(row["input"]) or {},
             tasks=self.store.steps(rid), pending=self.store.pending_checkpoint(rid),
-            forks=self.store.forks(rid), definition=encoding.loads(row["definition"]),
+            forks=self.store.forks(rid), definition=readable(row["definition"]),
         )
 
     def list(self, status: str | None = None, workflow: str | None = None, limit: int = 100, *,
@@ -201,6 +201,19 @@ class Runtime:
             raise RefusedTransition(f"run {rid} is {status} and cannot be resumed; fork it instead "
                                     f"(relaypoint fork {rid} --from STEP)")
 
+    def _refuse_unless_decided(self, rid: str) -> None:
+        """Fail closed: the run's latest pause must carry a readable decision that lets it go on."""
+        last = self.store.conn.execute(
+            f"SELECT checkpoint_id, kind, decision FROM checkpoints WHERE run_id = ? AND kind IN {PAUSE_KINDS!r} "
+            "ORDER BY checkpoint_id DESC LIMIT 1", (rid,)).fetchone()
+        if last is None:
+            return
+        cp_id, kind, decision = last
+        if decision != ("responded" if kind == "input" else "approved"):
+            raise RefusedTransition(f"run {rid} waits on checkpoint {cp_id}, whose decision {decision!r} does not "
+                                    "let it go on (unreadable decisions are never taken as approvals); "
+                                    f"decide it with `relaypoint approve {rid}` or reject it")
+
     def resume(self, run_id: str, *, allow_drift: bool = False,
                should_stop: Callable[[], bool] | None = None) -> RunStatus:
         """Continue a queued, interrupted or failed run at its first non-completed step, in this
@@ -231,6 +244,7 @@ class Runtime:
                 self._mark_interrupted(rid, summary.lease.token, summary.lease.pid, summary.lease.host)
                 summary = summary_from_row(self.store.run_row(rid))
             self._refuse_unless_resumable(summary)
+            self._refuse_unless_decided(rid)
             wf = self._workflow_of(summary.workflow)
             at = self._now()
             steps = self._reconcile_definition(rid, row, wf, allow_drift, at)
@@ -273,7 +287,7 @@ class Runtime:
         """The run's chain, checked against the loaded definition. Refuses drift with ``DriftError``
         unless ``allow_drift``: then the chain is rebuilt in the new order, steps kept by name."""
         steps = self.store.steps(rid, with_output=False)
-        recorded = encoding.loads(row["definition"]) or []
+        recorded = self.store.strict(row["definition"], f"the definition of run {rid}") or []
         if recorded == wf.definition():
             return steps
         change = describe_drift(recorded, wf.definition())
@@ -332,7 +346,7 @@ class Runtime:
                 spec = wf.get(cur.name)
                 ctx = Context(
                     run_id=run_id, step=cur.name, attempt=cur.attempts, idempotency_key=cur.idempotency_key,
-                    input=encoding.loads(self.store.run_row(run_id)["input"]) or {},
+                    input=self.store.strict(self.store.run_row(run_id)["input"], f"the input of run {run_id}") or {},
                     results=self.store.completed_outputs(run_id, cur.position),
                     responses=self.store.responses(run_id, cur.name),
                 )
@@ -423,7 +437,7 @@ class Runtime:
     # ---- decisions ------------------------------------------------------------------------------
 
     def _pending(self, rid: str, kinds: tuple[str, ...], verb: str, checkpoint_id: int | None) -> Checkpoint:
-        status = RunStatus(self.store.run_row(rid)["status"])
+        status = summary_from_row(self.store.run_row(rid)).status
         cp = self.store.pending_checkpoint(rid)
         if cp is None or cp.kind not in kinds or not status.is_paused:
             raise RefusedTransition(f"run {rid} is {status}; there is nothing to {verb}"
@@ -438,7 +452,7 @@ class Runtime:
                 value: str | None) -> None:
         cur = self.store.conn.execute(
             "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ?, comment = ?, value = ? "
-            "WHERE checkpoint_id = ? AND decision IS NULL",
+            f"WHERE checkpoint_id = ? AND {UNDECIDED}",
             (decision, by, at, comment, value, cp.checkpoint_id))
         if cur.rowcount != 1:  # unreachable under BEGIN IMMEDIATE; kept as the last guard of exactly-once
             raise RefusedTransition(f"checkpoint {cp.checkpoint_id} was already decided")
@@ -526,14 +540,14 @@ class Runtime:
         by = by or os_user()
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            status = RunStatus(self.store.run_row(rid)["status"])
+            status = summary_from_row(self.store.run_row(rid)).status
             if status.is_terminal:
                 raise RefusedTransition(f"run {rid} is already {status}; nothing to cancel")
             at = self._now()
             self._cancel_open_steps(rid, at)
             self.store.conn.execute(
                 "UPDATE checkpoints SET decision = 'cancelled', decided_by = ?, decided_at = ? "
-                "WHERE run_id = ? AND decision IS NULL AND kind IN ('approval', 'input', 'orphan')", (by, at, rid))
+                f"WHERE run_id = ? AND {UNDECIDED} AND kind IN {PAUSE_KINDS!r}", (by, at, rid))
             self.store.update_run(rid, status=RunStatus.CANCELLED, updated_at=at, current_step=None,
                                   **_CLEAR_LEASE)
             self.store.add_event(rid, at, "cancelled", actor=by, previous_status=status)
@@ -551,14 +565,14 @@ class Runtime:
         now = self._now()
         rows = self.store.conn.execute(
             "SELECT checkpoint_id, run_id, step, kind, deadline_at FROM checkpoints "
-            "WHERE decision IS NULL AND deadline_at IS NOT NULL AND deadline_at <= ?", (now,)).fetchall()
+            f"WHERE deadline_at <= ? AND {UNDECIDED}", (now,)).fetchall()
         expired = []
         for cp_id, rid, step, kind, deadline in rows:
             reason = f"the {'input' if kind == 'input' else 'approval'} deadline ({deadline}) passed"
             with self.store.transaction():
                 decided = self.store.conn.execute(
                     "UPDATE checkpoints SET decision = 'expired', decided_by = 'deadline', decided_at = ?, "
-                    "comment = ? WHERE checkpoint_id = ? AND decision IS NULL", (now, reason, cp_id)).rowcount
+                    f"comment = ? WHERE checkpoint_id = ? AND {UNDECIDED}", (now, reason, cp_id)).rowcount
                 if not decided:
                     continue
                 self._cancel_open_steps(rid, now)

@@ -32,6 +32,13 @@ SUMMARY_COLUMNS = (
     "run_id, workflow, status, parent_run_id, forked_from_step, created_at, updated_at, current_step, "
     "steps_done, steps_total, error, lease_token, lease_pid, lease_host, lease_expires_at, heartbeat_at"
 )
+# A pause is open until one of these decisions is recorded. Anything else in the column (a hand
+# edit, damage) reads as undecided: a decision that cannot be read is never taken as an approval.
+DECISIONS = ("approved", "rejected", "responded", "expired", "cancelled")
+UNDECIDED = f"(decision IS NULL OR decision NOT IN {DECISIONS!r})"
+PAUSE_KINDS = ("approval", "input", "orphan")
+RUN_STATUSES = tuple(s.value for s in RunStatus)
+
 STEP_COLUMNS_NO_OUTPUT = (
     "position, name, status, attempts, options, error, traceback, started_at, finished_at, "
     "idempotency_key, output IS NOT NULL AS has_output"
@@ -87,9 +94,7 @@ def _migrate_1(db: sqlite_utils.Database) -> None:
     db["steps"].create_index(["run_id", "name"], index_name="steps_by_name", unique=True)
     db["checkpoints"].create_index(["run_id", "checkpoint_id"], index_name="checkpoints_by_run")
     db["events"].create_index(["run_id", "event_id"], index_name="events_by_run")
-    # Only undecided pauses with a deadline: what a worker scans to expire them.
-    db.execute("CREATE INDEX checkpoints_open_deadlines ON checkpoints (deadline_at) "
-               "WHERE decision IS NULL AND deadline_at IS NOT NULL")
+    db["checkpoints"].create_index(["deadline_at"], index_name="checkpoints_by_deadline")
 
 
 MIGRATIONS = {1: _migrate_1}
@@ -110,6 +115,10 @@ class Store:
                  busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self.readonly_reason = "opened read-only" if readonly else None
+        if self.path.is_file() and not readonly and not _writable(self.path):
+            self.readonly = True
+            self.readonly_reason = f"{self.path} (or its directory) is not writable by this user"
         if not self.path.exists():
             if not create:
                 raise StoreError(
@@ -123,7 +132,7 @@ class Store:
                 raise StoreError(f"cannot create store {self.path}: {e.strerror}") from None
         elif self.path.is_dir():
             raise StoreError(f"{self.path} is a directory, not a relaypoint store file")
-        if readonly:
+        if self.readonly:
             uri = f"file:{self.path.resolve()}?mode=ro"
             self.conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout,
                                         check_same_thread=False)
@@ -189,7 +198,8 @@ class Store:
         read-only or the disk is full; the transaction is rolled back and nothing is half-written.
         """
         if self.readonly:
-            raise StoreError(f"{self.path} is open read-only; actions that record something are unavailable")
+            raise StoreError(f"{self.path} is read-only ({self.readonly_reason}); actions that record "
+                             "something are unavailable")
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
@@ -248,6 +258,8 @@ class Store:
         if status:
             where.append("status = ?")
             params.append(status)
+        else:  # a hand-edited status outside the vocabulary is shown by `show`, with the reason
+            where.append(f"status IN {RUN_STATUSES!r}")
         if workflow:
             where.append("workflow = ?")
             params.append(workflow)
@@ -279,7 +291,7 @@ class Store:
         """One step's decoded output (None when it has none)."""
         row = self.conn.execute("SELECT output FROM steps WHERE run_id = ? AND position = ?",
                                 (run_id, position)).fetchone()
-        return encoding.loads(row[0]) if row else None
+        return readable(row[0]) if row else None
 
     def completed_outputs(self, run_id: str, before_position: int) -> dict[str, Any]:
         """name -> output of each completed step before ``before_position``."""
@@ -287,13 +299,13 @@ class Store:
             "SELECT name, output FROM steps WHERE run_id = ? AND position < ? AND status = ? ORDER BY position",
             (run_id, before_position, StepStatus.COMPLETED),
         )
-        return {name: encoding.loads(out) for name, out in rows}
+        return {name: self.strict(out, f"the output of step '{name}' of run {run_id}") for name, out in rows}
 
     def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
         """The newest undecided pausing checkpoint (approval, input, orphan), if any."""
         rows = list(self.db.query(
-            "SELECT * FROM checkpoints WHERE run_id = ? AND kind IN ('approval', 'input', 'orphan') "
-            "AND decision IS NULL ORDER BY checkpoint_id DESC LIMIT 1", [run_id]))
+            f"SELECT * FROM checkpoints WHERE run_id = ? AND kind IN {PAUSE_KINDS!r} "
+            f"AND {UNDECIDED} ORDER BY checkpoint_id DESC LIMIT 1", [run_id]))
         return checkpoint_from_row(rows[0]) if rows else None
 
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
@@ -306,7 +318,7 @@ class Store:
         rows = self.conn.execute(
             "SELECT value FROM checkpoints WHERE run_id = ? AND step = ? AND kind = 'input' "
             "AND decision = 'responded' ORDER BY checkpoint_id", (run_id, step))
-        return [encoding.loads(r[0]) for r in rows]
+        return [self.strict(r[0], f"a response to step '{step}' of run {run_id}") for r in rows]
 
     def forks(self, run_id: str) -> list[str]:
         """Ids of runs forked from this one, oldest first."""
@@ -319,7 +331,7 @@ class Store:
         rows = self.db.query("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", [run_id])
         return [
             Event(event_id=r["event_id"], run_id=r["run_id"], at=from_text(r["at"]), kind=r["kind"],
-                  step=r["step"], actor=r["actor"], detail=_json_or_raw(r["detail"]))
+                  step=r["step"], actor=r["actor"], detail=readable(r["detail"]))
             for r in rows
         ]
 
@@ -362,12 +374,35 @@ class Store:
                           [*cols.values(), run_id, position])
 
 
-def _json_or_raw(text: str | None) -> Any:
-    # A hand-damaged detail column is shown, not fatal.
+    def strict(self, text: str | None, what: str) -> Any:
+        """Decode a stored JSON value a step will consume; damage fails closed with ``StoreError``."""
+        try:
+            return encoding.loads(text)
+        except json.JSONDecodeError:
+            raise StoreError(f"{what} in {self.path} is not valid JSON (damaged or edited by hand); "
+                             "fix the row, or fork the run from an earlier step") from None
+
+
+def _writable(path: Path) -> bool:
+    # WAL mode writes beside the file (-wal, -shm), so the directory matters too.
+    shm = path.with_name(path.name + "-shm")
+    return os.access(path, os.W_OK) and (os.access(path.parent, os.W_OK) or os.access(shm, os.W_OK))
+
+
+def readable(text: str | None) -> Any:
+    """Decode a stored JSON value for display: damage shows as ``{"unreadable": <raw text>}``."""
     try:
         return encoding.loads(text)
     except json.JSONDecodeError:
         return {"unreadable": text}
+
+
+def _vocabulary(enum: type, value: str, what: str) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        raise StoreError(f"{what} has status {value!r}, outside relaypoint's vocabulary (edited by hand?); "
+                         "fix the row or delete the run") from None
 
 
 def summary_from_row(r: dict[str, Any]) -> RunSummary:
@@ -377,7 +412,7 @@ def summary_from_row(r: dict[str, Any]) -> RunSummary:
         lease = Lease(token=r["lease_token"], pid=r["lease_pid"] or 0, host=r["lease_host"] or "",
                       expires_at=from_text(r["lease_expires_at"]), heartbeat_at=from_text(r["heartbeat_at"]))
     return RunSummary(
-        run_id=r["run_id"], workflow=r["workflow"], status=RunStatus(r["status"]),
+        run_id=r["run_id"], workflow=r["workflow"], status=_vocabulary(RunStatus, r["status"], f"run {r['run_id']}"),
         parent_run_id=r["parent_run_id"], forked_from_step=r["forked_from_step"],
         created_at=from_text(r["created_at"]), updated_at=from_text(r["updated_at"]),
         current_step=r["current_step"], steps_done=r["steps_done"], steps_total=r["steps_total"],
@@ -388,8 +423,8 @@ def summary_from_row(r: dict[str, Any]) -> RunSummary:
 def step_from_row(r: dict[str, Any]) -> StepRecord:
     """Build a :class:`StepRecord` from a ``steps`` row (output decoded when the row carries it)."""
     return StepRecord(
-        position=r["position"], name=r["name"], status=StepStatus(r["status"]), attempts=r["attempts"],
-        options=encoding.loads(r["options"]) or {}, output=encoding.loads(r.get("output")),
+        position=r["position"], name=r["name"], status=_vocabulary(StepStatus, r["status"], f"step {r['name']!r}"),
+        attempts=r["attempts"], options=readable(r["options"]) or {}, output=readable(r.get("output")),
         has_output=bool(r["has_output"]), error=r["error"], traceback=r["traceback"],
         started_at=from_text(r["started_at"]), finished_at=from_text(r["finished_at"]),
         idempotency_key=r["idempotency_key"],
@@ -401,7 +436,7 @@ def checkpoint_from_row(r: dict[str, Any]) -> Checkpoint:
     return Checkpoint(
         checkpoint_id=r["checkpoint_id"], run_id=r["run_id"], position=r["position"], step=r["step"],
         kind=r["kind"], created_at=from_text(r["created_at"]), reason=r["reason"],
-        state=encoding.loads(r["state"]), decision=r["decision"], decided_by=r["decided_by"],
-        decided_at=from_text(r["decided_at"]), comment=r["comment"], value=encoding.loads(r["value"]),
+        state=readable(r["state"]), decision=r["decision"], decided_by=r["decided_by"],
+        decided_at=from_text(r["decided_at"]), comment=r["comment"], value=readable(r["value"]),
         deadline_at=from_text(r["deadline_at"]),
     )
