@@ -1,6 +1,6 @@
 """The ``relaypoint`` command line: a thin layer over :class:`relaypoint.Runtime`.
 
-Every expected failure prints one line ``error: ...`` on stderr and exits 1; usage mistakes exit 2
+Every expected failure prints one line ``Error: ...`` on stderr and exits 1; usage mistakes exit 2
 (click's own handling). Human output shows stored text literally; ``--json`` prints JSON.
 """
 
@@ -20,7 +20,7 @@ from .apploader import load_workflows
 from .display import literal, pretty_json
 from .encoding import parse_json_arg
 from .errors import RelaypointError
-from .runtime import LEASE_SECONDS, Runtime
+from .runtime import LEASE_SECONDS, Runtime, find_workflow
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
 
 STATUS_CHOICE = click.Choice([s.value for s in RunStatus])
@@ -34,7 +34,7 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except RelaypointError as e:
+        except RelaypointError as e:  # printed by click as "Error: <message>"
             raise click.ClickException(str(e)) from None
         except sqlite3.DatabaseError as e:
             db = ctx.params.get("db", "the store")
@@ -123,7 +123,10 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
     if not app_spec:
         raise click.UsageError("start needs --app MODULE:ATTR (or RELAYPOINT_APP) to find the workflow")
     data = parse_json_arg(input_json, "--input") if input_json is not None else None
-    rt = _runtime(ctx, app_spec, create=True)
+    workflows = load_workflows(app_spec)
+    find_workflow({wf.name: wf for wf in workflows}, workflow)  # refuse before creating a store file
+    rt = Runtime(ctx.obj["db"], workflows, create=True, lease_seconds=_lease_seconds())
+    ctx.call_on_close(rt.close)
     run_id = rt.start(workflow, data)
     click.echo(run_id)
     run = rt.get(run_id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from .clock import to_text
 from .status import RunStatus, StepStatus
@@ -23,9 +23,10 @@ class _Model(BaseModel):
 
 
 class Lease(_Model):
-    """Who is executing a run: an owner token, process id, host, and when the lease expires (UTC)."""
+    """Who is executing a run: an owner token, process id, host, and when the lease expires (UTC).
+    The token is the fence; it is never printed."""
 
-    token: str
+    token: str = Field(exclude=True)
     pid: int
     host: str
     expires_at: datetime | None

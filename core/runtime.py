@@ -11,7 +11,7 @@ import getpass
 import os
 import traceback as tb
 from collections.abc import Callable, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import encoding
@@ -85,7 +85,7 @@ class Runtime:
         row = self.store.run_row(rid)
         summary = summary_from_row(row)
         return Run(
-            **summary.model_dump(), input=readable(row["input"]) or {},
+            **dict(summary), input=readable(row["input"]) or {},
             tasks=self.store.steps(rid), pending=self.store.pending_checkpoint(rid),
             forks=self.store.forks(rid), definition=readable(row["definition"]),
         )
@@ -124,7 +124,7 @@ class Runtime:
             (RunStatus.RUNNING,)).fetchall()
         marked = []
         for run_id, token, pid, host, expires in rows:
-            if not owner_gone(host, pid, from_text(expires), now):
+            if not owner_gone(host, pid, _lease_expiry(expires), now):
                 continue
             with self.store.transaction():
                 if self._mark_interrupted(run_id, token, pid, host):
@@ -151,7 +151,7 @@ class Runtime:
 
         Raises ``UnknownWorkflow``, ``InvalidValue`` (input not a JSON object), ``LeaseLost``.
         """
-        wf = self._workflow(workflow)
+        wf = find_workflow(self.workflows, workflow)
         input = {} if input is None else input
         if not isinstance(input, dict):
             raise InvalidValue("the run input must be a JSON object, e.g. '{\"topic\": \"x\"}'")
@@ -396,8 +396,9 @@ class Runtime:
 
     def _boundary(self, run_id: str, lease: LeaseHolder, cur: StepRecord, spec: StepSpec, output: str,
                   steps: list[StepRecord], stop: bool) -> RunStatus | None:
-        """Commit one step boundary. Returns the status the run stopped in (paused at the step's
-        approval gate, or released ``queued`` because ``stop``), or None to go on."""
+        """Commit one step boundary. Returns the status the run stopped in (completed after its last
+        step, paused at the step's approval gate, or released ``queued`` because ``stop``), or None
+        to go on."""
         with self.store.transaction():
             at = self._now()
             done = sum(s.status == StepStatus.COMPLETED for s in steps) + 1
@@ -411,8 +412,10 @@ class Runtime:
                 return RunStatus.AWAITING_APPROVAL
             nxt = next((s for s in steps if s.position > cur.position and s.status != StepStatus.COMPLETED), None)
             self.store.add_checkpoint(run_id, at, "boundary", cur.position + 1, nxt.name if nxt else None)
-            if nxt is None:
-                return None
+            if nxt is None:  # the last boundary completes the run in the same transaction
+                self.store.update_run(run_id, status=RunStatus.COMPLETED, current_step=None, **_CLEAR_LEASE)
+                self.store.add_event(run_id, at, "run_completed")
+                return RunStatus.COMPLETED
             self.store.update_run(run_id, current_step=nxt.name)
             if stop:
                 self.store.update_run(run_id, status=RunStatus.QUEUED, **_CLEAR_LEASE)
@@ -683,11 +686,6 @@ class Runtime:
             raise UnknownStep(f"run {rid} has no step {name!r}; its steps are: {names}")
         return found
 
-    def _workflow(self, name: str) -> Workflow:
-        if name not in self.workflows:
-            known = ", ".join(sorted(self.workflows)) or "none loaded; pass --app MODULE:ATTR"
-            raise UnknownWorkflow(f"unknown workflow {name!r} (known: {known})")
-        return self.workflows[name]
 
     def _workflow_of(self, name: str) -> Workflow:
         if name not in self.workflows:
@@ -696,6 +694,22 @@ class Runtime:
             raise UnknownWorkflow(f"workflow {name!r} is not defined by the loaded app (it defines: "
                                   f"{', '.join(sorted(self.workflows))}); pass the --app that defines it")
         return self.workflows[name]
+
+
+def _lease_expiry(text: str | None) -> datetime | None:
+    # An unreadable expiry (edited by hand) counts as no lease.
+    try:
+        return from_text(text)
+    except ValueError:
+        return None
+
+
+def find_workflow(workflows: dict[str, Workflow], name: str) -> Workflow:
+    """The workflow named ``name``; ``UnknownWorkflow`` listing the known ones otherwise."""
+    if name not in workflows:
+        known = ", ".join(sorted(workflows)) or "none loaded; pass --app MODULE:ATTR"
+        raise UnknownWorkflow(f"unknown workflow {name!r} (known: {known})")
+    return workflows[name]
 
 
 def describe_drift(recorded: list[dict[str, Any]], defined: list[dict[str, Any]]) -> str:

@@ -12,6 +12,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from .models import Checkpoint, Event, Lease, RunSummary, StepRecord
 from .status import RunStatus, StepStatus
 
 APP_ID = "relaypoint"
+SQLITE_HEADER = b"SQLite format 3\x00"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_SECONDS = 30.0
 
@@ -37,7 +39,6 @@ SUMMARY_COLUMNS = (
 DECISIONS = ("approved", "rejected", "responded", "expired", "cancelled")
 UNDECIDED = f"(decision IS NULL OR decision NOT IN {DECISIONS!r})"
 PAUSE_KINDS = ("approval", "input", "orphan")
-RUN_STATUSES = tuple(s.value for s in RunStatus)
 
 STEP_COLUMNS_NO_OUTPUT = (
     "position, name, status, attempts, options, error, traceback, started_at, finished_at, "
@@ -132,6 +133,8 @@ class Store:
                 raise StoreError(f"cannot create store {self.path}: {e.strerror}") from None
         elif self.path.is_dir():
             raise StoreError(f"{self.path} is a directory, not a relaypoint store file")
+        else:
+            self._check_header(create)
         if self.readonly:
             uri = f"file:{self.path.resolve()}?mode=ro"
             self.conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout,
@@ -150,6 +153,27 @@ class Store:
             self.conn.close()
             raise
 
+    def _check_header(self, create: bool) -> None:
+        # SQLite takes any file shorter than a page header for an empty database and would
+        # overwrite it; only an empty file (when creating) or a real SQLite file may go further.
+        with open(self.path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+        if not head and not create:
+            raise StoreError(f"{self.path} is an empty file, not a relaypoint store; point --db at a store")
+        if head and head != SQLITE_HEADER:
+            raise StoreError(f"{self.path} is not a readable SQLite database (no SQLite header); "
+                             "point --db at a relaypoint store")
+
+    def _schema_version(self) -> int:
+        meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+        if meta.get("app") != APP_ID:
+            raise StoreError(f"{self.path} is an SQLite file but not a relaypoint store")
+        try:
+            return int(meta.get("schema_version", "0"))
+        except ValueError:
+            raise StoreError(f"{self.path} has an unreadable schema version "
+                             f"{meta.get('schema_version')!r}; it cannot be opened safely") from None
+
     def _check_and_migrate(self) -> None:
         # Read before writing anything: a foreign or corrupt file must come out untouched.
         tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -157,10 +181,7 @@ class Store:
         if tables:
             if "meta" not in tables:
                 raise StoreError(f"{self.path} is an SQLite file but not a relaypoint store (no meta table)")
-            meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
-            if meta.get("app") != APP_ID:
-                raise StoreError(f"{self.path} is an SQLite file but not a relaypoint store")
-            version = int(meta.get("schema_version", "0"))
+            version = self._schema_version()
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path} has store schema version {version}, newer than this relaypoint "
@@ -180,8 +201,7 @@ class Store:
             if "meta" not in self.db.table_names():
                 self.db["meta"].create({"key": str, "value": str}, pk="key")
                 self.db["meta"].insert({"key": "app", "value": APP_ID})
-            meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
-            version = int(meta.get("schema_version", "0"))
+            version = self._schema_version()
             for v in range(version + 1, SCHEMA_VERSION + 1):
                 MIGRATIONS[v](self.db)
             self.db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
@@ -258,8 +278,6 @@ class Store:
         if status:
             where.append("status = ?")
             params.append(status)
-        else:  # a hand-edited status outside the vocabulary is shown by `show`, with the reason
-            where.append(f"status IN {RUN_STATUSES!r}")
         if workflow:
             where.append("workflow = ?")
             params.append(workflow)
@@ -274,7 +292,7 @@ class Store:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
         params.append(limit)
-        return [summary_from_row(r) for r in self.db.query(sql, params)]
+        return [s for s in map(_summary_or_none, self.db.query(sql, params)) if s is not None]
 
     def count_by_status(self) -> dict[str, int]:
         """Number of runs per status (served by the status index)."""
@@ -330,7 +348,7 @@ class Store:
         """The run's audit trail, oldest first."""
         rows = self.db.query("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", [run_id])
         return [
-            Event(event_id=r["event_id"], run_id=r["run_id"], at=from_text(r["at"]), kind=r["kind"],
+            Event(event_id=r["event_id"], run_id=r["run_id"], at=_time(r, "at", f"event {r['event_id']}"), kind=r["kind"],
                   step=r["step"], actor=r["actor"], detail=readable(r["detail"]))
             for r in rows
         ]
@@ -405,16 +423,34 @@ def _vocabulary(enum: type, value: str, what: str) -> Any:
                          "fix the row or delete the run") from None
 
 
+def _summary_or_none(r: dict[str, Any]) -> RunSummary | None:
+    # A listing skips a row damaged by hand (status outside the vocabulary, unreadable time);
+    # `show` on it says what is wrong.
+    try:
+        return summary_from_row(r)
+    except StoreError:
+        return None
+
+
+def _time(r: dict[str, Any], column: str, what: str) -> datetime | None:
+    try:
+        return from_text(r[column])
+    except ValueError:
+        raise StoreError(f"{what} has an unreadable {column} {r[column]!r} (edited by hand?); "
+                         "fix the row or delete the run") from None
+
+
 def summary_from_row(r: dict[str, Any]) -> RunSummary:
-    """Build a :class:`RunSummary` from a ``runs`` row."""
+    """Build a :class:`RunSummary` from a ``runs`` row. Raises ``StoreError`` for a damaged row."""
+    what = f"run {r['run_id']}"
     lease = None
     if r.get("lease_token"):
         lease = Lease(token=r["lease_token"], pid=r["lease_pid"] or 0, host=r["lease_host"] or "",
-                      expires_at=from_text(r["lease_expires_at"]), heartbeat_at=from_text(r["heartbeat_at"]))
+                      expires_at=_time(r, "lease_expires_at", what), heartbeat_at=_time(r, "heartbeat_at", what))
     return RunSummary(
-        run_id=r["run_id"], workflow=r["workflow"], status=_vocabulary(RunStatus, r["status"], f"run {r['run_id']}"),
+        run_id=r["run_id"], workflow=r["workflow"], status=_vocabulary(RunStatus, r["status"], what),
         parent_run_id=r["parent_run_id"], forked_from_step=r["forked_from_step"],
-        created_at=from_text(r["created_at"]), updated_at=from_text(r["updated_at"]),
+        created_at=_time(r, "created_at", what), updated_at=_time(r, "updated_at", what),
         current_step=r["current_step"], steps_done=r["steps_done"], steps_total=r["steps_total"],
         error=r["error"], lease=lease,
     )
@@ -422,21 +458,23 @@ def summary_from_row(r: dict[str, Any]) -> RunSummary:
 
 def step_from_row(r: dict[str, Any]) -> StepRecord:
     """Build a :class:`StepRecord` from a ``steps`` row (output decoded when the row carries it)."""
+    what = f"step {r['name']!r}"
     return StepRecord(
-        position=r["position"], name=r["name"], status=_vocabulary(StepStatus, r["status"], f"step {r['name']!r}"),
+        position=r["position"], name=r["name"], status=_vocabulary(StepStatus, r["status"], what),
         attempts=r["attempts"], options=readable(r["options"]) or {}, output=readable(r.get("output")),
         has_output=bool(r["has_output"]), error=r["error"], traceback=r["traceback"],
-        started_at=from_text(r["started_at"]), finished_at=from_text(r["finished_at"]),
+        started_at=_time(r, "started_at", what), finished_at=_time(r, "finished_at", what),
         idempotency_key=r["idempotency_key"],
     )
 
 
 def checkpoint_from_row(r: dict[str, Any]) -> Checkpoint:
     """Build a :class:`Checkpoint` from a ``checkpoints`` row."""
+    what = f"checkpoint {r['checkpoint_id']}"
     return Checkpoint(
         checkpoint_id=r["checkpoint_id"], run_id=r["run_id"], position=r["position"], step=r["step"],
-        kind=r["kind"], created_at=from_text(r["created_at"]), reason=r["reason"],
+        kind=r["kind"], created_at=_time(r, "created_at", what), reason=r["reason"],
         state=readable(r["state"]), decision=r["decision"], decided_by=r["decided_by"],
-        decided_at=from_text(r["decided_at"]), comment=r["comment"], value=readable(r["value"]),
-        deadline_at=from_text(r["deadline_at"]),
+        decided_at=_time(r, "decided_at", what), comment=r["comment"], value=readable(r["value"]),
+        deadline_at=_time(r, "deadline_at", what),
     )

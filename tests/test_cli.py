@@ -1,0 +1,377 @@
+"""The ``relaypoint`` command line, through real subprocesses on a store and an app module in tmp_path."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import random
+import sqlite3
+
+import pytest
+
+from helpers import (APP, DB, FakeClock, app_workflows, digest, one_line_error, relaypoint, rows, set_owner,
+                     sidecars, sql, write_app)
+from relaypoint import Runtime
+from relaypoint.store import Store
+
+LIST_KEYS = {"run_id", "workflow", "status", "parent_run_id", "created_at", "updated_at"}
+SHOW_KEYS = {"run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
+             "updated_at", "tasks"}
+TASK_KEYS = {"name", "status", "attempts", "output", "error", "started_at", "finished_at"}
+EVENT_KEYS = {"event_id", "run_id", "at", "kind", "step", "actor", "detail"}
+
+
+@pytest.fixture
+def app(tmp_path):
+    """A directory holding the app module; the store is ``store.db`` in it."""
+    write_app(tmp_path)
+    return tmp_path
+
+
+def prepare(app, *starts: str | tuple[str, dict]) -> list[str]:
+    """Start runs of the app's workflows in-process, one second apart; return their ids."""
+    clock = FakeClock()
+    started = []
+    with Runtime(str(app / DB), app_workflows(), clock=clock) as rt:
+        for start in starts:
+            workflow, input = (start, None) if isinstance(start, str) else start
+            clock.advance(seconds=1)
+            started.append(rt.start(workflow, input))
+    return started
+
+
+def ok(result) -> str:
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stdout + result.stderr
+    return result.stdout
+
+
+def as_json(app, *args):
+    return json.loads(ok(relaypoint(app, *args, "--json")))
+
+
+# ---- start ----------------------------------------------------------------------------------------
+
+
+def test_start_prints_the_run_id_and_exits_0_when_the_run_completes(app):
+    out = ok(relaypoint(app, "start", "simple", "--app", APP, "--input", '{"x": 1}'))
+    rid = out.strip()
+    assert out == f"{rid}\n"
+    run = as_json(app, "show", rid)
+    assert (run["status"], run["input"], run["tasks"][0]["output"]) == ("completed", {"x": 1}, {"x": 1})
+
+
+def test_start_exits_0_when_the_run_pauses_and_says_where(app):
+    result = relaypoint(app, "start", "review", "--app", APP)
+    rid = ok(result).strip()
+    assert f"run {rid} is awaiting_approval at step 'check'" in result.stderr
+    assert as_json(app, "show", rid)["status"] == "awaiting_approval"
+
+
+def test_start_exits_1_when_the_run_fails_naming_the_step(app):
+    result = relaypoint(app, "start", "boom", "--app", APP)
+    rid = result.stdout.strip()
+    line = one_line_error(result)
+    assert f"run {rid} failed: step 'explode' failed: RuntimeError: kaboom" in line
+    assert [t["status"] for t in as_json(app, "show", rid)["tasks"]] == ["completed", "failed"]
+
+
+def test_start_creates_the_store_owner_only(app):
+    ok(relaypoint(app, "start", "simple", "--app", APP))
+    assert (app / DB).stat().st_mode & 0o777 == 0o600
+
+
+# ---- list, show, events ---------------------------------------------------------------------------
+
+
+def test_list_json_newest_first_with_filters_and_limit(app):
+    simple, review, boom, ask = prepare(app, "simple", "review", "boom", "ask")
+    runs = as_json(app, "list")
+    assert [r["run_id"] for r in runs] == [ask, boom, review, simple]
+    assert all(LIST_KEYS <= r.keys() for r in runs)
+    assert [(r["workflow"], r["status"], r["parent_run_id"]) for r in runs] == [
+        ("ask", "awaiting_input", None), ("boom", "failed", None), ("review", "awaiting_approval", None),
+        ("simple", "completed", None)]
+    assert all(r["created_at"].endswith("Z") and r["updated_at"].endswith("Z") for r in runs)
+    assert [r["run_id"] for r in as_json(app, "list", "--status", "awaiting_approval")] == [review]
+    assert [r["run_id"] for r in as_json(app, "list", "--workflow", "boom")] == [boom]
+    assert [r["run_id"] for r in as_json(app, "list", "--status", "completed", "--workflow", "boom")] == []
+    assert [r["run_id"] for r in as_json(app, "list", "--limit", "2")] == [ask, boom]
+
+
+def test_list_and_show_for_people(app):
+    (rid,) = prepare(app, "review")
+    listing = ok(relaypoint(app, "list"))
+    assert rid in listing and "awaiting_approval" in listing and "2/3" in listing
+    shown = ok(relaypoint(app, "show", rid[:6]))
+    assert rid in shown and "check" in shown and "approve the output of step 'check'" in shown
+
+
+def test_show_json_has_the_run_and_its_tasks_in_order(app):
+    (rid,) = prepare(app, ("review", {"topic": "cats"}))
+    run = as_json(app, "show", rid)
+    assert SHOW_KEYS <= run.keys()
+    assert (run["run_id"], run["workflow"], run["status"], run["input"]) == (
+        rid, "review", "awaiting_approval", {"topic": "cats"})
+    assert (run["parent_run_id"], run["forked_from_step"]) == (None, None)
+    assert [t["name"] for t in run["tasks"]] == ["draft", "check", "publish"]
+    assert all(t.keys() == TASK_KEYS for t in run["tasks"])
+    draft, check, publish = run["tasks"]
+    assert (draft["status"], draft["attempts"], draft["output"]) == ("completed", 1, {"text": "about cats"})
+    assert draft["started_at"].endswith("Z") and draft["finished_at"].endswith("Z")
+    assert (publish["status"], publish["attempts"], publish["output"], publish["started_at"]) == (
+        "pending", 0, None, None)
+
+
+def test_events_json_is_the_audit_trail_oldest_first(app):
+    (rid,) = prepare(app, "simple")
+    events = as_json(app, "events", rid)
+    assert all(e.keys() == EVENT_KEYS for e in events)
+    assert [e["kind"] for e in events] == ["run_started", "step_started", "step_completed", "run_completed"]
+    assert [e["event_id"] for e in events] == sorted(e["event_id"] for e in events)
+    assert "step_completed" in ok(relaypoint(app, "events", rid))
+
+
+# ---- decisions ------------------------------------------------------------------------------------
+
+
+def test_approve_with_an_edited_output_queues_and_resume_uses_it(app):
+    (rid,) = prepare(app, "review")
+    out = ok(relaypoint(app, "approve", rid[:8], "--comment", "fine", "--output", '{"edited": true}'))
+    assert f"of run {rid}; the run is queued" in out and "(step 'check')" in out
+    run = as_json(app, "show", rid)
+    assert (run["status"], run["tasks"][1]["output"]) == ("queued", {"edited": True})
+    approved = [e for e in as_json(app, "events", rid) if e["kind"] == "approved"]
+    assert [(e["actor"], e["detail"]["comment"], e["detail"]["output_edited"]) for e in approved] == [
+        (getpass.getuser(), "fine", True)]
+
+    assert ok(relaypoint(app, "resume", rid, "--app", APP)).strip() == f"run {rid} is completed"
+    assert as_json(app, "show", rid)["tasks"][2]["output"] == {"published": {"edited": True}}
+
+
+def test_approve_records_by_and_refuses_a_second_approval(app):
+    (rid,) = prepare(app, "review")
+    ok(relaypoint(app, "approve", rid, "--by", "alice"))
+    assert [e["actor"] for e in as_json(app, "events", rid) if e["kind"] == "approved"] == ["alice"]
+    assert "nothing to approve" in one_line_error(relaypoint(app, "approve", rid))
+
+
+def test_approve_with_a_stale_checkpoint_is_refused(app):
+    (rid,) = prepare(app, "review")
+    current = as_json(app, "show", rid)["pending"]["checkpoint_id"]
+    line = one_line_error(relaypoint(app, "approve", rid, "--checkpoint", str(current - 1)))
+    assert "moved on" in line
+    ok(relaypoint(app, "approve", rid, "--checkpoint", str(current)))
+
+
+def test_reject_ends_the_run_and_resume_points_at_fork(app):
+    (rid,) = prepare(app, "review")
+    assert "rejected checkpoint" in ok(relaypoint(app, "reject", rid, "--comment", "too vague"))
+    run = as_json(app, "show", rid)
+    assert run["status"] == "rejected"
+    assert [t["status"] for t in run["tasks"]] == ["completed", "completed", "cancelled"]
+    assert "fork" in one_line_error(relaypoint(app, "resume", rid, "--app", APP))
+
+
+def test_reject_needs_a_comment(app):
+    (rid,) = prepare(app, "review")
+    result = relaypoint(app, "reject", rid)
+    assert result.returncode == 2 and "--comment" in result.stderr
+    assert "reason" in one_line_error(relaypoint(app, "reject", rid, "--comment", "  "))
+    assert as_json(app, "show", rid)["status"] == "awaiting_approval"
+
+
+def test_respond_queues_and_resume_returns_the_answer_to_the_step(app):
+    (rid,) = prepare(app, "ask")
+    assert as_json(app, "show", rid)["pending"]["reason"] == "Title?"
+    ok(relaypoint(app, "respond", rid, "--value", '"Dune"'))
+    assert as_json(app, "show", rid)["status"] == "queued"
+    assert "nothing to respond to" in one_line_error(relaypoint(app, "respond", rid, "--value", '"again"'))
+    ok(relaypoint(app, "resume", rid, "--app", APP))
+    assert as_json(app, "show", rid)["tasks"][0]["output"] == {"title": "Dune"}
+
+
+def test_fork_prints_the_new_run_which_reuses_upstream_outputs(app):
+    (parent,) = prepare(app, ("review", {"topic": "cats"}))
+    with Runtime(str(app / DB), app_workflows()) as rt:
+        rt.approve(parent)
+        rt.resume(parent)
+    before = rows(app / DB, parent)
+    child = ok(relaypoint(app, "fork", parent[:8], "--from", "check", "--input", '{"topic": "dogs"}')).strip()
+    run = as_json(app, "show", child)
+    assert (run["status"], run["parent_run_id"], run["forked_from_step"], run["input"]) == (
+        "queued", parent, "check", {"topic": "dogs"})
+    assert [(t["name"], t["status"]) for t in run["tasks"]] == [
+        ("draft", "completed"), ("check", "pending"), ("publish", "pending")]
+    assert run["tasks"][0]["output"] == {"text": "about cats"}  # copied, not re-run with the new input
+    assert ok(relaypoint(app, "resume", child, "--app", APP)).strip() == (
+        f"run {child} is awaiting_approval at step 'check'")
+    assert rows(app / DB, parent) == before
+    assert as_json(app, "show", parent)["forks"] == [child]
+
+
+def test_cancel_says_what_it_did_and_refuses_twice(app):
+    (rid,) = prepare(app, "review")
+    assert ok(relaypoint(app, "cancel", rid[:8])).strip() == f"cancelled run {rid} (it was awaiting_approval)"
+    assert as_json(app, "show", rid)["status"] == "cancelled"
+    assert "already cancelled" in one_line_error(relaypoint(app, "cancel", rid))
+
+
+# ---- environment ----------------------------------------------------------------------------------
+
+
+def test_store_and_app_from_the_environment(app):
+    env = {"RELAYPOINT_DB": str(app / "env.db"), "RELAYPOINT_APP": APP}
+    rid = ok(relaypoint(app, "start", "review", db=None, env=env)).strip()
+    assert (app / "env.db").exists() and not (app / "relaypoint.db").exists()
+    assert [r["run_id"] for r in json.loads(ok(relaypoint(app, "list", "--json", db=None, env=env)))] == [rid]
+    ok(relaypoint(app, "approve", rid, db=None, env=env))
+    ok(relaypoint(app, "resume", rid, db=None, env=env))
+    assert json.loads(ok(relaypoint(app, "show", rid, "--json", db=None, env=env)))["status"] == "completed"
+
+
+# ---- resume refusals ------------------------------------------------------------------------------
+
+
+def test_resume_of_a_paused_run_is_refused(app):
+    (rid,) = prepare(app, "review")
+    assert f"approve {rid}" in one_line_error(relaypoint(app, "resume", rid, "--app", APP))
+
+
+def test_resume_of_an_ended_run_is_refused(app):
+    (rid,) = prepare(app, "simple")
+    assert "cannot be resumed; fork it" in one_line_error(relaypoint(app, "resume", rid, "--app", APP))
+
+
+def test_resume_of_a_run_a_live_process_executes_is_refused(app):
+    (rid,) = prepare(app, "review")
+    with Runtime(str(app / DB)) as rt:
+        rt.approve(rid)
+    set_owner(app / DB, rid, pid=os.getpid(), expires_in=300, step="publish")
+    before = rows(app / DB, rid)
+    line = one_line_error(relaypoint(app, "resume", rid, "--app", APP))
+    assert f"being executed by pid {os.getpid()}" in line
+    assert rows(app / DB, rid) == before
+
+
+# ---- errors: one line, exit 1, no traceback, nothing changed ---------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ["show", "feedface"], ["events", "feedface"], ["approve", "feedface"],
+    ["reject", "feedface", "--comment", "no"], ["respond", "feedface", "--value", "1"],
+    ["cancel", "feedface"], ["fork", "feedface", "--from", "draft"], ["resume", "feedface", "--app", APP],
+    ["delete", "feedface"],
+])
+def test_an_unknown_run_id_is_echoed(app, args):
+    prepare(app, "review")
+    assert "'feedface'" in one_line_error(relaypoint(app, *args))
+
+
+def test_an_ambiguous_prefix_is_refused(app):
+    prepare(app, *["simple"] * 40)  # 40 random hex ids: some share a first character
+    ids = [r["run_id"] for r in as_json(app, "list")]
+    shared = next(i[0] for i in ids if sum(j.startswith(i[0]) for j in ids) > 1)
+    assert "matches several runs" in one_line_error(relaypoint(app, "show", shared))
+
+
+@pytest.mark.parametrize("args, what", [
+    (["approve", "{rid}", "--output", "{bad"], "--output is not valid JSON"),
+    (["respond", "{rid}", "--value", "yes"], "--value is not valid JSON"),
+    (["fork", "{rid}", "--from", "draft", "--input", "[1,"], "--input is not valid JSON"),
+    (["fork", "{rid}", "--from", "draft", "--input", "[1]"], "must be a JSON object"),
+    (["start", "review", "--app", APP, "--input", "{'single': 1}"], "--input is not valid JSON"),
+    (["start", "review", "--app", APP, "--input", "NaN"], "--input: nan is not valid JSON"),
+])
+def test_bad_json_is_refused_and_changes_nothing(app, args, what):
+    (rid,) = prepare(app, "review")
+    before = rows(app / DB, rid)
+    assert what in one_line_error(relaypoint(app, *[a.replace("{rid}", rid) for a in args]))
+    assert rows(app / DB, rid) == before
+    assert len(as_json(app, "list")) == 1
+
+
+def test_an_unknown_step_names_the_steps(app):
+    (rid,) = prepare(app, "review")
+    line = one_line_error(relaypoint(app, "fork", rid, "--from", "nope"))
+    assert "no step 'nope'; its steps are: draft, check, publish" in line
+
+
+def test_an_unknown_workflow_names_the_known_ones(app):
+    line = one_line_error(relaypoint(app, "start", "nope", "--app", APP))
+    assert "unknown workflow 'nope'" in line and "review" in line
+
+
+@pytest.mark.parametrize("spec, what", [
+    ("nomodule:workflows", "cannot import 'nomodule'"),
+    ("rpflows", "must look like MODULE:ATTR"),
+    ("rpflows:", "must look like MODULE:ATTR"),
+    (":workflows", "must look like MODULE:ATTR"),
+    ("rpflows:nothing", "has no attribute 'nothing'"),
+    ("rpflows:Workflow", "must name a Workflow or a list of Workflows"),
+])
+def test_a_bad_app_is_one_line_and_creates_no_store(app, spec, what):
+    assert what in one_line_error(relaypoint(app, "start", "review", "--app", spec))
+    assert not (app / DB).exists()
+
+
+def _text(path):
+    path.write_text("these are my notes, not a store\n" * 10)
+
+
+def _foreign(path):
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.close()
+
+
+def _random(path):
+    path.write_bytes(random.Random(3).randbytes(16384))
+
+
+def _newer(path):
+    Store(path, create=True).close()
+    sql(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+
+
+def _one_byte(path):
+    path.write_bytes(b"\n")
+
+
+def _damaged_version(path):
+    Store(path, create=True).close()
+    sql(path, "UPDATE meta SET value = 'one' WHERE key = 'schema_version'")
+
+
+def refused_untouched(app, make, args) -> str:
+    """Make ``bad.db`` with ``make``, run ``args`` on it: one-line error, file bytes unchanged."""
+    path = app / "bad.db"
+    make(path)
+    before = digest(path)
+    line = one_line_error(relaypoint(app, *args, db=str(path)))
+    assert digest(path) == before and sidecars(path) == []
+    return line
+
+
+@pytest.mark.parametrize("make, what", [
+    (_text, "not a readable SQLite database"),
+    (_foreign, "not a relaypoint store"),
+    (_random, "not a readable SQLite database"),
+    (_newer, "newer than this relaypoint understands"),
+])
+@pytest.mark.parametrize("args", [["list"], ["show", "abc"], ["start", "simple", "--app", APP]])
+def test_a_file_that_is_not_a_usable_store_is_refused_and_left_unchanged(app, make, what, args):
+    assert what in refused_untouched(app, make, args)
+
+
+@pytest.mark.parametrize("make", [_one_byte, _damaged_version])
+def test_a_damaged_or_tiny_file_is_refused_and_left_unchanged(app, make):
+    refused_untouched(app, make, ["list"])
+
+
+def test_a_missing_store_is_refused_by_list_and_not_created(app):
+    line = one_line_error(relaypoint(app, "list", db="absent.db"))
+    assert "no relaypoint store at absent.db" in line
+    assert not (app / "absent.db").exists()

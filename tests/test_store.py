@@ -1,0 +1,147 @@
+"""The store file: creation, permissions, WAL, schema version, and refusing files that are not
+relaypoint stores without changing a byte of them."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import stat
+
+import pytest
+
+from helpers import DB, Flow, digest, runtime, sidecars, sql
+from relaypoint import RunStatus, Runtime, StoreError
+from relaypoint.store import APP_ID, SCHEMA_VERSION, Store
+
+
+def test_a_new_store_is_owner_only_in_wal_mode_with_its_schema_version(tmp_path):
+    path = tmp_path / DB
+    with runtime(tmp_path, Flow("a")) as rt:
+        rt.start("flow")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE((tmp_path / f"{DB}-wal").stat().st_mode) == 0o600
+    assert sql(path, "PRAGMA journal_mode") == [("wal",)]
+    assert dict(sql(path, "SELECT key, value FROM meta")) == {"app": APP_ID, "schema_version": str(SCHEMA_VERSION)}
+    tables = {name for (name,) in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"meta", "runs", "steps", "checkpoints", "events"} <= tables
+
+
+def test_a_store_reopens_with_its_runs(tmp_path):
+    flow = Flow("a", ("b", {"approval": True}))
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow", {"k": 1})
+        before = rt.get(rid)
+    meta = sql(tmp_path / DB, "SELECT * FROM meta")
+    with Runtime(str(tmp_path / DB), create=False) as again:
+        assert again.get(rid) == before
+        again.approve(rid)
+    with runtime(tmp_path, flow) as third:
+        assert third.resume(rid) == RunStatus.COMPLETED
+    assert sql(tmp_path / DB, "SELECT * FROM meta") == meta
+
+
+def foreign_sqlite(path, *statements: str) -> None:
+    conn = sqlite3.connect(path)
+    with conn:
+        for s in statements:
+            conn.execute(s)
+    conn.close()
+
+
+def refused_untouched(path, match: str, **options) -> StoreError:
+    """Assert opening ``path`` as a store fails with ``match`` and leaves its bytes (and
+    directory) exactly as they were."""
+    before, names = digest(path), sorted(p.name for p in path.parent.iterdir())
+    with pytest.raises(StoreError, match=match) as refused:
+        Runtime(str(path), **options)
+    assert digest(path) == before
+    assert sorted(p.name for p in path.parent.iterdir()) == names
+    assert sidecars(path) == []
+    assert "\n" not in str(refused.value)
+    return refused.value
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_foreign_sqlite_file_is_refused_and_left_unchanged(tmp_path, create):
+    path = tmp_path / "notes.db"
+    foreign_sqlite(path, "CREATE TABLE notes (body TEXT)", "INSERT INTO notes VALUES ('keep me')")
+    refused_untouched(path, "not a relaypoint store", create=create)
+    assert sql(path, "SELECT body FROM notes") == [("keep me",)]
+
+
+def test_a_sqlite_file_with_a_meta_table_of_another_app_is_refused(tmp_path):
+    path = tmp_path / "other.db"
+    foreign_sqlite(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
+                   "INSERT INTO meta VALUES ('app', 'something-else')")
+    refused_untouched(path, "not a relaypoint store")
+
+
+@pytest.mark.parametrize("content", [
+    pytest.param(random.Random(7).randbytes(8192), id="random-bytes"),
+    pytest.param(b"hello, these are my notes\n" * 40, id="text"),
+    pytest.param(b"SQLite format 3\x00" + random.Random(8).randbytes(4080), id="sqlite-header-then-garbage"),
+])
+def test_a_file_that_is_not_sqlite_is_refused_and_left_unchanged(tmp_path, content):
+    path = tmp_path / "data.bin"
+    path.write_bytes(content)
+    refused_untouched(path, "not a readable SQLite database|not a relaypoint store")
+
+
+@pytest.mark.parametrize("content", [b"\n", b"x"])
+def test_a_one_byte_file_is_refused_and_left_unchanged(tmp_path, content):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    refused_untouched(path, "not a readable SQLite database|not a relaypoint store", create=False)
+
+
+def _store_with_meta(tmp_path, **meta: str):
+    path = tmp_path / DB
+    Store(path, create=True).close()
+    for key, value in meta.items():
+        sql(path, "UPDATE meta SET value = ? WHERE key = ?", value, key)
+    assert sidecars(path) == []  # the last close checkpointed and removed the WAL
+    return path
+
+
+def test_a_store_from_a_newer_version_is_refused_and_left_unchanged(tmp_path):
+    path = _store_with_meta(tmp_path, schema_version="99")
+    error = refused_untouched(path, "newer")
+    assert "schema version 99" in str(error) and "upgrade relaypoint" in str(error)
+
+
+def test_a_store_with_a_damaged_schema_version_is_refused(tmp_path):
+    path = _store_with_meta(tmp_path, schema_version="one")
+    refused_untouched(path, "schema")
+
+
+def test_a_missing_file_without_create_is_refused_and_not_created(tmp_path):
+    path = tmp_path / "absent.db"
+    with pytest.raises(StoreError, match=f"no relaypoint store at {path}"):
+        Runtime(str(path), create=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_is_refused(tmp_path):
+    (tmp_path / "dir.db").mkdir()
+    with pytest.raises(StoreError, match="is a directory"):
+        Runtime(str(tmp_path / "dir.db"))
+
+
+def test_a_store_in_a_missing_directory_cannot_be_created(tmp_path):
+    with pytest.raises(StoreError, match="cannot create store"):
+        Runtime(str(tmp_path / "no" / "such" / DB))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_store_reads_but_records_nothing(tmp_path):
+    with runtime(tmp_path, Flow(("a", {"approval": True}))) as rt:
+        rid = rt.start("flow")
+    before = digest(tmp_path / DB)
+    with Runtime(str(tmp_path / DB), readonly=True) as ro:
+        assert [r.run_id for r in ro.list()] == [rid]
+        assert ro.get(rid).status == RunStatus.AWAITING_APPROVAL
+        with pytest.raises(StoreError, match="read-only"):
+            ro.approve(rid)
+    assert digest(tmp_path / DB) == before
+    with Runtime(str(tmp_path / DB)) as rw:
+        assert rw.get(rid).status == RunStatus.AWAITING_APPROVAL

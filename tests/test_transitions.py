@@ -1,0 +1,841 @@
+"""Every run transition, allowed and refused, through ``Runtime`` on a real store file."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from datetime import timedelta
+
+import pytest
+from pydantic import BaseModel
+
+from helpers import (DB, Crash, FakeClock, Flow, asks, crashed_start, crashes, fails, ids, kill_owner,
+                     returns, rows, runtime, set_owner, sql)
+from relaypoint import (DefinitionError, DriftError, InvalidValue, LeaseLost, RefusedTransition, Runtime,
+                        RunStatus, StepStatus, UnknownRun, UnknownStep, UnknownWorkflow, Workflow)
+
+
+def statuses(rt: Runtime, rid: str) -> dict[str, StepStatus]:
+    return {t.name: t.status for t in rt.get(rid).tasks}
+
+
+def event_kinds(rt: Runtime, rid: str) -> list[str]:
+    return [e.kind for e in rt.events(rid)]
+
+
+def gated(*later: str) -> Flow:
+    """a -> b (approval gate) -> later steps (default c)."""
+    return Flow("a", ("b", {"approval": True}), *(later or ("c",)))
+
+
+# ---- start ----------------------------------------------------------------------------------------
+
+
+def test_start_runs_every_step_to_completed(tmp_path):
+    flow = Flow("a", "b", "c")
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow", {"topic": "x"})
+        run = rt.get(rid)
+        assert run.status == RunStatus.COMPLETED
+        assert [(t.name, t.status, t.attempts, t.output) for t in run.tasks] == [
+            ("a", "completed", 1, {"step": "a"}), ("b", "completed", 1, {"step": "b"}),
+            ("c", "completed", 1, {"step": "c"})]
+        assert (run.steps_done, run.steps_total, run.current_step, run.lease, run.error) == (3, 3, None, None, None)
+        assert run.input == {"topic": "x"}
+        assert event_kinds(rt, rid) == ["run_started"] + ["step_started", "step_completed"] * 3 + ["run_completed"]
+    assert flow.calls == {"a": 1, "b": 1, "c": 1}
+
+
+def test_start_pauses_at_gate_with_gated_output_recorded_and_later_steps_pending(tmp_path):
+    flow = gated("c", "d")
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        run = rt.get(rid)
+        assert run.status == RunStatus.AWAITING_APPROVAL
+        assert statuses(rt, rid) == {"a": "completed", "b": "completed", "c": "pending", "d": "pending"}
+        assert rt.step_output(rid, "b") == {"step": "b"}
+        assert (run.pending.kind, run.pending.step, run.pending.decision) == ("approval", "b", None)
+        assert (run.current_step, run.steps_done, run.lease) == ("b", 2, None)
+    assert flow.calls["c"] == 0
+
+
+def test_start_refuses_input_that_is_not_a_json_object_and_records_nothing(tmp_path):
+    with runtime(tmp_path, Flow("a")) as rt:
+        for bad in ([1, 2], "text", {"n": float("nan")}, {1: "x"}):
+            with pytest.raises(InvalidValue):
+                rt.start("flow", bad)
+        assert rt.list() == []
+
+
+def test_a_workflow_without_steps_completes(tmp_path):
+    with runtime(tmp_path, Workflow("empty")) as rt:
+        assert rt.get(rt.start("empty")).status == RunStatus.COMPLETED
+
+
+# ---- approve ----------------------------------------------------------------------------------------
+
+
+def test_approve_queues_the_run_and_never_continues_it(tmp_path):
+    flow = gated()
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        cp = rt.approve(rid, by="ada", comment="fine")
+        run = rt.get(rid)
+        assert run.status == RunStatus.QUEUED
+        assert statuses(rt, rid)["c"] == StepStatus.PENDING
+        assert run.pending is None
+        (decided,) = [c for c in rt.store.checkpoints(rid) if c.kind == "approval"]
+        assert (decided.checkpoint_id, decided.decision, decided.decided_by, decided.comment) == (
+            cp.checkpoint_id, "approved", "ada", "fine")
+        assert rt.events(rid)[-1].kind == "approved" and rt.events(rid)[-1].actor == "ada"
+    assert flow.calls["c"] == 0
+
+
+def test_second_approve_is_refused(tmp_path):
+    with runtime(tmp_path, gated()) as rt:
+        rid = rt.start("flow")
+        rt.approve(rid)
+        with pytest.raises(RefusedTransition, match="nothing to approve"):
+            rt.approve(rid)
+        assert sum(e.kind == "approved" for e in rt.events(rid)) == 1
+
+
+def test_approve_without_by_records_the_os_user(tmp_path):
+    with runtime(tmp_path, gated()) as rt:
+        rid = rt.start("flow")
+        assert rt.approve(rid).decided_by == getpass.getuser()
+        assert rt.events(rid)[-1].actor == getpass.getuser()
+
+
+def test_approve_with_output_replaces_the_gated_step_output(tmp_path):
+    flow = gated().on("c", lambda ctx: ctx.results["b"])
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        rt.approve(rid, output={"edited": [1, 2]})
+        assert rt.step_output(rid, "b") == {"edited": [1, 2]}
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert rt.step_output(rid, "c") == {"edited": [1, 2]}
+    assert flow.calls["b"] == 1
+
+
+def test_approve_with_unstorable_output_is_refused_and_changes_nothing(tmp_path):
+    with runtime(tmp_path, gated()) as rt:
+        rid = rt.start("flow")
+        before = rows(tmp_path / DB, rid)
+        with pytest.raises(InvalidValue, match="output"):
+            rt.approve(rid, output={"x": float("nan")})
+        assert rows(tmp_path / DB, rid) == before
+
+
+def test_approve_with_a_stale_checkpoint_id_is_refused(tmp_path):
+    flow = Flow(("a", {"approval": True}), ("b", {"approval": True}), "c")
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        first = rt.get(rid).pending.checkpoint_id
+        rt.approve(rid, checkpoint_id=first)
+        assert rt.resume(rid) == RunStatus.AWAITING_APPROVAL
+        second = rt.get(rid).pending.checkpoint_id
+        with pytest.raises(RefusedTransition, match=f"moved on since checkpoint {first}"):
+            rt.approve(rid, checkpoint_id=first)
+        with pytest.raises(RefusedTransition, match="moved on"):
+            rt.reject(rid, "no", checkpoint_id=first)
+        assert rt.get(rid).status == RunStatus.AWAITING_APPROVAL
+        assert rt.approve(rid, checkpoint_id=second).checkpoint_id == second
+
+
+def test_resume_after_approve_continues_and_stops_at_the_next_gate(tmp_path):
+    flow = Flow(("a", {"approval": True}), "b", ("c", {"approval": True}), "d")
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        rt.approve(rid)
+        assert rt.resume(rid) == RunStatus.AWAITING_APPROVAL
+        assert rt.get(rid).pending.step == "c"
+        assert statuses(rt, rid) == {"a": "completed", "b": "completed", "c": "completed", "d": "pending"}
+        rt.approve(rid)
+        assert rt.resume(rid) == RunStatus.COMPLETED
+    assert flow.calls == {"a": 1, "b": 1, "c": 1, "d": 1}
+
+
+def test_approve_refused_unless_awaiting_approval(tmp_path):
+    flow = Flow("a", "q").on("q", asks("title?"))
+    with runtime(tmp_path, flow, Flow("a", name="plain")) as rt:
+        asking = rt.start("flow")
+        with pytest.raises(RefusedTransition, match="awaiting_input; there is nothing to approve"):
+            rt.approve(asking)
+        done = rt.start("plain")
+        with pytest.raises(RefusedTransition, match="completed; there is nothing to approve"):
+            rt.approve(done)
+
+
+# ---- reject -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason", ["", "   ", None])
+def test_reject_requires_a_reason(tmp_path, reason):
+    with runtime(tmp_path, gated()) as rt:
+        rid = rt.start("flow")
+        with pytest.raises(InvalidValue, match="reason"):
+            rt.reject(rid, reason)
+        assert rt.get(rid).status == RunStatus.AWAITING_APPROVAL
+
+
+def test_reject_cancels_remaining_steps_and_resume_is_refused_pointing_at_fork(tmp_path):
+    flow = gated("c", "d")
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        cp = rt.reject(rid, "wrong numbers", by="bob")
+        run = rt.get(rid)
+        assert run.status == RunStatus.REJECTED and run.pending is None
+        assert (cp.decision, cp.decided_by, cp.comment) == ("rejected", "bob", "wrong numbers")
+        assert statuses(rt, rid) == {"a": "completed", "b": "completed", "c": "cancelled", "d": "cancelled"}
+        assert rt.step_output(rid, "b") == {"step": "b"}
+        with pytest.raises(RefusedTransition, match="fork"):
+            rt.resume(rid)
+        with pytest.raises(RefusedTransition):
+            rt.approve(rid)
+        with pytest.raises(RefusedTransition):
+            rt.reject(rid, "again")
+    assert flow.calls["c"] == 0
+
+
+# ---- input ------------------------------------------------------------------------------------------
+
+
+def test_request_input_pauses_then_respond_queues_and_resume_reruns_the_step(tmp_path):
+    flow = Flow("a", "ask", "c").on("ask", lambda ctx: {"title": ctx.request_input("Title?")})
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        run = rt.get(rid)
+        assert run.status == RunStatus.AWAITING_INPUT
+        assert (run.pending.kind, run.pending.step, run.pending.reason) == ("input", "ask", "Title?")
+        assert statuses(rt, rid) == {"a": "completed", "ask": "pending", "c": "pending"}
+
+        cp = rt.respond(rid, "Hello", by="ada")
+        assert (cp.decision, cp.decided_by, cp.value) == ("responded", "ada", "Hello")
+        assert rt.get(rid).status == RunStatus.QUEUED
+        with pytest.raises(RefusedTransition, match="nothing to respond to"):
+            rt.respond(rid, "again")
+
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert rt.step_output(rid, "ask") == {"title": "Hello"}
+    assert flow.calls == {"a": 1, "ask": 2, "c": 1}
+    assert flow.attempts("ask") == [1, 2]
+
+
+def test_two_request_input_calls_in_one_step_are_answered_in_order(tmp_path):
+    flow = Flow("ask").on("ask", asks("first?", "second?"))
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        assert rt.get(rid).pending.reason == "first?"
+        rt.respond(rid, 1)
+        assert rt.resume(rid) == RunStatus.AWAITING_INPUT
+        assert rt.get(rid).pending.reason == "second?"
+        rt.respond(rid, {"two": 2})
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert rt.step_output(rid, "ask") == [1, {"two": 2}]
+    assert flow.calls["ask"] == 3
+
+
+def test_respond_refused_at_an_approval_gate_and_refuses_unstorable_values(tmp_path):
+    flow = Flow("ask", name="asking").on("ask", asks("n?"))
+    with runtime(tmp_path, gated(), flow) as rt:
+        gate = rt.start("flow")
+        with pytest.raises(RefusedTransition, match="nothing to respond to"):
+            rt.respond(gate, 1)
+        asking = rt.start("asking")
+        with pytest.raises(InvalidValue, match="value"):
+            rt.respond(asking, float("inf"))
+        assert rt.get(asking).status == RunStatus.AWAITING_INPUT
+    assert flow.calls["ask"] == 1
+
+
+# ---- failure and retries ----------------------------------------------------------------------------
+
+
+def test_failure_records_step_and_exception_and_keeps_what_came_before(tmp_path):
+    flow = Flow("a", "b", "c").on("b", fails(message="disk on fire"))
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        run = rt.get(rid)
+        assert run.status == RunStatus.FAILED
+        assert run.error == "step 'b' failed: RuntimeError: disk on fire"
+        a, b, c = run.tasks
+        assert (a.status, a.output) == ("completed", {"step": "a"})
+        assert (b.status, b.error, b.has_output) == ("failed", "RuntimeError: disk on fire", False)
+        assert "Traceback" in b.traceback and "disk on fire" in b.traceback
+        assert c.status == StepStatus.PENDING and run.lease is None
+        assert event_kinds(rt, rid)[-2:] == ["step_failed", "run_failed"]
+
+
+def test_resume_of_failed_run_retries_only_the_failed_step(tmp_path):
+    flow = Flow("a", "b", "c").on("b", fails(times=1))
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        assert rt.get(rid).status == RunStatus.FAILED
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        run = rt.get(rid)
+        assert [t.attempts for t in run.tasks] == [1, 2, 1]
+        assert run.error is None and run.tasks[1].error is None
+    assert flow.calls == {"a": 1, "b": 2, "c": 1}
+    assert flow.attempts("b") == [1, 2]
+
+
+def test_retries_rerun_a_failing_step_automatically(tmp_path):
+    flow = Flow("a", ("b", {"retries": 2}), "c").on("b", fails(times=2))
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        assert rt.get(rid).status == RunStatus.COMPLETED
+        assert rt.step_output(rid, "b") == {"ok": 3}
+        failed = [e.detail["will_retry"] for e in rt.events(rid) if e.kind == "step_failed"]
+        assert failed == [True, True]
+    assert flow.attempts("b") == [1, 2, 3]
+
+
+def test_exhausted_retries_fail_the_run(tmp_path):
+    flow = Flow(("b", {"retries": 1})).on("b", fails())
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        assert rt.get(rid).status == RunStatus.FAILED
+        assert rt.get(rid).tasks[0].attempts == 2
+    assert flow.calls["b"] == 2
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"obj": object()}, "output.obj: object is not JSON serializable"),
+    ({"n": [1.0, float("nan")]}, "output.n[1]: nan is not valid JSON"),
+    ({1: "x"}, "output: key 1 is not a string"),
+])
+def test_unstorable_output_fails_the_step_without_retry_and_keeps_prior_outputs(tmp_path, bad, message):
+    flow = Flow("a", ("b", {"retries": 3}), "c").on("b", returns(bad))
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        run = rt.get(rid)
+        assert run.status == RunStatus.FAILED
+        assert message in run.error and run.error.startswith("step 'b' failed: ")
+        assert run.tasks[0].output == {"step": "a"}
+        assert not run.tasks[1].has_output and run.tasks[1].status == StepStatus.FAILED
+    assert flow.calls["b"] == 1  # retrying cannot make the value storable
+
+
+def test_none_is_a_valid_output(tmp_path):
+    flow = Flow("a", "b").on("a", returns(None))
+    flow.on("b", lambda ctx: {"a": ctx.results["a"], "keys": list(ctx.results)})
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        a = rt.get(rid).tasks[0]
+        assert (a.status, a.output, a.has_output) == ("completed", None, True)
+        assert rt.step_output(rid, "b") == {"a": None, "keys": ["a"]}
+
+
+class Report(BaseModel):
+    title: str
+    pages: list[int]
+
+
+def test_pydantic_model_output_is_stored_as_json(tmp_path):
+    flow = Flow("a").on("a", returns(Report(title="t", pages=[1, 2])))
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+    (raw,) = sql(tmp_path / DB, "SELECT output FROM steps WHERE run_id = ?", rid)[0]
+    assert json.loads(raw) == {"title": "t", "pages": [1, 2]}
+
+
+# ---- context ----------------------------------------------------------------------------------------
+
+
+def test_context_carries_run_step_attempt_input_and_upstream_results(tmp_path):
+    flow = Flow("a", "b", ("c", {"retries": 1})).on("a", returns([1])).on("c", fails(times=1))
+    with runtime(tmp_path, flow, id_factory=ids("run-1")) as rt:
+        rt.start("flow", {"topic": "x"})
+    a, b = flow.seen["a"][0], flow.seen["b"][0]
+    c1, c2 = flow.seen["c"]
+    assert (a.run_id, a.step, a.attempt, a.input, dict(a.results)) == ("run-1", "a", 1, {"topic": "x"}, {})
+    assert (b.step, dict(b.results)) == ("b", {"a": [1]})
+    assert (c1.attempt, c2.attempt) == (1, 2)
+    assert dict(c2.results) == {"a": [1], "b": {"step": "b"}}
+    assert c1.idempotency_key == c2.idempotency_key == "run-1/c"
+
+
+# ---- cancel -----------------------------------------------------------------------------------------
+
+
+def _queued(rt):
+    rid = rt.start("flow")
+    rt.approve(rid)
+    return rid
+
+
+def _interrupted(rt):
+    rid = crashed_start(rt)
+    kill_owner(rt.store.path, rid, "b")
+    return rid
+
+
+@pytest.mark.parametrize("make, previous", [
+    pytest.param(_queued, RunStatus.QUEUED, id="queued"),
+    pytest.param(lambda rt: rt.start("flow"), RunStatus.AWAITING_APPROVAL, id="awaiting_approval"),
+    pytest.param(lambda rt: rt.start("asking"), RunStatus.AWAITING_INPUT, id="awaiting_input"),
+    pytest.param(lambda rt: rt.start("failing"), RunStatus.FAILED, id="failed"),
+    pytest.param(_interrupted, RunStatus.INTERRUPTED, id="interrupted"),
+])
+def test_cancel_of_a_run_that_has_not_ended(tmp_path, make, previous):
+    flows = [gated(), Flow("a", "ask", "c", name="asking").on("ask", asks("?")),
+             Flow("a", "b", "c", name="failing").on("b", fails())]
+    if previous == RunStatus.INTERRUPTED:
+        flows[0].on("b", crashes())
+    with runtime(tmp_path, *flows) as rt:
+        rid = make(rt)
+        assert rt.get(rid).status == previous
+        assert rt.cancel(rid, by="ops") == previous
+        run = rt.get(rid)
+        assert run.status == RunStatus.CANCELLED and run.pending is None and run.lease is None
+        assert run.tasks[0].status == StepStatus.COMPLETED
+        open_steps = [t.status for t in run.tasks if t.status not in (StepStatus.COMPLETED, StepStatus.FAILED)]
+        assert open_steps and set(open_steps) == {StepStatus.CANCELLED}
+        assert rt.events(rid)[-1].kind == "cancelled" and rt.events(rid)[-1].actor == "ops"
+        with pytest.raises(RefusedTransition, match="fork"):
+            rt.resume(rid)
+
+
+@pytest.mark.parametrize("end", ["completed", "rejected", "cancelled"])
+def test_cancel_of_an_ended_run_is_refused(tmp_path, end):
+    with runtime(tmp_path, gated(), Flow("a", name="plain")) as rt:
+        if end == "completed":
+            rid = rt.start("plain")
+        else:
+            rid = rt.start("flow")
+            if end == "rejected":
+                rt.reject(rid, "no")
+            else:
+                rt.cancel(rid)
+        before = rows(tmp_path / DB, rid)
+        with pytest.raises(RefusedTransition, match=f"already {end}"):
+            rt.cancel(rid)
+        assert rows(tmp_path / DB, rid) == before
+
+
+def test_cancel_while_a_step_runs_revokes_the_lease_and_the_step_is_not_recorded(tmp_path):
+    flow = Flow("a", "b", "c")
+
+    def cancel_from_elsewhere(ctx):
+        with Runtime(str(tmp_path / DB)) as other:
+            assert other.cancel(ctx.run_id) == RunStatus.RUNNING
+        return {"late": True}
+
+    flow.on("b", cancel_from_elsewhere)
+    with runtime(tmp_path, flow, id_factory=ids("r1")) as rt:
+        with pytest.raises(LeaseLost, match="cancelled"):
+            rt.start("flow")
+        run = rt.get("r1")
+        assert run.status == RunStatus.CANCELLED
+        assert statuses(rt, "r1") == {"a": "completed", "b": "cancelled", "c": "cancelled"}
+        assert not run.tasks[1].has_output
+    assert flow.calls["c"] == 0
+
+
+# ---- resume refusals and ownership -----------------------------------------------------------------
+
+
+def test_resume_of_a_run_executed_by_a_live_process_is_refused(tmp_path):
+    flow = Flow("a", "b")
+    refusals = []
+
+    def resume_from_elsewhere(ctx):
+        with Runtime(str(tmp_path / DB), [flow.wf]) as other:
+            with pytest.raises(RefusedTransition) as refused:
+                other.resume(ctx.run_id)
+            refusals.append(str(refused.value))
+        return 1
+
+    flow.on("b", resume_from_elsewhere)
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        assert rt.get(rid).status == RunStatus.COMPLETED
+    assert len(refusals) == 1 and f"is being executed by pid {os.getpid()}" in refusals[0]
+    assert flow.calls == {"a": 1, "b": 1}
+
+
+@pytest.mark.parametrize("status", ["awaiting_approval", "awaiting_input", "completed"])
+def test_resume_refused_for_paused_and_ended_runs(tmp_path, status):
+    flows = [gated(), Flow("ask", name="asking").on("ask", asks("?")), Flow("a", name="plain")]
+    with runtime(tmp_path, *flows) as rt:
+        rid = rt.start({"awaiting_approval": "flow", "awaiting_input": "asking", "completed": "plain"}[status])
+        hint = {"awaiting_approval": "approve", "awaiting_input": "respond", "completed": "fork"}[status]
+        with pytest.raises(RefusedTransition, match=hint):
+            rt.resume(rid)
+        assert rt.get(rid).status == status
+
+
+def test_owner_on_another_host_is_gone_only_when_its_lease_expired(tmp_path):
+    flow = gated()
+    with runtime(tmp_path, flow) as rt:
+        rid = _queued(rt)
+        set_owner(tmp_path / DB, rid, pid=1, host="elsewhere", expires_in=300, step="c")
+        with pytest.raises(RefusedTransition, match="pid 1 on elsewhere"):
+            rt.resume(rid)
+        assert rt.get(rid).status == RunStatus.RUNNING
+        set_owner(tmp_path / DB, rid, pid=1, host="elsewhere", expires_in=-1, step="c")
+        assert rt.get(rid).status == RunStatus.INTERRUPTED
+        assert rt.resume(rid) == RunStatus.COMPLETED
+    assert flow.calls["c"] == 1
+
+
+# ---- definitions and unknowns -----------------------------------------------------------------------
+
+
+def test_duplicate_step_names_are_refused_at_definition():
+    wf = Workflow("w")
+    wf.step(name="a")(lambda ctx: 1)
+    with pytest.raises(DefinitionError, match="already has a step named 'a'"):
+        wf.step(name="a")(lambda ctx: 2)
+    assert [s.name for s in wf.steps] == ["a"]
+
+
+def test_two_workflows_with_one_name_are_refused(tmp_path):
+    with pytest.raises(DefinitionError, match="two workflows"):
+        runtime(tmp_path, Flow("a"), Flow("b"))
+
+
+def test_unknown_workflow(tmp_path):
+    with runtime(tmp_path, Flow("a")) as rt:
+        with pytest.raises(UnknownWorkflow, match="'nope'.*flow"):
+            rt.start("nope")
+        assert rt.list() == []
+
+
+def test_resume_needs_the_run_workflow(tmp_path):
+    with runtime(tmp_path, gated()) as rt:
+        rid = _queued(rt)
+    with runtime(tmp_path) as bare, pytest.raises(UnknownWorkflow, match="--app"):
+        bare.resume(rid)
+    with runtime(tmp_path, Flow("a", name="other")) as wrong, pytest.raises(UnknownWorkflow, match="other"):
+        wrong.resume(rid)
+
+
+def test_unknown_step(tmp_path):
+    with runtime(tmp_path, Flow("a", "b")) as rt:
+        rid = rt.start("flow")
+        with pytest.raises(UnknownStep, match="no step 'zz'; its steps are: a, b"):
+            rt.fork(rid, "zz")
+        with pytest.raises(UnknownStep):
+            rt.step_output(rid, "zz")
+
+
+@pytest.mark.parametrize("operation, args", [
+    ("get", ()), ("events", ()), ("steps", ()), ("approve", ()), ("reject", ("no",)), ("respond", (1,)),
+    ("cancel", ()), ("fork", ("a",)), ("resume", ()), ("step_output", ("a",)), ("delete", ()),
+])
+def test_unknown_run_echoes_the_id(tmp_path, operation, args):
+    with runtime(tmp_path, Flow("a")) as rt:
+        rt.start("flow")
+        with pytest.raises(UnknownRun, match="'feedface'"):
+            getattr(rt, operation)("feedface", *args)
+
+
+def test_run_id_prefixes(tmp_path):
+    with runtime(tmp_path, gated(), id_factory=ids("abc123", "abd456", "abc1234")) as rt:
+        for _ in range(3):
+            rt.start("flow")
+        with pytest.raises(UnknownRun, match="prefix 'ab' matches several runs"):
+            rt.get("ab")
+        with pytest.raises(UnknownRun, match="several"):
+            rt.approve("abc")
+        assert rt.get("abd").run_id == "abd456"
+        assert rt.get("abc123").run_id == "abc123"  # a full id that is also a prefix of another
+        assert rt.approve("abd").run_id == "abd456"
+        assert rt.get("abd456").status == RunStatus.QUEUED
+        with pytest.raises(UnknownRun, match="empty"):
+            rt.get("")
+
+
+# ---- forks ------------------------------------------------------------------------------------------
+
+
+def _completed_parent(tmp_path, flow, **options):
+    rt = runtime(tmp_path, flow, **options)
+    rid = rt.start("flow", {"topic": "x"})
+    assert rt.get(rid).status == RunStatus.COMPLETED
+    return rt, rid
+
+
+def test_fork_copies_upstream_outputs_and_queues_the_rest(tmp_path):
+    flow = Flow("a", "b", "c").on("a", lambda ctx: {"a": ctx.attempt, "topic": ctx.input["topic"]})
+    flow.on("b", lambda ctx: {"saw": ctx.results["a"]})
+    rt, parent = _completed_parent(tmp_path, flow)
+    with rt:
+        before_get = rt.get(parent).model_dump(exclude={"forks"})
+        before_rows = rows(tmp_path / DB, parent)
+        child = rt.fork(parent, "b")
+        run = rt.get(child)
+        assert (run.status, run.parent_run_id, run.forked_from_step) == ("queued", parent, "b")
+        assert [(t.name, t.status) for t in run.tasks] == [("a", "completed"), ("b", "pending"), ("c", "pending")]
+        assert run.tasks[0].output == {"a": 1, "topic": "x"} and run.input == {"topic": "x"}
+        assert run.steps_done == 1
+        assert rt.get(parent).model_dump(exclude={"forks"}) == before_get
+        assert rows(tmp_path / DB, parent) == before_rows
+        assert rt.get(parent).forks == [child]
+
+        assert rt.resume(child) == RunStatus.COMPLETED
+        assert rt.step_output(child, "b") == {"saw": {"a": 1, "topic": "x"}}
+        assert rows(tmp_path / DB, parent) == before_rows
+    assert flow.calls == {"a": 1, "b": 2, "c": 2}
+
+
+def test_two_forks_of_one_boundary_are_independent(tmp_path):
+    flow = Flow("a", "b", "c")
+    rt, parent = _completed_parent(tmp_path, flow)
+    with rt:
+        one, two = rt.fork(parent, "b"), rt.fork(parent, "b")
+        assert one != two
+        before = rows(tmp_path / DB, two)
+        assert rt.resume(one) == RunStatus.COMPLETED
+        assert rows(tmp_path / DB, two) == before
+        assert rt.get(two).status == RunStatus.QUEUED
+        assert rt.get(parent).forks == [one, two]
+
+
+def test_fork_with_a_new_input(tmp_path):
+    flow = Flow("a", "b").on("b", lambda ctx: ctx.input)
+    rt, parent = _completed_parent(tmp_path, flow)
+    with rt:
+        child = rt.fork(parent, "b", {"topic": "y"})
+        assert rt.get(child).input == {"topic": "y"}
+        rt.resume(child)
+        assert rt.step_output(child, "b") == {"topic": "y"}
+        assert rt.get(parent).input == {"topic": "x"}
+        with pytest.raises(InvalidValue, match="JSON object"):
+            rt.fork(parent, "b", ["not", "an", "object"])
+
+
+def test_fork_from_a_step_whose_upstream_did_not_complete_is_refused(tmp_path):
+    flow = Flow("a", "b", "c").on("b", fails())
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        with pytest.raises(RefusedTransition, match="step 'b' .* has not completed.*fork from 'b' or earlier"):
+            rt.fork(rid, "c")
+        child = rt.fork(rid, "b")
+        assert [t.status for t in rt.get(child).tasks] == ["completed", "pending", "pending"]
+
+
+def test_idempotency_key_is_stable_across_attempts_and_new_in_a_fork(tmp_path):
+    flow = Flow("a", ("b", {"retries": 1})).on("b", fails(times=1))
+    rt, parent = _completed_parent(tmp_path, flow, id_factory=ids("parent", "child"))
+    with rt:
+        child = rt.fork(parent, "b")
+        rt.resume(child)
+        keys = [t.idempotency_key for t in rt.steps(child)]
+    assert [ctx.idempotency_key for ctx in flow.seen["b"]] == ["parent/b", "parent/b", "child/b"]
+    assert keys == ["parent/a", "child/b"]
+
+
+# ---- orphans: a step that was running when its process died ----------------------------------------
+
+
+def _orphan(tmp_path, on_orphan, **options):
+    flow = Flow("a", ("b", {"on_orphan": on_orphan}), "c").on("b", crashes())
+    rt = runtime(tmp_path, flow, **options)
+    rid = crashed_start(rt)
+    kill_owner(tmp_path / DB, rid, "b")
+    return flow, rt, rid
+
+
+def test_a_dead_owner_is_seen_and_the_run_marked_interrupted(tmp_path):
+    flow, rt, rid = _orphan(tmp_path, "retry")
+    with rt:
+        run = rt.get(rid)
+        assert (run.status, run.lease) == (RunStatus.INTERRUPTED, None)
+        assert statuses(rt, rid) == {"a": "completed", "b": "interrupted", "c": "pending"}
+        (seen,) = [e for e in rt.events(rid) if e.kind == "interruption_detected"]
+        assert (seen.step, seen.detail["attempt"]) == ("b", 1)
+
+
+def test_orphan_retry_reruns_the_step_with_the_next_attempt(tmp_path):
+    flow, rt, rid = _orphan(tmp_path, "retry")
+    with rt:
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert rt.step_output(rid, "b") == {"step": "b", "attempt": 2}
+    assert flow.calls == {"a": 1, "b": 2, "c": 1}
+
+
+def test_orphan_hold_pauses_for_a_person(tmp_path):
+    flow, rt, rid = _orphan(tmp_path, "hold")
+    with rt:
+        assert rt.resume(rid) == RunStatus.AWAITING_APPROVAL
+        run = rt.get(rid)
+        assert (run.pending.kind, run.pending.step) == ("orphan", "b")
+        assert "step 'b' was running (attempt 1)" in run.pending.reason and "approve" in run.pending.reason
+        with pytest.raises(RefusedTransition, match="approve"):
+            rt.resume(rid)
+    assert flow.calls["b"] == 1
+
+
+def test_orphan_hold_approved_without_output_reruns_the_step(tmp_path):
+    flow, rt, rid = _orphan(tmp_path, "hold")
+    with rt:
+        rt.resume(rid)
+        rt.approve(rid)
+        assert rt.get(rid).status == RunStatus.QUEUED
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert rt.step_output(rid, "b") == {"step": "b", "attempt": 2}
+    assert flow.calls == {"a": 1, "b": 2, "c": 1}
+
+
+def test_orphan_hold_approved_with_output_records_it_instead_of_rerunning(tmp_path):
+    flow, rt, rid = _orphan(tmp_path, "hold")
+    flow.on("c", lambda ctx: ctx.results["b"])
+    with rt:
+        rt.resume(rid)
+        rt.approve(rid, output={"done": "by hand"})
+        b = rt.get(rid).tasks[1]
+        assert (b.status, b.output) == ("completed", {"done": "by hand"})
+        assert rt.get(rid).steps_done == 2
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert rt.step_output(rid, "c") == {"done": "by hand"}
+    assert flow.calls == {"a": 1, "b": 1, "c": 1}
+
+
+def test_orphan_hold_rejected_ends_the_run(tmp_path):
+    flow, rt, rid = _orphan(tmp_path, "hold")
+    with rt:
+        rt.resume(rid)
+        rt.reject(rid, "side effect unknown")
+        assert statuses(rt, rid) == {"a": "completed", "b": "cancelled", "c": "cancelled"}
+        assert rt.get(rid).status == RunStatus.REJECTED
+
+
+def test_a_run_whose_executor_keeps_dying_is_failed(tmp_path):
+    flow = Flow("a", "b").on("b", crashes(times=None))
+    with runtime(tmp_path, flow, max_recoveries=1) as rt:
+        rid = crashed_start(rt)
+        kill_owner(tmp_path / DB, rid, "b")
+        with pytest.raises(Crash):
+            rt.resume(rid)  # recovery 1: b dies again
+        kill_owner(tmp_path / DB, rid, "b")
+        assert rt.resume(rid) == RunStatus.FAILED
+        run = rt.get(rid)
+        assert run.status == RunStatus.FAILED and "died 2 times" in run.error
+        assert run.tasks[1].status == StepStatus.FAILED
+    assert flow.calls["b"] == 2
+
+
+# ---- releasing, deadlines ---------------------------------------------------------------------------
+
+
+def test_a_stopping_executor_releases_the_run_queued_at_the_next_boundary(tmp_path):
+    flow = Flow(("a", {"approval": True}), "b", "c")
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        rt.approve(rid)
+        assert rt.resume(rid, should_stop=lambda: True) == RunStatus.QUEUED
+        assert statuses(rt, rid) == {"a": "completed", "b": "completed", "c": "pending"}
+        assert rt.get(rid).lease is None and rt.events(rid)[-1].kind == "released"
+        assert rt.resume(rid) == RunStatus.COMPLETED
+    assert flow.calls == {"a": 1, "b": 1, "c": 1}
+
+
+@pytest.mark.parametrize("pause", ["approval", "input"])
+def test_a_pause_past_its_deadline_is_rejected(tmp_path, pause):
+    clock = FakeClock()
+    options = {"approval": True, "timeout": 60} if pause == "approval" else {"timeout": 60}
+    flow = Flow("a", ("b", options), "c")
+    if pause == "input":
+        flow.on("b", asks("?"))
+    with runtime(tmp_path, flow, clock=clock) as rt:
+        rid = rt.start("flow")
+        assert rt.get(rid).pending.deadline_at == clock.now + timedelta(seconds=60)
+        clock.advance(seconds=59)
+        assert rt.expire_deadlines() == []
+        clock.advance(seconds=1)
+        assert rt.expire_deadlines() == [rid]
+        run = rt.get(rid)
+        assert run.status == RunStatus.REJECTED and "deadline" in run.error
+        assert run.tasks[2].status == StepStatus.CANCELLED
+        with pytest.raises(RefusedTransition):
+            rt.approve(rid) if pause == "approval" else rt.respond(rid, 1)
+        assert rt.expire_deadlines() == []
+
+
+def test_a_decided_pause_never_expires(tmp_path):
+    clock = FakeClock()
+    flow = Flow(("a", {"approval": True, "timeout": 5}), "b")
+    with runtime(tmp_path, flow, clock=clock) as rt:
+        rid = rt.start("flow")
+        rt.approve(rid)
+        clock.advance(hours=1)
+        assert rt.expire_deadlines() == []
+        assert rt.get(rid).status == RunStatus.QUEUED
+
+
+# ---- drift ------------------------------------------------------------------------------------------
+
+
+def _drifted(tmp_path, *new_steps):
+    with runtime(tmp_path, gated()) as rt:
+        rid = _queued(rt)
+    new = Flow(*new_steps)
+    return new, runtime(tmp_path, new), rid
+
+
+def test_resume_with_changed_steps_raises_drift_listing_added_and_removed(tmp_path):
+    new, rt, rid = _drifted(tmp_path, "d", "a", ("b", {"approval": True}))
+    with rt:
+        before = rows(tmp_path / DB, rid)
+        with pytest.raises(DriftError, match=rf"workflow 'flow' changed since run {rid} was recorded "
+                                             r"\(added d; removed c\)"):
+            rt.resume(rid)
+        assert rows(tmp_path / DB, rid) == before
+    assert sum(new.calls.values()) == 0
+
+
+def test_resume_with_a_renamed_step_or_changed_options_raises_drift(tmp_path):
+    new, rt, rid = _drifted(tmp_path, "a", ("b", {"approval": True}), "d")
+    with rt, pytest.raises(DriftError, match="renamed c -> d"):
+        rt.resume(rid)
+    new, rt, rid = _drifted(tmp_path, "a", "b", "c")
+    with rt, pytest.raises(DriftError, match="options changed for b"):
+        rt.resume(rid)
+
+
+def test_resume_with_an_added_step_names_it(tmp_path):
+    new, rt, rid = _drifted(tmp_path, "a", ("b", {"approval": True}), "c", "e")
+    with rt, pytest.raises(DriftError, match="added e"):
+        rt.resume(rid)
+
+
+def test_resume_with_a_removed_step_names_it(tmp_path):
+    new, rt, rid = _drifted(tmp_path, "a", ("b", {"approval": True}))
+    with rt, pytest.raises(DriftError, match="removed c"):
+        rt.resume(rid)
+
+
+def test_allow_drift_runs_the_new_definition_keeping_completed_steps(tmp_path):
+    new, rt, rid = _drifted(tmp_path, "a", ("b", {"approval": True}), "c", "e")
+    with rt:
+        assert rt.resume(rid, allow_drift=True) == RunStatus.COMPLETED
+        assert statuses(rt, rid) == {"a": "completed", "b": "completed", "c": "completed", "e": "completed"}
+        assert rt.get(rid).steps_total == 4
+    assert new.calls == {"c": 1, "e": 1}
+
+
+# ---- deletion -------------------------------------------------------------------------------------
+
+
+def test_delete_removes_every_row_of_the_run_and_forks_keep_their_parent_id(tmp_path):
+    rt, parent = _completed_parent(tmp_path, Flow("a", "b"))
+    with rt:
+        child = rt.fork(parent, "b")
+        assert rt.delete(parent[:6]) == parent
+        assert rows(tmp_path / DB, parent) == {"runs": [], "steps": [], "checkpoints": [], "events": []}
+        assert rt.get(child).parent_run_id == parent
+        with pytest.raises(UnknownRun):
+            rt.get(parent)
+
+
+def test_delete_of_a_run_a_live_process_executes_is_refused(tmp_path):
+    with runtime(tmp_path, gated()) as rt:
+        rid = _queued(rt)
+        set_owner(tmp_path / DB, rid, pid=os.getpid(), expires_in=300, step="c")
+        with pytest.raises(RefusedTransition, match="cancel it"):
+            rt.delete(rid)
+        assert rt.get(rid).status == RunStatus.RUNNING
