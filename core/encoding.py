@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 from pydantic import BaseModel
@@ -19,21 +20,32 @@ from .errors import InvalidValue
 MAX_DEPTH = 200
 
 
+def _text(value: str, path: str, what: str = "text") -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidValue(f"{path}: {what} contains a lone surrogate and is not valid Unicode") from None
+    return value
+
+
 def _plain(value: Any, path: str, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise InvalidValue(f"{path}: nested deeper than {MAX_DEPTH} levels")
-    if value is None or isinstance(value, (bool, int)):
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        try:
+            str(value)  # Python refuses to print ints over sys.get_int_max_str_digits() digits
+        except ValueError:
+            raise InvalidValue(f"{path}: integer with more than {sys.get_int_max_str_digits()} digits "
+                               "cannot be stored; store it as a string") from None
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidValue(f"{path}: {value} is not valid JSON (only finite numbers are)")
         return value
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidValue(f"{path}: text contains a lone surrogate and is not valid Unicode") from None
-        return value
+        return _text(value, path)
     if isinstance(value, BaseModel):
         return _plain(value.model_dump(mode="json"), path, depth + 1)
     if isinstance(value, (list, tuple)):
@@ -43,7 +55,7 @@ def _plain(value: Any, path: str, depth: int) -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise InvalidValue(f"{path}: key {k!r} is not a string (JSON keys are text)")
-            out[k] = _plain(v, f"{path}.{k}", depth + 1)
+            out[_text(k, path, "a key")] = _plain(v, f"{path}.{k}", depth + 1)
         return out
     raise InvalidValue(f"{path}: {type(value).__name__} is not JSON serializable")
 
@@ -57,7 +69,10 @@ def dumps(value: Any, path: str = "output") -> str:
 
 
 def loads(text: str | None) -> Any:
-    """Decode stored JSON text (None stays None). Raises ``json.JSONDecodeError`` on damaged text."""
+    """Decode stored JSON text (None stays None).
+
+    Raises ``ValueError`` (``json.JSONDecodeError`` included) or ``RecursionError`` on damaged text.
+    """
     return None if text is None else json.loads(text)
 
 
@@ -73,5 +88,7 @@ def parse_json_arg(text: str, what: str) -> Any:
             f"{what} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
             f"""quote strings, e.g. '"yes"' or '{{"key": 1}}'"""
         ) from None
+    except (ValueError, RecursionError) as e:  # over-long integers, absurd nesting
+        raise InvalidValue(f"{what} cannot be read: {type(e).__name__}: {e}") from None
     dumps(value, what)  # rejects NaN and friends the same way a step output would be
     return value

@@ -111,4 +111,4 @@ class Run(RunSummary):
     tasks: list[StepRecord]
     pending: Checkpoint | None = None
     forks: list[str] = []
-    definition: list[dict[str, Any]] | None = None
+    definition: Any = None

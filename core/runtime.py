@@ -7,8 +7,10 @@ Rules live here, not in the front ends. Each transition is one store transaction
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
+import sqlite3
 import traceback as tb
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
@@ -34,6 +36,19 @@ def os_user() -> str:
         return getpass.getuser()
     except Exception:  # no name for this uid (containers): record the uid
         return f"uid:{os.getuid()}"
+
+
+def _store_errors(method: Callable) -> Callable:
+    """Raise SQLite's own errors (a damaged file, a lock held too long) as one-line ``StoreError``."""
+
+    @functools.wraps(method)
+    def wrapper(self: Runtime, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as e:
+            raise self.store.translate(e) from None
+
+    return wrapper
 
 
 class Runtime:
@@ -77,6 +92,7 @@ class Runtime:
 
     # ---- queries --------------------------------------------------------------------------------
 
+    @_store_errors
     def get(self, run_id: str) -> Run:
         """The run (full id or unique prefix) with its input, step chain and outputs, pending
         checkpoint and forks. Raises ``UnknownRun``."""
@@ -85,11 +101,12 @@ class Runtime:
         row = self.store.run_row(rid)
         summary = summary_from_row(row)
         return Run(
-            **dict(summary), input=readable(row["input"]) or {},
+            **dict(summary), input=readable(row["input"], dict) or {},
             tasks=self.store.steps(rid), pending=self.store.pending_checkpoint(rid),
             forks=self.store.forks(rid), definition=readable(row["definition"]),
         )
 
+    @_store_errors
     def list(self, status: str | None = None, workflow: str | None = None, limit: int = 100, *,
              before: tuple[str, str] | None = None, search: str | None = None) -> list[RunSummary]:
         """Newest-first runs, at most ``limit``; ``before`` continues after a page's last
@@ -99,19 +116,23 @@ class Runtime:
         self.sweep()
         return self.store.list_runs(status=status, workflow=workflow, limit=limit, before=before, search=search)
 
+    @_store_errors
     def events(self, run_id: str) -> list[Event]:
         """The run's audit trail, oldest first. Raises ``UnknownRun``."""
         return self.store.events(self.store.resolve(run_id))
 
+    @_store_errors
     def steps(self, run_id: str) -> list[StepRecord]:
         """The run's chain without outputs (cheap; see :meth:`step_output`). Raises ``UnknownRun``."""
         return self.store.steps(self.store.resolve(run_id), with_output=False)
 
+    @_store_errors
     def step_output(self, run_id: str, step: str) -> Any:
         """One step's output. Raises ``UnknownRun`` or ``UnknownStep``."""
         rid = self.store.resolve(run_id)
         return self.store.step_output(rid, self._step(rid, step).position)
 
+    @_store_errors
     def sweep(self) -> list[str]:
         """Mark ``interrupted`` every running run whose owner is gone (dead pid on this host, or an
         expired lease). Ownership is decided by the lease token, so a run claimed meanwhile is left
@@ -145,6 +166,7 @@ class Runtime:
 
     # ---- starting and resuming ------------------------------------------------------------------
 
+    @_store_errors
     def start(self, workflow: str, input: dict[str, Any] | None = None) -> str:
         """Create a run of ``workflow`` and execute it in this process until it completes, pauses or
         fails. Returns the run id (check ``get(run_id).status``).
@@ -178,6 +200,7 @@ class Runtime:
         self._drive(run_id, wf, lease)
         return run_id
 
+    @_store_errors
     def check_resumable(self, run_id: str) -> Run:
         """The run, if ``resume`` would act on it; otherwise ``RefusedTransition`` saying why and what
         to do instead. Used by the console before it starts a resume process."""
@@ -214,6 +237,7 @@ class Runtime:
                                     "let it go on (unreadable decisions are never taken as approvals); "
                                     f"decide it with `relaypoint approve {rid}` or reject it")
 
+    @_store_errors
     def resume(self, run_id: str, *, allow_drift: bool = False,
                should_stop: Callable[[], bool] | None = None) -> RunStatus:
         """Continue a queued, interrupted or failed run at its first non-completed step, in this
@@ -250,6 +274,7 @@ class Runtime:
             steps = self._reconcile_definition(rid, row, wf, allow_drift, at)
             if summary.status == RunStatus.INTERRUPTED and self._poisoned(rid, steps, at):
                 return RunStatus.FAILED
+            self._check_readable(rid, steps)
             nxt = next((s for s in steps if s.status != StepStatus.COMPLETED), None)
             if nxt is not None and nxt.status == StepStatus.INTERRUPTED and wf.get(nxt.name).on_orphan == "hold":
                 self._pause(rid, None, "orphan", nxt.position, nxt.name, at, reason=(
@@ -263,6 +288,16 @@ class Runtime:
             if nxt is not None:
                 self._begin_step(rid, nxt.position, nxt.name, nxt.attempts + 1, at)
         return self._drive(rid, wf, lease, should_stop)
+
+    def _check_readable(self, rid: str, steps: list[StepRecord]) -> None:
+        """Fail closed before claiming: what the next step will consume must decode
+        (``StoreError`` otherwise, with nothing changed)."""
+        row = self.store.run_row(rid)
+        self.store.strict(row["input"], f"the input of run {rid}")
+        nxt = next((s for s in steps if s.status != StepStatus.COMPLETED), None)
+        if nxt is not None:
+            self.store.completed_outputs(rid, nxt.position)
+            self.store.responses(rid, nxt.name)
 
     def _poisoned(self, rid: str, steps: list[StepRecord], at: str) -> bool:
         """Fail a run whose executor keeps dying (more than ``max_recoveries`` interruptions)."""
@@ -288,9 +323,11 @@ class Runtime:
         unless ``allow_drift``: then the chain is rebuilt in the new order, steps kept by name."""
         steps = self.store.steps(rid, with_output=False)
         recorded = self.store.strict(row["definition"], f"the definition of run {rid}") or []
-        if recorded == wf.definition():
+        unknown = [s.name for s in steps if wf.get(s.name) is None]
+        if recorded == wf.definition() and not unknown:
             return steps
-        change = describe_drift(recorded, wf.definition())
+        change = describe_drift(recorded, wf.definition()) if recorded != wf.definition() else (
+            f"the chain has steps the definition lacks: {', '.join(unknown)}")
         if not allow_drift:
             raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}); "
                              "fork the run, or resume with --allow-drift to map completed steps by name")
@@ -372,8 +409,22 @@ class Runtime:
                 ended = self._boundary(run_id, lease, cur, spec, output, steps, stop)
                 if ended is not None:
                     return ended
+        except LeaseLost:
+            raise
+        except BaseException:
+            self._release_after_crash(run_id, lease)
+            raise
         finally:
             lease.stop_heartbeat()
+
+    def _release_after_crash(self, run_id: str, lease: LeaseHolder) -> None:
+        # Something outside the step failed (the store, a signal): show the run interrupted now
+        # rather than when the lease expires. Best effort: the store may be what failed.
+        try:
+            with self.store.transaction():
+                self._mark_interrupted(run_id, lease.token, lease.pid, HOST)
+        except Exception:
+            pass
 
     def _record_failure(self, run_id: str, lease: LeaseHolder, cur: StepRecord, exc: Exception,
                         retry: bool) -> bool:
@@ -442,7 +493,9 @@ class Runtime:
     def _pending(self, rid: str, kinds: tuple[str, ...], verb: str, checkpoint_id: int | None) -> Checkpoint:
         status = summary_from_row(self.store.run_row(rid)).status
         cp = self.store.pending_checkpoint(rid)
-        if cp is None or cp.kind not in kinds or not status.is_paused:
+        # The open checkpoint decides, not the status column: a pause whose decision cannot be read
+        # is open again (fail closed) and can be decided, whatever status a hand edit left.
+        if cp is None or cp.kind not in kinds or status.is_terminal:
             raise RefusedTransition(f"run {rid} is {status}; there is nothing to {verb}"
                                     + (" (it was already decided)" if status.is_terminal or
                                        status == RunStatus.QUEUED else ""))
@@ -460,6 +513,7 @@ class Runtime:
         if cur.rowcount != 1:  # unreachable under BEGIN IMMEDIATE; kept as the last guard of exactly-once
             raise RefusedTransition(f"checkpoint {cp.checkpoint_id} was already decided")
 
+    @_store_errors
     def approve(self, run_id: str, by: str | None = None, comment: str | None = None, output: Any = None,
                 *, checkpoint_id: int | None = None) -> Checkpoint:
         """Approve the run's pending approval checkpoint, once; the run becomes ``queued`` (a resume or
@@ -497,6 +551,7 @@ class Runtime:
             return self.store.pending_checkpoint(rid) or cp.model_copy(update={
                 "decision": "approved", "decided_by": by, "comment": comment})
 
+    @_store_errors
     def reject(self, run_id: str, comment: str, by: str | None = None, *,
                checkpoint_id: int | None = None) -> Checkpoint:
         """Reject the pending approval, once: the run becomes ``rejected`` (terminal) and its
@@ -518,6 +573,7 @@ class Runtime:
                                  comment=comment)
         return cp.model_copy(update={"decision": "rejected", "decided_by": by, "comment": comment})
 
+    @_store_errors
     def respond(self, run_id: str, value: Any, by: str | None = None, *,
                 checkpoint_id: int | None = None) -> Checkpoint:
         """Record the answer to the run's pending input request, once; the run becomes ``queued`` and,
@@ -536,6 +592,7 @@ class Runtime:
             self.store.add_event(rid, at, "responded", step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id)
         return cp.model_copy(update={"decision": "responded", "decided_by": by, "value": value})
 
+    @_store_errors
     def cancel(self, run_id: str, by: str | None = None) -> RunStatus:
         """Cancel a non-terminal run: it becomes ``cancelled``, open steps ``cancelled``, and any
         executor's lease is revoked, so a step still running is never recorded as completed.
@@ -561,6 +618,7 @@ class Runtime:
             "UPDATE steps SET status = ?, finished_at = coalesce(finished_at, ?) WHERE run_id = ? AND status IN (?, ?, ?)",
             (StepStatus.CANCELLED, at, rid, StepStatus.PENDING, StepStatus.RUNNING, StepStatus.INTERRUPTED))
 
+    @_store_errors
     def expire_deadlines(self) -> list[str]:
         """Reject every paused run whose pause deadline (``checkpoints.deadline_at``, UTC) has passed,
         with the reason. Returns the ids rejected. Safe to call from many workers at once: each
@@ -587,6 +645,7 @@ class Runtime:
 
     # ---- deletion -------------------------------------------------------------------------------
 
+    @_store_errors
     def delete(self, run_id: str) -> str:
         """Delete a run and everything of it (steps, checkpoints, events) in one transaction; returns
         its id. Forks of it keep their ``parent_run_id``, shown as a deleted parent.
@@ -595,24 +654,29 @@ class Runtime:
         """
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            summary = summary_from_row(self.store.run_row(rid))
-            if summary.status == RunStatus.RUNNING and summary.lease and not owner_gone(
-                    summary.lease.host, summary.lease.pid, summary.lease.expires_at, self.clock()):
-                raise RefusedTransition(f"run {rid} is being executed by pid {summary.lease.pid} on "
-                                        f"{summary.lease.host}; cancel it before deleting it")
+            row = self.store.run_row(rid)  # raw: a run damaged by hand can still be deleted
+            if self._owned_by_live_process(row):
+                raise RefusedTransition(f"run {rid} is being executed by pid {row['lease_pid']} on "
+                                        f"{row['lease_host']}; cancel it before deleting it")
             self._delete_rows([rid])
         return rid
 
+    def _owned_by_live_process(self, row: dict[str, Any]) -> bool:
+        return row["status"] == RunStatus.RUNNING and not owner_gone(
+            row["lease_host"], row["lease_pid"], _lease_expiry(row["lease_expires_at"]), self.clock())
+
+    @_store_errors
     def prune(self, older_than: timedelta, statuses: Iterable[str] = tuple(TERMINAL)) -> list[str]:
         """Delete runs in ``statuses`` (default: the terminal ones) last updated more than
-        ``older_than`` ago, in one transaction. Returns the ids deleted. Raises ``ValueError`` for a
-        status outside the vocabulary."""
+        ``older_than`` ago, in one transaction; a run a live process executes is kept. Returns the
+        ids deleted. Raises ``ValueError`` for a status outside the vocabulary."""
         wanted = [RunStatus(s).value for s in statuses]
         cutoff = to_text(self.clock() - older_than)
         with self.store.transaction():
             marks = ", ".join("?" * len(wanted))
-            ids = [r[0] for r in self.store.conn.execute(
-                f"SELECT run_id FROM runs WHERE status IN ({marks}) AND updated_at < ?", (*wanted, cutoff))]
+            rows = self.store.db.query(f"SELECT * FROM runs WHERE status IN ({marks}) AND updated_at < ?",
+                                       [*wanted, cutoff])
+            ids = [r["run_id"] for r in rows if not self._owned_by_live_process(r)]
             self._delete_rows(ids)
         return ids
 
@@ -622,6 +686,7 @@ class Runtime:
 
     # ---- forks ----------------------------------------------------------------------------------
 
+    @_store_errors
     def fork(self, run_id: str, from_step: str, input: dict[str, Any] | None = None) -> str:
         """Create a new ``queued`` run from the boundary before ``from_step``: steps before it are
         completed with the parent's outputs (copied, never re-run), ``from_step`` onward pending.

@@ -135,16 +135,19 @@ class Store:
             raise StoreError(f"{self.path} is a directory, not a relaypoint store file")
         else:
             self._check_header(create)
-        if self.readonly:
-            uri = f"file:{self.path.resolve()}?mode=ro"
-            self.conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout,
-                                        check_same_thread=False)
-        else:
-            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout,
-                                        check_same_thread=False)
-        self.db = sqlite_utils.Database(self.conn)
         try:
-            self._check_and_migrate()
+            self._connect(busy_timeout, "mode=ro" if self.readonly else None)
+            try:
+                self._check_and_migrate()
+            except sqlite3.OperationalError:
+                if not self.readonly:
+                    raise
+                # A WAL store read-only in a directory we cannot write: SQLite cannot make the
+                # -shm file, so read the file as immutable (a snapshot as of opening).
+                self.conn.close()
+                self._connect(busy_timeout, "mode=ro&immutable=1")
+                self.readonly_reason += "; showing a snapshot: changes made since are not seen until reopened"
+                self._check_and_migrate()
         except sqlite3.DatabaseError as e:
             self.conn.close()
             raise StoreError(f"{self.path} is not a readable SQLite database ({e}); "
@@ -152,6 +155,15 @@ class Store:
         except StoreError:
             self.conn.close()
             raise
+
+    def _connect(self, busy_timeout: float, uri_query: str | None) -> None:
+        if uri_query:
+            self.conn = sqlite3.connect(f"file:{self.path.resolve()}?{uri_query}", uri=True, isolation_level=None,
+                                        timeout=busy_timeout, check_same_thread=False)
+        else:
+            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout,
+                                        check_same_thread=False)
+        self.db = sqlite_utils.Database(self.conn)
 
     def _check_header(self, create: bool) -> None:
         # SQLite takes any file shorter than a page header for an empty database and would
@@ -223,7 +235,7 @@ class Store:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
-            raise self._store_error(e) from None
+            raise self.translate(e) from None
         try:
             yield self.conn
             self.conn.execute("COMMIT")
@@ -231,10 +243,11 @@ class Store:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.OperationalError):
-                raise self._store_error(exc) from None
+                raise self.translate(exc) from None
             raise
 
-    def _store_error(self, e: sqlite3.OperationalError) -> StoreError:
+    def translate(self, e: sqlite3.DatabaseError) -> StoreError:
+        """One line for an error SQLite raised on this store (busy, read-only, full, damaged)."""
         msg = str(e)
         if "locked" in msg or "busy" in msg:
             return StoreError(f"{self.path} stayed busy for {BUSY_TIMEOUT_SECONDS:.0f} s (another process is "
@@ -243,7 +256,10 @@ class Store:
             return StoreError(f"{self.path} is read-only; actions that record something are unavailable")
         if "full" in msg:
             return StoreError(f"{self.path}: the disk or store is full; nothing was recorded, free space and retry")
-        return StoreError(f"{self.path}: {msg}")
+        if isinstance(e, sqlite3.OperationalError):
+            return StoreError(f"{self.path}: {msg}")
+        return StoreError(f"{self.path} could not be read ({msg}); it may be damaged: check it with "
+                          "`sqlite3 FILE 'PRAGMA integrity_check'`")
 
     # ---- reads -----------------------------------------------------------------------------
 
@@ -349,7 +365,7 @@ class Store:
         rows = self.db.query("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", [run_id])
         return [
             Event(event_id=r["event_id"], run_id=r["run_id"], at=_time(r, "at", f"event {r['event_id']}"), kind=r["kind"],
-                  step=r["step"], actor=r["actor"], detail=readable(r["detail"]))
+                  step=r["step"], actor=r["actor"], detail=readable(r["detail"], dict))
             for r in rows
         ]
 
@@ -396,7 +412,7 @@ class Store:
         """Decode a stored JSON value a step will consume; damage fails closed with ``StoreError``."""
         try:
             return encoding.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             raise StoreError(f"{what} in {self.path} is not valid JSON (damaged or edited by hand); "
                              "fix the row, or fork the run from an earlier step") from None
 
@@ -407,12 +423,16 @@ def _writable(path: Path) -> bool:
     return os.access(path, os.W_OK) and (os.access(path.parent, os.W_OK) or os.access(shm, os.W_OK))
 
 
-def readable(text: str | None) -> Any:
-    """Decode a stored JSON value for display: damage shows as ``{"unreadable": <raw text>}``."""
+def readable(text: str | None, shape: type | None = None) -> Any:
+    """Decode a stored JSON value for display: damage, or a value not of ``shape`` (dict, list),
+    shows as ``{"unreadable": <raw text>}``."""
     try:
-        return encoding.loads(text)
-    except json.JSONDecodeError:
+        value = encoding.loads(text)
+    except (ValueError, RecursionError):
         return {"unreadable": text}
+    if shape is not None and value is not None and not isinstance(value, shape):
+        return {"unreadable": text}
+    return value
 
 
 def _vocabulary(enum: type, value: str, what: str) -> Any:
@@ -461,7 +481,7 @@ def step_from_row(r: dict[str, Any]) -> StepRecord:
     what = f"step {r['name']!r}"
     return StepRecord(
         position=r["position"], name=r["name"], status=_vocabulary(StepStatus, r["status"], what),
-        attempts=r["attempts"], options=readable(r["options"]) or {}, output=readable(r.get("output")),
+        attempts=r["attempts"], options=readable(r["options"], dict) or {}, output=readable(r.get("output")),
         has_output=bool(r["has_output"]), error=r["error"], traceback=r["traceback"],
         started_at=_time(r, "started_at", what), finished_at=_time(r, "finished_at", what),
         idempotency_key=r["idempotency_key"],

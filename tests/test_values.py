@@ -1,0 +1,469 @@
+"""Values: every kind a step, a run input, an approval or an answer may carry either round-trips
+exactly under the one documented encoding (strict JSON) or is refused with ``InvalidValue`` naming
+its path; what was recorded before stays as it was, and the store stays usable.
+
+Also: nothing is ever pickled, evaluated or imported because the store names it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+import sys
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from pydantic import BaseModel
+
+from helpers import APP, DB, Flow, app_workflows, asks, one_line_error, relaypoint, returns, runtime, write_app
+from relaypoint import InvalidValue, RunStatus, Runtime, StepStatus, Workflow
+
+CORE = Path(__file__).resolve().parent.parent / "core"
+
+
+# ---- the kinds of values --------------------------------------------------------------------------
+
+
+def nest(levels: int) -> list:
+    """``levels`` lists inside one another around an empty list."""
+    value: list = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+class Point(BaseModel):
+    when: datetime
+    id: UUID
+    tags: list[str]
+    price: Decimal
+
+
+class Reading(BaseModel):
+    x: float
+
+
+@dataclass
+class Pair:
+    left: int
+    right: int
+
+
+POINT = Point(when=datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC), id=UUID(int=7), tags=["a", "é"], price=Decimal("1.10"))
+UNICODE = "é ü 中文 😀 \u202e right-to-left \u200b zero-width \x00 nul \x1b[31m escape \U0010fffd"
+
+# (id, value, what it reads back as)
+ROUND_TRIPS = [
+    pytest.param(2**200, 2**200, id="int-2**200"),
+    pytest.param(-(2**200) - 1, -(2**200) - 1, id="negative-big-int"),
+    pytest.param(10**4299, 10**4299, id="int-4300-digits"),
+    pytest.param(UNICODE, UNICODE, id="unicode"),
+    pytest.param(nest(150), nest(150), id="nested-150"),
+    pytest.param({"a": [{"b": [{"c": [1, 2, {"d": None}]}]}]}, {"a": [{"b": [{"c": [1, 2, {"d": None}]}]}]},
+                 id="nested-dicts"),
+    pytest.param((1, (2, "three")), [1, [2, "three"]], id="tuple-reads-back-as-list"),
+    pytest.param([0.1, -0.0, 1e308, 5e-324, -1.5], [0.1, -0.0, 1e308, 5e-324, -1.5], id="finite-floats"),
+    pytest.param(POINT, POINT.model_dump(mode="json"), id="pydantic-as-its-json"),
+    pytest.param(None, None, id="none"),
+    pytest.param([True, False, "", 0, {}], [True, False, "", 0, {}], id="falsy"),
+]
+
+# (id, value, the message after the value's path ``<prefix>.v``; None: not yet known, only the path)
+INVALID = [
+    pytest.param(datetime(2031, 1, 1, tzinfo=UTC), ": datetime is not JSON serializable", id="aware-datetime"),
+    pytest.param(datetime(2031, 1, 1), ": datetime is not JSON serializable", id="naive-datetime"),
+    pytest.param(date(2031, 1, 1), ": date is not JSON serializable", id="date"),
+    pytest.param(UUID(int=1), ": UUID is not JSON serializable", id="uuid"),
+    pytest.param(Decimal("1.10"), ": Decimal is not JSON serializable", id="decimal"),
+    pytest.param({1, 2}, ": set is not JSON serializable", id="set"),
+    pytest.param(frozenset({1}), ": frozenset is not JSON serializable", id="frozenset"),
+    pytest.param(b"\x00\xff", ": bytes is not JSON serializable", id="bytes"),
+    pytest.param(Pair(1, 2), ": Pair is not JSON serializable", id="dataclass"),
+    pytest.param(object(), ": object is not JSON serializable", id="object"),
+    pytest.param(1j, ": complex is not JSON serializable", id="complex"),
+    pytest.param(math.nan, ": nan is not valid JSON (only finite numbers are)", id="nan"),
+    pytest.param(math.inf, ": inf is not valid JSON (only finite numbers are)", id="inf"),
+    pytest.param(-math.inf, ": -inf is not valid JSON (only finite numbers are)", id="-inf"),
+    pytest.param("ok \ud800", ": text contains a lone surrogate and is not valid Unicode", id="lone-surrogate"),
+    pytest.param(nest(300), "[0]" * 200 + ": nested deeper than 200 levels", id="nested-300"),
+    pytest.param({1: "a"}, ": key 1 is not a string (JSON keys are text)", id="int-key"),
+    pytest.param([1, "two", {"three": {3}}], "[2].three: set is not JSON serializable", id="set-deep-in-list"),
+    pytest.param(Reading(x=math.nan), ".x: nan is not valid JSON (only finite numbers are)", id="pydantic-with-nan"),
+    pytest.param(10**5000, None, id="int-5001-digits"),
+    pytest.param({"ok": 1, "\udc80": 2}, None, id="lone-surrogate-in-key"),
+]
+
+
+def assert_names_path(message: str, prefix: str, tail: str | None) -> None:
+    """``message`` is exactly ``<prefix>.v<tail>`` (or, with tail None, starts with ``<prefix>.v: ``)."""
+    assert "\n" not in message
+    if tail is None:
+        assert message.startswith(f"{prefix}.v: "), message
+    else:
+        assert message == f"{prefix}.v{tail}"
+
+
+# ---- the store as a whole -------------------------------------------------------------------------
+
+
+def snapshot(db: Path) -> dict[str, list[tuple]]:
+    """Every row of every relaypoint table, in rowid order."""
+    conn = sqlite3.connect(db)
+    try:
+        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
+                for t in ("meta", "runs", "steps", "checkpoints", "events")}
+    finally:
+        conn.close()
+
+
+def chain(**b_options: Any) -> Flow:
+    """``a`` -> ``b`` -> ``c``; ``c`` returns what it was given of ``b``."""
+    flow = Flow("a", ("b", b_options), "c")
+    flow.on("c", lambda ctx: {"seen": ctx.results["b"]})
+    return flow
+
+
+def still_usable(rt: Runtime) -> None:
+    """A new run of ``flow`` completes and reads back."""
+    rid = rt.start("flow", {"after": True})
+    assert rt.get(rid).status == RunStatus.COMPLETED
+
+
+# ---- step outputs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "expected"), ROUND_TRIPS)
+def test_step_output_round_trips(tmp_path: Path, value: Any, expected: Any) -> None:
+    flow = chain().on("b", returns({"v": value}))
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        run = rt.get(rid)
+        assert run.status == RunStatus.COMPLETED
+        assert run.tasks[1].output == {"v": expected}
+        assert rt.step_output(rid, "b") == {"v": expected}
+        assert flow.seen["c"][0].results["b"] == {"v": expected}
+        assert run.tasks[2].output == {"seen": {"v": expected}}
+    with Runtime(str(tmp_path / DB), create=False) as rt:  # and after re-opening the file
+        assert rt.get(rid).tasks[1].output == {"v": expected}
+
+
+@pytest.mark.parametrize(("value", "tail"), INVALID)
+def test_step_output_that_cannot_be_stored_fails_the_step_naming_the_path(
+        tmp_path: Path, value: Any, tail: str | None) -> None:
+    flow = chain(retries=2).on("a", returns({"kept": [1, "é"]}))
+    with runtime(tmp_path, flow) as rt:
+        earlier = rt.start("flow")
+        before = snapshot(tmp_path / DB)
+        flow.on("b", returns({"v": value}))
+
+        rid = rt.start("flow")
+
+        run = rt.get(rid)
+        assert run.status == RunStatus.FAILED
+        a, b, c = run.tasks
+        assert (a.status, a.output) == (StepStatus.COMPLETED, {"kept": [1, "é"]})
+        assert b.status == StepStatus.FAILED and not b.has_output
+        assert_names_path(b.error, "output", tail)
+        assert run.error == f"step 'b' failed: {b.error}"
+        assert c.status == StepStatus.PENDING and flow.calls["c"] == 1  # only the earlier run's c
+        assert flow.calls["b"] == 2  # an unstorable value is not retried: once in each run
+        after = snapshot(tmp_path / DB)
+        for table in ("meta", "runs", "steps", "checkpoints", "events"):
+            assert [r for r in after[table] if earlier in r] == [r for r in before[table] if earlier in r]
+        flow.on("b", returns({"v": 1}))
+        still_usable(rt)
+
+
+def test_ten_megabyte_output_round_trips(tmp_path: Path) -> None:
+    big = ("0123456789abcdef" * 65536 * 10)[:-3] + "é😀"  # about 10 MB
+    flow = chain().on("b", returns({"text": big}))
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        assert rt.get(rid).status == RunStatus.COMPLETED
+        assert flow.seen["c"][0].results["b"]["text"] == big
+        assert rt.step_output(rid, "b") == {"text": big}
+        assert rt.get(rid).tasks[2].output == {"seen": {"text": big}}
+        assert [s.has_output for s in rt.steps(rid)] == [True, True, True]
+    shown = relaypoint(tmp_path, "show", rid, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["tasks"][1]["output"] == {"text": big}
+
+
+# ---- run inputs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "expected"), ROUND_TRIPS)
+def test_run_input_round_trips(tmp_path: Path, value: Any, expected: Any) -> None:
+    flow = chain()
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow", input={"v": value})
+        assert rt.get(rid).input == {"v": expected}
+        assert [ctx.input for ctx in flow.seen["a"]] == [{"v": expected}]
+        fork = rt.fork(rid, "b")
+        assert rt.get(fork).input == {"v": expected}
+
+
+@pytest.mark.parametrize(("value", "tail"), INVALID)
+def test_run_input_that_cannot_be_stored_is_refused_naming_the_path(
+        tmp_path: Path, value: Any, tail: str | None) -> None:
+    flow = chain()
+    with runtime(tmp_path, flow) as rt:
+        rt.start("flow", {"fine": 1})
+        before = snapshot(tmp_path / DB)
+        with pytest.raises(InvalidValue) as refused:
+            rt.start("flow", input={"v": value})
+        assert_names_path(str(refused.value), "input", tail)
+        parent = rt.list()[0].run_id
+        with pytest.raises(InvalidValue) as refused:
+            rt.fork(parent, "b", input={"v": value})
+        assert_names_path(str(refused.value), "input", tail)
+        assert snapshot(tmp_path / DB) == before
+        assert flow.calls["a"] == 1
+        still_usable(rt)
+
+
+# ---- approvals and answers ------------------------------------------------------------------------
+
+
+def gated(tmp_path: Path) -> tuple[Flow, Runtime, str]:
+    """A run paused at the approval of ``b`` (its output ``{"draft": 1}``)."""
+    flow = chain(approval=True).on("b", returns({"draft": 1}))
+    rt = runtime(tmp_path, flow)
+    rid = rt.start("flow")
+    assert rt.get(rid).status == RunStatus.AWAITING_APPROVAL
+    return flow, rt, rid
+
+
+@pytest.mark.parametrize(("value", "expected"), ROUND_TRIPS)
+def test_approval_output_round_trips(tmp_path: Path, value: Any, expected: Any) -> None:
+    flow, rt, rid = gated(tmp_path)
+    with rt:
+        rt.approve(rid, by="ana", output={"v": value})
+        assert rt.step_output(rid, "b") == {"v": expected}
+        assert rt.store.checkpoints(rid)[-1].value == {"v": expected}
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert flow.seen["c"][0].results["b"] == {"v": expected}
+        assert flow.calls["b"] == 1
+
+
+@pytest.mark.parametrize(("value", "tail"), INVALID)
+def test_approval_output_that_cannot_be_stored_is_refused_naming_the_path(
+        tmp_path: Path, value: Any, tail: str | None) -> None:
+    flow, rt, rid = gated(tmp_path)
+    with rt:
+        before = snapshot(tmp_path / DB)
+        with pytest.raises(InvalidValue) as refused:
+            rt.approve(rid, by="ana", output={"v": value})
+        assert_names_path(str(refused.value), "output", tail)
+        assert snapshot(tmp_path / DB) == before
+        run = rt.get(rid)
+        assert run.status == RunStatus.AWAITING_APPROVAL and run.pending.decision is None
+        rt.approve(rid, by="ana", output={"v": "fixed"})  # the pause is still open: decide it properly
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert flow.seen["c"][0].results["b"] == {"v": "fixed"}
+
+
+def asking(tmp_path: Path) -> tuple[Flow, Runtime, str]:
+    """A run paused awaiting the answer to step ``q``'s question."""
+    flow = Flow("q", "c").on("q", asks("value?"))
+    flow.on("c", lambda ctx: {"seen": ctx.results["q"]})
+    rt = runtime(tmp_path, flow)
+    rid = rt.start("flow")
+    assert rt.get(rid).status == RunStatus.AWAITING_INPUT
+    return flow, rt, rid
+
+
+@pytest.mark.parametrize(("value", "expected"), ROUND_TRIPS)
+def test_respond_value_round_trips(tmp_path: Path, value: Any, expected: Any) -> None:
+    flow, rt, rid = asking(tmp_path)
+    with rt:
+        rt.respond(rid, {"v": value}, by="ana")
+        assert rt.store.responses(rid, "q") == [{"v": expected}]
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert rt.step_output(rid, "q") == [{"v": expected}]
+        assert flow.seen["c"][0].results["q"] == [{"v": expected}]
+
+
+@pytest.mark.parametrize(("value", "tail"), INVALID)
+def test_respond_value_that_cannot_be_stored_is_refused_naming_the_path(
+        tmp_path: Path, value: Any, tail: str | None) -> None:
+    _, rt, rid = asking(tmp_path)
+    with rt:
+        before = snapshot(tmp_path / DB)
+        with pytest.raises(InvalidValue) as refused:
+            rt.respond(rid, {"v": value}, by="ana")
+        assert_names_path(str(refused.value), "value", tail)
+        assert snapshot(tmp_path / DB) == before
+        assert rt.get(rid).status == RunStatus.AWAITING_INPUT
+        rt.respond(rid, {"v": "fixed"}, by="ana")
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert rt.step_output(rid, "q") == [{"v": "fixed"}]
+
+
+# ---- the same values through the CLI --------------------------------------------------------------
+
+BIG = str(2**200)
+CLI_ROUND_TRIPS = [
+    pytest.param('{"v": %s, "w": -%s}' % (BIG, BIG), {"v": 2**200, "w": -(2**200)}, id="big-ints"),
+    pytest.param('{"v": "\\u00e9\\ud83d\\ude00\\u202e\\u0000", "w": "中文 😀"}',
+                 {"v": "é😀\u202e\x00", "w": "中文 😀"}, id="unicode"),
+    pytest.param(json.dumps({"v": nest(150)}), {"v": nest(150)}, id="nested-150"),
+    pytest.param('{"v": [0.1, -0.0, 1e308, 5e-324]}', {"v": [0.1, -0.0, 1e308, 5e-324]}, id="floats"),
+]
+
+# (JSON text, the message after ``error: ``; None: any one line naming the option)
+CLI_INVALID = [
+    pytest.param('{"v": NaN}', "{opt}.v: nan is not valid JSON (only finite numbers are)", id="nan"),
+    pytest.param('{"v": Infinity}', "{opt}.v: inf is not valid JSON (only finite numbers are)", id="inf"),
+    pytest.param('{"v": -Infinity}', "{opt}.v: -inf is not valid JSON (only finite numbers are)", id="-inf"),
+    pytest.param('{"v": 1e999}', "{opt}.v: inf is not valid JSON (only finite numbers are)", id="overflowing-float"),
+    pytest.param('{"v": "ok \\ud800"}', "{opt}.v: text contains a lone surrogate and is not valid Unicode",
+                 id="lone-surrogate"),
+    pytest.param(json.dumps({"v": nest(300)}), "{opt}.v" + "[0]" * 200 + ": nested deeper than 200 levels",
+                 id="nested-300"),
+    pytest.param('{"v": ', None, id="malformed"),
+    pytest.param('{"v": 1%s}' % ("0" * 5000), None, id="int-5001-digits"),
+    pytest.param('{"ok": 1, "\\udc80": 2}', None, id="lone-surrogate-in-key"),
+    pytest.param('{"v": %s}' % ("[" * 20000 + "]" * 20000), None, id="nested-20000"),
+]
+
+
+@pytest.fixture
+def cli_store(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The CLI test app in ``tmp_path`` and a store with a paused review run and an ask run."""
+    write_app(tmp_path)
+    ids = {}
+    with Runtime(str(tmp_path / DB), app_workflows()) as rt:
+        ids["review"] = rt.start("review", {"topic": "t"})
+        ids["ask"] = rt.start("ask")
+        ids["simple"] = rt.start("simple", {"kept": "é"})
+    return tmp_path, ids
+
+
+def cli_error_is(result, expected: str | None, option: str) -> None:
+    line = one_line_error(result)
+    if expected is None:
+        assert option in line, line
+    else:
+        assert line == "Error: " + expected.format(opt=option)
+
+
+@pytest.mark.parametrize(("text", "expected"), CLI_ROUND_TRIPS)
+def test_cli_input_round_trips(cli_store, text: str, expected: dict) -> None:
+    cwd, _ = cli_store
+    started = relaypoint(cwd, "start", "simple", "--app", APP, "--input", text)
+    assert started.returncode == 0, started.stderr
+    rid = started.stdout.strip()
+    shown = json.loads(relaypoint(cwd, "show", rid, "--json").stdout)
+    assert shown["input"] == expected
+    assert shown["tasks"][0]["output"] == expected  # the step returned ctx.input
+    with Runtime(str(cwd / DB), create=False) as rt:
+        assert rt.get(rid).input == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), CLI_INVALID)
+def test_cli_input_that_cannot_be_stored_is_one_line(cli_store, text: str, expected: str | None) -> None:
+    cwd, _ = cli_store
+    before = snapshot(cwd / DB)
+    cli_error_is(relaypoint(cwd, "start", "simple", "--app", APP, "--input", text), expected, "--input")
+    cli_error_is(relaypoint(cwd, "fork", cli_store[1]["simple"], "--from", "only", "--input", text),
+                 expected, "--input")
+    assert snapshot(cwd / DB) == before
+
+
+def test_cli_input_must_be_an_object(cli_store) -> None:
+    cwd, _ = cli_store
+    line = one_line_error(relaypoint(cwd, "start", "simple", "--app", APP, "--input", "[1, 2]"))
+    assert "must be a JSON object" in line
+
+
+@pytest.mark.parametrize(("text", "expected"), CLI_ROUND_TRIPS)
+def test_cli_approve_output_and_respond_value_round_trip(cli_store, text: str, expected: dict) -> None:
+    cwd, ids = cli_store
+    approved = relaypoint(cwd, "approve", ids["review"], "--by", "ana", "--output", text)
+    assert approved.returncode == 0, approved.stderr
+    responded = relaypoint(cwd, "respond", ids["ask"], "--by", "ana", "--value", text)
+    assert responded.returncode == 0, responded.stderr
+    for rid in (ids["review"], ids["ask"]):
+        resumed = relaypoint(cwd, "resume", rid, "--app", APP)
+        assert resumed.returncode == 0, resumed.stderr
+    with Runtime(str(cwd / DB), create=False) as rt:
+        assert rt.step_output(ids["review"], "check") == expected
+        assert rt.step_output(ids["review"], "publish") == {"published": expected}
+        assert rt.step_output(ids["ask"], "question") == {"title": expected}
+
+
+@pytest.mark.parametrize(("text", "expected"), CLI_INVALID)
+def test_cli_approve_output_and_respond_value_that_cannot_be_stored_are_one_line(
+        cli_store, text: str, expected: str | None) -> None:
+    cwd, ids = cli_store
+    before = snapshot(cwd / DB)
+    cli_error_is(relaypoint(cwd, "approve", ids["review"], "--output", text), expected, "--output")
+    cli_error_is(relaypoint(cwd, "respond", ids["ask"], "--value", text), expected, "--value")
+    assert snapshot(cwd / DB) == before
+    assert relaypoint(cwd, "approve", ids["review"], "--by", "ana").returncode == 0
+
+
+# ---- nothing is unpickled, evaluated or imported because the store says so ------------------------
+
+
+def test_core_never_pickles_evaluates_or_imports_what_it_reads() -> None:
+    sources = {p.name: p.read_text() for p in sorted(CORE.rglob("*.py"))}
+    assert "store.py" in sources and "encoding.py" in sources
+    banned = re.compile(r"^\s*(import|from)\s+(pickle|cPickle|marshal|shelve|dill|cloudpickle|yaml)\b"
+                        r"|(?<![.\w])(eval|exec|compile|__import__)\s*\(|\bpickle\.|\bmarshal\.", re.MULTILINE)
+    found = {name: banned.findall(text) for name, text in sources.items() if banned.search(text)}
+    assert found == {}
+    importers = {name for name, text in sources.items() if re.search(r"\bimportlib\b|import_module", text)}
+    assert importers <= {"apploader.py"}  # only the operator's --app is ever imported
+
+
+TRAP = "rp_trap_module"
+TRAP_SOURCE = ("import pathlib\n"
+               "pathlib.Path(__file__).with_name('IMPORTED').write_text('imported')\n"
+               "workflows = []\n")
+
+
+def test_reading_a_store_never_imports_modules_it_names(tmp_path: Path) -> None:
+    (tmp_path / f"{TRAP}.py").write_text(TRAP_SOURCE)
+    write_app(tmp_path)
+    marker = tmp_path / "IMPORTED"
+    named = Workflow(f"{TRAP}:workflows")
+    named.step(name=f"{TRAP}:workflows")(lambda ctx: {"app": f"{TRAP}:workflows", "module": TRAP})
+    named.step(name="os:system", approval=True)(lambda ctx: "os.system('touch pwned')")
+    shell = Workflow("os:system")
+    shell.step(name=TRAP)(lambda ctx: None)
+    with Runtime(str(tmp_path / DB), [named, shell]) as rt:
+        paused = rt.start(named.name, {"app": f"{TRAP}:workflows", "callable": "os:system"})
+        done = rt.start(shell.name, {"--app": TRAP})
+    with sqlite3.connect(tmp_path / DB) as conn:  # a definition naming modules, as a hand edit might
+        conn.execute("UPDATE runs SET workflow = ?, status = 'failed' WHERE run_id = ?", (TRAP, done))
+        conn.execute("INSERT INTO events (run_id, at, kind, detail) VALUES (?, ?, ?, ?)",
+                     (done, "2031-01-01T00:00:00.000Z", f"{TRAP}:workflows", json.dumps({"app": f"{TRAP}:x"})))
+    env = {"PYTHONPATH": str(tmp_path)}  # the trap is importable: only a deliberate import is missing
+
+    for args in (["list"], ["list", "--json"], ["show", paused], ["show", paused, "--json"], ["show", done],
+                 ["events", paused], ["events", done, "--json"]):
+        result = relaypoint(tmp_path, *args, env=env)
+        assert result.returncode == 0, (args, result.stderr)
+    line = one_line_error(relaypoint(tmp_path, "resume", done, "--app", APP, env=env))
+    assert f"workflow '{TRAP}' is not defined by the loaded app" in line
+    assert relaypoint(tmp_path, "approve", paused, "--by", "ana", env=env).returncode == 0
+    assert not marker.exists()
+    assert not (tmp_path / "pwned").exists()
+
+    from relaypoint.tui.data import RunQuery, load_detail, refresh_runs
+
+    with Runtime(str(tmp_path / DB), create=False) as rt:
+        for rid in (paused, done):
+            rt.get(rid), rt.events(rid), load_detail(rt, rid)
+        refresh_runs(rt, RunQuery(), 0, None)
+    assert TRAP not in sys.modules
+    assert not marker.exists()
