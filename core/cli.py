@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .apploader import load_workflows
-from .display import literal, pretty_json
+from .display import json_text, literal
 from .encoding import parse_json_arg
 from .errors import RelaypointError
 from .runtime import LEASE_SECONDS, Runtime, find_workflow
@@ -186,11 +186,12 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     if run.error:
         out.print(literal(f"error: {run.error}", "red"))
     for t in run.tasks:
-        out.print(literal(f"\n{STEP_SYMBOLS[t.status]} {t.name}  {t.status}  attempts {t.attempts}", "bold"))
+        out.print()
+        out.print(literal(f"{STEP_SYMBOLS[t.status]} {t.name}  {t.status}  attempts {t.attempts}", "bold"))
         if t.has_output:
-            out.print(literal(pretty_json(t.output)))
+            out.print(literal(json_text(t.output), multiline=True))
         if t.error:
-            out.print(literal(t.traceback or t.error, "red"))
+            out.print(literal(t.traceback or t.error, "red", multiline=True))
 
 
 @cli.command()

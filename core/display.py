@@ -1,41 +1,87 @@
-"""Showing stored text literally: stored outputs, errors, names and comments are untrusted.
+"""Stored text shown literally: never markup, never terminal control.
 
-Control characters (C0 but newline and tab, DEL, C1), format characters (BiDi overrides,
-zero-width characters) and lone surrogates are replaced by visible escapes such as ``\\x1b`` or
-``\\u202e``, so terminal escape sequences never reach the terminal. Markup is never parsed:
-callers build ``rich.text.Text`` from the result, never markup strings.
+Everything the store holds (workflow and step names, outputs, errors, comments, prompts) may come
+from anyone. The console builds ``rich.text.Text`` objects from it (a ``Text`` is never parsed for
+markup, so ``[bold]`` or ``[link=...]`` stays as typed) and replaces every control, format and
+surrogate character (Unicode categories Cc, Cf, Cs: ESC, BEL, CR, DEL, the one-byte C1 CSI and OSC,
+BiDi overrides, zero-width characters), and the line and paragraph separators, with a visible
+escape such as ``\\x1b`` or ``\\u202e``, drawn reversed so it cannot pass for typed text. The CLI
+and the console both use it.
 """
 
 from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Iterator
 from typing import Any
 
 from rich.text import Text
 
-_KEEP = {"\n", "\t"}
+ESCAPE_STYLE = "reverse"
+"""How a replaced character is drawn."""
+
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_NAMED = {"\n": "\\n", "\t": "\\t"}
 
 
-def _escape(ch: str) -> str:
-    code = ord(ch)
+def escape_char(char: str) -> str:
+    """The visible form of one character: ``\\n``, ``\\t``, ``\\x1b`` or ``\\u202e``."""
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def printable(text: str) -> str:
-    """``text`` with every control, format and surrogate character replaced by a visible escape."""
-    if text.isprintable():
-        return text
-    return "".join(
-        _escape(ch) if ch not in _KEEP and unicodedata.category(ch) in ("Cc", "Cf", "Cs") else ch for ch in text
-    )
+def _unsafe(char: str, multiline: bool) -> bool:
+    if multiline and char in "\n\t":
+        return False
+    return unicodedata.category(char) in _UNSAFE_CATEGORIES
 
 
-def literal(value: Any, style: str = "") -> Text:
-    """A ``rich.text.Text`` that shows ``value`` (converted with ``str``) exactly, never as markup."""
-    return Text(printable("" if value is None else str(value)), style=style)
+def _pieces(text: str, multiline: bool) -> Iterator[tuple[str, bool]]:
+    """``text`` cut into (piece, is_unsafe_character); a line with nothing to escape is one piece."""
+    lines = text.split("\n") if multiline else [text]
+    for number, line in enumerate(lines):
+        if number:
+            yield "\n", False
+        if line.isprintable():  # fast path (C speed): no control, format, separator but space
+            yield line, False
+            continue
+        start = 0
+        for i, char in enumerate(line):
+            if _unsafe(char, multiline):
+                if i > start:
+                    yield line[start:i], False
+                yield char, True
+                start = i + 1
+        if start < len(line):
+            yield line[start:], False
 
 
-def pretty_json(value: Any) -> str:
-    """Indented JSON for display (non-ASCII kept readable; pass the result through :func:`printable`)."""
-    return printable(json.dumps(value, indent=2, ensure_ascii=False))
+def clean(text: str | None, *, multiline: bool = False) -> str:
+    """``text`` with every unsafe character replaced by its visible escape (plain ``str``).
+
+    With ``multiline`` newlines and tabs are kept; otherwise they are escaped too, so the
+    result stays on one line. None becomes ``""``.
+    """
+    if not text:
+        return ""
+    return "".join(escape_char(p) if unsafe else p for p, unsafe in _pieces(text, multiline))
+
+
+def literal(text: str | None, style: str = "", *, multiline: bool = False) -> Text:
+    """A ``Text`` showing ``text`` exactly as stored: markup is not interpreted and unsafe
+    characters appear as escapes drawn with :data:`ESCAPE_STYLE`. None becomes an empty Text."""
+    out = Text(style=style)
+    for piece, unsafe in _pieces(text or "", multiline):
+        out.append(escape_char(piece) if unsafe else piece, style=ESCAPE_STYLE if unsafe else None)
+    return out
+
+
+def json_text(value: Any) -> str:
+    """Pretty JSON (2-space indent, non-ASCII kept) with every unsafe character written as a
+    ``\\uXXXX`` escape: safe to put on a terminal or in an editor, and it parses back to ``value``."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    # json.dumps escapes C0 itself; what is left can only occur inside strings, where \\uXXXX is valid.
+    return "".join(f"\\u{ord(p):04x}" if unsafe else p for p, unsafe in _pieces(text, multiline=True))

@@ -105,10 +105,12 @@ class Event(_Model):
 
 
 class Run(RunSummary):
-    """A run with its input, step chain (``tasks``), the checkpoint it waits on, and its forks."""
+    """A run with its input, step chain (``tasks``), the checkpoint it waits on, its forks, and
+    whether the run it was forked from has since been deleted (``parent_deleted``)."""
 
     input: dict[str, Any]
     tasks: list[StepRecord]
     pending: Checkpoint | None = None
     forks: list[str] = []
     definition: Any = None
+    parent_deleted: bool = False

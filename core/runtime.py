@@ -93,18 +93,31 @@ class Runtime:
     # ---- queries --------------------------------------------------------------------------------
 
     @_store_errors
-    def get(self, run_id: str) -> Run:
-        """The run (full id or unique prefix) with its input, step chain and outputs, pending
-        checkpoint and forks. Raises ``UnknownRun``."""
+    def get(self, run_id: str, *, with_outputs: bool = True) -> Run:
+        """The run (full id or unique prefix) with its input, step chain (with outputs unless
+        ``with_outputs=False``: the console reads one at a time with :meth:`step_output`), pending
+        checkpoint, forks, and whether its parent was deleted. Raises ``UnknownRun``."""
         self.sweep()
         rid = self.store.resolve(run_id)
         row = self.store.run_row(rid)
         summary = summary_from_row(row)
+        parent = summary.parent_run_id
         return Run(
             **dict(summary), input=readable(row["input"], dict) or {},
-            tasks=self.store.steps(rid), pending=self.store.pending_checkpoint(rid),
+            tasks=self.store.steps(rid, with_output=with_outputs), pending=self.store.pending_checkpoint(rid),
             forks=self.store.forks(rid), definition=readable(row["definition"]),
+            parent_deleted=parent is not None and not self.store.exists(parent),
         )
+
+    @_store_errors
+    def counts(self) -> dict[str, int]:
+        """Number of runs per status (the console's status line)."""
+        return self.store.count_by_status()
+
+    @property
+    def readonly_reason(self) -> str | None:
+        """Why nothing can be recorded in this store, or None when it is writable."""
+        return self.store.readonly_reason if self.store.readonly else None
 
     @_store_errors
     def list(self, status: str | None = None, workflow: str | None = None, limit: int = 100, *,
@@ -358,11 +371,15 @@ class Runtime:
     def _fenced(self, run_id: str, lease: LeaseHolder, **cols: Any) -> None:
         """A run update that applies only while ``lease`` owns the run; otherwise ``LeaseLost``."""
         if not self.store.update_run(run_id, fence=lease.token, **cols):
-            status = self.store.run_row(run_id)["status"]
-            why = ("it was cancelled" if status == RunStatus.CANCELLED
-                   else "its lease expired or another process took the run over")
-            raise LeaseLost(f"run {run_id}: this process no longer owns the run ({why}); "
-                            "the step's result was not recorded")
+            self._lost(run_id)
+
+    def _lost(self, run_id: str) -> None:
+        """Raise ``LeaseLost`` saying why this process no longer owns the run."""
+        status = self.store.run_row(run_id)["status"]
+        why = ("it was cancelled" if status == RunStatus.CANCELLED
+               else "its lease expired or another process took the run over")
+        raise LeaseLost(f"run {run_id}: this process no longer owns the run ({why}); "
+                        "the step's result was not recorded")
 
     def _drive(self, run_id: str, wf: Workflow, lease: LeaseHolder,
                should_stop: Callable[[], bool] | None = None) -> RunStatus:
@@ -404,7 +421,7 @@ class Runtime:
                         continue
                     return RunStatus.FAILED
                 if lease.lost.is_set():
-                    self._fenced(run_id, lease)  # raises LeaseLost with the reason
+                    self._lost(run_id)
                 stop = should_stop is not None and should_stop()
                 ended = self._boundary(run_id, lease, cur, spec, output, steps, stop)
                 if ended is not None:

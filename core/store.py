@@ -278,6 +278,10 @@ class Store:
             raise UnknownRun(f"run id prefix {run_id!r} matches several runs ({ids}); give more characters")
         return rows[0][0]
 
+    def exists(self, run_id: str) -> bool:
+        """True if a run with exactly this id is in the store."""
+        return self.conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+
     def run_row(self, run_id: str) -> dict[str, Any]:
         """The raw ``runs`` row (all columns). Raises ``UnknownRun``."""
         rows = list(self.db.query("SELECT * FROM runs WHERE run_id = ?", [run_id]))

@@ -1,0 +1,120 @@
+"""Make the console screenshots: SVG from Textual, then PNG.
+
+    python screenshots/make_screenshots.py [--db PATH] [--out DIR] [--size 160x45] [--fixture]
+
+Without ``--db`` a new store is filled by ``relaypoint demo --no-console`` in a temporary
+directory (``--fixture``: by the tests' fixed store builder instead, ``tests/fixtures.py``).
+The console is driven headless with ``App.run_test()``; it shows, in order: the runs list, the
+detail of a run awaiting approval with its output, the approve form, the fork form and help.
+Files: ``<out>/<name>.svg`` and ``<out>/<name>.png``.
+
+PNG conversion needs ``rsvg-convert`` (Debian ``librsvg2-bin``), DejaVu Sans Mono (Debian
+``fonts-dejavu-core``) and, for the ⏸ status symbol that DejaVu lacks, a font that has it such as
+Symbola (Debian ``fonts-symbola``); rsvg falls back per glyph. (cairosvg was tried: it draws a box
+for every glyph its one font lacks.) Without rsvg-convert only the SVGs are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from relaypoint import Runtime
+from relaypoint.tui import RelaypointConsole
+from relaypoint.tui.runs_table import RunsTable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from fixtures import CONSOLE_NOW, build_fixture_store, fixed_clock  # noqa: E402
+
+# Textual's SVG asks for Fira Code from the web; the converter has no network, so a local font.
+FONT = ("Fira Code, monospace", "DejaVu Sans Mono, monospace")
+
+
+def build_demo_store(path: Path) -> None:
+    """Fill ``path`` with the bundled demo runs (``relaypoint demo --no-console``)."""
+    subprocess.run([sys.executable, "-m", "relaypoint", "--db", str(path), "demo", "--no-console"], check=True)
+
+
+def paused_run(db: Path) -> str:
+    """The id of a run awaiting approval (the detail, approve and fork shots show it)."""
+    with Runtime(str(db), create=False) as rt:
+        runs = rt.list(status="awaiting_approval", limit=1)
+    if not runs:
+        raise SystemExit(f"{db} has no run awaiting approval to show")
+    return runs[0].run_id
+
+
+def to_png(svg: Path) -> Path | None:
+    """Convert one SVG to PNG beside it (None when rsvg-convert is missing)."""
+    if shutil.which("rsvg-convert") is None:
+        return None
+    png = svg.with_suffix(".png")
+    # Spaces are significant in a terminal picture: keep them.
+    text = svg.read_text().replace(*FONT).replace("<svg ", '<svg xml:space="preserve" ', 1)
+    subprocess.run(["rsvg-convert", "--width", "1600", "--output", str(png)], input=text.encode(), check=True)
+    return png
+
+
+async def shoot(db: Path, out: Path, size: tuple[int, int], app_spec: str | None, fixed: bool) -> list[Path]:
+    """Drive the console and save each view as SVG; returns the files written. ``fixed``: the
+    console's clock is the fixture's, so relative times read as in the snapshots."""
+    app = RelaypointConsole(str(db), app_spec, clock=fixed_clock(CONSOLE_NOW)) if fixed else \
+        RelaypointConsole(str(db), app_spec)
+    target = paused_run(db)
+    written: list[Path] = []
+
+    async def save(name: str) -> None:
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+        written.append(Path(app.save_screenshot(f"{name}.svg", str(out))))
+
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.5)
+        await save("runs")
+        table = app.screen.query_one("#runs", RunsTable)
+        table.move_cursor(row=table.get_row_index(target))
+        await pilot.pause(0.5)
+        await save("detail-paused")
+        await pilot.press("a")
+        await save("approve")
+        await pilot.press("escape")
+        await pilot.press("f")
+        await save("fork")
+        await pilot.press("escape")
+        await pilot.press("question_mark")
+        await save("help")
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, help="use this existing store instead of building one")
+    parser.add_argument("--fixture", action="store_true", help="build the tests' fixed store, not the demo")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--size", default="160x45", help="terminal size, COLUMNSxROWS")
+    args = parser.parse_args()
+    width, height = (int(n) for n in args.size.lower().split("x"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = args.db
+        app_spec = None
+        if db is None:
+            db = Path(tmp) / "relaypoint.db"
+            if args.fixture:
+                build_fixture_store(str(db))
+            else:
+                build_demo_store(db)
+                app_spec = "relaypoint.examples.audit:workflows"
+        for svg in asyncio.run(shoot(db, args.out, (width, height), app_spec, args.fixture)):
+            png = to_png(svg)
+            print(png or svg)
+
+
+if __name__ == "__main__":
+    main()

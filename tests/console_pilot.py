@@ -1,0 +1,67 @@
+"""Driving the console in tests: wait for its workers, select a run or a step, type text."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from textual.pilot import Pilot
+
+from relaypoint.tui.detail import DetailPane
+from relaypoint.tui.runs_table import RunsTable
+from relaypoint.tui.screen import ConsoleScreen
+
+
+async def settle(pilot: Pilot) -> None:
+    """Let every chain of worker -> message -> handler -> worker run to its end."""
+    for _ in range(4):
+        await pilot.pause()
+        await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def until(pilot: Pilot, condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait (letting the app run) until ``condition()`` holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await pilot.pause(0.05)
+
+
+def main_screen(pilot: Pilot) -> ConsoleScreen:
+    """The console's main screen (under any modal)."""
+    screen = pilot.app.screen_stack[0]
+    assert isinstance(screen, ConsoleScreen)
+    return screen
+
+
+def runs_table(pilot: Pilot) -> RunsTable:
+    """The runs list of the console's main screen."""
+    return main_screen(pilot).query_one("#runs", RunsTable)
+
+
+def detail(pilot: Pilot) -> DetailPane:
+    """The detail pane of the console's main screen."""
+    return main_screen(pilot).query_one("#detail", DetailPane)
+
+
+async def select_run(pilot: Pilot, run_id: str) -> None:
+    """Put the runs cursor on ``run_id`` and wait until its detail (and output) are shown."""
+    await until(pilot, lambda: run_id in runs_table(pilot).runs)
+    table = runs_table(pilot)
+    table.move_cursor(row=table.get_row_index(run_id))
+    await until(pilot, lambda: detail(pilot).run is not None and detail(pilot).run.run_id == run_id)
+    await settle(pilot)
+
+
+async def select_step(pilot: Pilot, name: str) -> None:
+    """Put the steps cursor on step ``name`` and wait for its output."""
+    steps = detail(pilot).steps
+    steps.move_cursor(row=steps.get_row_index(name))
+    await until(pilot, detail(pilot).output_is_current)
+    await settle(pilot)
+
+
+async def type_text(pilot: Pilot, text: str) -> None:
+    """Type ``text`` key by key into the focused widget."""
+    await pilot.press(*("space" if c == " " else c for c in text))

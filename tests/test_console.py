@@ -1,0 +1,455 @@
+"""The console driven with Textual's pilot on real stores: decisions, forks, cancel, resume in a
+separate process, greyed-out actions, live refresh from another process, paging, filters, and
+hostile stored text shown literally."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from console_pilot import detail, main_screen, runs_table, select_run, select_step, settle, type_text, until
+from fixtures import build_fixture_store
+from textual.geometry import Region
+from textual.widgets import Button, Label, Static, TextArea
+
+from relaypoint import Runtime, RunStatus, Workflow
+from relaypoint.tui import RelaypointConsole
+from relaypoint.tui.modals import ApproveScreen, ConfirmScreen, ForkScreen, RejectScreen, RespondScreen
+
+SIZE = (160, 45)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    path = str(tmp_path / "store.db")
+    return path, build_fixture_store(path)
+
+
+def recorded_notifications(app: RelaypointConsole) -> list[tuple[str, str]]:
+    """Replace ``app.notify`` with a recorder of (message, severity)."""
+    notes: list[tuple[str, str]] = []
+    app.notify = lambda message, **kw: notes.append((message, kw.get("severity", "information")))  # type: ignore[method-assign]
+    return notes
+
+
+def run_status(path: str, run_id: str) -> RunStatus:
+    with Runtime(path, create=False) as rt:
+        return rt.get(run_id).status
+
+
+def form_error(app: RelaypointConsole) -> str:
+    return str(app.screen.query_one(".form-error", Label).content)
+
+
+# ---- decisions ---------------------------------------------------------------------------------
+
+
+async def test_approve_with_a_comment_queues_the_run(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["awaiting_approval"])
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+        await type_text(pilot, "ship it")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: run_status(path, runs["awaiting_approval"]) == RunStatus.QUEUED)
+        await until(pilot, lambda: runs_table(pilot).runs[runs["awaiting_approval"]].status == RunStatus.QUEUED)
+    with Runtime(path, create=False) as rt:
+        approved = [e for e in rt.events(runs["awaiting_approval"]) if e.kind == "approved"]
+    assert len(approved) == 1
+    assert approved[0].detail["comment"] == "ship it"
+    assert approved[0].detail["output_edited"] is False
+
+
+async def test_approve_with_an_edited_output_replaces_it(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["awaiting_approval"])
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+        app.screen.query_one("#output-json", TextArea).load_text('{"title": "Edited"}')
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: run_status(path, runs["awaiting_approval"]) == RunStatus.QUEUED)
+    with Runtime(path, create=False) as rt:
+        assert rt.step_output(runs["awaiting_approval"], "review") == {"title": "Edited"}
+
+
+async def test_approve_with_broken_json_keeps_the_form_open(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["awaiting_approval"])
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+        app.screen.query_one("#output-json", TextArea).load_text('{"title": ')
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        assert isinstance(app.screen, ApproveScreen)
+        assert "not valid JSON" in form_error(app)
+    assert run_status(path, runs["awaiting_approval"]) == RunStatus.AWAITING_APPROVAL
+
+
+async def test_reject_needs_a_reason_then_ends_the_run(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["awaiting_approval"])
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, RejectScreen))
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        assert isinstance(app.screen, RejectScreen), "an empty reason must be refused"
+        assert "reason" in form_error(app)
+        assert run_status(path, runs["awaiting_approval"]) == RunStatus.AWAITING_APPROVAL
+        await type_text(pilot, "wrong audience")
+        await pilot.press("enter")
+        await until(pilot, lambda: run_status(path, runs["awaiting_approval"]) == RunStatus.REJECTED)
+    with Runtime(path, create=False) as rt:
+        rejected = [e for e in rt.events(runs["awaiting_approval"]) if e.kind == "rejected"]
+    assert rejected[0].detail["comment"] == "wrong audience"
+
+
+async def test_respond_answers_an_input_request(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["awaiting_input"])
+        await pilot.press("i")
+        await until(pilot, lambda: isinstance(app.screen, RespondScreen))
+        await type_text(pilot, '"finance"')
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: run_status(path, runs["awaiting_input"]) == RunStatus.QUEUED)
+    with Runtime(path, create=False) as rt:
+        assert rt.store.responses(runs["awaiting_input"], "route") == ["finance"]
+
+
+async def test_a_decision_on_a_stale_view_is_refused_with_one_line(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["awaiting_approval"])
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+        with Runtime(path, create=False) as other:  # someone else decides while the form is open
+            other.approve(runs["awaiting_approval"], by="someone-else")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: any(sev == "error" for _, sev in notes))
+    errors = [msg for msg, sev in notes if sev == "error"]
+    assert len(errors) == 1
+    assert "nothing to approve" in errors[0]
+    assert "\n" not in errors[0] and "Traceback" not in errors[0]
+    with Runtime(path, create=False) as rt:
+        assert [e.actor for e in rt.events(runs["awaiting_approval"]) if e.kind == "approved"] == ["someone-else"]
+
+
+# ---- fork, cancel, resume ------------------------------------------------------------------------
+
+
+async def test_fork_from_the_selected_step_creates_a_child_run(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["completed"])
+        await select_step(pilot, "review")
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        await pilot.press("ctrl+s")
+        with Runtime(path, create=False) as rt:
+            await until(pilot, lambda: len(rt.get(runs["completed"]).forks) == 2)
+            child = rt.get(rt.get(runs["completed"]).forks[-1])
+    assert child.parent_run_id == runs["completed"]
+    assert child.forked_from_step == "review"
+    assert child.status == RunStatus.QUEUED
+    assert child.input == {"topic": "weekly update"}  # unchanged input: the parent's is reused
+
+
+async def test_fork_with_broken_json_shows_an_error_and_creates_nothing(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["completed"])
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        app.screen.query_one("#input-json", TextArea).load_text("{topic: nope")
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        assert isinstance(app.screen, ForkScreen)
+        assert "not valid JSON" in form_error(app)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert app.screen is main_screen(pilot)
+    with Runtime(path, create=False) as rt:
+        assert len(rt.list(limit=1000)) == len(runs)
+
+
+async def test_cancel_asks_first_and_y_cancels(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["awaiting_input"])
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("n")
+        await settle(pilot)
+        assert run_status(path, runs["awaiting_input"]) == RunStatus.AWAITING_INPUT
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: run_status(path, runs["awaiting_input"]) == RunStatus.CANCELLED)
+
+
+TINY_APP = '''
+from relaypoint import Workflow
+
+tiny = Workflow("tiny")
+
+
+@tiny.step(approval=True)
+def one(ctx):
+    return {"n": 1}
+
+
+@tiny.step
+def two(ctx):
+    return {"n": ctx.results["one"]["n"] + 1}
+
+
+workflows = [tiny]
+'''
+
+
+async def test_resume_runs_the_run_to_the_end_in_another_process(tmp_path, monkeypatch):
+    (tmp_path / "tinyapp.py").write_text(textwrap.dedent(TINY_APP))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    import tinyapp
+
+    path = str(tmp_path / "store.db")
+    with Runtime(path, tinyapp.workflows) as rt:
+        run_id = rt.start("tiny")
+        rt.approve(run_id, by="test")
+    app = RelaypointConsole(path, "tinyapp:workflows")
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, run_id)
+        await pilot.press("r")
+        await until(pilot, lambda: run_status(path, run_id) == RunStatus.COMPLETED, timeout=30)
+        await until(pilot, lambda: runs_table(pilot).runs[run_id].status == RunStatus.COMPLETED)
+    with Runtime(path, create=False) as rt:
+        assert rt.step_output(run_id, "two") == {"n": 2}
+
+
+async def test_resume_without_an_app_says_how_to_give_one(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["fork"])
+        await pilot.press("r")
+        await settle(pilot)
+    assert any("--app MODULE:ATTR" in msg for msg, _ in notes)
+    assert run_status(path, runs["fork"]) == RunStatus.QUEUED
+
+
+# ---- what applies, live refresh, paging, filters ---------------------------------------------------
+
+
+async def test_actions_that_do_not_apply_are_greyed_out(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["completed"])
+        screen = main_screen(pilot)
+        for action in ("approve", "reject", "respond", "resume", "cancel"):
+            assert screen.check_action(action, ()) is not True, action
+            assert screen.query_one(f"#do-{action}", Button).disabled, action
+        assert screen.check_action("fork", ()) is True
+        assert not screen.query_one("#do-fork", Button).disabled
+        await pilot.press("a")  # a greyed-out key does nothing
+        await settle(pilot)
+        assert app.screen is screen
+
+        await select_run(pilot, runs["awaiting_approval"])
+        assert screen.check_action("approve", ()) is True
+        assert screen.check_action("respond", ()) is not True
+
+
+async def test_a_change_by_another_process_appears_without_moving_the_cursor(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["awaiting_approval"])
+        table = runs_table(pilot)
+        row, scroll = table.cursor_row, table.scroll_y
+        with Runtime(path, create=False) as other:
+            other.approve(runs["awaiting_approval"], by="someone-else")
+        await until(pilot, lambda: "queued" in table.get_cell(runs["awaiting_approval"], "status").plain, timeout=3)
+        assert (table.cursor_row, table.scroll_y) == (row, scroll)
+        assert table.selected_key() == runs["awaiting_approval"]
+        await until(pilot, lambda: detail(pilot).run.status == RunStatus.QUEUED, timeout=3)
+
+        with Runtime(path, create=False) as other:  # a new run appears above: the cursor stays on its run
+            new_id = other.fork(runs["completed"], "draft")
+        await until(pilot, lambda: new_id in table.runs, timeout=3)
+        assert table.keys()[0] == new_id
+        assert table.selected_key() == runs["awaiting_approval"]
+        assert table.cursor_row == row + 1
+
+
+async def test_a_run_deleted_by_another_process_disappears(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["rejected"])
+        with Runtime(path, create=False) as other:
+            other.delete(runs["rejected"])
+        table = runs_table(pilot)
+        await until(pilot, lambda: runs["rejected"] not in table.runs, timeout=3)
+        await until(pilot, lambda: detail(pilot).run is not None and detail(pilot).run.run_id == table.selected_key())
+
+
+async def test_the_refresh_pauses_while_a_modal_is_open(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["awaiting_approval"])
+        table = runs_table(pilot)
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        with Runtime(path, create=False) as other:
+            other.approve(runs["awaiting_approval"], by="someone-else")
+        await pilot.pause(2.0)  # two refresh periods
+        assert table.runs[runs["awaiting_approval"]].status == RunStatus.AWAITING_APPROVAL
+        await pilot.press("n")
+        await until(pilot, lambda: table.runs[runs["awaiting_approval"]].status == RunStatus.QUEUED, timeout=3)
+
+
+async def test_the_list_reads_a_page_at_a_time(tmp_path):
+    wf = Workflow("bulk")
+    wf.step(lambda ctx: None, name="only")
+    path = str(tmp_path / "store.db")
+    with Runtime(path, [wf]) as rt:
+        for _ in range(120):
+            rt.start("bulk")
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        table = runs_table(pilot)
+        await until(pilot, lambda: table.row_count > 0)
+        await settle(pilot)
+        assert table.row_count == 50
+        table.move_cursor(row=table.row_count - 1)
+        await until(pilot, lambda: table.row_count == 100)
+        table.move_cursor(row=table.row_count - 1)
+        await until(pilot, lambda: table.row_count == 120)
+        assert table.selected_key() == table.keys()[99]  # the cursor stayed where it was
+        await settle(pilot)
+        assert not table.more
+
+
+async def test_search_and_status_filters(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        table = runs_table(pilot)
+        await until(pilot, lambda: table.row_count == len(runs))
+        await pilot.press("slash")
+        await type_text(pilot, "ticket")
+        await until(pilot, lambda: set(table.runs) == {runs["awaiting_input"], runs["cancelled"]})
+        await pilot.press("escape")  # closes and clears the search
+        await until(pilot, lambda: table.row_count == len(runs))
+        await pilot.press("slash")
+        await type_text(pilot, runs["failed"][:6])
+        await pilot.press("enter")
+        await until(pilot, lambda: list(table.runs) == [runs["failed"]])
+        assert table.has_focus
+        await pilot.press("escape")  # with the list focused: clears the filters
+        await until(pilot, lambda: table.row_count == len(runs))
+        await pilot.press("s")  # first status of the cycle: queued
+        await until(pilot, lambda: list(table.runs) == [runs["fork"]])
+        await pilot.press("s")  # running: none
+        await until(pilot, lambda: table.row_count == 0)
+        assert "No run matches" in str(main_screen(pilot).query_one("#run-header", Static).content)
+
+
+async def test_keys_j_and_k_move_like_the_arrows(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        table = runs_table(pilot)
+        await until(pilot, lambda: table.row_count == len(runs))
+        await pilot.press("j", "j")
+        assert table.cursor_row == 2
+        await pilot.press("k")
+        assert table.cursor_row == 1
+
+
+# ---- hostile stored text -------------------------------------------------------------------------
+
+HOSTILE = "[bold red]X[/] [link=http://e]y[/link] \x1b[31mred \x1b]52;c;SGVsbG8=\x07 \x1b]0;title\x07 \x9b2J"
+
+
+def hostile_store(path: str) -> str:
+    wf = Workflow(f"wf {HOSTILE}")
+
+    @wf.step(name=f"out {HOSTILE}")
+    def out(ctx: Any) -> Any:
+        return f"a text output\n{HOSTILE}"
+
+    @wf.step(name="json")
+    def as_json(ctx: Any) -> Any:
+        return {"text": HOSTILE}
+
+    @wf.step(name="boom")
+    def boom(ctx: Any) -> Any:
+        raise ValueError(HOSTILE)
+
+    with Runtime(path, [wf]) as rt:
+        return rt.start(wf.name)
+
+
+def rendered(widget: Any) -> str:
+    """What ``widget`` draws, as text, with all whitespace removed (so wrapping does not matter)."""
+    lines = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
+    return "".join("".join(strip.text for strip in lines).split())
+
+
+def squash(text: str) -> str:
+    return "".join(text.split())
+
+
+async def test_hostile_stored_text_is_shown_literally(tmp_path):
+    path = str(tmp_path / "store.db")
+    run_id = hostile_store(path)
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, run_id)
+        pane = detail(pilot)
+        await select_step(pilot, f"out {HOSTILE}")
+        output = rendered(pane.query_one("#output"))
+        await select_step(pilot, "json")
+        as_json = rendered(pane.query_one("#output"))
+        await select_step(pilot, "boom")
+        error = rendered(pane.query_one("#output"))
+        header = rendered(pane.query_one("#run-header"))
+        steps = rendered(pane.steps)
+        row = rendered(runs_table(pilot))
+        svg = app.export_screenshot()
+    for shown in (output, as_json, error, header, steps, row, svg):
+        assert not any(c in shown for c in "\x1b\x07\x9b"), shown
+    assert "&#27;" not in svg
+    for needle in ("[bold red]X[/]", "[link=http://e]y[/link]", "\\x1b[31mred", "\\x1b]52;c;SGVsbG8=\\x07",
+                   "\\x1b]0;title\\x07", "\\x9b2J"):
+        assert squash(needle) in output, needle
+        assert squash(needle) in error, needle  # the step's error and traceback
+        assert squash(needle) in header, needle  # the run's error quotes the step's
+    assert squash('"text": "[bold red]X[/] [link=http://e]y[/link] \\u001b[31mred') in as_json
+    assert "\\u001b]52;c;SGVsbG8=\\u0007" in as_json
+    assert squash("out [bold red]X[/]") in steps
+    assert squash("wf [bold red]") in row
+    assert "[/link]" in svg

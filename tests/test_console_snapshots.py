@@ -1,0 +1,85 @@
+"""Snapshots of the console on the fixed fixture store, with a fixed clock and cursor blink off.
+
+Update after an intended change with ``pytest tests/test_console_snapshots.py --snapshot-update``
+and look at the report before committing the SVGs under ``tests/__snapshots__/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from console_pilot import select_run, settle, until
+from fixtures import build_fixture_store, fixed_clock
+from textual.pilot import Pilot
+from textual.widgets import Input, TextArea
+
+from relaypoint.tui import RelaypointConsole
+from relaypoint.tui.modals import ApproveScreen, ForkScreen, HelpScreen
+
+WIDE = (160, 45)
+NARROW = (100, 30)
+
+
+@pytest.fixture
+def console(tmp_path: Path) -> tuple[RelaypointConsole, dict[str, str]]:
+    path = tmp_path / "store.db"  # only the file name is shown
+    runs = build_fixture_store(str(path))
+    return RelaypointConsole(str(path), clock=fixed_clock()), runs
+
+
+async def still(pilot: Pilot) -> None:
+    """Wait for the workers, and stop text cursors from blinking."""
+    await settle(pilot)
+    for widget in pilot.app.screen.query("Input, TextArea"):
+        assert isinstance(widget, Input | TextArea)
+        widget.cursor_blink = False
+    await pilot.pause()
+
+
+def showing(run_id: str | None = None, key: str | None = None, modal: type | None = None
+            ) -> Callable[[Pilot], Awaitable[None]]:
+    """A ``run_before``: select ``run_id``, press ``key``, wait for ``modal``."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        if run_id is not None:
+            await select_run(pilot, run_id)
+        if key is not None:
+            await pilot.press(key)
+        if modal is not None:
+            await until(pilot, lambda: isinstance(pilot.app.screen, modal))
+        await still(pilot)
+
+    return run_before
+
+
+def test_runs_list(snap_compare, console):
+    app, _ = console
+    assert snap_compare(app, terminal_size=WIDE, run_before=showing())
+
+
+def test_detail_of_a_run_awaiting_approval(snap_compare, console):
+    app, runs = console
+    assert snap_compare(app, terminal_size=WIDE, run_before=showing(runs["awaiting_approval"]))
+
+
+def test_approve_form(snap_compare, console):
+    app, runs = console
+    assert snap_compare(app, terminal_size=WIDE, run_before=showing(runs["awaiting_approval"], "a", ApproveScreen))
+
+
+def test_fork_form(snap_compare, console):
+    app, runs = console
+    assert snap_compare(app, terminal_size=WIDE, run_before=showing(runs["completed"], "f", ForkScreen))
+
+
+def test_help(snap_compare, console):
+    app, _ = console
+    assert snap_compare(app, terminal_size=WIDE, run_before=showing(None, "question_mark", HelpScreen))
+
+
+def test_narrow_terminal(snap_compare, console):
+    app, runs = console
+    assert snap_compare(app, terminal_size=NARROW, run_before=showing(runs["awaiting_input"]))

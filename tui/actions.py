@@ -1,0 +1,81 @@
+"""The one registry of the console's keys: what each action is called, its key, its label and
+when it applies. Bindings, detail-pane buttons and the help text are all built from it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+from relaypoint.models import Run
+from relaypoint.status import RUN_SYMBOLS, RunStatus
+
+
+@dataclass(frozen=True)
+class RunAction:
+    """An action on the selected run: ``name`` (the screen's ``action_<name>``), ``key``, ``label``
+    (footer and button), ``tooltip``, and ``applies`` (whether it can act on a run in its state;
+    the runtime still decides, this only greys out what would certainly be refused)."""
+
+    name: str
+    key: str
+    label: str
+    tooltip: str
+    applies: Callable[[Run], bool]
+
+    def binding(self) -> Binding:
+        """The footer binding of this action."""
+        return Binding(self.key, self.name, self.label, id=self.name, tooltip=self.tooltip)
+
+
+def _awaiting(status: RunStatus) -> Callable[[Run], bool]:
+    return lambda run: run.status == status and run.pending is not None
+
+
+RUN_ACTIONS: tuple[RunAction, ...] = (
+    RunAction("approve", "a", "Approve", "Approve the pending checkpoint, optionally editing the output",
+              _awaiting(RunStatus.AWAITING_APPROVAL)),
+    RunAction("reject", "x", "Reject", "Reject the pending checkpoint with a reason; the run ends",
+              _awaiting(RunStatus.AWAITING_APPROVAL)),
+    RunAction("respond", "i", "Respond", "Answer the run's input request with a JSON value",
+              _awaiting(RunStatus.AWAITING_INPUT)),
+    RunAction("resume", "r", "Resume", "Continue the run in a separate process",
+              lambda run: run.status.is_resumable),
+    RunAction("fork", "f", "Fork", "Start a new run from the selected step, reusing earlier outputs",
+              lambda run: bool(run.tasks)),
+    RunAction("cancel", "c", "Cancel", "Cancel the run (asks first)",
+              lambda run: not run.status.is_terminal),
+)
+
+RUN_ACTION_NAMES = frozenset(a.name for a in RUN_ACTIONS)
+
+GENERAL_BINDINGS: tuple[Binding, ...] = (
+    Binding("/", "search", "Search", id="search", tooltip="Filter runs by run id or workflow prefix"),
+    Binding("s", "cycle_status", "Status", id="status", tooltip="Cycle the status filter"),
+    Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Show all keys"),
+    Binding("escape", "back", "Back", show=False, id="back",
+            tooltip="Close the search, return to the runs list, then clear filters"),
+    Binding("q", "quit", "Quit", id="quit", tooltip="Quit the console (running resumes continue)"),
+)
+
+TABLE_KEYS: tuple[tuple[str, str], ...] = (
+    ("j / down", "Next row"),
+    ("k / up", "Previous row"),
+    ("tab / shift+tab", "Move between the runs list, the steps and the panes"),
+)
+
+
+def help_markdown() -> str:
+    """The help text: every key from the registry, and the status symbols."""
+    lines = ["# relaypoint console", "", "## Keys", "", "| Key | Action |", "| --- | --- |"]
+    lines += [f"| `{a.key}` | **{a.label}**: {a.tooltip} |" for a in RUN_ACTIONS]
+    lines += [f"| `{b.key_display or b.key}` | **{b.description}**: {b.tooltip} |" for b in GENERAL_BINDINGS]
+    lines += [f"| `{key}` | {what} |" for key, what in TABLE_KEYS]
+    lines += ["", "Keys that do not apply to the selected run are greyed out in the footer, and its "
+              "buttons are disabled. In a form, `ctrl+s` submits and `escape` closes it.", "",
+              "## Run statuses", "", "| Symbol | Status |", "| --- | --- |"]
+    lines += [f"| {symbol} | {status.value} |" for status, symbol in RUN_SYMBOLS.items()]
+    lines += ["", "The list refreshes every second; changes made by other processes appear without "
+              "moving the cursor. A resume runs in its own process and keeps going if the console closes."]
+    return "\n".join(lines)

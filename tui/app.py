@@ -1,0 +1,39 @@
+"""The console application: which store it shows, how it resumes runs, and its clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import App
+
+from relaypoint.clock import Clock, utcnow
+from relaypoint.runtime import Runtime
+
+from .screen import ConsoleScreen
+
+
+class RelaypointConsole(App[None]):
+    """A live console on the runs of one store.
+
+    ``db_path``: the store (it must exist). ``app_spec``: ``MODULE:ATTR`` naming the workflows,
+    passed to the separate process that resumes a run (without it, resuming explains how to give
+    it). ``clock``: the current time, injectable so relative times are stable in tests.
+    """
+
+    TITLE = "relaypoint console"
+    CSS_PATH = "console.tcss"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (130, "-wide")]
+
+    def __init__(self, db_path: str, app_spec: str | None = None, *, clock: Clock = utcnow) -> None:
+        super().__init__()
+        self.db_path = str(db_path)
+        self.app_spec = app_spec
+        self.clock = clock
+        self.store_name = Path(self.db_path).name
+
+    def get_default_screen(self) -> ConsoleScreen:
+        return ConsoleScreen()
+
+    def open_runtime(self) -> Runtime:
+        """A new runtime on the store, for one worker call (its own SQLite connection)."""
+        return Runtime(self.db_path, create=False, clock=self.clock)

@@ -1,0 +1,48 @@
+"""The changes the console asks of the runtime. Each takes a runtime (opened by the worker that
+runs it) and returns the one line the console shows; the runtime's refusals propagate as
+``RelaypointError``. Decisions pass the checkpoint the person saw, so a stale view is refused."""
+
+from __future__ import annotations
+
+from relaypoint.models import Run
+from relaypoint.runtime import Runtime
+
+from .format import short_id
+from .modals import Approval, ForkRequest, Response
+
+
+def _checkpoint(run: Run) -> int:
+    assert run.pending is not None, "decisions apply to a run with a pending checkpoint"
+    return run.pending.checkpoint_id
+
+
+def approve(run: Run, approval: Approval, rt: Runtime) -> str:
+    """Approve the checkpoint shown, with the comment and the edited output if any."""
+    rt.approve(run.run_id, comment=approval.comment, output=approval.output, checkpoint_id=_checkpoint(run))
+    edited = " with an edited output" if approval.output is not None else ""
+    return f"approved run {short_id(run.run_id)}{edited}; it is queued: press r to resume it"
+
+
+def reject(run: Run, reason: str, rt: Runtime) -> str:
+    """Reject the checkpoint shown; the run ends."""
+    rt.reject(run.run_id, reason, checkpoint_id=_checkpoint(run))
+    return f"rejected run {short_id(run.run_id)}; the run has ended"
+
+
+def respond(run: Run, response: Response, rt: Runtime) -> str:
+    """Answer the input request shown."""
+    rt.respond(run.run_id, response.value, checkpoint_id=_checkpoint(run))
+    return f"answered run {short_id(run.run_id)}; it is queued: press r to resume it"
+
+
+def fork(run: Run, request: ForkRequest, rt: Runtime) -> str:
+    """Fork the run from the chosen step, with the new input if any."""
+    new_id = rt.fork(run.run_id, request.step, request.input)
+    return (f"forked run {short_id(run.run_id)} from step {request.step!r} as {short_id(new_id)} "
+            "(queued: select it and press r to resume it)")
+
+
+def cancel(run: Run, confirmed: bool, rt: Runtime) -> str:
+    """Cancel the run (``confirmed`` is the answer to the confirmation, always true here)."""
+    was = rt.cancel(run.run_id)
+    return f"cancelled run {short_id(run.run_id)} (it was {was})"

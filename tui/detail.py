@@ -1,0 +1,269 @@
+"""The detail pane: the selected run's header, action buttons, step chain, one step's output and
+error, and the run's events. It only displays; every change is asked of the screen."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.highlighter import JSONHighlighter
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Grid, Vertical, VerticalScroll
+from textual.widgets import Button, Static
+
+from relaypoint.models import Event, Run, StepRecord
+from relaypoint.status import StepStatus
+
+from . import format as fmt
+from .actions import RUN_ACTIONS
+from .data import RunDetail, StepOutput
+from relaypoint.display import clean, json_text, literal
+from .tables import KeyedTable
+
+STEP_COLUMNS = (("step", "Step", None), ("status", "Status", 14), ("attempts", "Tries", 5),
+                ("duration", "Took", 8))
+
+_json = JSONHighlighter()
+
+
+def _grid() -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(ratio=1)
+    return grid
+
+
+def _when(at: datetime | None, now: datetime) -> Text:
+    return Text(f"{fmt.utc(at)}  ({fmt.ago(at, now)})")
+
+
+def run_header(run: Run, now: datetime) -> RenderableType:
+    """The run's identity, times, lineage, executor, error and what it waits for."""
+    grid = _grid()
+    grid.add_row("run", Text.assemble(literal(run.run_id), "  ", fmt.run_status(run.status)))
+    grid.add_row("progress", Text(f"{run.steps_done}/{run.steps_total} steps"
+                                  + (f", at {clean(run.current_step)}" if run.current_step else "")))
+    grid.add_row("created", _when(run.created_at, now))
+    grid.add_row("updated", _when(run.updated_at, now))
+    if run.parent_run_id:
+        grid.add_row("parent", Text.assemble(
+            literal(fmt.short_id(run.parent_run_id)), (" (deleted)", "dim") if run.parent_deleted else "",
+            " forked at step ", literal(run.forked_from_step or "?", "bold")))
+    if run.forks:
+        grid.add_row("forks", literal(", ".join(fmt.short_id(f) for f in run.forks)))
+    if run.lease is not None:
+        lease = run.lease
+        grid.add_row("executor", Text.assemble(
+            f"pid {lease.pid} on ", literal(lease.host), f", heartbeat {fmt.ago(lease.heartbeat_at, now)}, "
+            f"lease until {fmt.utc(lease.expires_at)}"))
+    if run.error:
+        grid.add_row("error", literal(run.error, "red"))
+    if run.pending is not None:
+        cp = run.pending
+        grid.add_row("waiting", Text.assemble(
+            literal(cp.kind, "bold yellow"), " at step ", literal(cp.step or "?", "bold"),
+            f" (checkpoint {cp.checkpoint_id}, {fmt.ago(cp.created_at, now)})"))
+        label = "prompt" if cp.kind == "input" else "reason"
+        grid.add_row(label, literal(cp.reason, multiline=True))
+        if cp.deadline_at is not None:
+            left = "passed" if cp.deadline_at <= now else "open"
+            grid.add_row("deadline", Text(f"{fmt.utc(cp.deadline_at)} ({left}; then the run is rejected)"))
+    return grid
+
+
+def step_cells(step: StepRecord, now: datetime) -> list[Text]:
+    """The cells of one step row: name, status, attempts, duration (running: so far)."""
+    end = now if step.status == StepStatus.RUNNING else step.finished_at
+    return [literal(step.name), fmt.step_status(step.status), Text(str(step.attempts), justify="right"),
+            Text(fmt.duration(step.started_at, end), justify="right")]
+
+
+def output_view(step: StepRecord, output: StepOutput | None) -> RenderableType:
+    """A step's output (a text as is, anything else as pretty JSON), then its error and traceback."""
+    parts: list[RenderableType] = []
+    if output is None:
+        parts.append(Text("loading…", style="dim"))
+    elif not output.recorded:
+        parts.append(Text("no output recorded", style="dim"))
+    elif isinstance(output.value, str):
+        parts.append(literal(output.value, multiline=True))
+    else:
+        parts.append(_json(literal(json_text(output.value), multiline=True)))
+    if step.error:
+        parts.append(Text.assemble("\n", ("error ", "bold red"), literal(step.error, "red", multiline=True)))
+    if step.traceback:
+        parts.append(literal(step.traceback, "dim", multiline=True))
+    return Group(*parts)
+
+
+def _detail_text(detail: Any) -> Text:
+    if not detail:
+        return Text()
+    if not isinstance(detail, dict):
+        return literal(json_text(detail))
+    out = Text()
+    for key, value in detail.items():
+        if value is None:
+            continue
+        if out:
+            out.append("  ")
+        out.append_text(literal(f"{key}=", "dim"))
+        out.append_text(literal(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)))
+    return out
+
+
+def events_view(events: list[Event]) -> RenderableType:
+    """The run's events, newest first: time (with the date when it changes), kind, step and
+    actor, and under them the detail."""
+    if not events:
+        return Text("no events", style="dim")
+    table = Table.grid(padding=(0, 1))
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(ratio=1)
+    day = None
+    for e in reversed(events):
+        when = fmt.clock_time(e.at) if e.at.date() != day else e.at.strftime("%H:%M:%S")
+        day = e.at.date()
+        what = Text.assemble(literal(e.kind, "bold"), " ", literal(e.step))
+        if e.actor:
+            what.append_text(Text.assemble(" by ", literal(e.actor, "cyan")))
+        detail = _detail_text(e.detail)
+        if detail:
+            what.append("\n")
+            what.append_text(detail)
+        table.add_row(when, what)
+    return table
+
+
+def default_step(run: Run) -> str | None:
+    """The step to show first: the one the run waits at or works on, else the failed one, else
+    the last step with a recorded output, else the first."""
+    if not run.tasks:
+        return None
+    wanted = run.pending.step if run.pending else run.current_step
+    names = [s.name for s in run.tasks]
+    if wanted in names:
+        return wanted
+    failed = [s.name for s in run.tasks if s.status == StepStatus.FAILED]
+    done = [s.name for s in run.tasks if s.has_output]
+    return (failed or done[-1:] or names)[0]
+
+
+class DetailPane(Vertical):
+    """The selected run. ``show`` re-renders it from a fresh read (keeping the step cursor);
+    ``show_output`` fills the output box."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.run: Run | None = None
+        self.output: StepOutput | None = None
+        self._output_key: object = None
+        self._output_step: str | None = None
+        self._events_key: object = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="detail-run"):
+            yield Static(id="run-header")
+            with Grid(id="run-actions"):
+                for action in RUN_ACTIONS:
+                    yield Button(action.label, id=f"do-{action.name}", compact=True, disabled=True,
+                                 tooltip=f"{action.tooltip} (key {action.key})")
+            yield KeyedTable(STEP_COLUMNS, id="steps")
+        with Vertical(id="detail-step"):
+            with VerticalScroll(id="output-box"):
+                yield Static(id="output")
+            with VerticalScroll(id="events-box"):
+                yield Static(id="events")
+
+    def on_mount(self) -> None:
+        self.query_one("#steps").border_title = "Steps"
+        self.query_one("#output-box").border_title = "Output"
+        self.query_one("#events-box").border_title = "Events, newest first"
+        self.show_empty("loading…")
+
+    @property
+    def steps(self) -> KeyedTable:
+        """The step chain table (keyed by step name)."""
+        return self.query_one("#steps", KeyedTable)
+
+    def selected_step(self) -> StepRecord | None:
+        """The step under the steps cursor."""
+        name = self.steps.selected_key()
+        if self.run is None or name is None:
+            return None
+        return next((s for s in self.run.tasks if s.name == name), None)
+
+    def show_empty(self, message: str) -> None:
+        """No run to show (empty store or nothing matches the filters)."""
+        self.run = None
+        self.output = None
+        self.border_title = "Run"
+        self.query_one("#run-header", Static).update(Text(message, style="dim"))
+        self.steps.patch({})
+        self._output_key = self._events_key = None
+        self.query_one("#output-box").border_title = "Output"
+        self.query_one("#output", Static).update("")
+        self.query_one("#events", Static).update("")
+        self.enable_actions(set())
+
+    def show(self, detail: RunDetail, now: datetime) -> None:
+        """Show a run (freshly read). A different run starts at its :func:`default_step`."""
+        run, events = detail.run, detail.events
+        switched = self.run is None or self.run.run_id != run.run_id
+        self.run = run
+        self.border_title = Text.assemble("Run ", literal(fmt.short_id(run.run_id)), " · ", literal(run.workflow))
+        self.query_one("#run-header", Static).update(run_header(run, now))
+        self.steps.patch({s.name: step_cells(s, now) for s in run.tasks})
+        if switched:
+            self.output = None
+            for box in self.query("#output-box, #events-box").results(VerticalScroll):
+                box.scroll_home(animate=False)
+            name = default_step(run)
+            if name is not None:
+                self.steps.move_cursor(row=self.steps.get_row_index(name), scroll=True)
+        events_key = (run.run_id, len(events), events[-1].event_id if events else None)
+        if events_key != self._events_key:
+            self._events_key = events_key
+            self.query_one("#events", Static).update(events_view(events))
+        self._render_output()
+
+    def show_output(self, output: StepOutput) -> None:
+        """Show a step output just read, if it is still the selected step's."""
+        step = self.selected_step()
+        if self.run is None or step is None or (output.run_id, output.step) != (self.run.run_id, step.name):
+            return
+        self.output = output
+        self._render_output()
+
+    def output_is_current(self) -> bool:
+        """True when the output box holds the selected step's output as of the run's last change."""
+        step = self.selected_step()
+        return (step is not None and self.output is not None and self.run is not None
+                and (self.output.run_id, self.output.step, self.output.version)
+                == (self.run.run_id, step.name, self.run.updated_at))
+
+    def _render_output(self) -> None:
+        step = self.selected_step()
+        current = self.output if step and self.output and self.output.step == step.name else None
+        if (step, current) == self._output_key:
+            return
+        self._output_key = (step, current)
+        box = self.query_one("#output-box", VerticalScroll)
+        if (step and step.name) != self._output_step:
+            self._output_step = step and step.name
+            box.scroll_home(animate=False)
+        if step is None:
+            box.border_title = "Output"
+            self.query_one("#output", Static).update("")
+            return
+        box.border_title = Text.assemble("Output of ", literal(step.name))
+        self.query_one("#output", Static).update(output_view(step, current))
+
+    def enable_actions(self, names: set[str]) -> None:
+        """Enable the buttons of the actions in ``names``, disable the others."""
+        for action in RUN_ACTIONS:
+            self.query_one(f"#do-{action.name}", Button).disabled = action.name not in names

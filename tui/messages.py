@@ -1,0 +1,87 @@
+"""Messages posted by the console's thread workers to its screen; the handlers own every change."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+from textual.message import Message
+
+from .data import RunDetail, RunsPage, StepOutput, StoreState
+
+
+class Refreshed(Message):
+    """A live-refresh read: the shown part of the list, the store's state, the selected run."""
+
+    def __init__(self, page: RunsPage, state: StoreState, detail: RunDetail | None) -> None:
+        super().__init__()
+        self.page = page
+        self.state = state
+        self.detail = detail
+
+
+class RefreshFailed(Message):
+    """A live-refresh read failed (for example the store stayed busy); the next one will retry."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class PageLoaded(Message):
+    """The next (older) page of the runs list."""
+
+    def __init__(self, page: RunsPage) -> None:
+        super().__init__()
+        self.page = page
+
+
+class DetailLoaded(Message):
+    """The selected run, read after the selection changed."""
+
+    def __init__(self, detail: RunDetail) -> None:
+        super().__init__()
+        self.detail = detail
+
+
+class OutputLoaded(Message):
+    """One step's output."""
+
+    def __init__(self, output: StepOutput) -> None:
+        super().__init__()
+        self.output = output
+
+
+class ApprovalReady(Message):
+    """The gated step's output was read (None: the step is not in the chain); the approve form
+    can open."""
+
+    def __init__(self, run_id: str, output: StepOutput | None) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.output = output
+
+
+class ActionDone(Message):
+    """A change went through the runtime; ``summary`` says what it did."""
+
+    def __init__(self, summary: str) -> None:
+        super().__init__()
+        self.summary = summary
+
+
+class ActionFailed(Message):
+    """The runtime refused a change or the store failed; ``error`` is its one-line message."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class ResumeStarted(Message):
+    """A resume process was started for a run."""
+
+    def __init__(self, run_id: str, process: subprocess.Popen[Any]) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.process = process

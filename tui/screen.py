@@ -1,0 +1,427 @@
+"""The console's main screen: the runs list, the detail pane, the status line, the keys, the live
+refresh, and the workers that read the store and ask the runtime for changes."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen, Screen
+from textual.timer import Timer
+from textual.widgets import Button, DataTable, Footer, Input, Static
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from relaypoint.background import spawn_resume
+from relaypoint.errors import RelaypointError
+from relaypoint.models import Run
+from relaypoint.runtime import Runtime
+from relaypoint.status import RUN_SYMBOLS, RunStatus
+
+from . import changes
+from . import format as fmt
+from .actions import GENERAL_BINDINGS, RUN_ACTION_NAMES, RUN_ACTIONS, help_markdown
+from .data import RunDetail, RunQuery, StoreState, load_detail, load_output, next_page, refresh_runs, store_state
+from .detail import DetailPane
+from relaypoint.display import clean, literal
+from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded,
+                       RefreshFailed, Refreshed, ResumeStarted)
+from .modals import ApproveScreen, ConfirmScreen, ForkScreen, HelpScreen, RejectScreen, RespondScreen
+from .runs_table import RunsTable
+
+if TYPE_CHECKING:
+    from .app import RelaypointConsole
+
+REFRESH_SECONDS = 1.0
+STATUS_CYCLE: tuple[str | None, ...] = (None, *(s.value for s in RunStatus))
+
+
+class ConsoleScreen(Screen[None]):
+    """Runs on the left (top when narrow), the selected run on the right (bottom), a status line."""
+
+    BINDINGS = [*(a.binding() for a in RUN_ACTIONS), *GENERAL_BINDINGS]
+    app: RelaypointConsole
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query_state = RunQuery()
+        self.selected: str | None = None
+        self.state = StoreState({}, None)
+        self._timer: Timer | None = None
+        self._refresh: Worker[None] | None = None
+        self._refresh_again = False
+        self._resumes: list[tuple[str, subprocess.Popen[Any]]] = []
+
+    # ---- layout -----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            with Vertical(id="runs-panel"):
+                yield Input(placeholder="run id or workflow prefix (enter: keep, escape: clear)", id="search")
+                yield RunsTable(id="runs")
+            yield DetailPane(id="detail")
+        yield Static(id="status-line")
+        yield Footer()
+
+    @property
+    def runs(self) -> RunsTable:
+        """The runs list."""
+        return self.query_one("#runs", RunsTable)
+
+    @property
+    def detail(self) -> DetailPane:
+        """The detail pane."""
+        return self.query_one("#detail", DetailPane)
+
+    def on_mount(self) -> None:
+        self._title_runs()
+        self.runs.focus()
+        self.refresh_now()
+
+    def _title_runs(self) -> None:
+        title = Text("Runs")
+        if self.query_state.status:
+            title.append(" · status ")
+            title.append_text(fmt.run_status(RunStatus(self.query_state.status)))
+        if self.query_state.search:
+            title.append(" · search ")
+            title.append_text(literal(self.query_state.search, "bold"))
+        self.query_one("#runs-panel").border_title = title
+
+    def _status_line(self, error: str | None = None) -> None:
+        tail = Text(f"refreshed {self.app.clock().strftime('%H:%M:%S')} UTC  ", style="dim")
+        tail.append_text(literal(self.app.store_name, "dim"))
+        if self.state.readonly_reason:
+            tail.append("  read-only: ", style="bold yellow")
+            tail.append_text(literal(self.state.readonly_reason, "yellow"))
+        if error:
+            tail.append("  refresh failed: ", style="bold red")
+            tail.append_text(literal(error, "red"))
+        line = self._counts(named=True) + tail
+        if line.cell_len > self.size.width - 2:  # too long: symbols only
+            line = self._counts(named=False) + tail
+        self.query_one("#status-line", Static).update(line)
+
+    def _counts(self, named: bool) -> Text:
+        counts = Text()
+        for status in RunStatus:
+            if self.state.counts.get(status):
+                label = fmt.run_status(status) if named else Text(RUN_SYMBOLS[status], style=fmt.RUN_COLORS[status])
+                counts.append_text(label)
+                counts.append(f" {self.state.counts[status]}  ")
+        return counts if counts else Text("no runs  ", style="dim")
+
+    # ---- live refresh: a chained one-shot timer, paused while a modal is open ---------------------
+
+    def refresh_now(self) -> None:
+        """Re-read the list and the selected run as soon as no read is in flight."""
+        if self._refresh is not None:
+            self._refresh_again = True
+            return
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        if self.app.screen is not self:
+            self._schedule(REFRESH_SECONDS)
+            return
+        self._poll_resumes()
+        self._refresh = self._read_refresh(self.query_state, len(self.runs.runs), self.runs.boundary(),
+                                           self.selected)
+
+    def _schedule(self, delay: float) -> None:
+        self._timer = self.set_timer(delay, self.refresh_now)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            error = event.worker.error
+            text = str(error) if isinstance(error, RelaypointError) else f"internal error: {error!r}"
+            self.notify(clean(text), severity="error", markup=False)
+        if event.worker is self._refresh and event.state in (WorkerState.SUCCESS, WorkerState.ERROR,
+                                                            WorkerState.CANCELLED):
+            self._refresh = None
+            if self._refresh_again:
+                self._refresh_again = False
+                self.call_later(self.refresh_now)
+            else:
+                self._schedule(REFRESH_SECONDS)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="refresh")
+    def _read_refresh(self, query: RunQuery, loaded: int, boundary: Any, selected: str | None) -> None:
+        try:
+            with self.app.open_runtime() as rt:
+                page = refresh_runs(rt, query, loaded, boundary)
+                state = store_state(rt)
+                detail = load_detail(rt, selected) if selected else None
+        except (RelaypointError, sqlite3.Error) as e:  # shown in the status line; the next read retries
+            self.post_message(RefreshFailed(str(e)))
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(Refreshed(page, state, detail))
+
+    def on_refreshed(self, message: Refreshed) -> None:
+        if message.page.query != self.query_state:
+            return
+        self.state = message.state
+        self._status_line()
+        self.runs.apply(message.page, self.app.clock())
+        self._follow_cursor()
+        if message.detail is not None and message.detail.run.run_id == self.selected:
+            self._show_detail(message.detail)
+
+    def on_resize(self) -> None:
+        self._status_line()
+
+    def on_refresh_failed(self, message: RefreshFailed) -> None:
+        self._status_line(message.error)
+
+    def _poll_resumes(self) -> None:
+        for run_id, process in list(self._resumes):
+            code = process.poll()
+            if code is None:
+                continue
+            self._resumes.remove((run_id, process))
+            if code != 0:
+                self.notify(clean(f"the resume process of run {fmt.short_id(run_id)} exited with status {code}; "
+                                  f"see {self.app.db_path}.resume.log"), severity="error", markup=False)
+
+    # ---- the runs list and the selection ----------------------------------------------------------
+
+    def _follow_cursor(self) -> None:
+        run_id = self.runs.selected_key()
+        if run_id != self.selected:
+            self.selected = run_id
+            self.detail.enable_actions(set())
+            self.refresh_bindings()
+            if run_id is None:
+                self.detail.show_empty(self._empty_message())
+            else:
+                self._read_detail(run_id)
+        if self.runs.near_end():
+            self._read_page(self.query_state, self.runs.boundary())
+
+    def _empty_message(self) -> str:
+        if self.query_state != RunQuery():
+            return "No run matches the filters; press escape to clear them."
+        return "No runs in this store yet. Start one with `relaypoint start WORKFLOW --app MODULE:ATTR`."
+
+    @on(DataTable.RowHighlighted, "#runs")
+    def _run_highlighted(self) -> None:
+        self._follow_cursor()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="page")
+    def _read_page(self, query: RunQuery, after: Any) -> None:
+        with self.app.open_runtime() as rt:
+            page = next_page(rt, query, after)
+        if not get_current_worker().is_cancelled:
+            self.post_message(PageLoaded(page))
+
+    def on_page_loaded(self, message: PageLoaded) -> None:
+        if message.page.query == self.query_state:
+            self.runs.extend(message.page, self.app.clock())
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="detail")
+    def _read_detail(self, run_id: str) -> None:
+        with self.app.open_runtime() as rt:
+            detail = load_detail(rt, run_id)
+        if detail is not None and not get_current_worker().is_cancelled:
+            self.post_message(DetailLoaded(detail))
+
+    def on_detail_loaded(self, message: DetailLoaded) -> None:
+        if message.detail.run.run_id == self.selected:
+            self._show_detail(message.detail)
+
+    def _show_detail(self, detail: RunDetail) -> None:
+        self.detail.show(detail, self.app.clock())
+        self.detail.enable_actions({a.name for a in RUN_ACTIONS if self._actionable(a.name) is not None})
+        self.refresh_bindings()
+        self._ensure_output()
+
+    @on(DataTable.RowHighlighted, "#steps")
+    def _step_highlighted(self) -> None:
+        self._ensure_output()
+
+    def _ensure_output(self) -> None:
+        step = self.detail.selected_step()
+        run = self.detail.run
+        if run is not None and step is not None and not self.detail.output_is_current():
+            self._read_output(run, step)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="output")
+    def _read_output(self, run: Run, step: Any) -> None:
+        with self.app.open_runtime() as rt:
+            output = load_output(rt, run, step)
+        if output is not None and not get_current_worker().is_cancelled:
+            self.post_message(OutputLoaded(output))
+
+    def on_output_loaded(self, message: OutputLoaded) -> None:
+        self.detail.show_output(message.output)
+
+    # ---- filters ------------------------------------------------------------------------------------
+
+    def _set_query(self, query: RunQuery) -> None:
+        if query == self.query_state:
+            return
+        self.query_state = query
+        self._title_runs()
+        self.runs.forget()
+        self.refresh_now()
+
+    def action_search(self) -> None:
+        search = self.query_one("#search", Input)
+        search.display = True
+        search.focus()
+
+    @on(Input.Changed, "#search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        self._set_query(RunQuery(self.query_state.status, event.value.strip() or None))
+
+    @on(Input.Submitted, "#search")
+    def _search_submitted(self) -> None:
+        self.runs.focus()
+
+    def action_cycle_status(self) -> None:
+        nxt = STATUS_CYCLE[(STATUS_CYCLE.index(self.query_state.status) + 1) % len(STATUS_CYCLE)]
+        self._set_query(RunQuery(nxt, self.query_state.search))
+
+    def action_back(self) -> None:
+        search = self.query_one("#search", Input)
+        if search.has_focus:
+            search.value = ""
+            search.display = False
+            self.runs.focus()
+        elif not self.runs.has_focus:
+            self.runs.focus()
+        elif self.query_state != RunQuery():
+            search.value = ""
+            search.display = False
+            self._set_query(RunQuery())
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(help_markdown()))
+
+    def action_quit(self) -> None:
+        self.app.exit()
+
+    # ---- actions on the selected run ------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Grey out (None) the run actions that do not apply to the selected run."""
+        if action in RUN_ACTION_NAMES:
+            return True if self._actionable(action) is not None else None
+        return True
+
+    def _actionable(self, name: str) -> Run | None:
+        """The selected run, if action ``name`` applies to it and the store records changes."""
+        run = self.detail.run
+        if run is None or run.run_id != self.selected or self.state.readonly_reason:
+            return None
+        action = next(a for a in RUN_ACTIONS if a.name == name)
+        return run if action.applies(run) else None
+
+    @on(Button.Pressed, "#run-actions Button")
+    def _button(self, event: Button.Pressed) -> None:
+        getattr(self, f"action_{(event.button.id or '').removeprefix('do-')}")()
+
+    def _decide(self, form: ModalScreen[Any], change: Callable[[Any, Runtime], str]) -> None:
+        """Open ``form``; when it returns a result (not closed, not declined), make the change."""
+
+        def done(result: Any) -> None:
+            if result is not None and result is not False:
+                self._change(partial(change, result))
+
+        self.app.push_screen(form, done)
+
+    def action_approve(self) -> None:
+        run = self._actionable("approve")
+        if run is not None:
+            self._read_gated_output(run)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="prepare")
+    def _read_gated_output(self, run: Run) -> None:
+        assert run.pending is not None
+        step = next((s for s in run.tasks if s.name == run.pending.step), None)
+        with self.app.open_runtime() as rt:
+            output = load_output(rt, run, step) if step is not None else None
+        self.post_message(ApprovalReady(run.run_id, output))
+
+    def on_approval_ready(self, message: ApprovalReady) -> None:
+        run = self._actionable("approve")
+        if run is None or run.run_id != message.run_id:
+            return
+        recorded = message.output is not None and message.output.recorded
+        value = message.output.value if message.output is not None else None
+        self._decide(ApproveScreen(run, value, recorded), partial(changes.approve, run))
+
+    def action_reject(self) -> None:
+        if (run := self._actionable("reject")) is not None:
+            self._decide(RejectScreen(run), partial(changes.reject, run))
+
+    def action_respond(self) -> None:
+        if (run := self._actionable("respond")) is not None:
+            self._decide(RespondScreen(run), partial(changes.respond, run))
+
+    def action_fork(self) -> None:
+        run = self._actionable("fork")
+        step = self.detail.selected_step()
+        if run is not None and step is not None:
+            self._decide(ForkScreen(run, step.name), partial(changes.fork, run))
+
+    def action_cancel(self) -> None:
+        if (run := self._actionable("cancel")) is None:
+            return
+        question = Text.assemble("Cancel run ", literal(fmt.short_id(run.run_id)), " (", literal(run.workflow, "bold"),
+                                 ", ", fmt.run_status(run.status), ")?\nIts remaining steps are cancelled; "
+                                 "a step still running will not be recorded. It can be forked later.")
+        self._decide(ConfirmScreen("Cancel run", question), partial(changes.cancel, run))
+
+    def action_resume(self) -> None:
+        run = self._actionable("resume")
+        if run is None:
+            return
+        if not self.app.app_spec:
+            self.notify("resuming needs the workflow definitions: start the console with "
+                        "`relaypoint console --app MODULE:ATTR`", severity="warning", markup=False)
+            return
+        self._start_resume(run.run_id, self.app.app_spec)
+
+    @work(thread=True, exit_on_error=False, group="resume")
+    def _start_resume(self, run_id: str, app_spec: str) -> None:
+        try:
+            with self.app.open_runtime() as rt:
+                rt.check_resumable(run_id)
+            process = spawn_resume(self.app.db_path, app_spec, run_id)
+        except (RelaypointError, OSError) as e:
+            self.post_message(ActionFailed(str(e)))
+            return
+        self.post_message(ResumeStarted(run_id, process))
+
+    def on_resume_started(self, message: ResumeStarted) -> None:
+        self._resumes.append((message.run_id, message.process))
+        self.notify(clean(f"resuming run {fmt.short_id(message.run_id)} in process {message.process.pid}; "
+                          "it keeps going if the console closes"), markup=False)
+        self.refresh_now()
+
+    @work(thread=True, exit_on_error=False, group="change")
+    def _change(self, call: Callable[[Runtime], str]) -> None:
+        """Ask the runtime for a change; ``call`` makes it and says what it did."""
+        try:
+            with self.app.open_runtime() as rt:
+                summary = call(rt)
+        except RelaypointError as e:
+            self.post_message(ActionFailed(str(e)))
+            return
+        self.post_message(ActionDone(summary))
+
+    def on_action_done(self, message: ActionDone) -> None:
+        self.notify(clean(message.summary), markup=False)
+        self.refresh_now()
+
+    def on_action_failed(self, message: ActionFailed) -> None:
+        self.notify(clean(message.error), severity="error", markup=False)
+        self.refresh_now()
