@@ -20,7 +20,7 @@ async def settle(pilot: Pilot) -> None:
     await pilot.pause()
 
 
-async def until(pilot: Pilot, condition: Callable[[], bool], timeout: float = 5.0) -> None:
+async def until(pilot: Pilot, condition: Callable[[], bool], timeout: float = 15.0) -> None:
     """Wait (letting the app run) until ``condition()`` holds; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not condition():

@@ -62,6 +62,13 @@ def run_header(run: Run, now: datetime) -> RenderableType:
             f"lease until {fmt.utc(lease.expires_at)}"))
     if run.error:
         grid.add_row("error", literal(run.error, "red"))
+    orphan = next((t for t in run.tasks if t.status == StepStatus.INTERRUPTED), None)
+    if orphan is not None:
+        then = ("pauses for a person to decide" if orphan.options.get("on_orphan") == "hold"
+                else f"re-runs it as attempt {orphan.attempts + 1}")
+        grid.add_row("not done", Text.assemble(
+            "step ", literal(orphan.name, "bold"), f" was running (attempt {orphan.attempts}) when its process "
+            "died; its output was never recorded, so it did not complete. Resume ", then, "."))
     if run.pending is not None:
         cp = run.pending
         grid.add_row("waiting", Text.assemble(
@@ -93,11 +100,20 @@ def output_view(step: StepRecord, output: StepOutput | None) -> RenderableType:
         parts.append(literal(output.value, multiline=True))
     else:
         parts.append(_json(literal(json_text(output.value), multiline=True)))
+        parts += _text_fields(output.value)
     if step.error:
         parts.append(Text.assemble("\n", ("error ", "bold red"), literal(step.error, "red", multiline=True)))
     if step.traceback:
         parts.append(literal(step.traceback, "dim", multiline=True))
     return Group(*parts)
+
+
+def _text_fields(value: Any) -> list[RenderableType]:
+    """Top-level text fields that span lines (a report, a diff), shown again as they read."""
+    if not isinstance(value, dict):
+        return []
+    return [Text.assemble("\n", (f"── {clean(key)} ──", "bold dim"), "\n", literal(text, multiline=True))
+            for key, text in value.items() if isinstance(text, str) and "\n" in text]
 
 
 def _detail_text(detail: Any) -> Text:
