@@ -83,18 +83,23 @@ class LeaseHolder:
             self._thread.join()
 
     def _beat(self) -> None:
-        store = Store(self.store_path)
+        store: Store | None = None
         try:
             while not self._stop.wait(self.seconds / 3):
-                cols = self.columns()
-                with store.transaction():
-                    renewed = store.update_run(self.run_id, fence=self.token,
-                                               lease_expires_at=cols["lease_expires_at"],
-                                               heartbeat_at=cols["heartbeat_at"])
+                try:
+                    store = store or Store(self.store_path)
+                    cols = self.columns()
+                    with store.transaction():
+                        renewed = store.update_run(self.run_id, fence=self.token,
+                                                   lease_expires_at=cols["lease_expires_at"],
+                                                   heartbeat_at=cols["heartbeat_at"])
+                except Exception:
+                    # A beat that cannot write (busy, I/O) is retried at the next one; if none gets
+                    # through the lease lapses, and the fence keeps this process from writing.
+                    continue
                 if not renewed:
                     self.lost.set()
                     return
-        except Exception:  # a heartbeat that cannot write lets the lease lapse; the fence does the rest
-            self.lost.set()
         finally:
-            store.close()
+            if store is not None:
+                store.close()

@@ -25,7 +25,7 @@ from .models import Checkpoint, Event, Lease, RunSummary, StepRecord
 from .status import RunStatus, StepStatus
 
 APP_ID = "relaypoint"
-SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_HEADER_BYTES = 100
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_SECONDS = 30.0
 
@@ -166,14 +166,15 @@ class Store:
         self.db = sqlite_utils.Database(self.conn)
 
     def _check_header(self, create: bool) -> None:
-        # SQLite takes any file shorter than a page header for an empty database and would
-        # overwrite it; only an empty file (when creating) or a real SQLite file may go further.
-        with open(self.path, "rb") as f:
-            head = f.read(len(SQLITE_HEADER))
-        if not head and not create:
+        # SQLite takes a file shorter than its 100-byte header for an empty database and would
+        # write over it; longer files it checks itself. Never open() the file here: closing any
+        # descriptor of it drops this process's SQLite locks (POSIX), and another process could
+        # then delete the WAL under a live connection.
+        size = self.path.stat().st_size
+        if size == 0 and not create:
             raise StoreError(f"{self.path} is an empty file, not a relaypoint store; point --db at a store")
-        if head and head != SQLITE_HEADER:
-            raise StoreError(f"{self.path} is not a readable SQLite database (no SQLite header); "
+        if 0 < size < SQLITE_HEADER_BYTES:
+            raise StoreError(f"{self.path} is not a readable SQLite database (too short); "
                              "point --db at a relaypoint store")
 
     def _schema_version(self) -> int:

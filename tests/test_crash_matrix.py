@@ -1,0 +1,41 @@
+"""The crash matrix in the normal suite: seeded, bounded trials of a real six-step run SIGKILLed at
+random instants (and inside its transactions) and resumed by racing processes until it completes,
+with every crash-safety invariant checked after each trial. The harness and the list of
+invariants are in tests/crashmatrix.py.
+
+Trials: ``RELAYPOINT_CRASH_TRIALS`` (default 10: about 40 s on two idle cores), seeds from
+``RELAYPOINT_CRASH_SEED`` (default 1) upward. A trial's seed fixes its input, sleeps, lease, racers
+and kill triggers; where the kills land depends on timing, and the summary line says where.
+
+The soak (one command)::
+
+    RELAYPOINT_CRASH_TRIALS=300 python -m pytest tests/test_crash_matrix.py -q -s
+
+or, with a line per trial: ``python tests/crashmatrix.py --trials 300 --seed 1``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import crashmatrix
+
+TRIALS = int(os.environ.get("RELAYPOINT_CRASH_TRIALS", "10"))
+SEED = int(os.environ.get("RELAYPOINT_CRASH_SEED", "1"))
+
+
+def test_crash_matrix(tmp_path):
+    results = [crashmatrix.run_trial(tmp_path / f"trial-{seed}", seed) for seed in range(SEED, SEED + TRIALS)]
+    print("\n" + crashmatrix.summarize(results))
+    gaps = sorted({g.split(":")[0] for r in results for g in r.known})
+    for gap in gaps:
+        seeds = [r.seed for r in results if any(g.startswith(gap) for g in r.known)]
+        print(f"  known gap (tolerated, see crashmatrix.TOLERATED_GAPS): {gap}; seen in seeds {seeds}")
+    violations = [f"seed {r.seed}: {v}" for r in results for v in r.violations]
+    assert not violations, f"{len(violations)} violations (trial directories under {tmp_path}):\n" + "\n".join(
+        violations[:50])
+    kills = [k for r in results for k in r.kills]
+    assert len(kills) >= TRIALS, "the harness hardly killed anything"
+    if TRIALS >= 8:  # the kills reach the places that matter
+        assert any(k.owner and k.step for k in kills), "no kill landed inside a step"
+        assert any("main:_boundary" in k.txns for k in kills), "no kill landed inside a boundary transaction"
