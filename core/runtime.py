@@ -428,7 +428,7 @@ class Runtime:
                     return ended
         except LeaseLost:
             raise
-        except BaseException:
+        except (Exception, KeyboardInterrupt, SystemExit):  # the store failed, or Ctrl-C / exit
             self._release_after_crash(run_id, lease)
             raise
         finally:

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from helpers import DB, FakeClock, Flow, between, committed_writes, returns, runtime, sql
+from relaypoint import StoreError
 from relaypoint.clock import to_text
 
 
@@ -109,7 +110,7 @@ def test_listing_never_reads_steps_even_with_huge_outputs(tmp_path):
         assert [(r.run_id, r.status, r.steps_done, r.steps_total) for r in listed] == [
             (done, "completed", 3, 3), (paused, "awaiting_approval", 2, 3)]
         assert refused == []
-        with pytest.raises(sqlite3.DatabaseError, match="prohibited|not authorized"):
+        with pytest.raises(StoreError, match="prohibited|not authorized"):
             rt.step_output(paused, "a")  # the authorizer really bites: reading an output touches steps
         assert refused[0][0] == "steps"
     selects = [s for s in trace if s.lstrip().upper().startswith("SELECT")]
