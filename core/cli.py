@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import sqlite3
 from datetime import timedelta
 from typing import Any
@@ -52,6 +53,11 @@ def _dump(value: Any) -> None:
     # ensure_ascii: stored text may hold C1 controls and BiDi overrides; escaped JSON never reaches
     # the terminal raw.
     click.echo(json.dumps(value, indent=2, ensure_ascii=True))
+
+
+def _continue_hint(run_id: str) -> str:
+    app = os.environ.get("RELAYPOINT_APP") or "MODULE:ATTR"
+    return f"continue it with `relaypoint resume {run_id} --app {app}` or let a worker pick it up"
 
 
 def _lease_seconds() -> float:
@@ -103,7 +109,8 @@ def demo(ctx: click.Context, no_console: bool, root: str | None) -> None:
     from .demo import DEMO_APP, build_demo
 
     runs = build_demo(ctx.obj["db"], root=root, progress=lambda line: click.echo(line, err=True))
-    click.echo(f"demo store {ctx.obj['db']}: {len(runs)} runs", err=True)
+    total = sum(_runtime(ctx).counts().values())
+    click.echo(f"demo store {ctx.obj['db']}: added {len(runs)} runs ({total} in the store)", err=True)
     if not no_console:
         from relaypoint.tui import run_console
 
@@ -127,8 +134,19 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
     find_workflow({wf.name: wf for wf in workflows}, workflow)  # refuse before creating a store file
     rt = Runtime(ctx.obj["db"], workflows, create=True, lease_seconds=_lease_seconds())
     ctx.call_on_close(rt.close)
-    run_id = rt.start(workflow, data)
-    click.echo(run_id)
+    started: list[str] = []
+
+    def created(run_id: str) -> None:  # print the id before the first step, so a killed run can be found
+        started.append(run_id)
+        click.echo(run_id)
+
+    try:
+        run_id = rt.start(workflow, data, on_created=created)
+    except KeyboardInterrupt:
+        if started:
+            raise click.ClickException(f"run {started[0]} interrupted; continue it with "
+                                       f"`relaypoint resume {started[0]} --app {app_spec}`") from None
+        raise
     run = rt.get(run_id)
     if run.status == RunStatus.FAILED:
         raise click.ClickException(f"run {run_id} failed: {run.error}")
@@ -185,6 +203,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         out.print(literal(f"waiting: {run.pending.reason} (checkpoint {run.pending.checkpoint_id})", "yellow"))
     if run.error:
         out.print(literal(f"error: {run.error}", "red"))
+    out.print(literal(f"input: {json.dumps(run.input, ensure_ascii=False)}"))
     for t in run.tasks:
         out.print()
         out.print(literal(f"{STEP_SYMBOLS[t.status]} {t.name}  {t.status}  attempts {t.attempts}", "bold"))
@@ -226,7 +245,7 @@ def approve(ctx: click.Context, run_id: str, by: str | None, comment: str | None
     cp = rt.approve(run_id, by=by, comment=comment, output=output, checkpoint_id=checkpoint)
     rid = cp.run_id
     click.echo(f"approved checkpoint {cp.checkpoint_id} (step '{cp.step}') of run {rid}; the run is queued: "
-               f"continue it with `relaypoint resume {rid} --app MODULE:ATTR`")
+               f"{_continue_hint(rid)}")
 
 
 @cli.command()
@@ -252,7 +271,7 @@ def respond(ctx: click.Context, run_id: str, value_json: str, by: str | None, ch
     value = parse_json_arg(value_json, "--value")
     cp = _runtime(ctx).respond(run_id, value, by=by, checkpoint_id=checkpoint)
     click.echo(f"recorded the answer for step '{cp.step}' of run {cp.run_id}; the run is queued: "
-               f"continue it with `relaypoint resume {cp.run_id} --app MODULE:ATTR`")
+               f"{_continue_hint(cp.run_id)}")
 
 
 @cli.command()
@@ -342,6 +361,17 @@ def prune(ctx: click.Context, days: float, statuses: tuple[str, ...]) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="relaypoint")
+    """Console-script entry point: every error, usage mistakes included, is one line on stderr."""
+    try:
+        cli.main(prog_name="relaypoint", standalone_mode=False)
+    except click.UsageError as e:
+        hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx else ""
+        click.echo(f"Error: {e.format_message()}{hint}", err=True)
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(1)
 

@@ -1,8 +1,8 @@
 """``relaypoint demo``: fill a store with real runs of the bundled ``repo-audit`` example.
 
 Every run is really executed, including one whose process is SIGKILLed mid-step, so the console
-shows each state: completed, awaiting approval, awaiting input, interrupted, failed, rejected,
-and a fork of the completed run.
+shows each state a run can rest in: completed, awaiting approval, awaiting input, interrupted,
+failed, rejected, cancelled, and a queued fork of the completed run.
 """
 
 from __future__ import annotations
@@ -81,6 +81,11 @@ def build_demo(db_path: str, root: str | None = None,
         rid = rt.start("repo-audit", {**base, "title": "Audit to reject"})
         rt.reject(rid, comment="Docstring coverage too low; document the public API first.", by="demo-reviewer")
         runs["rejected"] = rid
+
+        progress("cancelled: an audit waiting for its title, cancelled by its operator")
+        rid = rt.start("repo-audit", {**base, "ask_title": True, "title": "never asked"})
+        rt.cancel(rid, by="demo-operator")
+        runs["cancelled"] = rid
 
         progress("fork: the completed run, forked from its draft with a new title")
         runs["fork"] = rt.fork(runs["completed"], "draft", {**base, "title": "Audit (forked draft)"})

@@ -180,9 +180,11 @@ class Runtime:
     # ---- starting and resuming ------------------------------------------------------------------
 
     @_store_errors
-    def start(self, workflow: str, input: dict[str, Any] | None = None) -> str:
+    def start(self, workflow: str, input: dict[str, Any] | None = None, *,
+              on_created: Callable[[str], None] | None = None) -> str:
         """Create a run of ``workflow`` and execute it in this process until it completes, pauses or
-        fails. Returns the run id (check ``get(run_id).status``).
+        fails. Returns the run id (check ``get(run_id).status``). ``on_created`` is called with the
+        id once the run is recorded, before its first step runs.
 
         Raises ``UnknownWorkflow``, ``InvalidValue`` (input not a JSON object), ``LeaseLost``.
         """
@@ -210,6 +212,8 @@ class Runtime:
             self.store.add_event(run_id, at, "run_started", workflow=wf.name, pid=lease.pid, host=HOST)
             if first is not None:
                 self._begin_step(run_id, 0, first, 1, at)
+        if on_created is not None:
+            on_created(run_id)
         self._drive(run_id, wf, lease)
         return run_id
 
@@ -513,9 +517,11 @@ class Runtime:
         # The open checkpoint decides, not the status column: a pause whose decision cannot be read
         # is open again (fail closed) and can be decided, whatever status a hand edit left.
         if cp is None or cp.kind not in kinds or status.is_terminal:
-            raise RefusedTransition(f"run {rid} is {status}; there is nothing to {verb}"
-                                    + (" (it was already decided)" if status.is_terminal or
-                                       status == RunStatus.QUEUED else ""))
+            last = self.store.conn.execute(
+                f"SELECT decision, decided_by FROM checkpoints WHERE run_id = ? AND kind IN {PAUSE_KINDS!r} "
+                "ORDER BY checkpoint_id DESC LIMIT 1", (rid,)).fetchone()
+            decided = f" (its last pause was already {last[0]} by {last[1]})" if last and last[0] else ""
+            raise RefusedTransition(f"run {rid} is {status}; there is nothing to {verb}{decided}")
         if checkpoint_id is not None and cp.checkpoint_id != checkpoint_id:
             raise RefusedTransition(f"run {rid} moved on since checkpoint {checkpoint_id}: it now waits on "
                                     f"checkpoint {cp.checkpoint_id} (step '{cp.step}'); review it again")
@@ -565,8 +571,8 @@ class Runtime:
             self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at, **cols)
             self.store.add_event(rid, at, "approved", step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id,
                                  comment=comment, output_edited=value is not None)
-            return self.store.pending_checkpoint(rid) or cp.model_copy(update={
-                "decision": "approved", "decided_by": by, "comment": comment})
+            return cp.model_copy(update={"decision": "approved", "decided_by": by, "decided_at": from_text(at),
+                                         "comment": comment, "value": output})
 
     @_store_errors
     def reject(self, run_id: str, comment: str, by: str | None = None, *,
@@ -588,7 +594,8 @@ class Runtime:
             self.store.update_run(rid, status=RunStatus.REJECTED, updated_at=at, current_step=None)
             self.store.add_event(rid, at, "rejected", step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id,
                                  comment=comment)
-        return cp.model_copy(update={"decision": "rejected", "decided_by": by, "comment": comment})
+        return cp.model_copy(update={"decision": "rejected", "decided_by": by, "decided_at": from_text(at),
+                                     "comment": comment})
 
     @_store_errors
     def respond(self, run_id: str, value: Any, by: str | None = None, *,
@@ -607,7 +614,8 @@ class Runtime:
             self._decide(cp, "responded", by, at, None, text)
             self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at)
             self.store.add_event(rid, at, "responded", step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id)
-        return cp.model_copy(update={"decision": "responded", "decided_by": by, "value": value})
+        return cp.model_copy(update={"decision": "responded", "decided_by": by, "decided_at": from_text(at),
+                                     "value": value})
 
     @_store_errors
     def cancel(self, run_id: str, by: str | None = None) -> RunStatus:

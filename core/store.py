@@ -123,7 +123,8 @@ class Store:
         if not self.path.exists():
             if not create:
                 raise StoreError(
-                    f"no relaypoint store at {self.path}; run `relaypoint demo` or pass --db PATH (or RELAYPOINT_DB)"
+                    f"no relaypoint store at {self.path}; make one with `relaypoint --db {self.path} demo` or "
+                    "`relaypoint start`, or point --db (RELAYPOINT_DB) at an existing store"
                 )
             try:
                 os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))

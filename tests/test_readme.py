@@ -1,0 +1,38 @@
+"""The README's Python examples run as written (the workflow definition, then the API tour)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_python_examples_run_as_written(tmp_path, monkeypatch):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert len(blocks) == 2, "expected the workflow definition and the API tour"
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, str(README), "exec"), namespace)
+    rt = namespace["rt"]
+    run = rt.get(namespace["run_id"])
+    assert run.status == "completed"
+    assert run.tasks[-1].output["title"] == "Final title"
+    assert rt.get(namespace["new_id"]).status == "cancelled"
+
+
+def test_the_cli_session_runs_as_written(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (session,) = [b for b in re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
+                  if "RELAYPOINT_DB=demo.db" in b]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {k: v for k, v in env.items() if not k.startswith("RELAYPOINT_")}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", session], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "run_completed" in done.stdout
