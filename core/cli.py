@@ -21,7 +21,8 @@ from .apploader import load_workflows
 from .display import json_text, literal
 from .encoding import parse_json_arg
 from .errors import RelaypointError
-from .runtime import LEASE_SECONDS, Runtime, find_workflow
+from .runtime import LEASE_SECONDS, Runtime
+from .workflow import find_workflow
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
 
 STATUS_CHOICE = click.Choice([s.value for s in RunStatus])

@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .clock import Clock, to_text
+from .clock import Clock, from_text, to_text
 from .store import Store
 
 HOST = socket.gethostname()
@@ -103,3 +103,11 @@ class LeaseHolder:
         finally:
             if store is not None:
                 store.close()
+
+
+def parse_expiry(text: str | None) -> datetime | None:
+    """A stored lease expiry as UTC; an unreadable one (edited by hand) counts as no lease (None)."""
+    try:
+        return from_text(text)
+    except ValueError:
+        return None

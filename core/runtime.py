@@ -11,23 +11,22 @@ import functools
 import getpass
 import os
 import sqlite3
-import traceback as tb
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from . import encoding
 from .clock import Clock, IdFactory, from_text, new_run_id, to_text, utcnow
-from .errors import (DefinitionError, DriftError, InvalidValue, LeaseLost, RefusedTransition,
+from .errors import (DefinitionError, DriftError, InvalidValue, RefusedTransition,
                      UnknownStep, UnknownWorkflow)
-from .lease import HOST, LeaseHolder, owner_gone
+from .executor import CLEAR_LEASE, Executor
+from .lease import HOST, owner_gone, parse_expiry
 from .models import Checkpoint, Event, Run, RunSummary, StepRecord
 from .status import TERMINAL, RunStatus, StepStatus
 from .store import PAUSE_KINDS, UNDECIDED, Store, readable, summary_from_row
-from .workflow import Context, InputRequested, StepSpec, Workflow
+from .workflow import Workflow, describe_drift, find_workflow
 
 LEASE_SECONDS = 30.0
-_CLEAR_LEASE = dict(lease_token=None, lease_pid=None, lease_host=None, lease_expires_at=None, heartbeat_at=None)
 
 
 def os_user() -> str:
@@ -51,7 +50,7 @@ def _store_errors(method: Callable) -> Callable:
     return wrapper
 
 
-class Runtime:
+class Runtime(Executor):
     """Operations on the runs of one store.
 
     ``path``: the SQLite file (created, owner-only, if missing and ``create`` is true).
@@ -158,7 +157,7 @@ class Runtime:
             (RunStatus.RUNNING,)).fetchall()
         marked = []
         for run_id, token, pid, host, expires in rows:
-            if not owner_gone(host, pid, _lease_expiry(expires), now):
+            if not owner_gone(host, pid, parse_expiry(expires), now):
                 continue
             with self.store.transaction():
                 if self._mark_interrupted(run_id, token, pid, host):
@@ -168,7 +167,7 @@ class Runtime:
     def _mark_interrupted(self, run_id: str, token: str | None, pid: int | None, host: str | None) -> bool:
         at = self._now()
         if not self.store.update_run(run_id, fence=token, status=RunStatus.INTERRUPTED, updated_at=at,
-                                     **_CLEAR_LEASE):
+                                     **CLEAR_LEASE):
             return False
         for s in self.store.steps(run_id, with_output=False):
             if s.status == StepStatus.RUNNING:
@@ -362,153 +361,6 @@ class Runtime:
         self.store.add_event(rid, at, "drift_allowed", change=change, dropped=sorted(old))
         return self.store.steps(rid, with_output=False)
 
-    # ---- the executor loop -----------------------------------------------------------------------
-
-    def _lease(self, run_id: str) -> LeaseHolder:
-        return LeaseHolder(str(self.store.path), run_id, self.clock, self.lease_seconds)
-
-    def _begin_step(self, run_id: str, position: int, name: str, attempt: int, at: str) -> None:
-        self.store.update_step(run_id, position, status=StepStatus.RUNNING, attempts=attempt, started_at=at,
-                               finished_at=None, error=None, traceback=None)
-        self.store.add_event(run_id, at, "step_started", step=name, attempt=attempt)
-
-    def _fenced(self, run_id: str, lease: LeaseHolder, **cols: Any) -> None:
-        """A run update that applies only while ``lease`` owns the run; otherwise ``LeaseLost``."""
-        if not self.store.update_run(run_id, fence=lease.token, **cols):
-            self._lost(run_id)
-
-    def _lost(self, run_id: str) -> None:
-        """Raise ``LeaseLost`` saying why this process no longer owns the run."""
-        status = self.store.run_row(run_id)["status"]
-        why = ("it was cancelled" if status == RunStatus.CANCELLED
-               else "its lease expired or another process took the run over")
-        raise LeaseLost(f"run {run_id}: this process no longer owns the run ({why}); "
-                        "the step's result was not recorded")
-
-    def _drive(self, run_id: str, wf: Workflow, lease: LeaseHolder,
-               should_stop: Callable[[], bool] | None = None) -> RunStatus:
-        """Execute steps while this process holds the lease. Returns the status the run ends in."""
-        lease.start_heartbeat()
-        failures: dict[str, int] = {}
-        try:
-            while True:
-                steps = self.store.steps(run_id, with_output=False)
-                cur = next((s for s in steps if s.status == StepStatus.RUNNING), None)
-                if cur is None:
-                    with self.store.transaction():
-                        at = self._now()
-                        self._fenced(run_id, lease, status=RunStatus.COMPLETED, updated_at=at, current_step=None,
-                                     **_CLEAR_LEASE)
-                        self.store.add_event(run_id, at, "run_completed")
-                    return RunStatus.COMPLETED
-                spec = wf.get(cur.name)
-                ctx = Context(
-                    run_id=run_id, step=cur.name, attempt=cur.attempts, idempotency_key=cur.idempotency_key,
-                    input=self.store.strict(self.store.run_row(run_id)["input"], f"the input of run {run_id}") or {},
-                    results=self.store.completed_outputs(run_id, cur.position),
-                    responses=self.store.responses(run_id, cur.name),
-                )
-                try:
-                    output = encoding.dumps(spec.fn(ctx), "output")
-                except InputRequested as ask:
-                    with self.store.transaction():
-                        at = self._now()
-                        self._fenced(run_id, lease, updated_at=at)
-                        self.store.update_step(run_id, cur.position, status=StepStatus.PENDING)
-                        self._pause(run_id, lease, "input", cur.position, cur.name, at, reason=ask.prompt,
-                                    timeout=spec.timeout)
-                    return RunStatus.AWAITING_INPUT
-                except Exception as exc:
-                    failures[cur.name] = failures.get(cur.name, 0) + 1
-                    retry = not isinstance(exc, InvalidValue) and failures[cur.name] <= spec.retries
-                    if self._record_failure(run_id, lease, cur, exc, retry):
-                        continue
-                    return RunStatus.FAILED
-                if lease.lost.is_set():
-                    self._lost(run_id)
-                stop = should_stop is not None and should_stop()
-                ended = self._boundary(run_id, lease, cur, spec, output, steps, stop)
-                if ended is not None:
-                    return ended
-        except LeaseLost:
-            raise
-        except (Exception, KeyboardInterrupt, SystemExit):  # the store failed, or Ctrl-C / exit
-            self._release_after_crash(run_id, lease)
-            raise
-        finally:
-            lease.stop_heartbeat()
-
-    def _release_after_crash(self, run_id: str, lease: LeaseHolder) -> None:
-        # Something outside the step failed (the store, a signal): show the run interrupted now
-        # rather than when the lease expires. Best effort: the store may be what failed.
-        try:
-            with self.store.transaction():
-                self._mark_interrupted(run_id, lease.token, lease.pid, HOST)
-        except Exception:
-            pass
-
-    def _record_failure(self, run_id: str, lease: LeaseHolder, cur: StepRecord, exc: Exception,
-                        retry: bool) -> bool:
-        message = f"{type(exc).__name__}: {exc}" if not isinstance(exc, InvalidValue) else str(exc)
-        trace = "".join(tb.format_exception(exc))
-        with self.store.transaction():
-            at = self._now()
-            self._fenced(run_id, lease, updated_at=at)
-            self.store.add_event(run_id, at, "step_failed", step=cur.name, attempt=cur.attempts, error=message,
-                                 will_retry=retry)
-            if retry:
-                self._begin_step(run_id, cur.position, cur.name, cur.attempts + 1, at)
-                return True
-            self.store.update_step(run_id, cur.position, status=StepStatus.FAILED, error=message,
-                                   traceback=trace, finished_at=at)
-            self._fenced(run_id, lease, status=RunStatus.FAILED, error=f"step '{cur.name}' failed: {message}",
-                         **_CLEAR_LEASE)
-            self.store.add_event(run_id, at, "run_failed", step=cur.name, error=message)
-        return False
-
-    def _boundary(self, run_id: str, lease: LeaseHolder, cur: StepRecord, spec: StepSpec, output: str,
-                  steps: list[StepRecord], stop: bool) -> RunStatus | None:
-        """Commit one step boundary. Returns the status the run stopped in (completed after its last
-        step, paused at the step's approval gate, or released ``queued`` because ``stop``), or None
-        to go on."""
-        with self.store.transaction():
-            at = self._now()
-            done = sum(s.status == StepStatus.COMPLETED for s in steps) + 1
-            self._fenced(run_id, lease, updated_at=at, steps_done=done)
-            self.store.update_step(run_id, cur.position, status=StepStatus.COMPLETED, output=output,
-                                   finished_at=at, error=None, traceback=None)
-            self.store.add_event(run_id, at, "step_completed", step=cur.name, attempt=cur.attempts)
-            if spec.approval:
-                self._pause(run_id, lease, "approval", cur.position + 1, cur.name, at,
-                            reason=f"approve the output of step '{cur.name}'", timeout=spec.timeout)
-                return RunStatus.AWAITING_APPROVAL
-            nxt = next((s for s in steps if s.position > cur.position and s.status != StepStatus.COMPLETED), None)
-            self.store.add_checkpoint(run_id, at, "boundary", cur.position + 1, nxt.name if nxt else None)
-            if nxt is None:  # the last boundary completes the run in the same transaction
-                self.store.update_run(run_id, status=RunStatus.COMPLETED, current_step=None, **_CLEAR_LEASE)
-                self.store.add_event(run_id, at, "run_completed")
-                return RunStatus.COMPLETED
-            self.store.update_run(run_id, current_step=nxt.name)
-            if stop:
-                self.store.update_run(run_id, status=RunStatus.QUEUED, **_CLEAR_LEASE)
-                self.store.add_event(run_id, at, "released", step=nxt.name, reason="executor stopping")
-                return RunStatus.QUEUED
-            self._begin_step(run_id, nxt.position, nxt.name, nxt.attempts + 1, at)
-        return None
-
-    def _pause(self, run_id: str, lease: LeaseHolder | None, kind: str, position: int, step: str, at: str,
-               reason: str, timeout: float | None) -> None:
-        status = RunStatus.AWAITING_INPUT if kind == "input" else RunStatus.AWAITING_APPROVAL
-        cols = dict(status=status, updated_at=at, current_step=step, **_CLEAR_LEASE)
-        if lease is not None:
-            self._fenced(run_id, lease, **cols)
-        else:
-            self.store.update_run(run_id, **cols)
-        deadline = None if timeout is None else to_text(self.clock() + timedelta(seconds=timeout))
-        cp = self.store.add_checkpoint(run_id, at, kind, position, step, reason=reason, deadline_at=deadline)
-        self.store.add_event(run_id, at, "paused", step=step, checkpoint_id=cp, gate=kind, reason=reason,
-                             deadline_at=deadline)
-
     # ---- decisions ------------------------------------------------------------------------------
 
     def _pending(self, rid: str, kinds: tuple[str, ...], verb: str, checkpoint_id: int | None) -> Checkpoint:
@@ -634,7 +486,7 @@ class Runtime:
                 "UPDATE checkpoints SET decision = 'cancelled', decided_by = ?, decided_at = ? "
                 f"WHERE run_id = ? AND {UNDECIDED} AND kind IN {PAUSE_KINDS!r}", (by, at, rid))
             self.store.update_run(rid, status=RunStatus.CANCELLED, updated_at=at, current_step=None,
-                                  **_CLEAR_LEASE)
+                                  **CLEAR_LEASE)
             self.store.add_event(rid, at, "cancelled", actor=by, previous_status=status)
         return status
 
@@ -688,7 +540,7 @@ class Runtime:
 
     def _owned_by_live_process(self, row: dict[str, Any]) -> bool:
         return row["status"] == RunStatus.RUNNING and not owner_gone(
-            row["lease_host"], row["lease_pid"], _lease_expiry(row["lease_expires_at"]), self.clock())
+            row["lease_host"], row["lease_pid"], parse_expiry(row["lease_expires_at"]), self.clock())
 
     @_store_errors
     def prune(self, older_than: timedelta, statuses: Iterable[str] = tuple(TERMINAL)) -> list[str]:
@@ -784,37 +636,3 @@ class Runtime:
             raise UnknownWorkflow(f"workflow {name!r} is not defined by the loaded app (it defines: "
                                   f"{', '.join(sorted(self.workflows))}); pass the --app that defines it")
         return self.workflows[name]
-
-
-def _lease_expiry(text: str | None) -> datetime | None:
-    # An unreadable expiry (edited by hand) counts as no lease.
-    try:
-        return from_text(text)
-    except ValueError:
-        return None
-
-
-def find_workflow(workflows: dict[str, Workflow], name: str) -> Workflow:
-    """The workflow named ``name``; ``UnknownWorkflow`` listing the known ones otherwise."""
-    if name not in workflows:
-        known = ", ".join(sorted(workflows)) or "none loaded; pass --app MODULE:ATTR"
-        raise UnknownWorkflow(f"unknown workflow {name!r} (known: {known})")
-    return workflows[name]
-
-
-def describe_drift(recorded: list[dict[str, Any]], defined: list[dict[str, Any]]) -> str:
-    """One line listing how a definition changed: steps added, removed, renamed (a removed and an
-    added step at the same position), and steps whose options changed."""
-    old = [d["name"] for d in recorded]
-    new = [d["name"] for d in defined]
-    renamed = [(o, n) for o, n in zip(old, new) if o != n and o not in new and n not in old]
-    gone = {o for o, _ in renamed} | {n for _, n in renamed}
-    added = [n for n in new if n not in old and n not in gone]
-    removed = [o for o in old if o not in new and o not in gone]
-    before = {d["name"]: d for d in recorded}
-    changed = [d["name"] for d in defined if d["name"] in before and before[d["name"]] != d]
-    parts = [f"added {', '.join(added)}" if added else "",
-             f"removed {', '.join(removed)}" if removed else "",
-             f"renamed {', '.join(f'{o} -> {n}' for o, n in renamed)}" if renamed else "",
-             f"options changed for {', '.join(changed)}" if changed else ""]
-    return "; ".join(p for p in parts if p) or "steps reordered"

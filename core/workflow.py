@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import DefinitionError
+from .errors import DefinitionError, UnknownWorkflow
 
 OnOrphan = Literal["retry", "hold"]
 StepFn = Callable[["Context"], Any]
@@ -139,3 +139,29 @@ class Context:
         if index < len(self.responses):
             return self.responses[index]
         raise InputRequested(str(prompt), index)
+
+
+def find_workflow(workflows: dict[str, Workflow], name: str) -> Workflow:
+    """The workflow named ``name``; ``UnknownWorkflow`` listing the known ones otherwise."""
+    if name not in workflows:
+        known = ", ".join(sorted(workflows)) or "none loaded; pass --app MODULE:ATTR"
+        raise UnknownWorkflow(f"unknown workflow {name!r} (known: {known})")
+    return workflows[name]
+
+
+def describe_drift(recorded: list[dict[str, Any]], defined: list[dict[str, Any]]) -> str:
+    """One line listing how a definition changed: steps added, removed, renamed (a removed and an
+    added step at the same position), and steps whose options changed."""
+    old = [d["name"] for d in recorded]
+    new = [d["name"] for d in defined]
+    renamed = [(o, n) for o, n in zip(old, new) if o != n and o not in new and n not in old]
+    gone = {o for o, _ in renamed} | {n for _, n in renamed}
+    added = [n for n in new if n not in old and n not in gone]
+    removed = [o for o in old if o not in new and o not in gone]
+    before = {d["name"]: d for d in recorded}
+    changed = [d["name"] for d in defined if d["name"] in before and before[d["name"]] != d]
+    parts = [f"added {', '.join(added)}" if added else "",
+             f"removed {', '.join(removed)}" if removed else "",
+             f"renamed {', '.join(f'{o} -> {n}' for o, n in renamed)}" if renamed else "",
+             f"options changed for {', '.join(changed)}" if changed else ""]
+    return "; ".join(p for p in parts if p) or "steps reordered"
