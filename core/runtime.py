@@ -372,7 +372,7 @@ class Runtime(Executor):
             last = self.store.conn.execute(
                 f"SELECT decision, decided_by FROM checkpoints WHERE run_id = ? AND kind IN {PAUSE_KINDS!r} "
                 "ORDER BY checkpoint_id DESC LIMIT 1", (rid,)).fetchone()
-            decided = f" (its last pause was already {last[0]} by {last[1]})" if last and last[0] else ""
+            decided = f" (its last pause was already decided: {last[0]} by {last[1]})" if last and last[0] else ""
             raise RefusedTransition(f"run {rid} is {status}; there is nothing to {verb}{decided}")
         if checkpoint_id is not None and cp.checkpoint_id != checkpoint_id:
             raise RefusedTransition(f"run {rid} moved on since checkpoint {checkpoint_id}: it now waits on "
