@@ -1,11 +1,17 @@
-"""Driving the console in tests: wait for its workers, select a run or a step, type text."""
+"""Driving the console in tests: wait for its workers, select a run or a step, type text, type
+ahead faster than the console reacts, and check what is on the screen."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
+from textual import events
+from textual.errors import NoWidget
+from textual.geometry import Region
+from textual.keys import _character_to_key
 from textual.pilot import Pilot
+from textual.widget import Widget
 
 from relaypoint.tui.detail import DetailPane
 from relaypoint.tui.runs_table import RunsTable
@@ -54,6 +60,19 @@ async def select_run(pilot: Pilot, run_id: str) -> None:
     await settle(pilot)
 
 
+async def press_to_run(pilot: Pilot, run_id: str) -> None:
+    """Move the runs cursor onto ``run_id`` with ``j``/``k`` presses (the runs table must have the
+    focus) and wait until its detail (and output) are shown."""
+    await until(pilot, lambda: run_id in runs_table(pilot).runs)
+    table = runs_table(pilot)
+    assert table.has_focus, "the runs table must have the focus"
+    delta = table.get_row_index(run_id) - table.cursor_row
+    await pilot.press(*(["j"] * delta if delta > 0 else ["k"] * -delta))
+    assert table.selected_key() == run_id
+    await until(pilot, lambda: detail(pilot).run is not None and detail(pilot).run.run_id == run_id)
+    await settle(pilot)
+
+
 async def select_step(pilot: Pilot, name: str) -> None:
     """Put the steps cursor on step ``name`` and wait for its output."""
     steps = detail(pilot).steps
@@ -65,3 +84,33 @@ async def select_step(pilot: Pilot, name: str) -> None:
 async def type_text(pilot: Pilot, text: str) -> None:
     """Type ``text`` key by key into the focused widget."""
     await pilot.press(*("space" if c == " " else c for c in text))
+
+
+async def type_ahead(pilot: Pilot, *keys: str) -> None:
+    """Queue every key at once, as a fast typist or a paste does, before the console handles the
+    first (``pilot.press`` lets the app settle between keys, which hides type-ahead races).
+    ``keys``: characters (``"/"``, ``"r"``) or key names (``"enter"``, ``"ctrl+a"``)."""
+    for key in keys:
+        if len(key) == 1:
+            pilot.app.post_message(events.Key(_character_to_key(key), key))
+        else:
+            pilot.app.post_message(events.Key(key, None))
+    await settle(pilot)
+
+
+def is_visible(widget: Widget) -> bool:
+    """True when the middle of ``widget`` is on the screen and not covered or scrolled away."""
+    region = widget.region
+    if not region or not widget.screen.region.contains_region(region):
+        return False
+    try:
+        found, _ = widget.screen.get_widget_at(*region.center)
+    except NoWidget:
+        return False
+    return found is widget or widget in found.ancestors
+
+
+def screen_lines(widget: Widget) -> list[str]:
+    """What ``widget`` draws (padding included), one string per row."""
+    strips = widget.render_lines(Region(0, 0, *widget.outer_size))
+    return ["".join(segment.text for segment in strip) for strip in strips]

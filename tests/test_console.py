@@ -1,6 +1,7 @@
 """The console driven with Textual's pilot on real stores: decisions, forks, cancel, resume in a
-separate process, greyed-out actions, live refresh from another process, paging, filters, and
-hostile stored text shown literally."""
+separate process, greyed-out actions, live refresh from another process, paging, filters, focus
+between the runs table and the step chain, type-ahead, forms that fit small terminals, and hostile
+stored text shown literally."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_pilot import detail, main_screen, runs_table, select_run, select_step, settle, type_text, until
-from fixtures import build_fixture_store
+from console_pilot import (detail, is_visible, main_screen, press_to_run, runs_table, screen_lines, select_run,
+                           select_step, settle, type_ahead, type_text, until)
+from fixtures import WORKFLOWS, build_fixture_store
 from textual.geometry import Region
-from textual.widgets import Button, Label, Static, TextArea
+from textual.widgets import Button, Label, Markdown, Select, Static, TextArea
+
 
 from relaypoint import Runtime, RunStatus, Workflow
 from relaypoint.tui import RelaypointConsole
-from relaypoint.tui.modals import ApproveScreen, ConfirmScreen, ForkScreen, RejectScreen, RespondScreen
+from relaypoint.tui.modals import ApproveScreen, ConfirmScreen, ForkScreen, HelpScreen, RejectScreen, RespondScreen
 
 SIZE = (160, 45)
 
@@ -389,6 +392,370 @@ async def test_keys_j_and_k_move_like_the_arrows(store):
         assert table.cursor_row == 1
 
 
+# ---- focus: the runs table and the step chain ---------------------------------------------------
+
+
+async def test_enter_goes_to_the_step_chain_and_escape_comes_back(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["completed"])
+        table, steps = runs_table(pilot), detail(pilot).steps
+        row = table.cursor_row
+        await pilot.press("enter")
+        assert steps.has_focus
+        assert steps.selected_key() == "publish_post"  # a completed run starts at its last step
+        await pilot.press("k")
+        assert steps.selected_key() == "review"
+        assert table.cursor_row == row, "k in the step chain must not move the runs cursor"
+        await until(pilot, detail(pilot).output_is_current)
+        assert detail(pilot).output.step == "review"
+        await pilot.press("escape")
+        assert table.has_focus
+        await pilot.press("k")
+        assert table.cursor_row == row - 1
+
+        await pilot.press("j")  # back on the completed run
+        await settle(pilot)
+        await type_ahead(pilot, "enter", "k")  # typed faster than the console reacts
+        assert steps.has_focus
+        assert table.cursor_row == row
+        assert steps.selected_key() == "review"
+
+
+async def test_tab_and_shift_tab_switch_between_the_runs_table_and_the_step_chain(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["awaiting_approval"])
+        table, steps = runs_table(pilot), detail(pilot).steps
+        row = table.cursor_row
+        await pilot.press("tab")
+        assert steps.has_focus, "one tab reaches the step chain"
+        await pilot.press("k")
+        assert steps.selected_key() == "draft"
+        assert table.cursor_row == row
+        await pilot.press("tab")
+        assert table.has_focus
+        await pilot.press("shift+tab")
+        assert steps.has_focus
+        await pilot.press("shift+tab")
+        assert table.has_focus
+        await pilot.press("/", "tab")  # from the search box too
+        assert table.has_focus
+        for button in main_screen(pilot).query("#run-actions Button").results(Button):
+            assert not button.focusable, "the action buttons are for the mouse; keys act directly"
+
+
+async def test_fork_starts_from_the_step_highlighted_in_the_chain(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["completed"])
+        await pilot.press("enter", "k", "k")  # publish_post -> review -> draft
+        await until(pilot, detail(pilot).output_is_current)
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        assert app.screen.query_one("#from-step", Select).value == "draft"
+        await pilot.press("ctrl+s")
+        with Runtime(path, create=False) as rt:
+            await until(pilot, lambda: len(rt.get(runs["completed"]).forks) == 2)
+            child = rt.get(rt.get(runs["completed"]).forks[-1])
+    assert child.forked_from_step == "draft"
+
+
+async def test_the_fork_form_can_change_the_step(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["completed"])
+        await pilot.press("enter", "k")  # review
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        select = app.screen.query_one("#from-step", Select)
+        assert select.value == "review"
+        assert app.screen.query_one("#input-json", TextArea).has_focus, "the form opens on the input"
+        await pilot.press("shift+tab")
+        assert select.has_focus
+        await pilot.press("enter")  # open the list
+        await settle(pilot)
+        await pilot.press("up", "enter")
+        await settle(pilot)
+        assert select.value == "draft"
+        await pilot.press("ctrl+s")
+        with Runtime(path, create=False) as rt:
+            await until(pilot, lambda: len(rt.get(runs["completed"]).forks) == 2)
+            child = rt.get(rt.get(runs["completed"]).forks[-1])
+    assert child.forked_from_step == "draft"
+
+
+async def test_the_input_typed_in_the_fork_form_is_the_forks_input(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["completed"])
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        editor = app.screen.query_one("#input-json", TextArea)
+        await pilot.press("ctrl+a")  # select all: typing replaces the parent's input
+        assert editor.selected_text == editor.text
+        await type_text(pilot, '{"topic": "typed by hand"}')
+        await pilot.press("ctrl+s")
+        with Runtime(path, create=False) as rt:
+            await until(pilot, lambda: len(rt.get(runs["completed"]).forks) == 2)
+            child = rt.get(rt.get(runs["completed"]).forks[-1])
+    assert child.input == {"topic": "typed by hand"}
+    assert any("with a new input" in msg for msg, _ in notes)
+
+
+async def test_a_fork_input_that_is_not_an_object_keeps_the_form_open(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["awaiting_input"])
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        form = app.screen
+        assert isinstance(form, ForkScreen)
+        editor = form.query_one("#input-json", TextArea)
+        await pilot.press("ctrl+a")
+        await type_text(pilot, "[1,2]")
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        assert app.screen is form
+        assert "must be a JSON object" in form.error and "not a list" in form.error
+        await type_text(pilot, "cxiq")  # typed on: into the editor, never to the run's actions
+        await settle(pilot)
+        assert app.screen is form
+        assert editor.text == "[1,2]cxiq"
+
+        await pilot.press("ctrl+a")
+        await type_text(pilot, "{oops")
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        assert app.screen is form
+        assert "not valid JSON" in form.error
+        await pilot.press("escape")
+        await settle(pilot)
+        assert app.screen is main_screen(pilot)
+    assert notes == []
+    assert run_status(path, runs["awaiting_input"]) == RunStatus.AWAITING_INPUT
+    with Runtime(path, create=False) as rt:
+        assert len(rt.list(limit=1000)) == len(runs)
+
+
+async def test_a_fork_from_a_step_whose_predecessors_did_not_complete_is_refused_in_the_form(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["awaiting_approval"])
+        await pilot.press("enter", "j")  # publish_post: draft and review completed, so allowed
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        await pilot.press("ctrl+s")
+        with Runtime(path, create=False) as rt:
+            await until(pilot, lambda: len(rt.get(runs["awaiting_approval"]).forks) == 1)
+        await until(pilot, lambda: app.screen is main_screen(pilot))
+        await pilot.press("escape")  # back to the runs table
+        await press_to_run(pilot, runs["failed"])
+        await pilot.press("enter", "j")  # review, after the failed draft
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        assert isinstance(app.screen, ForkScreen)
+        assert "step 'draft' has not completed" in app.screen.error
+
+
+# ---- type-ahead ------------------------------------------------------------------------------------
+
+
+async def test_keys_typed_right_after_slash_go_to_the_search_box(store):
+    path, runs = store
+    app = RelaypointConsole(path, "fixtures:WORKFLOWS")  # so that r would really resume
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = main_screen(pilot)
+        await press_to_run(pilot, runs["fork"])  # queued: resumable
+        await pilot.press("/", "r", "e", "p", "o")
+        assert screen.search.has_focus
+        assert screen.search.value == "repo"
+        await pilot.press("escape")
+        await until(pilot, lambda: runs_table(pilot).row_count == len(runs))
+        await press_to_run(pilot, runs["fork"])
+        await type_ahead(pilot, "/", "r", "e", "p", "o")  # all queued before the first is handled
+        assert screen.search.value == "repo"
+        assert screen._resumes == []
+    assert not any("resum" in msg for msg, _ in notes), notes
+    assert run_status(path, runs["fork"]) == RunStatus.QUEUED
+
+
+async def test_keys_typed_right_after_a_go_to_the_approve_form(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["awaiting_approval"])
+        await until(pilot, detail(pilot).output_is_current)  # the gated step's output, shown by default
+        await type_ahead(pilot, "a", "c")  # c would open the cancel question on the main screen
+        assert isinstance(app.screen, ApproveScreen)
+        assert not any(isinstance(s, ConfirmScreen) for s in app.screen_stack)
+        await pilot.press("escape")
+        await settle(pilot)
+
+        await pilot.press("enter", "k", "escape")  # the chain shows draft: the gated output is read
+        await type_ahead(pilot, "a", "c")          # after the form opened
+        form = app.screen
+        assert isinstance(form, ApproveScreen)
+        assert not any(isinstance(s, ConfirmScreen) for s in app.screen_stack)
+        await until(pilot, lambda: form.loaded)
+        assert '"title": "Release Notes"' in form.query_one("#output-json", TextArea).text
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: run_status(path, runs["awaiting_approval"]) == RunStatus.QUEUED)
+
+
+# ---- what the detail pane shows first --------------------------------------------------------------
+
+
+async def test_a_waiting_run_shows_the_step_it_waits_on(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        for role, step in (("awaiting_approval", "review"), ("awaiting_input", "route"),
+                           ("failed", "draft"), ("fork", "review"), ("completed", "publish_post")):
+            await press_to_run(pilot, runs[role])
+            pane = detail(pilot)
+            assert pane.selected_step().name == step, role
+            await until(pilot, pane.output_is_current)
+            assert pane.output.step == step
+            assert str(pane.query_one("#output-box").border_title) == f"Output of {step}"
+
+
+async def test_the_step_cursor_follows_the_run_until_the_user_moves_it(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["awaiting_approval"])
+        pane = detail(pilot)
+        assert pane.selected_step().name == "review"
+        with Runtime(path, WORKFLOWS) as other:  # decided and finished elsewhere
+            other.approve(runs["awaiting_approval"], by="someone-else")
+            other.resume(runs["awaiting_approval"])
+        await until(pilot, lambda: pane.run.status == RunStatus.COMPLETED, timeout=5)
+        await settle(pilot)
+        assert pane.selected_step().name == "publish_post"
+
+        await press_to_run(pilot, runs["fork"])
+        assert pane.selected_step().name == "review"
+        await pilot.press("enter", "k")  # the user looks at draft
+        with Runtime(path, WORKFLOWS) as other:
+            other.resume(runs["fork"])  # pauses at review's approval gate
+        await until(pilot, lambda: pane.run.status == RunStatus.AWAITING_APPROVAL, timeout=5)
+        await settle(pilot)
+        assert pane.selected_step().name == "draft"
+
+
+# ---- the run's input --------------------------------------------------------------------------------
+
+
+async def test_the_run_header_shows_the_input_on_one_line(tmp_path):
+    wf = Workflow("echo")
+    wf.step(lambda ctx: ctx.input, name="only")
+    path = str(tmp_path / "store.db")
+    with Runtime(path, [wf]) as rt:
+        short = rt.start("echo", {"topic": "release notes"})
+        long = rt.start("echo", {"topic": "x" * 400, "n": 1})
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        for run_id, ending in ((short, '{"topic": "release notes"}'), (long, "…")):
+            await press_to_run(pilot, run_id)
+            lines = screen_lines(detail(pilot).query_one("#run-header"))
+            at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("input"))
+            assert lines[at].rstrip().endswith(ending)
+            assert lines[at + 1].lstrip().startswith("progress"), "the input takes one line"
+
+
+# ---- small terminals: forms, footer, help ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [(100, 30), (160, 45)])
+async def test_forms_fit_the_terminal_and_name_their_keys(store, size):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=size) as pilot:
+        for role, key, form in (("awaiting_approval", "a", ApproveScreen), ("completed", "f", ForkScreen),
+                                ("awaiting_input", "i", RespondScreen), ("awaiting_approval", "x", RejectScreen)):
+            await press_to_run(pilot, runs[role])
+            await pilot.press(key)
+            await until(pilot, lambda form=form: isinstance(app.screen, form))
+            await settle(pilot)
+            screen = app.screen
+            assert is_visible(screen.query_one("#submit", Button)), form
+            assert is_visible(screen.query_one("#close", Button)), form
+            dialog = screen.query_one(".dialog")
+            assert "ctrl+s" in str(dialog.border_subtitle) and "esc" in str(dialog.border_subtitle)
+            assert screen.region.contains_region(dialog.region), form
+            for hint in screen.query(".hint").results(Static):
+                assert "ctrl+a select all" in str(hint.content)
+                assert is_visible(hint)
+            await pilot.press("escape")
+            await settle(pilot)
+
+
+async def test_a_long_form_error_wraps_instead_of_being_cut(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["completed"])
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        await pilot.press("ctrl+a")
+        await type_text(pilot, "{topic: nope")
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        error = app.screen.query_one(".form-error", Label)
+        assert is_visible(error)
+        assert error.size.height > 1
+        shown = squash("".join(screen_lines(error)))
+        assert squash(app.screen.error) == shown  # every word shown
+        assert shown.endswith(squash("""'{"key": 1}'"""))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 45)])
+async def test_help_and_quit_stay_in_the_footer(store, size):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=size) as pilot:
+        await press_to_run(pilot, runs["awaiting_approval"])
+        keys = {getattr(k, "action", None): k for k in main_screen(pilot).query("FooterKey")}
+        assert is_visible(keys["help"]) and is_visible(keys["quit"])
+        assert "Quit" in "".join(screen_lines(keys["quit"]))
+
+
+@pytest.mark.parametrize("size", [(100, 30), (160, 45)])
+async def test_help_opens_on_its_keys_and_says_how_to_close_it(store, size):
+    path, _ = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await settle(pilot)
+        help_screen = app.screen
+        dialog = help_screen.query_one(".dialog")
+        assert "escape" in str(dialog.border_subtitle)
+        first = help_screen.query_one(Markdown).children[0]
+        assert first.region.y == dialog.content_region.y, "no blank lines above the first line"
+        assert "escape" in "".join(screen_lines(first))
+        keys_table = help_screen.query("MarkdownTable").first()
+        cells = list(keys_table.query("MarkdownTableCellContents"))
+        assert len(cells) > 30 and all(is_visible(cell) for cell in cells), "the keys fit without scrolling"
+        await pilot.press("escape")
+        await settle(pilot)
+        assert app.screen is main_screen(pilot)
+
+
 # ---- hostile stored text -------------------------------------------------------------------------
 
 HOSTILE = "[bold red]X[/] [link=http://e]y[/link] \x1b[31mred \x1b]52;c;SGVsbG8=\x07 \x1b]0;title\x07 \x9b2J"
@@ -410,7 +777,7 @@ def hostile_store(path: str) -> str:
         raise ValueError(HOSTILE)
 
     with Runtime(path, [wf]) as rt:
-        return rt.start(wf.name)
+        return rt.start(wf.name, {"note": "\x9b\u202e" + HOSTILE})
 
 
 def rendered(widget: Any) -> str:
@@ -437,12 +804,15 @@ async def test_hostile_stored_text_is_shown_literally(tmp_path):
         await select_step(pilot, "boom")
         error = rendered(pane.query_one("#output"))
         header = rendered(pane.query_one("#run-header"))
+        input_row = next(line for line in screen_lines(pane.query_one("#run-header"))
+                         if line.lstrip().startswith("input"))
         steps = rendered(pane.steps)
         row = rendered(runs_table(pilot))
         svg = app.export_screenshot()
     for shown in (output, as_json, error, header, steps, row, svg):
         assert not any(c in shown for c in "\x1b\x07\x9b"), shown
     assert "&#27;" not in svg
+    assert squash(input_row).startswith('input{"note":"\\x9b\\u202e[boldred]X[/]')  # escaped, on one line
     for needle in ("[bold red]X[/]", "[link=http://e]y[/link]", "\\x1b[31mred", "\\x1b]52;c;SGVsbG8=\\x07",
                    "\\x1b]0;title\\x07", "\\x9b2J"):
         assert squash(needle) in output, needle

@@ -38,9 +38,9 @@ async def still(pilot: Pilot) -> None:
     await pilot.pause()
 
 
-def showing(run_id: str | None = None, key: str | None = None, modal: type | None = None
-            ) -> Callable[[Pilot], Awaitable[None]]:
-    """A ``run_before``: select ``run_id``, press ``key``, wait for ``modal``."""
+def showing(run_id: str | None = None, key: str | None = None, modal: type | None = None,
+            then: tuple[str, ...] = ()) -> Callable[[Pilot], Awaitable[None]]:
+    """A ``run_before``: select ``run_id``, press ``key``, wait for ``modal``, press ``then``."""
 
     async def run_before(pilot: Pilot) -> None:
         await settle(pilot)
@@ -50,6 +50,9 @@ def showing(run_id: str | None = None, key: str | None = None, modal: type | Non
             await pilot.press(key)
         if modal is not None:
             await until(pilot, lambda: isinstance(pilot.app.screen, modal))
+        if then:
+            await settle(pilot)
+            await pilot.press(*then)
         await still(pilot)
 
     return run_before
@@ -75,9 +78,34 @@ def test_fork_form(snap_compare, console):
     assert snap_compare(app, terminal_size=WIDE, run_before=showing(runs["completed"], "f", ForkScreen))
 
 
+def test_fork_form_with_an_error(snap_compare, console):
+    """The error wraps under the fields; the form stays open."""
+    app, runs = console
+    broken = ("ctrl+a", "left_curly_bracket", "t", "o", "p", "i", "c", "colon", "space", "n", "o", "ctrl+s")
+    assert snap_compare(app, terminal_size=WIDE, run_before=showing(runs["completed"], "f", ForkScreen, broken))
+
+
 def test_help(snap_compare, console):
     app, _ = console
     assert snap_compare(app, terminal_size=WIDE, run_before=showing(None, "question_mark", HelpScreen))
+
+
+def test_approve_form_on_a_small_terminal(snap_compare, console):
+    """Fields, key hints and buttons all fit at 100x30."""
+    app, runs = console
+    assert snap_compare(app, terminal_size=NARROW,
+                        run_before=showing(runs["awaiting_approval"], "a", ApproveScreen))
+
+
+def test_fork_form_on_a_small_terminal(snap_compare, console):
+    app, runs = console
+    assert snap_compare(app, terminal_size=NARROW, run_before=showing(runs["completed"], "f", ForkScreen))
+
+
+def test_help_on_a_small_terminal(snap_compare, console):
+    """The keys table fits without scrolling; the first line says how to close help."""
+    app, _ = console
+    assert snap_compare(app, terminal_size=NARROW, run_before=showing(None, "question_mark", HelpScreen))
 
 
 def test_narrow_terminal(snap_compare, console):

@@ -51,31 +51,63 @@ RUN_ACTIONS: tuple[RunAction, ...] = (
 RUN_ACTION_NAMES = frozenset(a.name for a in RUN_ACTIONS)
 
 GENERAL_BINDINGS: tuple[Binding, ...] = (
-    Binding("/", "search", "Search", id="search", tooltip="Filter runs by run id or workflow prefix"),
+    # Priority: "/" is acted on before the next key is dispatched, so text typed right after it
+    # reaches the search box and never the runs table's single-letter actions.
+    Binding("/", "search", "Search", id="search", priority=True, tooltip="Filter runs by run id or workflow prefix"),
     Binding("s", "cycle_status", "Status", id="status", tooltip="Cycle the status filter"),
     Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Show all keys"),
     Binding("escape", "back", "Back", show=False, id="back",
-            tooltip="Close the search, return to the runs list, then clear filters"),
+            tooltip="Close the search, return to the runs table, then clear filters"),
     Binding("q", "quit", "Quit", id="quit", tooltip="Quit the console (running resumes continue)"),
 )
 
-TABLE_KEYS: tuple[tuple[str, str], ...] = (
-    ("j / down", "Next row"),
-    ("k / up", "Previous row"),
-    ("tab / shift+tab", "Move between the runs list, the steps and the panes"),
+PANE_BINDINGS: tuple[Binding, ...] = (
+    Binding("tab", "switch_pane(1)", "Next pane", show=False, id="next-pane",
+            tooltip="Move between the runs table and the step chain"),
+    Binding("shift+tab", "switch_pane(-1)", "Previous pane", show=False, id="previous-pane",
+            tooltip="Move between the runs table and the step chain"),
 )
+
+PINNED_ACTIONS = frozenset({"help", "quit"})
+"""Footer keys kept at its right end, visible however narrow the terminal."""
+
+MOVE_KEYS: tuple[tuple[str, str], ...] = (
+    ("j / down", "Next row of the runs table or the step chain"),
+    ("k / up", "Previous row of the runs table or the step chain"),
+    ("enter", "From the runs table: go to the run's step chain"),
+    ("tab", "Switch between the runs table and the step chain"),
+    ("shift+tab", "The same, the other way round"),
+    ("pgdn", "In the step chain: scroll the step's output down (pgup: up)"),
+    ("ctrl+p", "Command palette (theme, screenshot, all keys)"),
+)
+
+FORM_KEYS: tuple[tuple[str, str], ...] = (
+    ("ctrl+s", "Submit the form (approve, reject, respond, fork)"),
+    ("escape", "Close the form without doing anything"),
+    ("tab", "Next field (shift+tab: previous)"),
+    ("ctrl+a", "In a JSON editor: select all, so typing replaces it (F7 too)"),
+    ("ctrl+z", "In a JSON editor: undo (ctrl+y: redo)"),
+)
+
+CLOSE_HELP = "escape, q or ? closes this help"
+
+
+def _row(key: str, what: str) -> str:
+    return f"| `{key}` | {what} |"
 
 
 def help_markdown() -> str:
-    """The help text: every key from the registry, and the status symbols."""
-    lines = ["# relaypoint console", "", "## Keys", "", "| Key | Action |", "| --- | --- |"]
-    lines += [f"| `{a.key}` | **{a.label}**: {a.tooltip} |" for a in RUN_ACTIONS]
-    lines += [f"| `{b.key_display or b.key}` | **{b.description}**: {b.tooltip} |" for b in GENERAL_BINDINGS]
-    lines += [f"| `{key}` | {what} |" for key, what in TABLE_KEYS]
-    lines += ["", "Keys that do not apply to the selected run are greyed out in the footer, and its "
-              "buttons are disabled. In a form, `ctrl+s` submits and `escape` closes it.", "",
-              "## Run statuses", "", "| Symbol | Status |", "| --- | --- |"]
-    lines += [f"| {symbol} | {status.value} |" for status, symbol in RUN_SYMBOLS.items()]
-    lines += ["", "The list refreshes every second; changes made by other processes appear without "
-              "moving the cursor. A resume runs in its own process and keeps going if the console closes."]
+    """The help text: every key from the registry, the form keys, and the status symbols."""
+    lines = ["Press **escape** (or `q`, `?`) to close this help; ↑/↓ scroll it.", "",
+             "## Keys", "", "| Key | Action |", "| --- | --- |"]
+    lines += [_row(a.key, f"**{a.label}**: {a.tooltip}") for a in RUN_ACTIONS]
+    lines += [_row(b.key_display or b.key, f"**{b.description}**: {b.tooltip}") for b in GENERAL_BINDINGS]
+    lines += [_row(key, what) for key, what in MOVE_KEYS]
+    lines += ["", ("Keys that do not apply to the selected run are greyed out in the footer, and its "
+                   "buttons are disabled."), "", "## In a form", "", "| Key | Action |", "| --- | --- |"]
+    lines += [_row(key, what) for key, what in FORM_KEYS]
+    lines += ["", "## Run statuses", "",
+              "  ·  ".join(f"{symbol} {status.value}" for status, symbol in RUN_SYMBOLS.items()), "",
+              ("The list refreshes every second; changes made by other processes appear without "
+               "moving the cursor. A resume runs in its own process and keeps going if the console closes.")]
     return "\n".join(lines)

@@ -23,6 +23,7 @@ class RelaypointConsole(App[None]):
     TITLE = "relaypoint console"
     CSS_PATH = "console.tcss"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (130, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
 
     def __init__(self, db_path: str, app_spec: str | None = None, *, clock: Clock = utcnow) -> None:
         super().__init__()

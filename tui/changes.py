@@ -36,9 +36,10 @@ def respond(run: Run, response: Response, rt: Runtime) -> str:
 
 
 def fork(run: Run, request: ForkRequest, rt: Runtime) -> str:
-    """Fork the run from the chosen step, with the new input if any."""
+    """Fork the run from the chosen step, with the new input if any (the summary says which)."""
     new_id = rt.fork(run.run_id, request.step, request.input)
-    return (f"forked run {short_id(run.run_id)} from step {request.step!r} as {short_id(new_id)} "
+    given = "the parent's input" if request.input is None else "a new input"
+    return (f"forked run {short_id(run.run_id)} from step {request.step!r} with {given} as {short_id(new_id)} "
             "(queued: select it and press r to resume it)")
 
 

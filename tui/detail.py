@@ -12,16 +12,17 @@ from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Grid, Vertical, VerticalScroll
 from textual.widgets import Button, Static
 
+from relaypoint.display import clean, json_text, literal
 from relaypoint.models import Event, Run, StepRecord
 from relaypoint.status import StepStatus
 
 from . import format as fmt
 from .actions import RUN_ACTIONS
 from .data import RunDetail, StepOutput
-from relaypoint.display import clean, json_text, literal
 from .tables import KeyedTable
 
 STEP_COLUMNS = (("step", "Step", None), ("status", "Status", 14), ("attempts", "Tries", 5),
@@ -41,10 +42,20 @@ def _when(at: datetime | None, now: datetime) -> Text:
     return Text(f"{fmt.utc(at)}  ({fmt.ago(at, now)})")
 
 
+def one_line_json(value: Any) -> Text:
+    """``value`` as compact JSON on one line, shown literally, cut with an ellipsis where the
+    width ends (the whole value is in the fork form's input editor)."""
+    text = literal(json.dumps(value, ensure_ascii=False, separators=(", ", ": ")))
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    return text
+
+
 def run_header(run: Run, now: datetime) -> RenderableType:
-    """The run's identity, times, lineage, executor, error and what it waits for."""
+    """The run's identity, input, times, lineage, executor, error and what it waits for."""
     grid = _grid()
     grid.add_row("run", Text.assemble(literal(run.run_id), "  ", fmt.run_status(run.status)))
+    grid.add_row("input", one_line_json(run.input))
     grid.add_row("progress", Text(f"{run.steps_done}/{run.steps_total} steps"
                                   + (f", at {clean(run.current_step)}" if run.current_step else "")))
     grid.add_row("created", _when(run.created_at, now))
@@ -156,8 +167,9 @@ def events_view(events: list[Event]) -> RenderableType:
 
 
 def default_step(run: Run) -> str | None:
-    """The step to show first: the one the run waits at or works on, else the failed one, else
-    the last step with a recorded output, else the first."""
+    """The step to show first: the one the run waits at (the pending checkpoint's: the output a
+    reviewer approves, the step asking for input, the orphan to decide), else the one it works on,
+    else the failed one, else the last step with a recorded output, else the first."""
     if not run.tasks:
         return None
     wanted = run.pending.step if run.pending else run.current_step
@@ -169,9 +181,27 @@ def default_step(run: Run) -> str | None:
     return (failed or done[-1:] or names)[0]
 
 
+class StepsTable(KeyedTable):
+    """The step chain. Besides moving in it, ``pgdn``/``pgup`` scroll the selected step's output,
+    so a long output can be read without leaving the chain."""
+
+    BINDINGS = [
+        Binding("pagedown", "scroll_output(1)", "Scroll output down", show=False),
+        Binding("pageup", "scroll_output(-1)", "Scroll output up", show=False),
+    ]
+
+    def action_scroll_output(self, direction: int) -> None:
+        box = self.screen.query_one("#output-box", VerticalScroll)
+        if direction > 0:
+            box.scroll_page_down()
+        else:
+            box.scroll_page_up()
+
+
 class DetailPane(Vertical):
-    """The selected run. ``show`` re-renders it from a fresh read (keeping the step cursor);
-    ``show_output`` fills the output box."""
+    """The selected run. ``show`` re-renders it from a fresh read; ``show_output`` fills the
+    output box. The step cursor starts on the run's :func:`default_step` and follows it as the run
+    moves on (say, to a new approval gate) until the user moves it to another step."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -180,15 +210,18 @@ class DetailPane(Vertical):
         self._output_key: object = None
         self._output_step: str | None = None
         self._events_key: object = None
+        self._auto_step: str | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="detail-run"):
             yield Static(id="run-header")
             with Grid(id="run-actions"):
                 for action in RUN_ACTIONS:
-                    yield Button(action.label, id=f"do-{action.name}", compact=True, disabled=True,
-                                 tooltip=f"{action.tooltip} (key {action.key})")
-            yield KeyedTable(STEP_COLUMNS, id="steps")
+                    button = Button(action.label, id=f"do-{action.name}", compact=True, disabled=True,
+                                    tooltip=f"{action.tooltip} (key {action.key})")
+                    button.can_focus = False  # for the mouse; keys act on the selected run directly
+                    yield button
+            yield StepsTable(STEP_COLUMNS, id="steps")
         with Vertical(id="detail-step"):
             with VerticalScroll(id="output-box"):
                 yield Static(id="output")
@@ -202,9 +235,9 @@ class DetailPane(Vertical):
         self.show_empty("loading…")
 
     @property
-    def steps(self) -> KeyedTable:
+    def steps(self) -> StepsTable:
         """The step chain table (keyed by step name)."""
-        return self.query_one("#steps", KeyedTable)
+        return self.query_one("#steps", StepsTable)
 
     def selected_step(self) -> StepRecord | None:
         """The step under the steps cursor."""
@@ -217,6 +250,7 @@ class DetailPane(Vertical):
         """No run to show (empty store or nothing matches the filters)."""
         self.run = None
         self.output = None
+        self._auto_step = None
         self.border_title = "Run"
         self.query_one("#run-header", Static).update(Text(message, style="dim"))
         self.steps.patch({})
@@ -227,7 +261,8 @@ class DetailPane(Vertical):
         self.enable_actions(set())
 
     def show(self, detail: RunDetail, now: datetime) -> None:
-        """Show a run (freshly read). A different run starts at its :func:`default_step`."""
+        """Show a run (freshly read). A different run starts at its :func:`default_step`; the same
+        run moves there too when its default changed and the user left the cursor where it was put."""
         run, events = detail.run, detail.events
         switched = self.run is None or self.run.run_id != run.run_id
         self.run = run
@@ -238,9 +273,10 @@ class DetailPane(Vertical):
             self.output = None
             for box in self.query("#output-box, #events-box").results(VerticalScroll):
                 box.scroll_home(animate=False)
-            name = default_step(run)
-            if name is not None:
-                self.steps.move_cursor(row=self.steps.get_row_index(name), scroll=True)
+        if switched or self.steps.selected_key() == self._auto_step:
+            self._auto_step = default_step(run)
+            if self._auto_step is not None and self._auto_step != self.steps.selected_key():
+                self.steps.move_cursor(row=self.steps.get_row_index(self._auto_step), scroll=True)
         events_key = (run.run_id, len(events), events[-1].event_id if events else None)
         if events_key != self._events_key:
             self._events_key = events_key

@@ -53,8 +53,8 @@ class OutputLoaded(Message):
 
 
 class ApprovalReady(Message):
-    """The gated step's output was read (None: the step is not in the chain); the approve form
-    can open."""
+    """The gated step's output was read (None: the step is not in the chain) for the approve form
+    that opened without it."""
 
     def __init__(self, run_id: str, output: StepOutput | None) -> None:
         super().__init__()

@@ -1,6 +1,11 @@
 """Modal screens: the decision forms (approve, reject, respond, fork), the cancel confirmation
-and help. Each form checks only that what was typed can be read (JSON parses, a reason is given);
-the runtime decides whether the decision is allowed, and the screen reports what it says."""
+and help. Each form checks, before it closes, everything it can know from what it shows (JSON
+parses, a fork input is an object, a reason is given, the steps before a fork point completed) and
+stays open with the problem under the fields; the runtime still decides whether the decision is
+allowed when it is made, and the screen reports what it says.
+
+Every dialog fits a 100x30 terminal: its fields scroll inside it, the error line and the buttons
+stay at its bottom, and its bottom border names the keys (``ctrl+s``, ``esc``)."""
 
 from __future__ import annotations
 
@@ -14,17 +19,35 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Markdown, Select, Static, TextArea
 
+from relaypoint.display import clean, json_text, literal
 from relaypoint.encoding import parse_json_arg
 from relaypoint.errors import InvalidValue
 from relaypoint.models import Run
+from relaypoint.status import StepStatus
 
 from . import format as fmt
-from relaypoint.display import clean, json_text, literal
+from .actions import CLOSE_HELP
 
 
 def _run_line(run: Run) -> Text:
     return Text.assemble(("run ", "dim"), literal(fmt.short_id(run.run_id)), ("  workflow ", "dim"),
                          literal(run.workflow, "bold"), "  ", fmt.run_status(run.status))
+
+
+class JsonEditor(TextArea):
+    """A text area for JSON. ``ctrl+a`` selects all, as in most editors, so typing replaces the
+    text shown (``home`` still goes to the line start; ``F7`` also selects all)."""
+
+    BINDINGS = [Binding("ctrl+a", "select_all", "Select all", show=False)]
+
+    def __init__(self, text: str, **kwargs: Any) -> None:
+        super().__init__(text, soft_wrap=True, **kwargs)
+
+
+def _editor_hint(submit: str) -> Static:
+    """The line under a JSON editor naming its less obvious keys."""
+    return Static(Text.assemble(("ctrl+a", "bold"), " select all  ", ("ctrl+z", "bold"), " undo  ",
+                                ("ctrl+s", "bold"), f" {submit}  ", ("esc", "bold"), " cancel"), classes="hint")
 
 
 class _Form(ModalScreen[Any]):
@@ -44,14 +67,17 @@ class _Form(ModalScreen[Any]):
         self.run = run
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog") as dialog:
+        with VerticalScroll(classes="dialog form", can_focus=False) as dialog:
             dialog.border_title = self.form_title
+            dialog.border_subtitle = f"ctrl+s {self.SUBMIT_LABEL.lower()} · esc cancel"
             yield Static(_run_line(self.run), classes="run-line")
             yield from self.body()
-            yield Label("", classes="form-error")
-            with Horizontal(classes="buttons"):
-                yield Button(f"{self.SUBMIT_LABEL} (ctrl+s)", variant=self.SUBMIT_VARIANT, id="submit")
-                yield Button("Cancel (esc)", id="close")
+            with Vertical(classes="form-foot"):
+                yield Label("", classes="form-error")
+                with Horizontal(classes="buttons"):
+                    yield Button(f"{self.SUBMIT_LABEL} (ctrl+s)", variant=self.SUBMIT_VARIANT, id="submit",
+                                 compact=True)
+                    yield Button("Cancel (esc)", id="close", compact=True)
 
     def body(self) -> ComposeResult:
         """The form's fields."""
@@ -80,8 +106,15 @@ class _Form(ModalScreen[Any]):
         raise NotImplementedError
 
     def show_error(self, message: str) -> None:
-        """Show a one-line problem under the fields (the form stays open)."""
-        self.query_one(".form-error", Label).update(Text(clean(message), style="bold red"))
+        """Show a problem under the fields, wrapped to the dialog's width (the form stays open)."""
+        error = self.query_one(".form-error", Label)
+        error.update(Text(clean(message), style="bold red"))
+        error.display = True
+
+    @property
+    def error(self) -> str:
+        """The problem shown under the fields ("" when none)."""
+        return str(self.query_one(".form-error", Label).content)
 
 
 def _edited_json(area: TextArea, original: Any, what: str) -> Any:
@@ -93,6 +126,14 @@ def _edited_json(area: TextArea, original: Any, what: str) -> Any:
     return None if value == original else value
 
 
+_JSON_KINDS = ((bool, "true or false"), (dict, "an object"), (list, "a list"), (str, "a string"),
+               ((int, float), "a number"), (type(None), "null"))
+
+
+def _json_kind(value: Any) -> str:
+    return next(name for kind, name in _JSON_KINDS if isinstance(value, kind))
+
+
 @dataclass(frozen=True)
 class Approval:
     """What the approve form collected: a comment and an edited output (None: unchanged)."""
@@ -101,17 +142,44 @@ class Approval:
     output: Any
 
 
+_LOADING: Any = object()
+
+
 class ApproveScreen(_Form):
     """Approve the run's pending checkpoint: an optional comment, and the gated step's output as
-    JSON, editable (left as shown, the output is kept)."""
+    JSON, editable (left as shown, the output is kept).
+
+    Without ``output`` the form opens at once with the output still being read (so keys typed
+    right after ``a`` land in the form, never on the screen under it); :meth:`load` fills it, and
+    until then the form cannot be submitted."""
 
     SUBMIT_LABEL = "Approve"
     SUBMIT_VARIANT = "success"
 
-    def __init__(self, run: Run, output: Any, recorded: bool) -> None:
+    def __init__(self, run: Run, output: Any = _LOADING, recorded: bool = False) -> None:
         super().__init__("Approve", run)
         self.output = output
         self.recorded = recorded
+
+    @property
+    def loaded(self) -> bool:
+        """True once the gated step's output is known."""
+        return self.output is not _LOADING
+
+    def _editor_text(self) -> str:
+        return json_text(self.output) if self.loaded and self.recorded else ""
+
+    def _placeholder(self) -> str:
+        return "no output recorded; type JSON to record one" if self.loaded else "reading the step's output…"
+
+    def load(self, output: Any, recorded: bool) -> None:
+        """Show the gated step's output, read after the form opened."""
+        self.output = output
+        self.recorded = recorded
+        area = self.query_one("#output-json", JsonEditor)
+        area.load_text(self._editor_text())
+        area.placeholder = self._placeholder()
+        area.disabled = False
 
     def body(self) -> ComposeResult:
         cp = self.run.pending
@@ -122,10 +190,13 @@ class ApproveScreen(_Form):
         yield Label("Comment (optional)")
         yield Input(placeholder="why you approve", id="comment")
         yield Label("Output (JSON; edit to replace the step's output, leave as is to keep it)")
-        yield TextArea(json_text(self.output) if self.recorded else "", id="output-json", soft_wrap=True,
-                       placeholder="no output recorded; type JSON to record one")
+        yield JsonEditor(self._editor_text(), id="output-json", placeholder=self._placeholder(),
+                         disabled=not self.loaded)
+        yield _editor_hint("approve")
 
     def collect(self) -> Approval:
+        if not self.loaded:
+            raise InvalidValue("the step's output is still being read; submit again in a moment")
         comment = self.query_one("#comment", Input).value.strip() or None
         area = self.query_one("#output-json", TextArea)
         original = self.output if self.recorded else None
@@ -180,7 +251,8 @@ class RespondScreen(_Form):
         yield Static(Text.assemble(("step ", "dim"), literal(cp.step or "?", "bold"), (" asks:", "dim")))
         yield Static(literal(cp.reason, multiline=True), classes="reason")
         yield Label('Answer (JSON, e.g. "yes", 3 or {"title": "..."})')
-        yield TextArea("", id="value-json", soft_wrap=True)
+        yield JsonEditor("", id="value-json")
+        yield _editor_hint("respond")
 
     def collect(self) -> Response:
         text = self.query_one("#value-json", TextArea).text.strip()
@@ -199,25 +271,40 @@ class ForkRequest:
 
 class ForkScreen(_Form):
     """Fork the run from a step: steps before it keep their outputs, it and later ones run again.
-    The input is shown as JSON; left as is, the parent's input is used."""
+    The step starts as the one highlighted in the step chain and can be changed here. The input
+    is shown as JSON and has the focus when the form opens; left as is, the parent's input is used."""
 
     SUBMIT_LABEL = "Fork"
+    AUTO_FOCUS = "#input-json"
 
     def __init__(self, run: Run, step: str) -> None:
         super().__init__("Fork", run)
         self.step = step
 
     def body(self) -> ComposeResult:
-        yield Label("Start from step")
-        yield Select([(literal(s.name), s.name) for s in self.run.tasks], value=self.step, allow_blank=False,
-                     id="from-step")
+        yield Label("Start from step (earlier steps keep their outputs; it and the later ones run again)")
+        yield Select([(Text.assemble(literal(s.name), "  ", fmt.step_status(s.status)), s.name)
+                      for s in self.run.tasks], value=self.step, allow_blank=False, id="from-step")
         yield Label("Input (JSON object; leave as is to reuse the run's input)")
-        yield TextArea(json_text(self.run.input), id="input-json", soft_wrap=True)
+        yield JsonEditor(json_text(self.run.input), id="input-json")
+        yield _editor_hint("fork")
 
     def collect(self) -> ForkRequest:
-        step = self.query_one("#from-step", Select).value
-        area = self.query_one("#input-json", TextArea)
-        return ForkRequest(str(step), _edited_json(area, self.run.input, "the fork input"))
+        step = str(self.query_one("#from-step", Select).value)
+        for earlier in self.run.tasks:
+            if earlier.name == step:
+                break
+            if earlier.status != StepStatus.COMPLETED:
+                raise InvalidValue(f"step '{earlier.name}' has not completed, so there is no output to reuse; "
+                                   f"fork from '{earlier.name}' or an earlier step")
+        text = self.query_one("#input-json", TextArea).text.strip()
+        if not text:
+            raise InvalidValue('the fork input is empty; type a JSON object such as {"topic": "x"} ({} for none)')
+        value = parse_json_arg(text, "the fork input")
+        if not isinstance(value, dict):
+            raise InvalidValue('the fork input must be a JSON object such as {"topic": "x"}, '
+                               f"not {_json_kind(value)}")
+        return ForkRequest(step, None if value == self.run.input else value)
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -262,6 +349,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog help") as dialog:
             dialog.border_title = "Help"
+            dialog.border_subtitle = CLOSE_HELP
             yield Markdown(self.markdown)
 
     def action_close(self) -> None:

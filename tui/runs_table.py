@@ -6,12 +6,13 @@ from datetime import datetime
 from typing import Any
 
 from rich.text import Text
+from textual.binding import Binding
 
+from relaypoint.display import literal
 from relaypoint.models import RunSummary
 
 from . import format as fmt
 from .data import RunKey, RunsPage, run_key
-from relaypoint.display import literal
 from .tables import KeyedTable
 
 RUN_COLUMNS = (
@@ -42,7 +43,11 @@ def run_cells(run: RunSummary, now: datetime) -> list[Text]:
 
 class RunsTable(KeyedTable):
     """The runs list. :meth:`apply` merges a refresh, :meth:`extend` adds an older page; both
-    patch rows in place so the cursor stays on its run."""
+    patch rows in place so the cursor stays on its run. ``enter`` runs the screen's ``open_run``
+    action (at once, not through a message, so keys typed right after it already go where it moved
+    the focus); a mouse click only highlights."""
+
+    BINDINGS = [Binding("enter", "screen.open_run", "Open run", show=False)]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(RUN_COLUMNS, **kwargs)

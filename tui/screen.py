@@ -15,10 +15,12 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
-from textual.widgets import Button, DataTable, Footer, Input, Static
+from textual.widget import Widget
+from textual.widgets import Button, DataTable, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from relaypoint.background import spawn_resume
+from relaypoint.display import clean, literal
 from relaypoint.errors import RelaypointError
 from relaypoint.models import Run
 from relaypoint.runtime import Runtime
@@ -26,10 +28,10 @@ from relaypoint.status import RUN_SYMBOLS, RunStatus
 
 from . import changes
 from . import format as fmt
-from .actions import GENERAL_BINDINGS, RUN_ACTION_NAMES, RUN_ACTIONS, help_markdown
+from .actions import GENERAL_BINDINGS, PANE_BINDINGS, RUN_ACTION_NAMES, RUN_ACTIONS, help_markdown
 from .data import RunDetail, RunQuery, StoreState, load_detail, load_output, next_page, refresh_runs, store_state
 from .detail import DetailPane
-from relaypoint.display import clean, literal
+from .footer import ConsoleFooter
 from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded,
                        RefreshFailed, Refreshed, ResumeStarted)
 from .modals import ApproveScreen, ConfirmScreen, ForkScreen, HelpScreen, RejectScreen, RespondScreen
@@ -45,7 +47,7 @@ STATUS_CYCLE: tuple[str | None, ...] = (None, *(s.value for s in RunStatus))
 class ConsoleScreen(Screen[None]):
     """Runs on the left (top when narrow), the selected run on the right (bottom), a status line."""
 
-    BINDINGS = [*(a.binding() for a in RUN_ACTIONS), *GENERAL_BINDINGS]
+    BINDINGS = [*(a.binding() for a in RUN_ACTIONS), *GENERAL_BINDINGS, *PANE_BINDINGS]
     app: RelaypointConsole
 
     def __init__(self) -> None:
@@ -57,6 +59,7 @@ class ConsoleScreen(Screen[None]):
         self._refresh: Worker[None] | None = None
         self._refresh_again = False
         self._resumes: list[tuple[str, subprocess.Popen[Any]]] = []
+        self._approve_form: ApproveScreen | None = None
 
     # ---- layout -----------------------------------------------------------------------------
 
@@ -67,7 +70,7 @@ class ConsoleScreen(Screen[None]):
                 yield RunsTable(id="runs")
             yield DetailPane(id="detail")
         yield Static(id="status-line")
-        yield Footer()
+        yield ConsoleFooter()
 
     @property
     def runs(self) -> RunsTable:
@@ -79,9 +82,34 @@ class ConsoleScreen(Screen[None]):
         """The detail pane."""
         return self.query_one("#detail", DetailPane)
 
+    @property
+    def search(self) -> Input:
+        """The search box (shown by ``/``)."""
+        return self.query_one("#search", Input)
+
+    # ---- focus: the runs table and the step chain; moved at once (``set_focus``, not the deferred
+    # ``focus()``) so that keys typed right after a move already go to the new place ----------------
+
+    def _focus(self, widget: Widget) -> None:
+        self.set_focus(widget)
+
+    def action_open_run(self) -> None:
+        """``enter`` on the runs table: go to the run's step chain."""
+        self._focus(self.detail.steps)
+
+    def action_switch_pane(self, direction: int) -> None:
+        """``tab`` / ``shift+tab``: the runs table and the step chain, in turn. From anywhere else
+        (the search box, an output box clicked) ``tab`` goes to the runs table, ``shift+tab`` to the
+        step chain."""
+        panes: list[Widget] = [self.runs, self.detail.steps]
+        if self.focused in panes:
+            self._focus(panes[(panes.index(self.focused) + direction) % len(panes)])
+        else:
+            self._focus(panes[0] if direction > 0 else panes[-1])
+
     def on_mount(self) -> None:
         self._title_runs()
-        self.runs.focus()
+        self._focus(self.runs)
         self.refresh_now()
 
     def _title_runs(self) -> None:
@@ -273,9 +301,10 @@ class ConsoleScreen(Screen[None]):
         self.refresh_now()
 
     def action_search(self) -> None:
-        search = self.query_one("#search", Input)
-        search.display = True
-        search.focus()
+        """``/`` (a priority binding, acted on before the next key is dispatched): show the search
+        box and focus it at once, so everything typed after ``/`` lands in it."""
+        self.search.display = True
+        self._focus(self.search)
 
     @on(Input.Changed, "#search")
     def _search_changed(self, event: Input.Changed) -> None:
@@ -283,20 +312,20 @@ class ConsoleScreen(Screen[None]):
 
     @on(Input.Submitted, "#search")
     def _search_submitted(self) -> None:
-        self.runs.focus()
+        self._focus(self.runs)
 
     def action_cycle_status(self) -> None:
         nxt = STATUS_CYCLE[(STATUS_CYCLE.index(self.query_state.status) + 1) % len(STATUS_CYCLE)]
         self._set_query(RunQuery(nxt, self.query_state.search))
 
     def action_back(self) -> None:
-        search = self.query_one("#search", Input)
+        search = self.search
         if search.has_focus:
             search.value = ""
             search.display = False
-            self.runs.focus()
+            self._focus(self.runs)
         elif not self.runs.has_focus:
-            self.runs.focus()
+            self._focus(self.runs)
         elif self.query_state != RunQuery():
             search.value = ""
             search.display = False
@@ -311,7 +340,10 @@ class ConsoleScreen(Screen[None]):
     # ---- actions on the selected run ------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Grey out (None) the run actions that do not apply to the selected run."""
+        """Grey out (None) the run actions that do not apply to the selected run, and ``/`` while
+        the search box has the focus (so the key is typed into it)."""
+        if action == "search":
+            return None if self.search.has_focus else True
         if action in RUN_ACTION_NAMES:
             return True if self._actionable(action) is not None else None
         return True
@@ -338,9 +370,22 @@ class ConsoleScreen(Screen[None]):
         self.app.push_screen(form, done)
 
     def action_approve(self) -> None:
+        """Open the approve form at once (keys typed right after ``a`` go to it), with the gated
+        step's output when the detail pane shows it (the pending step is selected by default),
+        else reading it and filling the form when it arrives."""
         run = self._actionable("approve")
-        if run is not None:
+        if run is None:
+            return
+        output = self.detail.output
+        step = self.detail.selected_step()
+        if (output is not None and step is not None and run.pending is not None
+                and step.name == run.pending.step and self.detail.output_is_current()):
+            form = ApproveScreen(run, output.value, output.recorded)
+        else:
+            form = ApproveScreen(run)
             self._read_gated_output(run)
+        self._approve_form = form
+        self._decide(form, partial(changes.approve, run))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="prepare")
     def _read_gated_output(self, run: Run) -> None:
@@ -351,12 +396,11 @@ class ConsoleScreen(Screen[None]):
         self.post_message(ApprovalReady(run.run_id, output))
 
     def on_approval_ready(self, message: ApprovalReady) -> None:
-        run = self._actionable("approve")
-        if run is None or run.run_id != message.run_id:
+        form = self._approve_form
+        if form is None or form.run.run_id != message.run_id or form not in self.app.screen_stack:
             return
-        recorded = message.output is not None and message.output.recorded
-        value = message.output.value if message.output is not None else None
-        self._decide(ApproveScreen(run, value, recorded), partial(changes.approve, run))
+        output = message.output
+        form.load(output.value if output is not None else None, output is not None and output.recorded)
 
     def action_reject(self) -> None:
         if (run := self._actionable("reject")) is not None:
