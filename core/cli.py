@@ -85,20 +85,20 @@ def cli(ctx: click.Context, db: str) -> None:
     """
     ctx.obj = {"db": db}
     if ctx.invoked_subcommand is None:
-        ctx.invoke(console)
+        ctx.invoke(console, app_spec=os.environ.get("RELAYPOINT_APP"), readonly=False)
 
 
 @cli.command()
 @APP_OPTION
+@click.option("--read-only", "readonly", is_flag=True, help="Browse without recording anything.")
 @click.pass_context
-def console(ctx: click.Context, app_spec: str | None) -> None:
+def console(ctx: click.Context, app_spec: str | None, readonly: bool) -> None:
     """Open the terminal console on the store."""
     from relaypoint.tui import run_console  # textual is imported only for the console
 
     if app_spec:
         load_workflows(app_spec)  # fail here, with one line, rather than at the first resume
-    _runtime(ctx).close()  # one clear line if the store is missing or unreadable
-    run_console(ctx.obj["db"], app_spec)
+    run_console(ctx.obj["db"], app_spec, readonly=readonly)
 
 
 @cli.command()

@@ -283,6 +283,30 @@ async def test_actions_that_do_not_apply_are_greyed_out(store):
         assert screen.check_action("respond", ()) is not True
 
 
+async def test_a_read_only_console_records_nothing_and_says_why(store):
+    path, runs = store
+    before = rows_of(path)
+    app = RelaypointConsole(path, "fixtures:WORKFLOWS", readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["awaiting_approval"])
+        screen = main_screen(pilot)
+        for action in ("approve", "reject", "respond", "resume", "fork", "cancel"):
+            assert screen.check_action(action, ()) is not True, action
+        await pilot.press("a", "x", "f", "c")
+        await settle(pilot)
+        assert app.screen is screen
+        assert "read-only" in "".join(app.export_screenshot().split())
+    assert rows_of(path) == before
+
+
+def rows_of(path: str) -> dict[str, list[tuple]]:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
+                for t in ("runs", "steps", "checkpoints", "events")}
+
+
 async def test_a_change_by_another_process_appears_without_moving_the_cursor(store):
     path, runs = store
     app = RelaypointConsole(path)

@@ -12,11 +12,12 @@ from .app import RelaypointConsole
 __all__ = ["RelaypointConsole", "run_console"]
 
 
-def run_console(db_path: str, app_spec: str | None = None) -> None:
+def run_console(db_path: str, app_spec: str | None = None, *, readonly: bool = False) -> None:
     """Open the console on the store at ``db_path`` until the user quits.
 
-    ``app_spec`` (``MODULE:ATTR``) lets the console resume runs. Raises ``StoreError`` when the
-    store is missing or unusable (checked before the screen is taken over).
+    ``app_spec`` (``MODULE:ATTR``) lets the console resume runs; ``readonly`` opens the store
+    without recording anything. Raises ``StoreError`` when the store is missing or unusable
+    (checked before the screen is taken over).
     """
-    Runtime(db_path, create=False).close()
-    RelaypointConsole(db_path, app_spec).run()
+    Runtime(db_path, create=False, readonly=readonly).close()
+    RelaypointConsole(db_path, app_spec, readonly=readonly).run()

@@ -18,6 +18,8 @@ class RelaypointConsole(App[None]):
     ``db_path``: the store (it must exist). ``app_spec``: ``MODULE:ATTR`` naming the workflows,
     passed to the separate process that resumes a run (without it, resuming explains how to give
     it). ``clock``: the current time, injectable so relative times are stable in tests.
+    ``readonly``: browse without recording anything (actions greyed out, the reason in the status
+    line); a store this user cannot write opens read-only anyway.
     """
 
     TITLE = "relaypoint console"
@@ -25,11 +27,13 @@ class RelaypointConsole(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (130, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
 
-    def __init__(self, db_path: str, app_spec: str | None = None, *, clock: Clock = utcnow) -> None:
+    def __init__(self, db_path: str, app_spec: str | None = None, *, clock: Clock = utcnow,
+                 readonly: bool = False) -> None:
         super().__init__()
         self.db_path = str(db_path)
         self.app_spec = app_spec
         self.clock = clock
+        self.readonly = readonly
         self.store_name = Path(self.db_path).name
 
     def get_default_screen(self) -> ConsoleScreen:
@@ -37,4 +41,4 @@ class RelaypointConsole(App[None]):
 
     def open_runtime(self) -> Runtime:
         """A new runtime on the store, for one worker call (its own SQLite connection)."""
-        return Runtime(self.db_path, create=False, clock=self.clock)
+        return Runtime(self.db_path, create=False, clock=self.clock, readonly=self.readonly)
