@@ -73,6 +73,13 @@ async def press_to_run(pilot: Pilot, run_id: str) -> None:
     await settle(pilot)
 
 
+async def open_form(pilot: Pilot, run_id: str, key: str, form: type) -> None:
+    """Select ``run_id``, press ``key`` and wait until the ``form`` modal is on screen."""
+    await select_run(pilot, run_id)
+    await pilot.press(key)
+    await until(pilot, lambda: isinstance(pilot.app.screen, form))
+
+
 async def select_step(pilot: Pilot, name: str) -> None:
     """Put the steps cursor on step ``name`` and wait for its output."""
     steps = detail(pilot).steps

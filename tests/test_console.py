@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_pilot import (detail, is_visible, main_screen, press_to_run, runs_table, screen_lines, select_run,
+from console_pilot import (detail, is_visible, main_screen, open_form, press_to_run, runs_table, screen_lines, select_run,
                            select_step, settle, type_ahead, type_text, until)
 from fixtures import WORKFLOWS, build_fixture_store
 from textual.geometry import Region
@@ -55,9 +55,7 @@ async def test_approve_with_a_comment_queues_the_run(store):
     path, runs = store
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
-        await select_run(pilot, runs["awaiting_approval"])
-        await pilot.press("a")
-        await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+        await open_form(pilot, runs["awaiting_approval"], "a", ApproveScreen)
         await type_text(pilot, "ship it")
         await pilot.press("ctrl+s")
         await until(pilot, lambda: run_status(path, runs["awaiting_approval"]) == RunStatus.QUEUED)
@@ -73,9 +71,7 @@ async def test_approve_with_an_edited_output_replaces_it(store):
     path, runs = store
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
-        await select_run(pilot, runs["awaiting_approval"])
-        await pilot.press("a")
-        await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+        await open_form(pilot, runs["awaiting_approval"], "a", ApproveScreen)
         app.screen.query_one("#output-json", TextArea).load_text('{"title": "Edited"}')
         await pilot.press("ctrl+s")
         await until(pilot, lambda: run_status(path, runs["awaiting_approval"]) == RunStatus.QUEUED)
@@ -87,9 +83,7 @@ async def test_approve_with_broken_json_keeps_the_form_open(store):
     path, runs = store
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
-        await select_run(pilot, runs["awaiting_approval"])
-        await pilot.press("a")
-        await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+        await open_form(pilot, runs["awaiting_approval"], "a", ApproveScreen)
         app.screen.query_one("#output-json", TextArea).load_text('{"title": ')
         await pilot.press("ctrl+s")
         await settle(pilot)
@@ -102,9 +96,7 @@ async def test_reject_needs_a_reason_then_ends_the_run(store):
     path, runs = store
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
-        await select_run(pilot, runs["awaiting_approval"])
-        await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, RejectScreen))
+        await open_form(pilot, runs["awaiting_approval"], "x", RejectScreen)
         await pilot.press("ctrl+s")
         await settle(pilot)
         assert isinstance(app.screen, RejectScreen), "an empty reason must be refused"
@@ -122,9 +114,7 @@ async def test_respond_answers_an_input_request(store):
     path, runs = store
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
-        await select_run(pilot, runs["awaiting_input"])
-        await pilot.press("i")
-        await until(pilot, lambda: isinstance(app.screen, RespondScreen))
+        await open_form(pilot, runs["awaiting_input"], "i", RespondScreen)
         await type_text(pilot, '"finance"')
         await pilot.press("ctrl+s")
         await until(pilot, lambda: run_status(path, runs["awaiting_input"]) == RunStatus.QUEUED)
@@ -137,9 +127,7 @@ async def test_a_decision_on_a_stale_view_is_refused_with_one_line(store):
     app = RelaypointConsole(path)
     notes = recorded_notifications(app)
     async with app.run_test(size=SIZE) as pilot:
-        await select_run(pilot, runs["awaiting_approval"])
-        await pilot.press("a")
-        await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+        await open_form(pilot, runs["awaiting_approval"], "a", ApproveScreen)
         with Runtime(path, create=False) as other:  # someone else decides while the form is open
             other.approve(runs["awaiting_approval"], by="someone-else")
         await pilot.press("ctrl+s")
@@ -177,9 +165,7 @@ async def test_fork_with_broken_json_shows_an_error_and_creates_nothing(store):
     path, runs = store
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
-        await select_run(pilot, runs["completed"])
-        await pilot.press("f")
-        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        await open_form(pilot, runs["completed"], "f", ForkScreen)
         app.screen.query_one("#input-json", TextArea).load_text("{topic: nope")
         await pilot.press("ctrl+s")
         await settle(pilot)
@@ -196,9 +182,7 @@ async def test_cancel_asks_first_and_y_cancels(store):
     path, runs = store
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
-        await select_run(pilot, runs["awaiting_input"])
-        await pilot.press("c")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await open_form(pilot, runs["awaiting_input"], "c", ConfirmScreen)
         await pilot.press("n")
         await settle(pilot)
         assert run_status(path, runs["awaiting_input"]) == RunStatus.AWAITING_INPUT
