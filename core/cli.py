@@ -20,7 +20,7 @@ from rich.table import Table
 from .apploader import load_workflows
 from .display import json_text, literal
 from .encoding import parse_json_arg
-from .errors import RelaypointError
+from .errors import InvalidValue, RelaypointError
 from .runtime import LEASE_SECONDS, Runtime
 from .workflow import find_workflow
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
@@ -54,6 +54,16 @@ def _dump(value: Any) -> None:
     # ensure_ascii: stored text may hold C1 controls and BiDi overrides; escaped JSON never reaches
     # the terminal raw.
     click.echo(json.dumps(value, indent=2, ensure_ascii=True))
+
+
+def _input_arg(text: str | None) -> dict[str, Any] | None:
+    """``--input``: absent, or a JSON object (``null`` and other values are refused)."""
+    if text is None:
+        return None
+    data = parse_json_arg(text, "--input")
+    if not isinstance(data, dict):
+        raise InvalidValue("--input must be a JSON object, e.g. '{\"root\": \".\"}'")
+    return data
 
 
 def _continue_hint(run_id: str) -> str:
@@ -130,7 +140,7 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
     """
     if not app_spec:
         raise click.UsageError("start needs --app MODULE:ATTR (or RELAYPOINT_APP) to find the workflow")
-    data = parse_json_arg(input_json, "--input") if input_json is not None else None
+    data = _input_arg(input_json)
     workflows = load_workflows(app_spec)
     find_workflow({wf.name: wf for wf in workflows}, workflow)  # refuse before creating a store file
     rt = Runtime(ctx.obj["db"], workflows, create=True, lease_seconds=_lease_seconds())
@@ -224,7 +234,11 @@ def resume(ctx: click.Context, run_id: str, app_spec: str | None, allow_drift: b
     if not app_spec:
         raise click.UsageError("resume needs --app MODULE:ATTR (or RELAYPOINT_APP) to run the steps")
     rt = _runtime(ctx, app_spec)
-    status = rt.resume(run_id, allow_drift=allow_drift)
+    try:
+        status = rt.resume(run_id, allow_drift=allow_drift)
+    except KeyboardInterrupt:
+        raise click.ClickException(f"run {run_id} interrupted; continue it with "
+                                   f"`relaypoint resume {run_id} --app {app_spec}`") from None
     run = rt.get(run_id)
     if status == RunStatus.FAILED:
         raise click.ClickException(f"run {run.run_id} failed: {run.error}")
@@ -282,7 +296,7 @@ def respond(ctx: click.Context, run_id: str, value_json: str, by: str | None, ch
 @click.pass_context
 def fork(ctx: click.Context, run_id: str, from_step: str, input_json: str | None) -> None:
     """Fork a run from the boundary before STEP; prints the new run id."""
-    data = parse_json_arg(input_json, "--input") if input_json is not None else None
+    data = _input_arg(input_json)
     click.echo(_runtime(ctx).fork(run_id, from_step, data))
 
 
@@ -312,7 +326,8 @@ def events(ctx: click.Context, run_id: str, as_json: bool) -> None:
     for col in ("at (UTC)", "event", "step", "by", "detail"):
         table.add_column(col)
     for e in evs:
-        detail = ", ".join(f"{k}={v}" for k, v in (e.detail or {}).items() if v not in (None, False))
+        detail = ", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+                           for k, v in (e.detail or {}).items() if v not in (None, False))
         table.add_row(e.at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z", literal(e.kind), literal(e.step or ""),
                       literal(e.actor or ""), literal(detail))
     _out().print(table)
@@ -367,6 +382,9 @@ def main() -> None:
         cli.main(prog_name="relaypoint", standalone_mode=False)
     except click.UsageError as e:
         hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx else ""
+        if "No such option" in e.format_message():
+            hint += "; --db goes before the command, the command's options after it: " \
+                    "relaypoint --db PATH COMMAND [--app MODULE:ATTR] ..."
         click.echo(f"Error: {e.format_message()}{hint}", err=True)
         sys.exit(e.exit_code)
     except click.ClickException as e:

@@ -85,7 +85,7 @@ def parse_json_arg(text: str, what: str) -> Any:
         value = json.loads(text)
     except json.JSONDecodeError as e:
         raise InvalidValue(
-            f"{what} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+            f"{what} is not valid JSON ({e.msg}: line {e.lineno}, column {e.colno}); "
             f"""quote strings, e.g. '"yes"' or '{{"key": 1}}'"""
         ) from None
     except (ValueError, RecursionError) as e:  # over-long integers, absurd nesting

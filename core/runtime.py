@@ -410,17 +410,17 @@ class Runtime(Executor):
             at = self._now()
             self._decide(cp, "approved", by, at, comment, value)
             step = self._step(rid, cp.step)
-            cols: dict[str, Any] = {}
             if cp.kind == "orphan" and value is None:
                 self.store.update_step(rid, step.position, status=StepStatus.PENDING)
             elif cp.kind == "orphan":
                 self.store.update_step(rid, step.position, status=StepStatus.COMPLETED, output=value,
                                        finished_at=at)
-                cols["steps_done"] = sum(s.status == StepStatus.COMPLETED for s in self.store.steps(
-                    rid, with_output=False))
             elif value is not None:
                 self.store.update_step(rid, step.position, output=value)
-            self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at, **cols)
+            steps = self.store.steps(rid, with_output=False)
+            nxt = next((s for s in steps if s.status != StepStatus.COMPLETED), None)
+            self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at, current_step=nxt.name if nxt else None,
+                                  steps_done=sum(s.status == StepStatus.COMPLETED for s in steps))
             self.store.add_event(rid, at, "approved", step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id,
                                  comment=comment, output_edited=value is not None)
             return cp.model_copy(update={"decision": "approved", "decided_by": by, "decided_at": from_text(at),

@@ -67,7 +67,7 @@ class Worker:
             except RefusedTransition:
                 continue  # another worker claimed it first, or it changed state meanwhile
             except RelaypointError as e:  # LeaseLost, drift, a failing definition: say it, go on
-                self.log(f"run {rid}: {e}")
+                self.log(str(e) if rid in str(e) else f"run {rid}: {e}")
                 continue
             executed += 1
             self.log(f"run {rid}: {status}")
