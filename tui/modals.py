@@ -56,7 +56,7 @@ class _Form(ModalScreen[Any]):
 
     BINDINGS = [
         Binding("escape", "dismiss_form", "Close", id="close"),
-        Binding("ctrl+s", "submit", "Submit", id="submit", priority=True),
+        Binding("ctrl+s", "submit", "Submit", id="submit"),
     ]
     SUBMIT_LABEL = "Submit"
     SUBMIT_VARIANT = "primary"
