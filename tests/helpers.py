@@ -186,6 +186,16 @@ def rows(db: Path | str, run_id: str) -> dict[str, list[tuple]]:
     return {t: sql(db, f"SELECT * FROM {t} WHERE run_id = ? ORDER BY {o}", run_id) for t, o in order.items()}
 
 
+def snapshot(db: Path) -> dict[str, list[tuple]]:
+    """Every row of every relaypoint table, in rowid order."""
+    conn = sqlite3.connect(db)
+    try:
+        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
+                for t in ("meta", "runs", "steps", "checkpoints", "events")}
+    finally:
+        conn.close()
+
+
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

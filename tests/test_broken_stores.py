@@ -22,20 +22,10 @@ from typing import Any
 
 import pytest
 
-from helpers import APP, DB, app_workflows, digest, ids, one_line_error, relaypoint, rows, sql, write_app
+from helpers import snapshot, APP, DB, app_workflows, digest, ids, one_line_error, relaypoint, rows, sql, write_app
 from relaypoint import RefusedTransition, RunStatus, Runtime, StepStatus, StoreError, Workflow
 
 PAD = "p" * 2000  # makes every run take room, so a store spans many pages
-
-
-def snapshot(db: Path) -> dict[str, list[tuple]]:
-    """Every row of every relaypoint table, in rowid order."""
-    conn = sqlite3.connect(db)
-    try:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
-                for t in ("meta", "runs", "steps", "checkpoints", "events")}
-    finally:
-        conn.close()
 
 
 def no_traceback(result: subprocess.CompletedProcess[str]) -> None:

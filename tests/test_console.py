@@ -15,6 +15,7 @@ import pytest
 from console_pilot import (detail, is_visible, main_screen, open_form, press_to_run, runs_table, screen_lines, select_run,
                            select_step, settle, type_ahead, type_text, until)
 from fixtures import WORKFLOWS, build_fixture_store
+from helpers import snapshot
 from textual.geometry import Region
 from textual.widgets import Button, Label, Markdown, Select, Static, TextArea
 
@@ -269,7 +270,7 @@ async def test_actions_that_do_not_apply_are_greyed_out(store):
 
 async def test_a_read_only_console_records_nothing_and_says_why(store):
     path, runs = store
-    before = rows_of(path)
+    before = snapshot(path)
     app = RelaypointConsole(path, "fixtures:WORKFLOWS", readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await select_run(pilot, runs["awaiting_approval"])
@@ -280,15 +281,7 @@ async def test_a_read_only_console_records_nothing_and_says_why(store):
         await settle(pilot)
         assert app.screen is screen
         assert "read-only" in "".join(app.export_screenshot().split())
-    assert rows_of(path) == before
-
-
-def rows_of(path: str) -> dict[str, list[tuple]]:
-    import sqlite3
-
-    with sqlite3.connect(path) as conn:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
-                for t in ("runs", "steps", "checkpoints", "events")}
+    assert snapshot(path) == before
 
 
 async def test_a_change_by_another_process_appears_without_moving_the_cursor(store):

@@ -388,12 +388,17 @@ def wait_for_running(db: Path, step: str, timeout: float = 30.0) -> str:
     raise AssertionError(f"step {step} never ran")
 
 
-def test_deleting_a_run_a_live_process_executes_is_refused(tmp_path: Path) -> None:
+def start_slow(tmp_path: Path) -> subprocess.Popen:
+    """Start the slow app's run in another process; it waits in step ``wait`` until ``go`` exists."""
     (tmp_path / "slowapp.py").write_text(SLOW_APP)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
-    proc = subprocess.Popen([sys.executable, "-m", "relaypoint", "--db", DB, "start", "slow", "--app",
+    return subprocess.Popen([sys.executable, "-m", "relaypoint", "--db", DB, "start", "slow", "--app",
                              "slowapp:workflows"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def test_deleting_a_run_a_live_process_executes_is_refused(tmp_path: Path) -> None:
+    proc = start_slow(tmp_path)
     try:
         rid = wait_for_running(tmp_path / DB, "wait")
         before = rows(tmp_path / DB, rid)
@@ -414,11 +419,7 @@ def test_deleting_a_run_a_live_process_executes_is_refused(tmp_path: Path) -> No
 
 
 def test_prune_never_deletes_a_run_a_live_process_executes(tmp_path: Path) -> None:
-    (tmp_path / "slowapp.py").write_text(SLOW_APP)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
-    proc = subprocess.Popen([sys.executable, "-m", "relaypoint", "--db", DB, "start", "slow", "--app",
-                             "slowapp:workflows"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_slow(tmp_path)
     try:
         rid = wait_for_running(tmp_path / DB, "wait")
         relaypoint(tmp_path, "prune", "--days", "0", "--status", "running")

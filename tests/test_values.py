@@ -22,7 +22,7 @@ from uuid import UUID
 import pytest
 from pydantic import BaseModel
 
-from helpers import APP, DB, Flow, app_workflows, asks, one_line_error, relaypoint, returns, runtime, write_app
+from helpers import snapshot, APP, DB, Flow, app_workflows, asks, one_line_error, relaypoint, returns, runtime, write_app
 from relaypoint import InvalidValue, RunStatus, Runtime, StepStatus, Workflow
 
 CORE = Path(__file__).resolve().parent.parent / "core"
@@ -111,16 +111,6 @@ def assert_names_path(message: str, prefix: str, tail: str | None) -> None:
 
 
 # ---- the store as a whole -------------------------------------------------------------------------
-
-
-def snapshot(db: Path) -> dict[str, list[tuple]]:
-    """Every row of every relaypoint table, in rowid order."""
-    conn = sqlite3.connect(db)
-    try:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
-                for t in ("meta", "runs", "steps", "checkpoints", "events")}
-    finally:
-        conn.close()
 
 
 def chain(**b_options: Any) -> Flow:
