@@ -470,11 +470,11 @@ def test_malformed_answer_decision_is_not_taken_as_answered(store: Path) -> None
 
 
 def test_newer_schema_is_refused_in_one_line_and_untouched(store: Path) -> None:
-    sql(store, "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    sql(store, "UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     before = snapshot(store)
     for args in (["list"], ["show", "paused00"], ["approve", "paused00"], ["resume", "paused00", "--app", APP]):
         line = one_line_error(relaypoint(store.parent, *args))
-        assert "schema version 2, newer than this relaypoint understands (1)" in line
+        assert "schema version 3, newer than this relaypoint understands (2)" in line
     with pytest.raises(StoreError, match="newer"):
         Runtime(str(store), create=False)
     with pytest.raises(StoreError, match="newer"):

@@ -145,3 +145,47 @@ def test_a_read_only_store_reads_but_records_nothing(tmp_path):
     assert digest(tmp_path / DB) == before
     with Runtime(str(tmp_path / DB)) as rw:
         assert rw.get(rid).status == RunStatus.AWAITING_APPROVAL
+
+
+def _version_1_store(path) -> None:
+    """A store as relaypoint's schema version 1 left it, with runs in several statuses."""
+    import sqlite_utils
+
+    from relaypoint.store import MIGRATIONS
+
+    db = sqlite_utils.Database(str(path))
+    db["meta"].insert_all([{"key": "app", "value": APP_ID}, {"key": "schema_version", "value": "1"}], pk="key")
+    MIGRATIONS[1](db)
+    for i, status in enumerate(["completed", "completed", "failed", "awaiting_approval"]):
+        db["runs"].insert({"run_id": f"{i:016x}", "workflow": "flow", "status": status, "input": "{}",
+                           "created_at": f"2031-01-01T12:00:0{i}.000Z", "updated_at": "2031-01-01T12:00:09.000Z",
+                           "steps_done": 0, "steps_total": 0})
+    db.conn.close()
+
+
+def test_a_version_1_store_is_migrated_in_place_with_its_counts(tmp_path):
+    path = tmp_path / DB
+    _version_1_store(path)
+    with Runtime(str(path), create=False) as rt:
+        assert rt.counts() == {"completed": 2, "failed": 1, "awaiting_approval": 1}
+        assert len(rt.list()) == 4
+    assert dict(sql(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION)
+    assert "lease_pid_start" in {c for (_, c, *_) in sql(path, "PRAGMA table_info(runs)")}
+
+
+def test_counts_by_status_follow_every_change_without_counting_the_runs_table(tmp_path):
+    path = tmp_path / DB
+    flow = Flow("a", ("b", {"approval": True}), "c")
+    with runtime(tmp_path, flow) as rt:
+        rids = [rt.start("flow") for _ in range(4)]
+        rt.approve(rids[0])
+        rt.resume(rids[0])
+        rt.reject(rids[1], "no")
+        rt.cancel(rids[2])
+        rt.fork(rids[0], "c")
+        rt.delete(rids[2])
+        expected = dict(sql(path, "SELECT status, count(*) FROM runs GROUP BY status"))
+        trace: list[str] = []
+        rt.store.conn.set_trace_callback(trace.append)
+        assert rt.counts() == expected == {"completed": 1, "rejected": 1, "awaiting_approval": 1, "queued": 1}
+    assert not [s for s in trace if "FROM runs" in s]
