@@ -22,7 +22,8 @@ from .status import RunStatus, StepStatus
 from .store import Store
 from .workflow import Context, InputRequested, StepSpec, Workflow
 
-CLEAR_LEASE = dict(lease_token=None, lease_pid=None, lease_host=None, lease_expires_at=None, heartbeat_at=None)
+CLEAR_LEASE = dict(lease_token=None, lease_pid=None, lease_pid_start=None, lease_host=None, lease_expires_at=None,
+                   heartbeat_at=None)
 
 
 class Executor:
@@ -82,11 +83,13 @@ class Executor:
                     with self.store.transaction():
                         at = self._now()
                         self._fenced(run_id, lease, updated_at=at)
-                        self.store.update_step(run_id, cur.position, status=StepStatus.PENDING)
+                        self.store.update_step(run_id, cur.position, status=StepStatus.AWAITING_INPUT)
                         self._pause(run_id, lease, "input", cur.position, cur.name, at, reason=ask.prompt,
                                     timeout=spec.timeout)
                     return RunStatus.AWAITING_INPUT
-                except Exception as exc:
+                except KeyboardInterrupt:
+                    raise  # the operator's Ctrl-C: release the run (below), not a failed step
+                except BaseException as exc:  # sys.exit() and any other raise in a step fail the step
                     failures[cur.name] = failures.get(cur.name, 0) + 1
                     retry = not isinstance(exc, InvalidValue) and failures[cur.name] <= spec.retries
                     if self._record_failure(run_id, lease, cur, exc, retry):
@@ -108,16 +111,18 @@ class Executor:
 
     def _release_after_crash(self, run_id: str, lease: LeaseHolder) -> None:
         # Something outside the step failed (the store, a signal): show the run interrupted now
-        # rather than when the lease expires. Best effort: the store may be what failed.
+        # rather than when the lease expires. Not a death, so never charged to the run as one.
+        # Best effort: the store may be what failed.
         try:
             with self.store.transaction():
-                self._mark_interrupted(run_id, lease.token, lease.pid, HOST)
+                self._mark_interrupted(run_id, lease.token, lease.pid, HOST, co_executing=None)
         except Exception:
             pass
 
-    def _record_failure(self, run_id: str, lease: LeaseHolder, cur: StepRecord, exc: Exception,
+    def _record_failure(self, run_id: str, lease: LeaseHolder, cur: StepRecord, exc: BaseException,
                         retry: bool) -> bool:
-        message = f"{type(exc).__name__}: {exc}" if not isinstance(exc, InvalidValue) else str(exc)
+        message = str(exc) if isinstance(exc, InvalidValue) else (
+            f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
         trace = "".join(tb.format_exception(exc))
         with self.store.transaction():
             at = self._now()
@@ -135,10 +140,10 @@ class Executor:
         return False
 
     def _boundary(self, run_id: str, lease: LeaseHolder, cur: StepRecord, spec: StepSpec, output: str,
-                  steps: list[StepRecord], stop: bool) -> RunStatus | None:
+                  steps: list[StepRecord], stop: bool | str) -> RunStatus | None:
         """Commit one step boundary. Returns the status the run stopped in (completed after its last
-        step, paused at the step's approval gate, or released ``queued`` because ``stop``), or None
-        to go on."""
+        step, paused at the step's approval gate, or released ``queued`` because ``stop``, which is
+        the reason recorded in the ``released`` event when it is text), or None to go on."""
         with self.store.transaction():
             at = self._now()
             done = sum(s.status == StepStatus.COMPLETED for s in steps) + 1
@@ -159,7 +164,8 @@ class Executor:
             self.store.update_run(run_id, current_step=nxt.name)
             if stop:
                 self.store.update_run(run_id, status=RunStatus.QUEUED, **CLEAR_LEASE)
-                self.store.add_event(run_id, at, "released", step=nxt.name, reason="executor stopping")
+                self.store.add_event(run_id, at, "released", step=nxt.name,
+                                     reason=stop if isinstance(stop, str) else "executor stopping")
                 return RunStatus.QUEUED
             self._begin_step(run_id, nxt.position, nxt.name, nxt.attempts + 1, at)
         return None

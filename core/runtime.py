@@ -22,7 +22,7 @@ from .errors import (DefinitionError, DriftError, InvalidValue, RefusedTransitio
 from .executor import CLEAR_LEASE, Executor
 from .lease import HOST, owner_gone, parse_expiry
 from .models import Checkpoint, Event, Run, RunSummary, StepRecord
-from .status import TERMINAL, RunStatus, StepStatus
+from .status import OPEN_STEPS, TERMINAL, RunStatus, StepStatus
 from .store import PAUSE_KINDS, UNDECIDED, Store, readable, summary_from_row
 from .workflow import Workflow, describe_drift, find_workflow
 
@@ -464,6 +464,8 @@ class Runtime(Executor):
             cp = self._pending(rid, ("input",), "respond to", checkpoint_id)
             at = self._now()
             self._decide(cp, "responded", by, at, None, text)
+            # Answered: the step no longer waits; it re-runs from its top when the run is resumed.
+            self.store.update_step(rid, self._step(rid, cp.step).position, status=StepStatus.PENDING)
             self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at)
             self.store.add_event(rid, at, "responded", step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id)
         return cp.model_copy(update={"decision": "responded", "decided_by": by, "decided_at": from_text(at),
@@ -492,8 +494,9 @@ class Runtime(Executor):
 
     def _cancel_open_steps(self, rid: str, at: str) -> None:
         self.store.conn.execute(
-            "UPDATE steps SET status = ?, finished_at = coalesce(finished_at, ?) WHERE run_id = ? AND status IN (?, ?, ?)",
-            (StepStatus.CANCELLED, at, rid, StepStatus.PENDING, StepStatus.RUNNING, StepStatus.INTERRUPTED))
+            "UPDATE steps SET status = ?, finished_at = coalesce(finished_at, ?) "
+            f"WHERE run_id = ? AND status IN ({', '.join('?' * len(OPEN_STEPS))})",
+            (StepStatus.CANCELLED, at, rid, *sorted(OPEN_STEPS)))
 
     @_store_errors
     def expire_deadlines(self) -> list[str]:
@@ -570,6 +573,14 @@ class Runtime(Executor):
         ``input`` replaces the parent's input when given. The parent is untouched.
         Returns the new run id.
 
+        A fork never turns an unapproved gated output into an approved one: a copied approval gate
+        whose latest decision in the parent is ``approved`` stays approved (the decided checkpoint
+        is copied into the fork, naming the parent's, with an ``approval_inherited`` event, so a
+        fork of the fork sees it even once the parent is deleted); at the first copied gate that
+        was not approved (rejected, expired, cancelled or still undecided) the fork pauses
+        ``awaiting_approval`` with the copied output as what is reviewed, before anything
+        downstream runs.
+
         Raises ``UnknownRun``, ``UnknownStep``, ``RefusedTransition`` (an upstream step has no output
         to reuse), ``InvalidValue``.
         """
@@ -599,7 +610,42 @@ class Runtime(Executor):
                                       state={"parent_run_id": rid, "from_step": step.name})
             self.store.add_event(new_id, at, "forked", step=step.name, parent_run_id=rid,
                                  input_replaced=input is not None)
+            self._carry_gates(rid, new_id, upstream, at)
         return new_id
+
+    def _carry_gates(self, parent: str, child: str, copied: list[StepRecord], at: str) -> None:
+        """Inherit the parent's approvals of the copied gates; pause the fork at the first gate the
+        parent did not approve (see :meth:`fork`)."""
+        for s in copied:
+            if not s.options.get("approval"):
+                continue
+            row = self.store.conn.execute(
+                "SELECT checkpoint_id, decision, decided_by FROM checkpoints WHERE run_id = ? AND kind = 'approval' "
+                "AND step = ? ORDER BY checkpoint_id DESC LIMIT 1", (parent, s.name)).fetchone()
+            if row is not None and row[1] == "approved":
+                cp_id = self._inherit_approval(parent, row[0], child, at)
+                self.store.add_event(child, at, "approval_inherited", step=s.name, checkpoint_id=cp_id,
+                                     parent_run_id=parent, parent_checkpoint_id=row[0], decided_by=row[2])
+                continue
+            why = "not yet decided" if row is None or row[1] is None else f"{row[1]} by {row[2]}"
+            self._pause(child, None, "approval", s.position + 1, s.name, at, timeout=s.options.get("timeout"),
+                        reason=f"approve the output of step '{s.name}', copied from run {parent}, where "
+                               f"its approval was {why}")
+            return
+
+    def _inherit_approval(self, parent: str, checkpoint_id: int, child: str, at: str) -> int:
+        # The decision keeps its original author and time; the comment names where it came from.
+        cur = self.store.conn.execute(
+            """INSERT INTO checkpoints (run_id, position, step, kind, created_at, reason, state, decision,
+                                        decided_by, decided_at, comment, value)
+               SELECT :child, position, step, kind, :at, reason, :state, decision, decided_by, decided_at,
+                      'inherited from checkpoint ' || checkpoint_id || ' of run ' || run_id
+                          || coalesce(': ' || comment, ''),
+                      value
+               FROM checkpoints WHERE checkpoint_id = :cp""",
+            {"child": child, "at": at, "cp": checkpoint_id,
+             "state": encoding.dumps({"inherited_from": {"run_id": parent, "checkpoint_id": checkpoint_id}})})
+        return int(cur.lastrowid)
 
     def _copy_steps(self, parent: str, child: str, cut: int) -> None:
         # In SQL: upstream outputs move as stored text, never decoded or re-run.

@@ -49,11 +49,15 @@ class StepStatus(StrEnum):
 
     PENDING = "pending"
     RUNNING = "running"
+    AWAITING_INPUT = "awaiting_input"  # asked with ``request_input``; re-runs once answered
     COMPLETED = "completed"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     CANCELLED = "cancelled"
 
+
+OPEN_STEPS = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.AWAITING_INPUT, StepStatus.INTERRUPTED})
+"""Steps that have neither ended nor been cancelled: what cancel, rejection and deadline expiry cancel."""
 
 TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.REJECTED, RunStatus.CANCELLED})
 PAUSED = frozenset({RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_INPUT})
@@ -75,6 +79,7 @@ RUN_SYMBOLS: dict[RunStatus, str] = {
 STEP_SYMBOLS: dict[StepStatus, str] = {
     StepStatus.PENDING: "·",
     StepStatus.RUNNING: "▶",
+    StepStatus.AWAITING_INPUT: RUN_SYMBOLS[RunStatus.AWAITING_INPUT],
     StepStatus.COMPLETED: "✔",
     StepStatus.FAILED: "✖",
     StepStatus.INTERRUPTED: "⚡",

@@ -18,7 +18,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from relaypoint import Runtime, Workflow
 from relaypoint.clock import to_text
@@ -30,11 +29,6 @@ StepBehaviour = Callable[[Context], Any]
 
 
 # ---- workflows that record what they do -----------------------------------------------------------
-
-
-class Crash(BaseException):
-    """Raised by a step to stand for its process dying mid-step: the runtime records nothing of it
-    (a BaseException, so it is not a step failure) and the step stays ``running``."""
 
 
 class Flow:
@@ -88,16 +82,9 @@ def fails(times: int | None = None, message: str = "boom") -> StepBehaviour:
     return behaviour
 
 
-def crashes(times: int | None = 1) -> StepBehaviour:
-    """Raise :class:`Crash` on the first ``times`` calls (every call if None), then return normally."""
-    calls = Counter()
-
-    def behaviour(ctx: Context) -> Any:
-        calls["n"] += 1
-        if times is None or calls["n"] <= times:
-            raise Crash(ctx.step)
-        return {"step": ctx.step, "attempt": ctx.attempt}
-    return behaviour
+def with_attempt(ctx: Context) -> Any:
+    """Return ``{"step": name, "attempt": ctx.attempt}``."""
+    return {"step": ctx.step, "attempt": ctx.attempt}
 
 
 def asks(*prompts: str) -> StepBehaviour:
@@ -132,12 +119,52 @@ def runtime(tmp_path: Path, *flows: Flow | Workflow, **options: Any) -> Runtime:
     return Runtime(str(tmp_path / DB), workflows, **options)
 
 
-def crashed_start(rt: Runtime, workflow: str = "flow", input: dict | None = None) -> str:
-    """Start ``workflow``, one of whose steps raises :class:`Crash`; return the id of the run left behind."""
-    before = {r.run_id for r in rt.list(limit=10_000)}
-    with pytest.raises(Crash):
-        rt.start(workflow, input)
-    (rid,) = {r.run_id for r in rt.list(limit=10_000)} - before
+# ---- processes that die mid-step ------------------------------------------------------------------
+
+
+KILLED_APP = "killedflow"
+KILLED_SOURCE = '''
+import os, signal
+from relaypoint import Workflow
+
+wf = Workflow({name!r})
+
+def step(name, kill):
+    def run(ctx):
+        with open("executions.log", "a") as log:
+            log.write(name + "\\n")
+        if kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {{"step": name}}
+    return run
+
+for name, options in {steps!r}:
+    wf.step(name=name, **options)(step(name, name == {kill!r}))
+
+workflows = [wf]
+'''
+
+
+def die_in(tmp_path: Path, flow: Flow, step: str, *args: str) -> None:
+    """Run ``relaypoint ARGS --app`` in a separate process on ``tmp_path/store.db`` with an app
+    defining ``flow``'s workflow (same name, step names and options: no drift for the in-process
+    flow) whose step ``step`` SIGKILLs its own process, and wait for that death. The executions
+    of that process are added to ``flow.calls``, so a test counts executions across processes."""
+    steps = [(s.name, s.options()) for s in flow.wf.steps]
+    (tmp_path / f"{KILLED_APP}.py").write_text(KILLED_SOURCE.format(name=flow.wf.name, steps=steps, kill=step))
+    log = tmp_path / "executions.log"
+    log.unlink(missing_ok=True)
+    done = relaypoint(tmp_path, *args, "--app", f"{KILLED_APP}:workflows")
+    assert done.returncode == -9, (done.returncode, done.stdout, done.stderr)  # SIGKILL, nothing else
+    flow.calls.update(log.read_text().split())
+
+
+def killed_start(tmp_path: Path, flow: Flow, step: str) -> str:
+    """Start ``flow``'s workflow in a process that dies (SIGKILL) inside ``step``; return the id of
+    the run it left behind (``running``, owned by a dead pid). See :func:`die_in`."""
+    before = set(sql(tmp_path / DB, "SELECT run_id FROM runs")) if (tmp_path / DB).exists() else set()
+    die_in(tmp_path, flow, step, "start", flow.wf.name)
+    ((rid,),) = set(sql(tmp_path / DB, "SELECT run_id FROM runs")) - before
     return rid
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import sys
 from datetime import timedelta
 
 import pytest
 from pydantic import BaseModel
 
-from helpers import (DB, Crash, FakeClock, Flow, asks, crashed_start, crashes, fails, ids, kill_owner,
-                     returns, rows, runtime, set_owner, sql)
+from helpers import (DB, FakeClock, Flow, asks, die_in, fails, ids, kill_owner, killed_start, returns, rows,
+                     runtime, set_owner, sql, with_attempt)
 from relaypoint import (DefinitionError, DriftError, InvalidValue, LeaseLost, RefusedTransition, Runtime,
                         RunStatus, StepStatus, UnknownRun, UnknownStep, UnknownWorkflow, Workflow)
 
@@ -209,11 +210,13 @@ def test_request_input_pauses_then_respond_queues_and_resume_reruns_the_step(tmp
         run = rt.get(rid)
         assert run.status == RunStatus.AWAITING_INPUT
         assert (run.pending.kind, run.pending.step, run.pending.reason) == ("input", "ask", "Title?")
-        assert statuses(rt, rid) == {"a": "completed", "ask": "pending", "c": "pending"}
+        assert statuses(rt, rid) == {"a": "completed", "ask": "awaiting_input", "c": "pending"}
+        assert rt.get(rid).tasks[1].attempts == 1
 
         cp = rt.respond(rid, "Hello", by="ada")
         assert (cp.decision, cp.decided_by, cp.value) == ("responded", "ada", "Hello")
         assert rt.get(rid).status == RunStatus.QUEUED
+        assert statuses(rt, rid)["ask"] == "pending"  # answered: it re-runs on resume
         with pytest.raises(RefusedTransition, match="nothing to respond to"):
             rt.respond(rid, "again")
 
@@ -250,7 +253,55 @@ def test_respond_refused_at_an_approval_gate_and_refuses_unstorable_values(tmp_p
     assert flow.calls["ask"] == 1
 
 
+@pytest.mark.parametrize("end", ["cancel", "deadline"])
+def test_a_step_awaiting_input_is_cancelled_with_its_run(tmp_path, end):
+    clock = FakeClock()
+    flow = Flow("a", ("ask", {"timeout": 60}), "c").on("ask", asks("?"))
+    with runtime(tmp_path, flow, clock=clock) as rt:
+        rid = rt.start("flow")
+        if end == "cancel":
+            rt.cancel(rid)
+        else:
+            clock.advance(seconds=61)
+            assert rt.expire_deadlines() == [rid]
+        assert statuses(rt, rid) == {"a": "completed", "ask": "cancelled", "c": "cancelled"}
+
+
 # ---- failure and retries ----------------------------------------------------------------------------
+
+
+class Fatal(BaseException):
+    """Not an Exception: what a careless library might raise."""
+
+
+@pytest.mark.parametrize("raise_, message", [
+    pytest.param(lambda: sys.exit(0), "SystemExit: 0", id="sys.exit(0)"),
+    pytest.param(lambda: sys.exit(), "SystemExit", id="sys.exit()"),
+    pytest.param(lambda: sys.exit("bye"), "SystemExit: bye", id="sys.exit(text)"),
+    pytest.param(lambda: (_ for _ in ()).throw(Fatal("deep")), "Fatal: deep", id="BaseException"),
+])
+def test_anything_a_step_raises_fails_the_step(tmp_path, raise_, message):
+    flow = Flow("a", "b", "c").on("b", lambda ctx: raise_())
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        run = rt.get(rid)
+        assert (run.status, run.error, run.lease) == (RunStatus.FAILED, f"step 'b' failed: {message}", None)
+        assert (run.tasks[1].status, run.tasks[1].error) == (StepStatus.FAILED, message)
+        assert event_kinds(rt, rid)[-2:] == ["step_failed", "run_failed"]
+        flow.on("b", returns(1))
+        assert rt.resume(rid) == RunStatus.COMPLETED
+
+
+def test_ctrl_c_in_a_step_releases_the_run_interrupted_not_failed(tmp_path):
+    def interrupt(ctx):
+        raise KeyboardInterrupt
+    flow = Flow("a", "b").on("b", interrupt)
+    with runtime(tmp_path, flow) as rt:
+        with pytest.raises(KeyboardInterrupt):
+            rt.start("flow")
+        (run,) = rt.list()
+        assert (run.status, run.lease) == (RunStatus.INTERRUPTED, None)
+        assert statuses(rt, run.run_id) == {"a": "completed", "b": "interrupted"}
 
 
 def test_failure_records_step_and_exception_and_keeps_what_came_before(tmp_path):
@@ -366,26 +417,22 @@ def _queued(rt):
     return rid
 
 
-def _interrupted(rt):
-    rid = crashed_start(rt)
-    kill_owner(rt.store.path, rid, "b")
-    return rid
+def _interrupted(rt, flow):
+    return killed_start(rt.store.path.parent, flow, "b")
 
 
 @pytest.mark.parametrize("make, previous", [
-    pytest.param(_queued, RunStatus.QUEUED, id="queued"),
-    pytest.param(lambda rt: rt.start("flow"), RunStatus.AWAITING_APPROVAL, id="awaiting_approval"),
-    pytest.param(lambda rt: rt.start("asking"), RunStatus.AWAITING_INPUT, id="awaiting_input"),
-    pytest.param(lambda rt: rt.start("failing"), RunStatus.FAILED, id="failed"),
+    pytest.param(lambda rt, flow: _queued(rt), RunStatus.QUEUED, id="queued"),
+    pytest.param(lambda rt, flow: rt.start("flow"), RunStatus.AWAITING_APPROVAL, id="awaiting_approval"),
+    pytest.param(lambda rt, flow: rt.start("asking"), RunStatus.AWAITING_INPUT, id="awaiting_input"),
+    pytest.param(lambda rt, flow: rt.start("failing"), RunStatus.FAILED, id="failed"),
     pytest.param(_interrupted, RunStatus.INTERRUPTED, id="interrupted"),
 ])
 def test_cancel_of_a_run_that_has_not_ended(tmp_path, make, previous):
     flows = [gated(), Flow("a", "ask", "c", name="asking").on("ask", asks("?")),
              Flow("a", "b", "c", name="failing").on("b", fails())]
-    if previous == RunStatus.INTERRUPTED:
-        flows[0].on("b", crashes())
     with runtime(tmp_path, *flows) as rt:
-        rid = make(rt)
+        rid = make(rt, flows[0])
         assert rt.get(rid).status == previous
         assert rt.cancel(rid, by="ops") == previous
         run = rt.get(rid)
@@ -629,15 +676,96 @@ def test_idempotency_key_is_stable_across_attempts_and_new_in_a_fork(tmp_path):
     assert keys == ["parent/a", "child/b"]
 
 
+# ---- forks past an approval gate ----------------------------------------------------------------------
+
+
+def _gate_left(rt, decision):
+    """A run of gated() stopped at its gate b: rejected, or still awaiting approval."""
+    rid = rt.start("flow")
+    if decision == "rejected":
+        rt.reject(rid, "not this", by="rita")
+    return rid
+
+
+@pytest.mark.parametrize("decision, why", [("rejected", "rejected by rita"), ("awaiting", "not yet decided")])
+def test_a_fork_past_a_gate_that_was_not_approved_pauses_at_that_gate(tmp_path, decision, why):
+    flow = gated("c", "d").on("b", lambda ctx: {"draft": ctx.attempt})
+    with runtime(tmp_path, flow) as rt:
+        parent = _gate_left(rt, decision)
+        before = rows(tmp_path / DB, parent)
+        child = rt.fork(parent, "c")
+        run = rt.get(child)
+        assert (run.status, run.current_step) == (RunStatus.AWAITING_APPROVAL, "b")
+        assert (run.pending.kind, run.pending.step, run.pending.position) == ("approval", "b", 2)
+        assert f"copied from run {parent}" in run.pending.reason and why in run.pending.reason
+        assert run.tasks[1].output == {"draft": 1}  # what the reviewer approves: the copied output
+        assert statuses(rt, child) == {"a": "completed", "b": "completed", "c": "pending", "d": "pending"}
+        with pytest.raises(RefusedTransition, match="awaiting approval"):
+            rt.resume(child)
+        assert flow.calls["c"] == 0
+        rt.approve(child, by="ana", comment="fine after all")
+        assert rt.resume(child) == RunStatus.COMPLETED
+        assert rows(tmp_path / DB, parent) == before
+    assert flow.calls == {"a": 1, "b": 1, "c": 1, "d": 1}
+
+
+def test_a_fork_past_a_rejected_gate_can_be_rejected_again(tmp_path):
+    flow = gated("c")
+    with runtime(tmp_path, flow) as rt:
+        child = rt.fork(_gate_left(rt, "rejected"), "c")
+        rt.reject(child, "still no")
+        assert rt.get(child).status == RunStatus.REJECTED
+        assert statuses(rt, child)["c"] == "cancelled"
+    assert flow.calls["c"] == 0
+
+
+def test_a_fork_past_an_approved_gate_inherits_the_approval_and_runs_on(tmp_path):
+    flow = gated("c", "d")
+    with runtime(tmp_path, flow, id_factory=ids("parent", "child", "grandchild")) as rt:
+        parent = rt.start("flow")
+        rt.approve(parent, by="ana", comment="good")
+        assert rt.resume(parent) == RunStatus.COMPLETED
+        original = rt.store.checkpoints(parent)
+        (approved,) = [cp for cp in original if cp.kind == "approval"]
+        child = rt.fork(parent, "d")
+        assert rt.get(child).status == RunStatus.QUEUED and rt.get(child).pending is None
+        (copied,) = [cp for cp in rt.store.checkpoints(child) if cp.kind == "approval"]
+        assert (copied.step, copied.decision, copied.decided_by, copied.decided_at) == (
+            "b", "approved", "ana", approved.decided_at)
+        assert copied.comment == f"inherited from checkpoint {approved.checkpoint_id} of run parent: good"
+        (inherited,) = [e for e in rt.events(child) if e.kind == "approval_inherited"]
+        assert (inherited.step, inherited.detail["parent_run_id"], inherited.detail["parent_checkpoint_id"]) == (
+            "b", "parent", approved.checkpoint_id)
+
+        rt.delete(parent)  # the fork carries the approval itself: a fork of the fork still sees it
+        grandchild = rt.fork(child, "c")
+        assert rt.get(grandchild).status == RunStatus.QUEUED
+        (again,) = [cp for cp in rt.store.checkpoints(grandchild) if cp.kind == "approval"]
+        assert (again.decision, again.decided_by) == ("approved", "ana")
+        assert again.comment.startswith(f"inherited from checkpoint {copied.checkpoint_id} of run child")
+        assert rt.resume(child) == RunStatus.COMPLETED
+        assert rt.resume(grandchild) == RunStatus.COMPLETED
+    assert flow.calls == {"a": 1, "b": 1, "c": 2, "d": 3}
+
+
+def test_a_fork_of_a_fork_paused_at_an_unapproved_gate_pauses_too(tmp_path):
+    flow = gated("c", "d")
+    with runtime(tmp_path, flow) as rt:
+        child = rt.fork(_gate_left(rt, "awaiting"), "c")
+        grandchild = rt.fork(child, "c")
+        assert rt.get(grandchild).status == RunStatus.AWAITING_APPROVAL
+        assert rt.get(grandchild).pending.step == "b"
+    assert flow.calls["c"] == 0
+
+
 # ---- orphans: a step that was running when its process died ----------------------------------------
 
 
 def _orphan(tmp_path, on_orphan, **options):
-    flow = Flow("a", ("b", {"on_orphan": on_orphan}), "c").on("b", crashes())
-    rt = runtime(tmp_path, flow, **options)
-    rid = crashed_start(rt)
-    kill_owner(tmp_path / DB, rid, "b")
-    return flow, rt, rid
+    """A run whose process was SIGKILLed while step b ran, and the in-process flow to resume it."""
+    flow = Flow("a", ("b", {"on_orphan": on_orphan}), "c").on("b", with_attempt)
+    rid = killed_start(tmp_path, flow, "b")
+    return flow, runtime(tmp_path, flow, **options), rid
 
 
 def test_a_dead_owner_is_seen_and_the_run_marked_interrupted(tmp_path):
@@ -705,13 +833,10 @@ def test_orphan_hold_rejected_ends_the_run(tmp_path):
 
 
 def test_a_run_whose_executor_keeps_dying_is_failed(tmp_path):
-    flow = Flow("a", "b").on("b", crashes(times=None))
+    flow = Flow("a", "b")
+    rid = killed_start(tmp_path, flow, "b")
+    die_in(tmp_path, flow, "b", "resume", rid)  # recovery 1: b dies again
     with runtime(tmp_path, flow, max_recoveries=1) as rt:
-        rid = crashed_start(rt)
-        kill_owner(tmp_path / DB, rid, "b")
-        with pytest.raises(Crash):
-            rt.resume(rid)  # recovery 1: b dies again
-        kill_owner(tmp_path / DB, rid, "b")
         assert rt.resume(rid) == RunStatus.FAILED
         run = rt.get(rid)
         assert run.status == RunStatus.FAILED and "died 2 times" in run.error

@@ -25,6 +25,7 @@ RUN_COLORS: dict[RunStatus, str] = {
 STEP_COLORS: dict[StepStatus, str] = {
     StepStatus.PENDING: "bright_black",
     StepStatus.RUNNING: "cyan",
+    StepStatus.AWAITING_INPUT: "magenta",
     StepStatus.COMPLETED: "green",
     StepStatus.FAILED: "red",
     StepStatus.INTERRUPTED: "dark_orange",
