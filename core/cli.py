@@ -2,28 +2,43 @@
 
 Every expected failure prints one line ``Error: ...`` on stderr and exits 1; usage mistakes exit 2
 (click's own handling). Human output shows stored text literally; ``--json`` prints JSON.
+
+Stored and step-produced text (names, outputs, errors, exception messages) may carry terminal
+control sequences. Every line this module prints goes through :func:`relaypoint.display.clean` or
+:func:`relaypoint.display.literal`: messages through :func:`_say`, errors at one choke point in
+:func:`main`, which also cleans whatever else reaches stderr (a step's own writes, a traceback), so
+``<store>.resume.log`` is clean too.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
-import sys
+import shlex
 import sqlite3
+import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import click
+from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 from rich.table import Table
 
 from .apploader import load_workflows
-from .display import json_text, literal
+from .clock import to_text
+from .display import clean, literal, preview
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
 from .runtime import LEASE_SECONDS, Runtime
 from .workflow import find_workflow
+from .models import RunSummary
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
+
+LIST_PAGE = 1_000
+"""Runs read per store query while ``list`` streams its rows."""
 
 STATUS_CHOICE = click.Choice([s.value for s in RunStatus])
 APP_OPTION = click.option("--app", "app_spec", envvar="RELAYPOINT_APP", metavar="MODULE:ATTR",
@@ -50,10 +65,19 @@ def _out() -> Console:
     return console
 
 
-def _dump(value: Any) -> None:
+def _say(text: str, *, err: bool = False) -> None:
+    """Print one line built from stored or step-produced text, cleaned (controls shown as escapes)."""
+    click.echo(clean(text), err=err)
+
+
+def _json(value: Any) -> str:
     # ensure_ascii: stored text may hold C1 controls and BiDi overrides; escaped JSON never reaches
     # the terminal raw.
-    click.echo(json.dumps(value, indent=2, ensure_ascii=True))
+    return json.dumps(value, indent=2, ensure_ascii=True)
+
+
+def _dump(value: Any) -> None:
+    click.echo(_json(value))
 
 
 def _input_arg(text: str | None) -> dict[str, Any] | None:
@@ -119,9 +143,9 @@ def demo(ctx: click.Context, no_console: bool, root: str | None) -> None:
     """Fill the store with real runs of the bundled example, then open the console."""
     from .demo import DEMO_APP, build_demo
 
-    runs = build_demo(ctx.obj["db"], root=root, progress=lambda line: click.echo(line, err=True))
+    runs = build_demo(ctx.obj["db"], root=root, progress=lambda line: _say(line, err=True))
     total = sum(_runtime(ctx).counts().values())
-    click.echo(f"demo store {ctx.obj['db']}: added {len(runs)} runs ({total} in the store)", err=True)
+    _say(f"demo store {ctx.obj['db']}: added {len(runs)} runs ({total} in the store)", err=True)
     if not no_console:
         from relaypoint.tui import run_console
 
@@ -149,7 +173,7 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
 
     def created(run_id: str) -> None:  # print the id before the first step, so a killed run can be found
         started.append(run_id)
-        click.echo(run_id)
+        _say(run_id)
 
     try:
         run_id = rt.start(workflow, data, on_created=created)
@@ -162,7 +186,7 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
     if run.status == RunStatus.FAILED:
         raise click.ClickException(f"run {run_id} failed: {run.error}")
     if run.status.is_paused:
-        click.echo(f"run {run_id} is {run.status} at step '{run.current_step}'", err=True)
+        _say(f"run {run_id} is {run.status} at step '{run.current_step}'", err=True)
 
 
 @cli.command("list")
@@ -172,38 +196,112 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, newest first.")
 @click.pass_context
 def list_(ctx: click.Context, status: str | None, workflow: str | None, limit: int, as_json: bool) -> None:
-    """List runs, newest first."""
-    runs = _runtime(ctx).list(status=status, workflow=workflow, limit=limit)
+    """List runs, newest first.
+
+    Rows are printed as they are read, a page of the store at a time, so a listing of any length
+    starts at once and holds one page in memory.
+    """
+    runs = _pages(_runtime(ctx), status, workflow, limit)
     if as_json:
-        _dump([r.model_dump(mode="json") for r in runs])
+        _stream_json(r.model_dump(mode="json") for r in runs)
         return
-    table = Table(box=None, pad_edge=False)
-    for col in ("run id", "workflow", "status", "progress", "step", "updated (UTC)", "parent"):
-        table.add_column(col, no_wrap=True, overflow="ellipsis" if col in ("workflow", "step") else "fold")
-    for r in runs:
-        table.add_row(literal(r.run_id), literal(r.workflow), literal(f"{RUN_SYMBOLS[r.status]} {r.status}"),
-                      f"{r.steps_done}/{r.steps_total}", literal(r.current_step or ""),
-                      r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), literal(r.parent_run_id or ""))
-    _out().print(table)
+    _say(_row(*LIST_COLUMNS))
+    for page in _batched(runs):
+        click.echo("\n".join(_row(r.run_id, r.workflow, f"{RUN_SYMBOLS[r.status]} {r.status}",
+                                    f"{r.steps_done}/{r.steps_total}", r.current_step or "",
+                                    r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), r.parent_run_id or "")
+                               for r in page))
+
+
+# Column titles and widths (in terminal cells) of `list`: fixed, so rows line up without the
+# listing being read first. Longer workflow and step names end in an ellipsis; ids are never cut.
+LIST_COLUMNS = ("run id", "workflow", "status", "progress", "step", "updated (UTC)", "parent")
+LIST_WIDTHS = (16, 20, 19, 8, 20, 19, 0)
+
+
+def _row(*cells: str) -> str:
+    """One `list` line: each cell cleaned and fitted to its width in :data:`LIST_WIDTHS`."""
+    out = []
+    for text, width, title in zip(cells, LIST_WIDTHS, LIST_COLUMNS):
+        text = clean(text)
+        if title in ("workflow", "step") and _cells(text) > width:
+            text = set_cell_size(text, width - 1) + "…"
+        out.append(text + " " * (width - _cells(text)))
+    return "  ".join(out).rstrip()
+
+
+def _cells(text: str) -> int:
+    # ASCII (ids, times) needs no width table; rich's cell_len caches each string it measures.
+    return len(text) if text.isascii() else cell_len(text)
+
+
+def _pages(rt: Runtime, status: str | None, workflow: str | None, limit: int) -> Iterator[RunSummary]:
+    """Up to ``limit`` runs, newest first, read :data:`LIST_PAGE` at a time (keyset pages)."""
+    before = None
+    while limit > 0:
+        page = rt.list(status=status, workflow=workflow, limit=min(LIST_PAGE, limit), before=before)
+        if not page:
+            return
+        yield from page
+        limit -= len(page)
+        before = (to_text(page[-1].created_at), page[-1].run_id)
+
+
+def _batched(runs: Iterator[RunSummary]) -> Iterator[list[RunSummary]]:
+    """``runs`` in lists of :data:`LIST_PAGE` (one write per page rather than per row)."""
+    batch: list[RunSummary] = []
+    for run in runs:
+        batch.append(run)
+        if len(batch) == LIST_PAGE:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _stream_json(values: Iterator[Any]) -> None:
+    """Write a JSON array element by element, exactly as ``_dump(list(values))`` would print it."""
+    out = sys.stdout
+    first = True
+    for value in values:
+        out.write(("[\n" if first else ",\n") + "\n".join("  " + line for line in _json(value).splitlines()))
+        first = False
+    out.write("[]\n" if first else "\n]\n")
+    out.flush()
 
 
 @cli.command()
 @click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON (every value whole).")
+@click.option("--output", "output_step", metavar="STEP", help="Print this step's whole output as JSON.")
 @click.pass_context
-def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
-    """Show a run: header, step chain with outputs and errors."""
-    run = _runtime(ctx).get(run_id)
+def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None) -> None:
+    """Show a run: header, step chain with outputs and errors.
+
+    A long output, error or traceback is shown as a bounded preview with its size and the command
+    that prints all of it; ``--json`` and ``--output STEP`` print values whole.
+    """
+    rt = _runtime(ctx)
+    if output_step is not None:
+        run = rt.get(run_id, with_outputs=False)
+        step = next((t for t in run.tasks if t.name == output_step), None)
+        if step is not None and not step.has_output:
+            raise click.ClickException(f"step '{step.name}' of run {run.run_id} has no output (it is {step.status})")
+        _dump(rt.step_output(run.run_id, output_step))  # UnknownStep names the steps
+        return
+    run = rt.get(run_id)
     if as_json:
         data = run.model_dump(mode="json", include={
             "run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
             "updated_at", "current_step", "steps_done", "steps_total", "error", "forks"})
         data["tasks"] = [t.model_dump(mode="json", include={
-            "name", "status", "attempts", "output", "error", "started_at", "finished_at"}) for t in run.tasks]
+            "name", "status", "attempts", "output", "error", "traceback", "started_at", "finished_at"})
+            for t in run.tasks]
         data["pending"] = run.pending.model_dump(mode="json") if run.pending else None
         _dump(data)
         return
     out = _out()
+    whole_run = f"relaypoint show {run.run_id} --json"
     out.print(literal(f"run {run.run_id}  {run.workflow}  {RUN_SYMBOLS[run.status]} {run.status}", "bold"))
     out.print(literal(f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC, updated {run.updated_at:%Y-%m-%d %H:%M:%S} UTC"))
     if run.parent_run_id:
@@ -211,17 +309,27 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     if run.forks:
         out.print(literal(f"forks: {', '.join(run.forks)}"))
     if run.pending:
-        out.print(literal(f"waiting: {run.pending.reason} (checkpoint {run.pending.checkpoint_id})", "yellow"))
+        _bounded(out, f"waiting: {run.pending.reason} (checkpoint {run.pending.checkpoint_id})", whole_run, "yellow")
     if run.error:
-        out.print(literal(f"error: {run.error}", "red"))
-    out.print(literal(f"input: {json.dumps(run.input, ensure_ascii=False)}"))
+        _bounded(out, f"error: {run.error}", whole_run, "red")
+    _bounded(out, f"input: {json.dumps(run.input, ensure_ascii=False)}", whole_run)
     for t in run.tasks:
         out.print()
         out.print(literal(f"{STEP_SYMBOLS[t.status]} {t.name}  {t.status}  attempts {t.attempts}", "bold"))
         if t.has_output:
-            out.print(literal(json_text(t.output), multiline=True))
+            whole = f"relaypoint show {run.run_id} --output {shlex.quote(t.name)}"
+            _bounded(out, json.dumps(t.output, indent=2, ensure_ascii=False), whole)
         if t.error:
-            out.print(literal(t.traceback or t.error, "red", multiline=True))
+            _bounded(out, t.traceback or t.error, whole_run, "red")
+
+
+def _bounded(out: Console, text: str, whole: str, style: str = "") -> None:
+    """Print a bounded preview of ``text`` (see :func:`relaypoint.display.preview`); when it was cut,
+    say how much was left out and the command ``whole`` that prints all of it."""
+    shown = preview(text)
+    out.print(literal(shown.head, style, multiline=True))
+    if shown.cut:
+        out.print(literal(shown.note(whole), "dim"))
 
 
 @cli.command()
@@ -242,7 +350,7 @@ def resume(ctx: click.Context, run_id: str, app_spec: str | None, allow_drift: b
     run = rt.get(run_id)
     if status == RunStatus.FAILED:
         raise click.ClickException(f"run {run.run_id} failed: {run.error}")
-    click.echo(f"run {run.run_id} is {status}" + (f" at step '{run.current_step}'" if status.is_paused else ""))
+    _say(f"run {run.run_id} is {status}" + (f" at step '{run.current_step}'" if status.is_paused else ""))
 
 
 @cli.command()
@@ -259,8 +367,8 @@ def approve(ctx: click.Context, run_id: str, by: str | None, comment: str | None
     rt = _runtime(ctx)
     cp = rt.approve(run_id, by=by, comment=comment, output=output, checkpoint_id=checkpoint)
     rid = cp.run_id
-    click.echo(f"approved checkpoint {cp.checkpoint_id} (step '{cp.step}') of run {rid}; the run is queued: "
-               f"{_continue_hint(rid)}")
+    _say(f"approved checkpoint {cp.checkpoint_id} (step '{cp.step}') of run {rid}; the run is queued: "
+         f"{_continue_hint(rid)}")
 
 
 @cli.command()
@@ -272,7 +380,7 @@ def approve(ctx: click.Context, run_id: str, by: str | None, comment: str | None
 def reject(ctx: click.Context, run_id: str, comment: str, by: str | None, checkpoint: int | None) -> None:
     """Reject the run's pending approval; the run becomes rejected."""
     cp = _runtime(ctx).reject(run_id, comment=comment, by=by, checkpoint_id=checkpoint)
-    click.echo(f"rejected checkpoint {cp.checkpoint_id} (step '{cp.step}') of run {cp.run_id}")
+    _say(f"rejected checkpoint {cp.checkpoint_id} (step '{cp.step}') of run {cp.run_id}")
 
 
 @cli.command()
@@ -285,8 +393,8 @@ def respond(ctx: click.Context, run_id: str, value_json: str, by: str | None, ch
     """Answer the run's pending input request; the run becomes queued."""
     value = parse_json_arg(value_json, "--value")
     cp = _runtime(ctx).respond(run_id, value, by=by, checkpoint_id=checkpoint)
-    click.echo(f"recorded the answer for step '{cp.step}' of run {cp.run_id}; the run is queued: "
-               f"{_continue_hint(cp.run_id)}")
+    _say(f"recorded the answer for step '{cp.step}' of run {cp.run_id}; the run is queued: "
+         f"{_continue_hint(cp.run_id)}")
 
 
 @cli.command()
@@ -297,7 +405,12 @@ def respond(ctx: click.Context, run_id: str, value_json: str, by: str | None, ch
 def fork(ctx: click.Context, run_id: str, from_step: str, input_json: str | None) -> None:
     """Fork a run from the boundary before STEP; prints the new run id."""
     data = _input_arg(input_json)
-    click.echo(_runtime(ctx).fork(run_id, from_step, data))
+    rt = _runtime(ctx)
+    new_id = rt.fork(run_id, from_step, data)
+    _say(new_id)
+    run = rt.get(new_id, with_outputs=False)
+    if run.pending is not None:  # a copied gate the parent did not approve
+        _say(f"run {new_id} is {run.status} at step '{run.pending.step}': {run.pending.reason}", err=True)
 
 
 @cli.command()
@@ -309,7 +422,7 @@ def cancel(ctx: click.Context, run_id: str, by: str | None) -> None:
     rt = _runtime(ctx)
     rid = rt.store.resolve(run_id)
     previous = rt.cancel(rid, by=by)
-    click.echo(f"cancelled run {rid} (it was {previous})")
+    _say(f"cancelled run {rid} (it was {previous})")
 
 
 @cli.command()
@@ -348,11 +461,12 @@ def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recov
     if not app_spec:
         raise click.UsageError("worker needs --app MODULE:ATTR (or RELAYPOINT_APP) to run the steps")
     workflows = load_workflows(app_spec)
+    _runtime(ctx)  # refuse a missing or unusable store here, in one line, before any thread starts
     w = Worker(ctx.obj["db"], workflows, concurrency=concurrency, poll_seconds=poll,
                max_recoveries=max_recoveries, lease_seconds=_lease_seconds(),
-               log=lambda line: click.echo(line, err=True))
-    click.echo(f"worker on {ctx.obj['db']}: {', '.join(wf.name for wf in workflows)}, "
-               f"concurrency {concurrency}; SIGINT or SIGTERM stops it gracefully", err=True)
+               log=lambda line: _say(line, err=True))
+    _say(f"worker on {ctx.obj['db']}: {', '.join(wf.name for wf in workflows)}, "
+         f"concurrency {concurrency}; SIGINT or SIGTERM stops it gracefully", err=True)
     w.run()
 
 
@@ -361,7 +475,7 @@ def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recov
 @click.pass_context
 def delete(ctx: click.Context, run_id: str) -> None:
     """Delete a run and everything recorded of it."""
-    click.echo(f"deleted run {_runtime(ctx).delete(run_id)}")
+    _say(f"deleted run {_runtime(ctx).delete(run_id)}")
 
 
 @cli.command()
@@ -373,11 +487,34 @@ def prune(ctx: click.Context, days: float, statuses: tuple[str, ...]) -> None:
     """Delete old runs (by default only terminal ones)."""
     rt = _runtime(ctx)
     ids = rt.prune(timedelta(days=days), statuses) if statuses else rt.prune(timedelta(days=days))
-    click.echo(f"deleted {len(ids)} run(s)")
+    _say(f"deleted {len(ids)} run(s)")
+
+
+class _CleanStderr(io.TextIOWrapper):
+    """stderr with every write cleaned (newlines and tabs kept): whatever reaches it — a message,
+    a step's own writes, a warning, a traceback — shows control characters as visible escapes."""
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):  # refuse bytes as TextIOWrapper does (click probes with b"")
+            return super().write(text)
+        super().write(clean(text, multiline=True))
+        return len(text)
+
+
+def _clean_stderr() -> None:
+    stream = sys.stderr
+    if not isinstance(stream, io.TextIOWrapper) or isinstance(stream, _CleanStderr):
+        return
+    stream.flush()
+    cleaned = _CleanStderr(stream.buffer, encoding=stream.encoding, errors=stream.errors, line_buffering=True)
+    cleaned.replaced = stream  # kept alive: collecting it would close the shared buffer
+    sys.stderr = cleaned
 
 
 def main() -> None:
-    """Console-script entry point: every error, usage mistakes included, is one line on stderr."""
+    """Console-script entry point: every error, usage mistakes included, is one line on stderr,
+    cleaned (stored text in it is shown with escapes, never as terminal control)."""
+    _clean_stderr()
     try:
         cli.main(prog_name="relaypoint", standalone_mode=False)
     except click.UsageError as e:
@@ -385,12 +522,11 @@ def main() -> None:
         if "No such option" in e.format_message():
             hint += "; --db goes before the command, the command's options after it: " \
                     "relaypoint --db PATH COMMAND [--app MODULE:ATTR] ..."
-        click.echo(f"Error: {e.format_message()}{hint}", err=True)
+        _say(f"Error: {e.format_message()}{hint}", err=True)
         sys.exit(e.exit_code)
     except click.ClickException as e:
-        e.show()
+        _say(f"Error: {e.format_message()}", err=True)
         sys.exit(e.exit_code)
     except click.Abort:
-        click.echo("Aborted.", err=True)
+        _say("Aborted.", err=True)
         sys.exit(1)
-

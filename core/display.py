@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -85,3 +86,52 @@ def json_text(value: Any) -> str:
     text = json.dumps(value, indent=2, ensure_ascii=False)
     # json.dumps escapes C0 itself; what is left can only occur inside strings, where \\uXXXX is valid.
     return "".join(f"\\u{ord(p):04x}" if unsafe else p for p, unsafe in _pieces(text, multiline=True))
+
+
+PREVIEW_CHARS = 4_000
+"""At most this many characters of one value (an output, an error, a traceback) are shown to a
+person at once; the rest is reached on demand (``relaypoint show RUN --output STEP``). The
+store and ``--json`` always hold and print the whole value."""
+
+PREVIEW_LINES = 60
+"""At most this many lines of one value are shown at once (see :data:`PREVIEW_CHARS`)."""
+
+
+@dataclass(frozen=True)
+class Preview:
+    """The bounded head of a value's text: ``head`` (raw: show it through :func:`literal` or
+    :func:`clean`), ``size`` (UTF-8 bytes of the whole text) and ``cut`` (True when ``head`` is
+    shorter than the whole)."""
+
+    head: str
+    size: int
+    cut: bool
+
+    def note(self, whole: str) -> str:
+        """One line saying what was left out and the command ``whole`` that prints everything."""
+        return f"… showing {len(self.head.encode('utf-8', 'surrogatepass')):,} of {self.size:,} bytes " \
+               f"({human_size(self.size)}); the whole value: {whole}"
+
+
+def preview(text: str, *, chars: int = PREVIEW_CHARS, lines: int = PREVIEW_LINES) -> Preview:
+    """The first ``chars`` characters and ``lines`` lines of ``text`` (cost bounded by the cut, not
+    by the size of ``text``, except for counting its bytes)."""
+    head = text[:chars]
+    cut_at = -1
+    for _ in range(lines):
+        cut_at = head.find("\n", cut_at + 1)
+        if cut_at < 0:
+            break
+    if cut_at >= 0:
+        head = head[:cut_at]
+    return Preview(head, len(text.encode("utf-8", "surrogatepass")), len(head) < len(text))
+
+
+def human_size(size: int) -> str:
+    """``size`` bytes for a person: ``512 B``, ``4.0 KiB``, ``10.0 MiB``, ``1.2 GiB``."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"

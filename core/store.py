@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -152,16 +153,11 @@ class Store:
                     f"no relaypoint store at {self.path}; make one with `relaypoint --db {self.path} demo` or "
                     "`relaypoint start`, or point --db (RELAYPOINT_DB) at an existing store"
                 )
-            try:
-                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-            except FileExistsError:
-                pass  # another process created it first; the checks below apply to it
-            except OSError as e:
-                raise StoreError(f"cannot create store {self.path}: {e.strerror}") from None
+            self._create_file()
         elif self.path.is_dir():
             raise StoreError(f"{self.path} is a directory, not a relaypoint store file")
         else:
-            self._check_header(create)
+            self._check_header()
         try:
             self._connect(busy_timeout, "mode=ro" if self.readonly else None)
             try:
@@ -192,14 +188,39 @@ class Store:
                                         check_same_thread=False)
         self.db = sqlite_utils.Database(self.conn)
 
-    def _check_header(self, create: bool) -> None:
+    def _create_file(self) -> None:
+        """Make a new, owner-only (0600) SQLite file at ``path`` atomically: it is written beside
+        the path and linked into place, so no process ever sees it empty (an empty file is refused,
+        never adopted: see :meth:`_check_header`). If another process links its file first, that
+        one is used."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}.new")
+        try:
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            os.fchmod(fd, 0o600)  # whatever the umask
+            os.close(fd)
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")  # writes the header: the file is a database now
+            finally:
+                conn.close()
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                pass  # another process created the store first; the checks that follow apply to it
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError(f"cannot create store {self.path}: {getattr(e, 'strerror', None) or e}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _check_header(self) -> None:
         # SQLite takes a file shorter than its 100-byte header for an empty database and would
         # write over it; longer files it checks itself. Never open() the file here: closing any
         # descriptor of it drops this process's SQLite locks (POSIX), and another process could
         # then delete the WAL under a live connection.
         size = self.path.stat().st_size
-        if size == 0 and not create:
-            raise StoreError(f"{self.path} is an empty file, not a relaypoint store; point --db at a store")
+        if size == 0:  # relaypoint never leaves a store empty (see _create_file): this is someone's file
+            raise StoreError(f"{self.path} is an empty file, not a relaypoint store; delete it to let "
+                             "relaypoint create a store there, or point --db at a store")
         if 0 < size < SQLITE_HEADER_BYTES:
             raise StoreError(f"{self.path} is not a readable SQLite database (too short); "
                              "point --db at a relaypoint store")

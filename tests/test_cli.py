@@ -7,18 +7,25 @@ import json
 import os
 import random
 import sqlite3
+import subprocess
+import sys
+import textwrap
+import tracemalloc
 
 import pytest
 
 from helpers import (APP, DB, FakeClock, app_workflows, digest, one_line_error, relaypoint, rows, set_owner,
                      sidecars, sql, write_app)
-from relaypoint import Runtime
+from click.testing import CliRunner
+
+from relaypoint import Runtime, Workflow, cli
+from relaypoint.display import PREVIEW_CHARS
 from relaypoint.store import Store
 
 LIST_KEYS = {"run_id", "workflow", "status", "parent_run_id", "created_at", "updated_at"}
 SHOW_KEYS = {"run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
              "updated_at", "tasks"}
-TASK_KEYS = {"name", "status", "attempts", "output", "error", "started_at", "finished_at"}
+TASK_KEYS = {"name", "status", "attempts", "output", "error", "traceback", "started_at", "finished_at"}
 EVENT_KEYS = {"event_id", "run_id", "at", "kind", "step", "actor", "detail"}
 
 
@@ -43,7 +50,7 @@ def prepare(app, *starts: str | tuple[str, dict]) -> list[str]:
 
 def ok(result) -> str:
     assert result.returncode == 0, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr  # a crash; stdout may show a step's stored traceback
     return result.stdout
 
 
@@ -375,3 +382,175 @@ def test_a_missing_store_is_refused_by_list_and_not_created(app):
     line = one_line_error(relaypoint(app, "list", db="absent.db"))
     assert "no relaypoint store at absent.db" in line
     assert not (app / "absent.db").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["list"], ["list", "--json"], ["show", "abc"], ["show", "abc", "--json"], ["show", "abc", "--output", "a"],
+    ["events", "abc"], ["start", "simple", "--app", APP], ["resume", "abc", "--app", APP], ["approve", "abc"],
+    ["reject", "abc", "--comment", "no"], ["respond", "abc", "--value", "1"], ["fork", "abc", "--from", "a"],
+    ["cancel", "abc"], ["delete", "abc"], ["prune", "--days", "1"], ["worker", "--app", APP],
+    ["demo", "--no-console"], ["console"],
+])
+def test_an_empty_file_is_refused_by_every_command_and_never_adopted(app, args):
+    (app / "empty.db").touch()
+    line = one_line_error(relaypoint(app, *args, db="empty.db"))
+    assert "empty.db is an empty file, not a relaypoint store; delete it" in line
+    assert (app / "empty.db").stat().st_size == 0 and sidecars(app / "empty.db") == []
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022, 0o077])
+def test_a_store_relaypoint_creates_is_0600_whatever_the_umask(app, umask):
+    code = f"import os, sys; os.umask({umask}); from relaypoint.cli import main; sys.argv[0] = 'relaypoint'; main()"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
+    done = subprocess.run([sys.executable, "-c", code, "--db", DB, "start", "simple", "--app", APP], cwd=app,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (app / DB).stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in app.iterdir() if p.name.startswith(".")] == []  # the file made beside it is gone
+
+
+# ---- big values ------------------------------------------------------------------------------------
+
+BIG_APP = textwrap.dedent("""
+    from relaypoint import Workflow
+
+    big = Workflow("big")
+
+    @big.step
+    def produce(ctx):
+        return "x" * ctx.input["size"] + "Z9" * 2
+
+    @big.step
+    def explode(ctx):
+        raise ValueError("long " + "e" * ctx.input["size"] + " " + "Z9" * 2)
+
+    workflows = [big]
+""")
+
+
+def test_show_prints_a_bounded_preview_of_big_values_and_says_how_to_get_them_whole(app):
+    (app / "bigflows.py").write_text(BIG_APP)
+    size = 2_000_000
+    done = relaypoint(app, "start", "big", "--app", "bigflows:workflows", "--input", json.dumps({"size": size}))
+    rid = done.stdout.strip()
+    shown = ok(relaypoint(app, "show", rid))
+    assert len(shown) < 6 * PREVIEW_CHARS and "Z9Z9" not in shown
+    assert f"of {size + 6:,} bytes (1.9 MiB); the whole value: relaypoint show {rid} --output produce" in shown
+    assert f"the whole value: relaypoint show {rid} --json" in shown  # the long error and traceback
+    whole = ok(relaypoint(app, "show", rid, "--output", "produce"))
+    assert json.loads(whole) == "x" * size + "Z9Z9"
+    run = as_json(app, "show", rid)  # never truncated
+    assert run["tasks"][0]["output"] == "x" * size + "Z9Z9"
+    assert run["tasks"][1]["error"].endswith(" Z9Z9") and run["tasks"][1]["traceback"].rstrip().endswith(" Z9Z9")
+
+
+def test_show_output_of_a_step_without_output_or_unknown_is_one_line(app):
+    (rid,) = prepare(app, "review")
+    assert "step 'publish' of run" in one_line_error(relaypoint(app, "show", rid, "--output", "publish"))
+    assert "its steps are: draft, check, publish" in one_line_error(relaypoint(app, "show", rid, "--output", "x"))
+    assert json.loads(ok(relaypoint(app, "show", rid, "--output", "check"))) == {"draft": "about nothing"}
+
+
+# ---- streamed listings -----------------------------------------------------------------------------
+
+
+def _many(path, n):
+    wf = Workflow("w")
+    wf.step(name="s")(lambda ctx: 1)
+    clock = FakeClock()
+    with Runtime(str(path), [wf], clock=clock) as rt:
+        for _ in range(n):
+            clock.advance(seconds=1)
+            rt.start("w")
+        return [r.model_dump(mode="json") for r in rt.list(limit=n)]
+
+
+@pytest.mark.parametrize("as_json_", [False, True])
+def test_list_streams_page_by_page_printing_rows_before_reading_more(tmp_path, monkeypatch, as_json_):
+    expected = _many(tmp_path / DB, 25)
+    monkeypatch.setattr(cli, "LIST_PAGE", 10)
+    reads = []
+    real = Runtime.list
+
+    def spy(self, *args, **kwargs):
+        sys.stdout.flush()
+        reads.append((kwargs["limit"], len(sys.stdout.buffer.getvalue().splitlines())))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Runtime, "list", spy)
+    args = ["--db", str(tmp_path / DB), "list", "--limit", "23"] + (["--json"] if as_json_ else [])
+    result = CliRunner().invoke(cli.cli, args)
+    assert result.exit_code == 0, result.output
+    assert [limit for limit, _ in reads] == [10, 10, 3]  # never the whole listing at once
+    assert reads[0][1] < reads[1][1] < reads[2][1]  # each page printed before the next is read
+    if as_json_:
+        assert result.stdout == json.dumps(expected[:23], indent=2) + "\n"  # the same text as one dump
+    else:
+        lines = result.stdout.splitlines()
+        assert len(lines) == 24 and [line.split()[0] for line in lines[1:]] == [r["run_id"] for r in expected[:23]]
+        assert len({line.index(" w ") for line in lines[1:]}) == 1  # fixed columns
+
+
+def test_list_memory_does_not_grow_with_the_listing(tmp_path, monkeypatch):
+    _many(tmp_path / DB, 300)
+    monkeypatch.setattr(cli, "LIST_PAGE", 20)
+    peaks = {}
+    for limit in (40, 40, 300):  # the first listing warms caches (imports, character widths)
+        with open(os.devnull, "w") as sink:  # what is printed is not kept
+            monkeypatch.setattr(sys, "stdout", sink)
+            tracemalloc.start()
+            cli.cli.main(["--db", str(tmp_path / DB), "list", "--limit", str(limit)], standalone_mode=False)
+            peaks[limit] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+    assert peaks[300] < peaks[40] * 1.5, peaks
+
+
+def test_list_json_of_an_empty_store_is_an_empty_array(app):
+    prepare(app)
+    assert ok(relaypoint(app, "list", "--json")) == "[]\n"
+
+
+# ---- a step that exits, forks past gates, awaiting input ------------------------------------------
+
+
+def test_a_step_calling_sys_exit_fails_the_run_in_one_line(app):
+    (app / "exits.py").write_text("import sys\nfrom relaypoint import Workflow\nwf = Workflow('quits')\n"
+                                  "wf.step(name='leave')(lambda ctx: sys.exit(0))\nworkflows = [wf]\n")
+    done = relaypoint(app, "start", "quits", "--app", "exits:workflows")
+    rid = done.stdout.strip()
+    assert one_line_error(done) == f"Error: run {rid} failed: step 'leave' failed: SystemExit: 0"
+    assert as_json(app, "show", rid)["status"] == "failed"
+
+
+def test_fork_past_a_gate_not_approved_pauses_and_says_so(app):
+    (parent,) = prepare(app, "review")
+    ok(relaypoint(app, "reject", parent, "--comment", "no"))
+    done = relaypoint(app, "fork", parent, "--from", "publish")
+    child = ok(done).strip()
+    assert done.stderr.strip() == (f"run {child} is awaiting_approval at step 'check': approve the output of step "
+                                   f"'check', copied from run {parent}, where its approval was rejected by "
+                                   f"{getpass.getuser()}")
+    assert "approve" in one_line_error(relaypoint(app, "resume", child, "--app", APP))
+    ok(relaypoint(app, "approve", child))
+    assert ok(relaypoint(app, "resume", child, "--app", APP)).strip() == f"run {child} is completed"
+    events = [e["kind"] for e in as_json(app, "events", child)]
+    assert events[:2] == ["forked", "paused"] and "approval_inherited" not in events
+
+
+def test_fork_past_an_approved_gate_inherits_it(app):
+    (parent,) = prepare(app, "review")
+    ok(relaypoint(app, "approve", parent, "--by", "ana"))
+    ok(relaypoint(app, "resume", parent, "--app", APP))
+    done = relaypoint(app, "fork", parent, "--from", "publish")
+    child = ok(done).strip()
+    assert done.stderr == ""
+    inherited = [e for e in as_json(app, "events", child) if e["kind"] == "approval_inherited"]
+    assert [(e["step"], e["detail"]["decided_by"]) for e in inherited] == [("check", "ana")]
+    assert ok(relaypoint(app, "resume", child, "--app", APP)).strip() == f"run {child} is completed"
+
+
+def test_a_step_waiting_for_input_shows_as_awaiting_input(app):
+    (rid,) = prepare(app, "ask")
+    (question,) = as_json(app, "show", rid)["tasks"]
+    assert (question["status"], question["attempts"]) == ("awaiting_input", 1)
+    assert "? question  awaiting_input  attempts 1" in ok(relaypoint(app, "show", rid))
