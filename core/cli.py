@@ -264,7 +264,8 @@ def _stream_json(values: Iterator[Any]) -> None:
     out = sys.stdout
     first = True
     for value in values:
-        out.write(("[\n" if first else ",\n") + "\n".join("  " + line for line in _json(value).splitlines()))
+        # An element's JSON holds no raw newline inside strings, so indenting its lines is exact.
+        out.write(("[\n  " if first else ",\n  ") + _json(value).replace("\n", "\n  "))
         first = False
     out.write("[]\n" if first else "\n]\n")
     out.flush()
