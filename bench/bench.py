@@ -41,19 +41,22 @@ def timed(fn, repeat: int = 7) -> float:
     return statistics.median(samples)
 
 
-def fill(rt: Runtime, n: int) -> None:
-    """Write ``n`` runs of 5 steps each (1 KB outputs) straight into the tables."""
+def fill(rt: Runtime, n: int, *, steps_per_run: int = 5, output_bytes: int = 1000,
+         workflows: tuple[str, ...] = ("bench",)) -> None:
+    """Write ``n`` runs of ``steps_per_run`` steps each (outputs of ``output_bytes`` characters)
+    straight into the tables, one second apart, the workflow names taken in turn from ``workflows``."""
     now = utcnow()
     conn = rt.store.conn
     conn.execute("BEGIN")
+    output = '"' + "y" * output_bytes + '"'
     for start in range(0, n, 10_000):
         runs, steps = [], []
         for i in range(start, min(n, start + 10_000)):
             rid = f"{i:016x}"
             at = to_text(now.fromtimestamp(now.timestamp() - (n - i)))
-            runs.append((rid, "bench", STATUSES[i % len(STATUSES)], "{}", "[]", at, at, 5, 5))
-            steps += [(rid, p, f"s{p}", "completed", 1, "{}", '"' + "y" * 1000 + '"', f"{rid}/s{p}")
-                      for p in range(5)]
+            runs.append((rid, workflows[i % len(workflows)], STATUSES[i % len(STATUSES)], "{}", "[]", at, at,
+                         steps_per_run, steps_per_run))
+            steps += [(rid, p, f"s{p}", "completed", 1, "{}", output, f"{rid}/s{p}") for p in range(steps_per_run)]
         conn.executemany("INSERT INTO runs (run_id, workflow, status, input, definition, created_at, updated_at, "
                          "steps_done, steps_total) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", runs)
         conn.executemany("INSERT INTO steps (run_id, position, name, status, attempts, options, output, "

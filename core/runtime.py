@@ -110,8 +110,16 @@ class Runtime(Executor):
 
     @_store_errors
     def counts(self) -> dict[str, int]:
-        """Number of runs per status (the console's status line)."""
+        """Number of runs per status (the console's status line), kept by the store's triggers:
+        a few rows read, whatever the number of runs."""
         return self.store.count_by_status()
+
+    @_store_errors
+    def data_version(self) -> tuple[int, int]:
+        """A value that changes whenever anything is committed on the store, by this runtime or by
+        any other connection or process (see :meth:`Store.data_version`); comparable only between
+        calls on this same runtime. The console skips a refresh when it has not changed."""
+        return self.store.data_version()
 
     @property
     def readonly_reason(self) -> str | None:
@@ -120,13 +128,18 @@ class Runtime(Executor):
 
     @_store_errors
     def list(self, status: str | None = None, workflow: str | None = None, limit: int = 100, *,
-             before: tuple[str, str] | None = None, search: str | None = None) -> list[RunSummary]:
-        """Newest-first runs, at most ``limit``; ``before`` continues after a page's last
-        (created_at text, run_id). Never reads step outputs."""
+             before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
+             within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
+             search: str | None = None) -> list[RunSummary]:
+        """Newest-first runs (``oldest_first``: oldest first), at most ``limit``. Positions are
+        (created_at text, run_id): ``before``/``after`` continue past a page's last row, ``within``
+        keeps the runs between two positions (newest, oldest; both included); ``search`` is a run
+        id or workflow name prefix (see :meth:`Store.list_runs`). Never reads step outputs."""
         if status is not None:
             RunStatus(status)  # ValueError for a word outside the vocabulary
         self.sweep()
-        return self.store.list_runs(status=status, workflow=workflow, limit=limit, before=before, search=search)
+        return self.store.list_runs(status=status, workflow=workflow, limit=limit, before=before, after=after,
+                                    within=within, oldest_first=oldest_first, search=search)
 
     @_store_errors
     def events(self, run_id: str) -> list[Event]:

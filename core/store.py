@@ -7,6 +7,8 @@ Listing reads only the ``runs`` table (progress is kept there), never step outpu
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import os
 import secrets
@@ -339,10 +341,18 @@ class Store:
         return rows[0]
 
     def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
-                  before: tuple[str, str] | None = None, search: str | None = None) -> list[RunSummary]:
-        """Newest-first page of runs. ``before``: the (created_at, run_id) of the last row of the
-        previous page (keyset pagination on an index: cost does not grow with the offset).
-        ``search``: a run id prefix or a workflow name prefix."""
+                  before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
+                  within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
+                  search: str | None = None) -> list[RunSummary]:
+        """A page of runs, newest first (``oldest_first``: oldest first), at most ``limit``.
+
+        Positions are (created_at text, run_id). ``before``/``after``: only runs older/newer than
+        that position (keyset pagination on an index: cost does not grow with the offset);
+        ``within``: only runs between two positions (newest, oldest), both included. ``search``: a
+        run id prefix or a workflow name prefix; each matching workflow name (found by a loose
+        index scan) is read in its index's order and the streams are merged, so no match is sorted
+        and at most about ``limit`` rows per name are read.
+        """
         where, params = [], []
         if status:
             where.append("status = ?")
@@ -353,20 +363,54 @@ class Store:
         if before:
             where.append("(created_at, run_id) < (?, ?)")
             params.extend(before)
-        if search:
-            where.append("(run_id >= ? AND run_id < ? OR workflow >= ? AND workflow < ?)")
-            params.extend([search, search + "\U0010ffff", search, search + "\U0010ffff"])
-        sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
-        params.append(limit)
-        return [s for s in map(_summary_or_none, self.db.query(sql, params)) if s is not None]
+        if after:
+            where.append("(created_at, run_id) > (?, ?)")
+            params.extend(after)
+        if within:
+            where.append("(created_at, run_id) <= (?, ?) AND (created_at, run_id) >= (?, ?)")
+            params.extend([*within[0], *within[1]])
+        order = "ASC" if oldest_first else "DESC"
+
+        def runs(*condition: str, values: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+            clauses = [*where, *condition]
+            sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
+            if clauses:
+                sql += " WHERE " + " AND ".join(clauses)
+            sql += f" ORDER BY created_at {order}, run_id {order} LIMIT ?"
+            return self.db.query(sql, [*params, *values, limit])
+
+        if not search:
+            rows: Iterator[dict[str, Any]] = runs()
+        else:
+            end = search + "\U0010ffff"
+            streams = [runs("workflow = ?", values=(name,)) for name in self._workflows_from(search, end)]
+            streams.append(runs("run_id >= ? AND run_id < ?", values=(search, end)))  # few: the primary key's range
+            merged = heapq.merge(*streams, key=_position, reverse=not oldest_first)
+            rows = (next(group) for _, group in itertools.groupby(merged, key=_position))  # in both streams
+        return [s for s in map(_summary_or_none, itertools.islice(rows, limit)) if s is not None]
+
+    def _workflows_from(self, low: str, high: str) -> list[str]:
+        """The distinct workflow names in [low, high), by a loose index scan of ``runs_by_workflow``
+        (one index seek per name, not a read of every matching run)."""
+        return [name for (name,) in self.conn.execute(
+            """WITH RECURSIVE names(name) AS (
+                   SELECT (SELECT min(workflow) FROM runs WHERE workflow >= ?1 AND workflow < ?2)
+                   UNION ALL
+                   SELECT (SELECT min(workflow) FROM runs WHERE workflow > names.name AND workflow < ?2)
+                   FROM names WHERE names.name IS NOT NULL)
+               SELECT name FROM names WHERE name IS NOT NULL""", (low, high))]
 
     def count_by_status(self) -> dict[str, int]:
         """Number of runs per status, from the ``run_counts`` table its triggers keep (a few rows,
         whatever the number of runs)."""
         return dict(self.conn.execute("SELECT status, runs FROM run_counts WHERE runs > 0").fetchall())
+
+    def data_version(self) -> tuple[int, int]:
+        """A value that changes whenever a transaction that changed something is committed on the
+        store: SQLite's ``PRAGMA data_version`` (commits by other connections, other processes
+        included) with this connection's ``total_changes`` (its own). Only comparable between calls
+        on this same Store."""
+        return self.conn.execute("PRAGMA data_version").fetchone()[0], self.conn.total_changes
 
     def steps(self, run_id: str, *, with_output: bool = True) -> list[StepRecord]:
         """The run's chain in order. ``with_output=False`` skips the output column (the console
@@ -495,6 +539,10 @@ def _vocabulary(enum: type, value: str, what: str) -> Any:
     except ValueError:
         raise StoreError(f"{what} has status {value!r}, outside relaypoint's vocabulary (edited by hand?); "
                          "fix the row or delete the run") from None
+
+
+def _position(r: dict[str, Any]) -> tuple[str, str]:
+    return r["created_at"], r["run_id"]
 
 
 def _summary_or_none(r: dict[str, Any]) -> RunSummary | None:

@@ -9,6 +9,7 @@ from textual.app import App
 from relaypoint.clock import Clock, utcnow
 from relaypoint.runtime import Runtime
 
+from .data import StoreReader
 from .screen import ConsoleScreen
 
 
@@ -35,10 +36,15 @@ class RelaypointConsole(App[None]):
         self.clock = clock
         self.readonly = readonly
         self.store_name = Path(self.db_path).name
+        self.reader = StoreReader(self.open_runtime)
 
     def get_default_screen(self) -> ConsoleScreen:
         return ConsoleScreen()
 
     def open_runtime(self) -> Runtime:
-        """A new runtime on the store, for one worker call (its own SQLite connection)."""
+        """A new runtime on the store (its own SQLite connection): one per change the console
+        asks for. Reads go through :attr:`reader`, the one long-lived connection."""
         return Runtime(self.db_path, create=False, clock=self.clock, readonly=self.readonly)
+
+    def on_unmount(self) -> None:
+        self.reader.close()

@@ -1,22 +1,33 @@
 """What the console reads from a store, as plain values built off the UI thread.
 
-These functions run in thread workers, each with its own :class:`~relaypoint.Runtime`; they never
-touch widgets. The runs list is read a page at a time and never reads outputs; a run's detail reads
-its chain without outputs, and one output is read only when a step is selected.
+These functions run in thread workers on the console's one long-lived connection
+(:class:`StoreReader`); they never touch widgets. The runs list is a contiguous window of the
+listing read a page at a time (keyset pages, at either end, or the oldest page at once) and never
+reads outputs; a live refresh reads nothing but the store's version unless it changed, and then
+only the rows on screen, the runs added above them, the counts and the selected run. A run's detail
+reads its chain without outputs, and one output is read only when a step is selected.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from relaypoint.clock import to_text
-from relaypoint.errors import UnknownRun, UnknownStep
+from relaypoint.errors import RelaypointError, UnknownRun, UnknownStep
 from relaypoint.models import Event, Run, RunSummary, StepRecord
 from relaypoint.runtime import Runtime
 
 PAGE_SIZE = 50
+NEWER_LIMIT = 500
+"""Most runs added above the newest loaded one in one refresh; past it the list stops there and
+says newer runs exist (they are read as the cursor goes up, or with ``g``)."""
 
 RunKey = tuple[str, str]
 """Where a run sits in the newest-first listing: (created_at store text, run_id)."""
@@ -35,15 +46,148 @@ class RunQuery:
     search: str | None = None
 
 
+class PageKind(StrEnum):
+    """Which page of the listing to read: the newest runs, the runs older than the oldest loaded,
+    newer than the newest loaded, or the oldest runs."""
+
+    FIRST = "first"
+    OLDER = "older"
+    NEWER = "newer"
+    LAST = "last"
+
+
 @dataclass(frozen=True)
 class RunsPage:
-    """Runs read for the list. ``boundary``: the listing position down to which ``runs`` is
-    complete (None: the first page); ``more``: older runs exist beyond what was read."""
+    """One page of runs for the list, newest first. ``anchor``: the loaded position it continues
+    from (OLDER: the oldest loaded run; NEWER: the newest), None for FIRST and LAST. ``more``: runs
+    exist beyond the page in its direction (older for FIRST and OLDER, newer for NEWER and LAST)."""
 
     query: RunQuery
+    kind: PageKind
+    anchor: RunKey | None
     runs: list[RunSummary]
-    boundary: RunKey | None
     more: bool
+
+
+def read_page(rt: Runtime, query: RunQuery, kind: PageKind, anchor: RunKey | None = None,
+              limit: int = PAGE_SIZE) -> RunsPage:
+    """Read one page by keyset on (created_at, run_id): cost does not depend on how deep it is."""
+    towards_newer = kind in (PageKind.NEWER, PageKind.LAST)
+    runs = rt.list(status=query.status, search=query.search, limit=limit + 1, oldest_first=towards_newer,
+                   before=anchor if kind == PageKind.OLDER else None,
+                   after=anchor if kind == PageKind.NEWER else None)
+    page = runs[:limit]
+    if towards_newer:
+        page.reverse()
+    return RunsPage(query, kind, anchor, page, len(runs) > limit)
+
+
+Version = tuple[int, int, int]
+"""A store version as the console's reader sees it: (connection number, data_version, total_changes)."""
+
+
+@dataclass(frozen=True)
+class RefreshRequest:
+    """What one live refresh must read, decided on the UI thread from what is shown.
+
+    ``version``: the store version the list was last read at (None: never). ``sweep``: runs are
+    running, so look for owners that died (a death writes nothing, so it does not change the
+    version). ``window``: positions (newest, oldest) of the rows on screen and a margin around
+    them, the only rows re-read; ``window_stale``: some of them were read before the last change.
+    ``top``: the newest loaded run when it is the newest of the listing (runs added since are read
+    above it); ``first_page``: nothing is loaded for this query yet. ``selected``: the run whose
+    detail is re-read when the store changed."""
+
+    query: RunQuery
+    version: Version | None
+    sweep: bool
+    window: tuple[RunKey, RunKey] | None
+    window_stale: bool
+    top: RunKey | None
+    first_page: bool
+    selected: str | None
+
+
+@dataclass(frozen=True)
+class RefreshRead:
+    """What a live refresh read. ``changed``: the store changed since ``request.version`` (when it
+    did not, nothing but the version was read and every other field is None). ``state``: runs per
+    status and whether the store is read-only; ``first``: the first page (``first_page`` requests); ``window``: the runs now between
+    the window's positions; ``newer``: runs added above ``top``; ``detail``: the selected run."""
+
+    request: RefreshRequest
+    version: Version
+    changed: bool
+    state: StoreState | None = None
+    first: RunsPage | None = None
+    window: list[RunSummary] | None = None
+    newer: RunsPage | None = None
+    detail: RunDetail | None = None
+
+
+def read_refresh(rt: Runtime, connection: int, request: RefreshRequest) -> RefreshRead:
+    """One live refresh on the console's long-lived connection (number ``connection``): the store
+    version first, then only what may have changed (see :class:`RefreshRequest`)."""
+    if request.sweep:
+        rt.sweep()  # its own changes move total_changes, so they count as a change below
+    version = (connection, *rt.data_version())
+    changed = version != request.version
+    query = request.query
+    if not changed and not request.window_stale:
+        return RefreshRead(request, version, changed=False)
+    read = RefreshRead(request, version, changed,
+                       state=StoreState(rt.counts(), rt.readonly_reason) if changed else None)
+    if request.first_page:
+        return replace(read, first=read_page(rt, query, PageKind.FIRST),
+                       detail=load_detail(rt, request.selected) if request.selected else None)
+    if request.window is not None:
+        runs = rt.list(status=query.status, search=query.search, within=request.window, limit=WINDOW_LIMIT)
+        read = replace(read, window=runs)
+    if changed and request.top is not None:
+        read = replace(read, newer=read_page(rt, query, PageKind.NEWER, request.top, limit=NEWER_LIMIT))
+    if changed and request.selected:
+        read = replace(read, detail=load_detail(rt, request.selected))
+    return read
+
+
+WINDOW_LIMIT = 10_000
+"""Most runs a window re-read returns (a window is about a hundred rows; runs are added above it,
+not inside it, so this only bounds a store rewritten under the console)."""
+
+
+class StoreReader:
+    """The console's one long-lived read connection (a :class:`Runtime`), shared by its thread
+    workers one at a time. One connection, because SQLite's ``data_version`` only says whether the
+    store changed since the same connection last looked. A failed read closes it; the next read
+    opens a new one (with a new number, so its versions never compare equal to the old one's)."""
+
+    def __init__(self, open_runtime: Callable[[], Runtime]) -> None:
+        self._open = open_runtime
+        self._runtime: Runtime | None = None
+        self._lock = threading.Lock()
+        self.connection = 0
+
+    @contextmanager
+    def runtime(self) -> Iterator[Runtime]:
+        """The runtime, held for the ``with`` block (other workers wait). Raises what opening the
+        store raises (``StoreError``)."""
+        with self._lock:
+            if self._runtime is None:
+                self._runtime = self._open()
+                self.connection += 1
+            try:
+                yield self._runtime
+            except (RelaypointError, sqlite3.Error):
+                self._runtime.close()
+                self._runtime = None
+                raise
+
+    def close(self) -> None:
+        """Close the connection (waits for a read in progress)."""
+        with self._lock:
+            if self._runtime is not None:
+                self._runtime.close()
+                self._runtime = None
 
 
 @dataclass(frozen=True)
@@ -54,34 +198,12 @@ class RunDetail:
     events: list[Event]
 
 
-def refresh_runs(rt: Runtime, query: RunQuery, loaded: int, boundary: RunKey | None) -> RunsPage:
-    """Re-read the part of the list already shown: every run from the newest down to ``boundary``
-    (the oldest row shown), or the first page when nothing is shown yet."""
-    limit = loaded + PAGE_SIZE + 1
-    runs = rt.list(status=query.status, limit=limit, search=query.search)
-    if boundary is None:
-        return RunsPage(query, runs[:PAGE_SIZE], None, len(runs) > PAGE_SIZE)
-    kept = [r for r in runs if run_key(r) >= boundary]
-    return RunsPage(query, kept, boundary, len(kept) < len(runs) or len(runs) == limit)
-
-
-def next_page(rt: Runtime, query: RunQuery, after: RunKey) -> RunsPage:
-    """The page of runs older than ``after`` (keyset pagination)."""
-    runs = rt.list(status=query.status, limit=PAGE_SIZE + 1, before=after, search=query.search)
-    return RunsPage(query, runs[:PAGE_SIZE], None, len(runs) > PAGE_SIZE)
-
-
 @dataclass(frozen=True)
 class StoreState:
     """Counts of runs per status, and why the store is read-only (None: writable)."""
 
     counts: dict[str, int]
     readonly_reason: str | None
-
-
-def store_state(rt: Runtime) -> StoreState:
-    """Number of runs per status, and whether changes can be recorded."""
-    return StoreState(rt.counts(), rt.readonly_reason)
 
 
 def load_detail(rt: Runtime, run_id: str) -> RunDetail | None:

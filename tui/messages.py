@@ -7,17 +7,15 @@ from typing import Any
 
 from textual.message import Message
 
-from .data import RunDetail, RunsPage, StepOutput, StoreState
+from .data import RefreshRead, RunDetail, RunsPage, StepOutput, Version
 
 
 class Refreshed(Message):
-    """A live-refresh read: the shown part of the list, the store's state, the selected run."""
+    """A live-refresh read (nothing but the store's version when it did not change)."""
 
-    def __init__(self, page: RunsPage, state: StoreState, detail: RunDetail | None) -> None:
+    def __init__(self, read: RefreshRead) -> None:
         super().__init__()
-        self.page = page
-        self.state = state
-        self.detail = detail
+        self.read = read
 
 
 class RefreshFailed(Message):
@@ -29,11 +27,12 @@ class RefreshFailed(Message):
 
 
 class PageLoaded(Message):
-    """The next (older) page of the runs list."""
+    """A page of the runs list the table asked for, read at store version ``version``."""
 
-    def __init__(self, page: RunsPage) -> None:
+    def __init__(self, page: RunsPage, version: Version) -> None:
         super().__init__()
         self.page = page
+        self.version = version
 
 
 class DetailLoaded(Message):

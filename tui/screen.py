@@ -29,7 +29,8 @@ from relaypoint.status import RUN_SYMBOLS, RunStatus
 from . import changes
 from . import format as fmt
 from .actions import GENERAL_BINDINGS, PANE_BINDINGS, RUN_ACTION_NAMES, RUN_ACTIONS, help_markdown
-from .data import RunDetail, RunQuery, StoreState, load_detail, load_output, next_page, refresh_runs, store_state
+from .data import (PageKind, RefreshRequest, RunDetail, RunKey, RunQuery, StoreState, load_detail, load_output,
+                   read_page, read_refresh)
 from .detail import DetailPane
 from .footer import ConsoleFooter
 from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded,
@@ -58,6 +59,8 @@ class ConsoleScreen(Screen[None]):
         self._timer: Timer | None = None
         self._refresh: Worker[None] | None = None
         self._refresh_again = False
+        self._page: Worker[None] | None = None
+        self._enabled: set[str] | None = None
         self._resumes: list[tuple[str, subprocess.Popen[Any]]] = []
         self._approve_form: ApproveScreen | None = None
 
@@ -159,8 +162,8 @@ class ConsoleScreen(Screen[None]):
             self._schedule(REFRESH_SECONDS)
             return
         self._poll_resumes()
-        self._refresh = self._read_refresh(self.query_state, len(self.runs.runs), self.runs.boundary(),
-                                           self.selected)
+        running = bool(self.state.counts.get(RunStatus.RUNNING)) and not self.state.readonly_reason
+        self._refresh = self._read_refresh(self.runs.refresh_request(self.query_state, self.selected, running))
 
     def _schedule(self, delay: float) -> None:
         self._timer = self.set_timer(delay, self.refresh_now)
@@ -170,6 +173,8 @@ class ConsoleScreen(Screen[None]):
             error = event.worker.error
             text = str(error) if isinstance(error, RelaypointError) else f"internal error: {error!r}"
             self.notify(clean(text), severity="error", markup=False)
+        if event.worker is self._page and event.state in (WorkerState.ERROR, WorkerState.CANCELLED):
+            self.runs.page_failed()
         if event.worker is self._refresh and event.state in (WorkerState.SUCCESS, WorkerState.ERROR,
                                                             WorkerState.CANCELLED):
             self._refresh = None
@@ -180,27 +185,30 @@ class ConsoleScreen(Screen[None]):
                 self._schedule(REFRESH_SECONDS)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="refresh")
-    def _read_refresh(self, query: RunQuery, loaded: int, boundary: Any, selected: str | None) -> None:
+    def _read_refresh(self, request: RefreshRequest) -> None:
+        reader = self.app.reader
         try:
-            with self.app.open_runtime() as rt:
-                page = refresh_runs(rt, query, loaded, boundary)
-                state = store_state(rt)
-                detail = load_detail(rt, selected) if selected else None
+            with reader.runtime() as rt:
+                read = read_refresh(rt, reader.connection, request)
         except (RelaypointError, sqlite3.Error) as e:  # shown in the status line; the next read retries
             self.post_message(RefreshFailed(str(e)))
             return
         if not get_current_worker().is_cancelled:
-            self.post_message(Refreshed(page, state, detail))
+            self.post_message(Refreshed(read))
 
     def on_refreshed(self, message: Refreshed) -> None:
-        if message.page.query != self.query_state:
+        read = message.read
+        if read.request.query != self.query_state:
             return
-        self.state = message.state
+        now = self.app.clock()
+        if read.state is not None:
+            self.state = read.state
         self._status_line()
-        self.runs.apply(message.page, self.app.clock())
+        self.runs.refreshed(read, now)
+        self.runs.tick(now)
         self._follow_cursor()
-        if message.detail is not None and message.detail.run.run_id == self.selected:
-            self._show_detail(message.detail)
+        if read.detail is not None and read.detail.run.run_id == self.selected:
+            self._show_detail(read.detail)
 
     def on_resize(self) -> None:
         self._status_line()
@@ -224,14 +232,20 @@ class ConsoleScreen(Screen[None]):
         run_id = self.runs.selected_key()
         if run_id != self.selected:
             self.selected = run_id
-            self.detail.enable_actions(set())
-            self.refresh_bindings()
+            self._enable_actions(set())
             if run_id is None:
                 self.detail.show_empty(self._empty_message())
             else:
                 self._read_detail(run_id)
-        if self.runs.near_end():
-            self._read_page(self.query_state, self.runs.boundary())
+        self.runs.load_ahead()
+
+    def _enable_actions(self, names: set[str]) -> None:
+        """Enable the buttons and footer keys of the actions in ``names``. The footer is refreshed
+        only when that set changed: refreshing it rebuilds every footer key widget."""
+        if names != self._enabled:
+            self._enabled = names
+            self.detail.enable_actions(names)
+            self.refresh_bindings()
 
     def _empty_message(self) -> str:
         if self.query_state != RunQuery():
@@ -242,20 +256,26 @@ class ConsoleScreen(Screen[None]):
     def _run_highlighted(self) -> None:
         self._follow_cursor()
 
+    @on(RunsTable.PageWanted)
+    def _page_wanted(self, message: RunsTable.PageWanted) -> None:
+        self._page = self._read_page(self.query_state, message.kind, message.anchor)
+
     @work(thread=True, exclusive=True, exit_on_error=False, group="page")
-    def _read_page(self, query: RunQuery, after: Any) -> None:
-        with self.app.open_runtime() as rt:
-            page = next_page(rt, query, after)
+    def _read_page(self, query: RunQuery, kind: PageKind, anchor: RunKey | None) -> None:
+        reader = self.app.reader
+        with reader.runtime() as rt:
+            version = (reader.connection, *rt.data_version())
+            page = read_page(rt, query, kind, anchor)
         if not get_current_worker().is_cancelled:
-            self.post_message(PageLoaded(page))
+            self.post_message(PageLoaded(page, version))
 
     def on_page_loaded(self, message: PageLoaded) -> None:
         if message.page.query == self.query_state:
-            self.runs.extend(message.page, self.app.clock())
+            self.runs.page_loaded(message.page, message.version, self.app.clock())
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="detail")
     def _read_detail(self, run_id: str) -> None:
-        with self.app.open_runtime() as rt:
+        with self.app.reader.runtime() as rt:
             detail = load_detail(rt, run_id)
         if detail is not None and not get_current_worker().is_cancelled:
             self.post_message(DetailLoaded(detail))
@@ -266,8 +286,7 @@ class ConsoleScreen(Screen[None]):
 
     def _show_detail(self, detail: RunDetail) -> None:
         self.detail.show(detail, self.app.clock())
-        self.detail.enable_actions({a.name for a in RUN_ACTIONS if self._actionable(a.name) is not None})
-        self.refresh_bindings()
+        self._enable_actions({a.name for a in RUN_ACTIONS if self._actionable(a.name) is not None})
         self._ensure_output()
 
     @on(DataTable.RowHighlighted, "#steps")

@@ -10,16 +10,17 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 
-class _OrderedCell(Text):
-    """A first cell that also carries its row's place, so ``DataTable.sort`` can order rows by it."""
+class OrderedCell(Text):
+    """A first cell that also carries its row's place (``order``: any comparable value), so
+    ``DataTable.sort`` can order rows by it."""
 
     __slots__ = ("order",)
 
-    def __init__(self, text: Text) -> None:
+    def __init__(self, text: Text, order: object = 0) -> None:
         super().__init__(text.plain, style=text.style, justify=text.justify, overflow=text.overflow,
                          no_wrap=text.no_wrap, end=text.end)
         self.spans = list(text.spans)
-        self.order = 0
+        self.order = order
 
 
 class KeyedTable(DataTable):
@@ -62,7 +63,7 @@ class KeyedTable(DataTable):
                 self.remove_row(key)
             columns = [c[0] for c in self._column_spec]
             for key, (first, *rest) in rows.items():
-                cells = [_OrderedCell(first), *rest]
+                cells = [OrderedCell(first), *rest]
                 if key not in self.rows:
                     self.add_row(*cells, key=key)
                     continue
