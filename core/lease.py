@@ -1,9 +1,14 @@
 """Ownership of a run by an executing process: lease, heartbeat, and the owner-liveness rule.
 
-A lease is (token, pid, host, expires_at). The executor renews it from a heartbeat thread while a
-step runs; every executor write is fenced on the token (``UPDATE ... WHERE lease_token = ?``), so a
-process that lost its lease cannot record anything. An owner is gone when, on this host, its pid is
-dead (seen at once), or anywhere, when its lease has expired.
+A lease is (token, pid, pid start, host, expires_at). The executor renews it from a heartbeat thread
+while a step runs; every executor write is fenced on the token (``UPDATE ... WHERE lease_token = ?``),
+so a process that lost its lease cannot record anything.
+
+The owner-liveness rule (:func:`owner_gone`): on this host the process decides — the owner is gone
+when its pid is dead or now belongs to another process (the start identity recorded with the lease
+differs), and never while it lives, even when its heartbeat stopped (a step holding the GIL, a
+stopped process). Only for an owner on another host, whose process cannot be seen, does the lease
+expiry decide.
 """
 
 from __future__ import annotations
@@ -21,6 +26,37 @@ from .store import Store
 HOST = socket.gethostname()
 
 
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+_BOOT_ID = (_read("/proc/sys/kernel/random/boot_id") or b"").strip().decode() or None
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """Fields 3 onward of ``/proc/<pid>/stat`` (Linux; the name in field 2 may hold spaces and
+    parentheses, so split after its last ``)``), or None where there is no such file."""
+    text = _read(f"/proc/{pid}/stat")
+    if text is None or b")" not in text:
+        return None
+    return text.rsplit(b")", 1)[1].split()
+
+
+def process_start(pid: int) -> str | None:
+    """The start identity of process ``pid`` on this host, recorded with a lease so that a pid reused
+    by another process is told apart from the owner: on Linux ``"<boot id>:<start time in clock
+    ticks since boot>"`` (``/proc/<pid>/stat`` field 22; exact, two processes never share it). None
+    where it cannot be read (another system, or the process is gone): the pid alone then decides."""
+    fields = _stat(pid)
+    if _BOOT_ID is None or fields is None or len(fields) < 20:
+        return None
+    return f"{_BOOT_ID}:{fields[19].decode()}"
+
+
 def pid_alive(pid: int) -> bool:
     """True if process ``pid`` exists on this host and is not a zombie."""
     if pid <= 0:
@@ -31,17 +67,30 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # A killed child not yet reaped still answers kill(0); its /proc state is Z.
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
+    fields = _stat(pid)  # a killed child not yet reaped still answers kill(0); its /proc state is Z
+    return fields is None or fields[:1] != [b"Z"]
 
 
-def owner_gone(host: str | None, pid: int | None, expires_at: datetime | None, now: datetime) -> bool:
-    """The owner-liveness rule: dead pid on this host, or an expired lease anywhere."""
-    if host == HOST and pid is not None and not pid_alive(pid):
+def owner_alive(pid: int, pid_start: str | None) -> bool:
+    """True if the process that took a lease as ``pid`` (started as ``pid_start``, see
+    :func:`process_start`) is still running on this host. Without a recorded start, or when the
+    current one cannot be read (another user's process under ``hidepid``), a live pid counts as
+    the owner: a run is never taken from a process that may be alive."""
+    if not pid_alive(pid):
+        return False
+    if not pid_start:
         return True
+    now = process_start(pid)
+    return now is None or now == pid_start
+
+
+def owner_gone(host: str | None, pid: int | None, pid_start: str | None, expires_at: datetime | None,
+               now: datetime) -> bool:
+    """The owner-liveness rule (see the module docstring): on this host, the owner process is dead
+    or its pid was reused; on another host (or for a lease without a pid), the lease has expired
+    (``expires_at`` UTC at or before ``now``; None counts as expired)."""
+    if host == HOST and pid:
+        return not owner_alive(pid, pid_start)
     return expires_at is None or expires_at <= now
 
 
@@ -59,6 +108,7 @@ class LeaseHolder:
     seconds: float
     token: str = field(default_factory=lambda: secrets.token_hex(8))
     pid: int = field(default_factory=os.getpid)
+    pid_start: str | None = field(default_factory=lambda: process_start(os.getpid()))
     lost: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -67,7 +117,7 @@ class LeaseHolder:
         """The ``runs`` columns that record this lease, with a fresh expiry."""
         now = self.clock()
         return {
-            "lease_token": self.token, "lease_pid": self.pid, "lease_host": HOST,
+            "lease_token": self.token, "lease_pid": self.pid, "lease_pid_start": self.pid_start, "lease_host": HOST,
             "lease_expires_at": to_text(now + timedelta(seconds=self.seconds)), "heartbeat_at": to_text(now),
         }
 

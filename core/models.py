@@ -23,11 +23,13 @@ class _Model(BaseModel):
 
 
 class Lease(_Model):
-    """Who is executing a run: an owner token, process id, host, and when the lease expires (UTC).
-    The token is the fence; it is never printed."""
+    """Who is executing a run: an owner token, process id, the process's start identity
+    (``pid_start``, see :func:`relaypoint.lease.process_start`; None where it cannot be read), host,
+    and when the lease expires (UTC). The token is the fence; it is never printed."""
 
     token: str = Field(exclude=True)
     pid: int
+    pid_start: str | None = None
     host: str
     expires_at: datetime | None
     heartbeat_at: datetime | None

@@ -159,34 +159,60 @@ class Runtime(Executor):
 
     @_store_errors
     def sweep(self) -> list[str]:
-        """Mark ``interrupted`` every running run whose owner is gone (dead pid on this host, or an
-        expired lease). Ownership is decided by the lease token, so a run claimed meanwhile is left
-        alone. Returns the ids marked. Does nothing on a read-only store."""
+        """Mark ``interrupted`` every running run whose owner is gone (see
+        :func:`relaypoint.lease.owner_gone`: on this host a dead or reused pid, never a live process
+        however late its heartbeat; on another host an expired lease). Each dead owner process is
+        handled once, all its runs in one transaction (see :meth:`_interrupt_owner`). Returns the
+        ids marked. Does nothing on a read-only store."""
         if self.store.readonly:
             return []
         now = self.clock()
         rows = self.store.conn.execute(
-            "SELECT run_id, lease_token, lease_pid, lease_host, lease_expires_at FROM runs WHERE status = ?",
+            "SELECT lease_host, lease_pid, lease_pid_start, lease_expires_at FROM runs WHERE status = ?",
             (RunStatus.RUNNING,)).fetchall()
+        gone = {(host, pid, start) for host, pid, start, expires in rows
+                if owner_gone(host, pid, start, parse_expiry(expires), now)}
         marked = []
-        for run_id, token, pid, host, expires in rows:
-            if not owner_gone(host, pid, parse_expiry(expires), now):
-                continue
+        for host, pid, start in gone:
             with self.store.transaction():
-                if self._mark_interrupted(run_id, token, pid, host):
-                    marked.append(run_id)
+                marked += self._interrupt_owner(host, pid, start)
         return marked
 
-    def _mark_interrupted(self, run_id: str, token: str | None, pid: int | None, host: str | None) -> bool:
+    def _interrupt_owner(self, host: str | None, pid: int | None, pid_start: str | None) -> list[str]:
+        """Inside a transaction: mark ``interrupted`` every run the gone owner process (host, pid,
+        start identity) was executing, and return their ids. Checked again under the write lock, so
+        a run claimed meanwhile, or an owner that renewed its lease, is left alone.
+
+        Each ``interruption_detected`` event records how many runs the process was executing
+        (``co_executing``) and whether the death is charged to the run (``suspect``): only when it
+        was the only one, since a death while several ran could have been caused by any of them (see
+        :meth:`_poisoned`)."""
+        rows = self.store.conn.execute(
+            "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = ? AND lease_host IS ? "
+            "AND lease_pid IS ? AND lease_pid_start IS ?", (RunStatus.RUNNING, host, pid, pid_start)).fetchall()
+        now = self.clock()
+        if not any(owner_gone(host, pid, pid_start, parse_expiry(expires), now) for _, _, expires in rows):
+            return []
+        return [rid for rid, token, _ in rows
+                if self._mark_interrupted(rid, token, pid, host, co_executing=len(rows))]
+
+    def _mark_interrupted(self, run_id: str, token: str | None, pid: int | None, host: str | None, *,
+                          co_executing: int | None) -> bool:
+        """Inside a transaction: mark the run and its running step ``interrupted`` if ``token`` still
+        owns it (False otherwise). ``co_executing``: how many runs the dead owner process was
+        executing, or None when the owner released the run itself (Ctrl-C, a store failure), which is
+        not a death and never charged."""
         at = self._now()
         if not self.store.update_run(run_id, fence=token, status=RunStatus.INTERRUPTED, updated_at=at,
                                      **CLEAR_LEASE):
             return False
+        cause = {"cause": "released by its owner", "suspect": False} if co_executing is None else {
+            "cause": "owner died", "co_executing": co_executing, "suspect": co_executing == 1}
         for s in self.store.steps(run_id, with_output=False):
             if s.status == StepStatus.RUNNING:
                 self.store.update_step(run_id, s.position, status=StepStatus.INTERRUPTED)
                 self.store.add_event(run_id, at, "interruption_detected", step=s.name, pid=pid, host=host,
-                                     attempt=s.attempts)
+                                     attempt=s.attempts, **cause)
         return True
 
     # ---- starting and resuming ------------------------------------------------------------------
@@ -268,7 +294,7 @@ class Runtime(Executor):
 
     @_store_errors
     def resume(self, run_id: str, *, allow_drift: bool = False,
-               should_stop: Callable[[], bool] | None = None) -> RunStatus:
+               should_stop: Callable[[], bool | str] | None = None) -> RunStatus:
         """Continue a queued, interrupted or failed run at its first non-completed step, in this
         process, until it completes, pauses or fails; returns the status it ends in.
 
@@ -277,14 +303,16 @@ class Runtime(Executor):
         ``awaiting_approval`` for a person to approve a re-run or record the output.
 
         ``allow_drift``: resume even though the workflow's definition changed, mapping completed steps
-        by name. ``should_stop``: checked at each boundary; when it says True the finished step is
-        recorded and the run is released ``queued`` for another executor (a worker's graceful stop).
+        by name. ``should_stop``: checked at each boundary; when it returns something true the
+        finished step is recorded and the run is released ``queued`` for another executor (a worker's
+        graceful stop), with the returned text, if any, as the reason in the ``released`` event.
         With ``max_recoveries`` set, an interrupted run whose executor has died more than that many
-        times is marked ``failed`` instead (a poison-pill guard).
+        times while executing it alone is marked ``failed`` instead (a poison-pill guard; see
+        :meth:`_poisoned`).
 
-        Raises ``UnknownRun``, ``RefusedTransition`` (paused, terminal, or owned by a live process —
-        exactly one of several concurrent resumers executes), ``UnknownWorkflow``, ``DriftError``,
-        ``LeaseLost``.
+        Raises ``UnknownRun``, ``RefusedTransition`` (paused, terminal, or owned by a live process,
+        however long its step holds it — exactly one of several concurrent resumers executes),
+        ``UnknownWorkflow``, ``DriftError``, ``LeaseLost``.
         """
         self.sweep()
         rid = self.store.resolve(run_id)
@@ -292,9 +320,10 @@ class Runtime(Executor):
         with self.store.transaction():
             row = self.store.run_row(rid)
             summary = summary_from_row(row)
-            if summary.status == RunStatus.RUNNING and summary.lease and owner_gone(
-                    summary.lease.host, summary.lease.pid, summary.lease.expires_at, self.clock()):
-                self._mark_interrupted(rid, summary.lease.token, summary.lease.pid, summary.lease.host)
+            owner = summary.lease
+            if summary.status == RunStatus.RUNNING and owner and owner_gone(
+                    owner.host, owner.pid, owner.pid_start, owner.expires_at, self.clock()):
+                self._interrupt_owner(row["lease_host"], row["lease_pid"], row["lease_pid_start"])
                 summary = summary_from_row(self.store.run_row(rid))
             self._refuse_unless_resumable(summary)
             self._refuse_unless_decided(rid)
@@ -329,16 +358,23 @@ class Runtime(Executor):
             self.store.responses(rid, nxt.name)
 
     def _poisoned(self, rid: str, steps: list[StepRecord], at: str) -> bool:
-        """Fail a run whose executor keeps dying (more than ``max_recoveries`` interruptions)."""
+        """Fail a run whose executor keeps dying: more than ``max_recoveries`` deaths charged to it.
+
+        A death is charged to a run (``suspect`` in its ``interruption_detected`` event) only when
+        the run was the only one its process was executing: a healthy run interrupted because
+        another run killed their shared worker is not a suspect. The worker recovers an interrupted
+        run alone (see :class:`relaypoint.worker.Worker`), so a run that keeps killing its process
+        is charged there."""
         if self.max_recoveries is None:
             return False
-        deaths = self.store.conn.execute("SELECT count(*) FROM events WHERE run_id = ? AND kind = ?",
-                                         (rid, "interruption_detected")).fetchone()[0]
+        deaths = self.store.conn.execute(
+            "SELECT count(*) FROM events WHERE run_id = ? AND kind = 'interruption_detected' "
+            "AND CASE WHEN json_valid(detail) THEN json_extract(detail, '$.suspect') END = 1", (rid,)).fetchone()[0]
         if deaths <= self.max_recoveries:
             return False
         step = next((s for s in steps if s.status == StepStatus.INTERRUPTED), None)
-        reason = (f"its executor died {deaths} times (more than the {self.max_recoveries} recoveries allowed)"
-                  + (f" while step '{step.name}' ran" if step else ""))
+        reason = (f"its executor died {deaths} times while executing it alone (more than the "
+                  f"{self.max_recoveries} recoveries allowed)" + (f" in step '{step.name}'" if step else ""))
         if step is not None:
             self.store.update_step(rid, step.position, status=StepStatus.FAILED, error=reason, finished_at=at)
         self.store.update_run(rid, status=RunStatus.FAILED, updated_at=at, error=reason)
@@ -556,7 +592,8 @@ class Runtime(Executor):
 
     def _owned_by_live_process(self, row: dict[str, Any]) -> bool:
         return row["status"] == RunStatus.RUNNING and not owner_gone(
-            row["lease_host"], row["lease_pid"], parse_expiry(row["lease_expires_at"]), self.clock())
+            row["lease_host"], row["lease_pid"], row["lease_pid_start"], parse_expiry(row["lease_expires_at"]),
+            self.clock())
 
     @_store_errors
     def prune(self, older_than: timedelta, statuses: Iterable[str] = tuple(TERMINAL)) -> list[str]:

@@ -567,7 +567,8 @@ def summary_from_row(r: dict[str, Any]) -> RunSummary:
     what = f"run {r['run_id']}"
     lease = None
     if r.get("lease_token"):
-        lease = Lease(token=r["lease_token"], pid=r["lease_pid"] or 0, host=r["lease_host"] or "",
+        lease = Lease(token=r["lease_token"], pid=r["lease_pid"] or 0, pid_start=r.get("lease_pid_start") or None,
+                      host=r["lease_host"] or "",
                       expires_at=_time(r, "lease_expires_at", what), heartbeat_at=_time(r, "heartbeat_at", what))
     return RunSummary(
         run_id=r["run_id"], workflow=r["workflow"], status=_vocabulary(RunStatus, r["status"], what),

@@ -3,6 +3,11 @@ ones, claiming each by lease so any number of workers never execute one run twic
 
 A worker also enforces pause deadlines. SIGINT/SIGTERM stop it gracefully: the step under way
 finishes and is recorded, then the run is released ``queued`` for another worker.
+
+A run recovered from ``interrupted`` is executed alone, up to its first boundary: its process died
+while executing it, maybe because of it, and a death is charged to a run only when the run was the
+only one its process was executing (see ``Runtime._poisoned``). So a poison pill is soon recovered
+alone and charged, and the healthy runs that shared its worker are never suspects.
 """
 
 from __future__ import annotations
@@ -24,8 +29,15 @@ class Worker:
     """``concurrency`` threads, each with its own store connection, polling every ``poll_seconds``
     for runnable runs of the workflows given (others are left for a worker that defines them).
 
-    ``max_recoveries``: an interrupted run whose executor died more than this many times is marked
-    failed with the reason instead of being recovered again. ``log``: receives one line per action.
+    ``max_recoveries``: an interrupted run whose executor died more than this many times while
+    executing it alone is marked failed with the reason instead of being recovered again.
+    ``log``: receives one line per action.
+
+    Isolation: a thread about to recover an interrupted run first makes the others stop claiming and
+    release their runs ``queued`` at their next boundary (a ``released`` event with the reason),
+    waits until no other run is executing in this process, then executes the recovered run alone
+    until its first boundary, where it too is released ``queued``; then normal concurrency resumes.
+    One recovery is isolated at a time.
     """
 
     def __init__(self, db_path: str, workflows: Iterable[Workflow], *, concurrency: int = 1,
@@ -39,39 +51,84 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.log = log
         self.stopping = threading.Event()
+        self._turns = threading.Condition()
+        self._executing = 0                  # runs this process's threads are claiming or executing
+        self._isolating: str | None = None   # the recovered run being executed alone, if any
 
     def _runtime(self) -> Runtime:
         return Runtime(self.db_path, self.workflows, create=False, lease_seconds=self.lease_seconds,
                        max_recoveries=self.max_recoveries)
 
-    def candidates(self, rt: Runtime) -> list[str]:
-        """Runnable runs of known workflows, oldest first: queued and interrupted (after a sweep)."""
+    def candidates(self, rt: Runtime) -> list[tuple[str, RunStatus]]:
+        """Runnable runs of known workflows with their status, oldest first: queued and interrupted
+        (after a sweep)."""
         rt.sweep()
         names = [w.name for w in self.workflows]
         marks = ", ".join("?" * len(names))
         rows = rt.store.conn.execute(
-            f"SELECT run_id FROM runs WHERE status IN (?, ?) AND workflow IN ({marks}) "
+            f"SELECT run_id, status FROM runs WHERE status IN (?, ?) AND workflow IN ({marks}) "
             "ORDER BY updated_at LIMIT 50", (RunStatus.QUEUED, RunStatus.INTERRUPTED, *names))
-        return [r[0] for r in rows]
+        return [(rid, RunStatus(status)) for rid, status in rows]
 
     def run_once(self, rt: Runtime) -> int:
-        """One poll: expire deadlines, then execute what can be claimed. Returns runs executed."""
+        """One poll: expire deadlines, then execute what can be claimed (an interrupted run alone,
+        see the class docstring). Returns runs executed."""
         for rid in rt.expire_deadlines():
             self.log(f"run {rid}: pause deadline passed; rejected")
         executed = 0
-        for rid in self.candidates(rt):
-            if self.stopping.is_set():
-                break
+        for rid, status in self.candidates(rt):
+            alone = status == RunStatus.INTERRUPTED
+            if self.stopping.is_set() or not self._enter(rid if alone else None):
+                break  # stopping, or a recovery is isolated: nothing is claimed until it is done
             try:
-                status = rt.resume(rid, should_stop=self.stopping.is_set)
+                if alone:
+                    self.log(f"run {rid}: recovering it alone up to its next boundary")
+                ended = rt.resume(rid, should_stop=self._alone_until_boundary if alone else self._should_release)
             except RefusedTransition:
                 continue  # another worker claimed it first, or it changed state meanwhile
             except RelaypointError as e:  # LeaseLost, drift, a failing definition: say it, go on
                 self.log(str(e) if rid in str(e) else f"run {rid}: {e}")
                 continue
+            finally:
+                self._leave(alone)
             executed += 1
-            self.log(f"run {rid}: {status}")
+            self.log(f"run {rid}: {ended}")
         return executed
+
+    def _enter(self, isolate: str | None) -> bool:
+        """Take a turn to claim a run; with ``isolate`` (a recovered run's id), the only turn: wait
+        until the other threads have released theirs. False while another recovery is isolated, or
+        once stopping."""
+        with self._turns:
+            if self._isolating is not None:
+                return False
+            if isolate is not None:
+                self._isolating = isolate
+                while self._executing and not self.stopping.is_set():
+                    self._turns.wait(0.2)
+                if self.stopping.is_set():
+                    self._isolating = None
+                    self._turns.notify_all()
+                    return False
+            self._executing += 1
+            return True
+
+    def _leave(self, isolated: bool) -> None:
+        with self._turns:
+            self._executing -= 1
+            if isolated:
+                self._isolating = None
+            self._turns.notify_all()
+
+    def _should_release(self) -> bool | str:
+        """At a boundary of an ordinary run: release it when stopping, or to let a recovery run alone."""
+        if self.stopping.is_set():
+            return True
+        isolating = self._isolating
+        return f"making way for the recovery of run {isolating}, executed alone" if isolating else False
+
+    def _alone_until_boundary(self) -> str:
+        return "recovered alone up to this boundary; continues among other runs"
 
     def _loop(self) -> None:
         with self._runtime() as rt:

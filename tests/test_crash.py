@@ -1,4 +1,5 @@
-"""Real processes: SIGKILL mid-step then resume, and concurrent resumers racing for one run."""
+"""Real processes: SIGKILL mid-step then resume, concurrent resumers racing for one run, and who owns
+a run: on this host a live process (pid and start identity), elsewhere an unexpired lease."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from relaypoint import Runtime, RunStatus, StepStatus
+from relaypoint.lease import HOST, process_start
 
 APP = textwrap.dedent('''
     import os, time
@@ -148,3 +150,27 @@ def test_owner_on_another_host_is_interrupted_only_after_its_lease_expires(app):
                 "UPDATE runs SET status = 'running', lease_token = 't', lease_pid = 1, lease_host = 'elsewhere', "
                 "lease_expires_at = ? WHERE run_id = ?", (expires, run_id))
             assert rt.get(run_id).status == expected
+
+
+def test_a_live_owner_on_this_host_keeps_its_run_past_its_lease_unless_its_pid_was_reused(app):
+    code, _, err = cli(app, "start", "chain", "--app", "crashapp:workflows")
+    assert code == 0, err
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = process_start(live.pid)
+        assert started is not None and started.count(":") == 1  # "<boot id>:<start ticks>" on Linux
+        boot, ticks = started.split(":")
+        with Runtime(app["db"], create=False) as rt:
+            run_id = rt.list()[0].run_id
+            for recorded, expected in ((started, RunStatus.RUNNING),          # the owner itself
+                                       (None, RunStatus.RUNNING),             # nothing recorded: the pid decides
+                                       (f"{boot}:{int(ticks) + 1}", RunStatus.INTERRUPTED),  # pid reused
+                                       (f"another-boot:{ticks}", RunStatus.INTERRUPTED)):    # before a reboot
+                rt.store.conn.execute(
+                    "UPDATE runs SET status = 'running', lease_token = 't', lease_pid = ?, lease_pid_start = ?, "
+                    "lease_host = ?, lease_expires_at = '2000-01-01T00:00:00.000Z' WHERE run_id = ?",
+                    (live.pid, recorded, HOST, run_id))
+                assert rt.get(run_id).status == expected, recorded
+    finally:
+        live.kill()
+        live.wait()

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from procs import Sandbox, finish, wait_until
 APP = "raceapp:workflows"
 APP_SOURCE = r'''
 """Workflows for tests/test_races.py."""
-import os, signal, time
+import ctypes, os, signal, time
 from relaypoint import Workflow
 
 LOGGING = True
@@ -152,6 +153,41 @@ def never(ctx):
     return "unreachable"
 
 
+bail = Workflow("bail")            # a step that ends its own process with os._exit
+
+
+@bail.step
+def warm(ctx):
+    _log(ctx)
+    time.sleep(float(ctx.input.get("sleep", 0)))
+    return "warm"
+
+
+@bail.step
+def leave(ctx):
+    _log(ctx)
+    if ctx.input.get("exit", True):
+        os._exit(3)
+    return "stayed"
+
+
+gil = Workflow("gil")              # a step holding the GIL input["hold"] s, on its first attempt only
+
+
+@gil.step
+def hog(ctx):
+    _log(ctx)
+    if ctx.attempt == 1:  # one C call that keeps the GIL (PyDLL does not release it): no heartbeat
+        ctypes.PyDLL(None).sleep(int(ctx.input.get("hold", 0)))
+    return "held"
+
+
+@gil.step
+def after(ctx):
+    _log(ctx)
+    return ctx.results["hog"] + ", then released"
+
+
 timed = Workflow("timed")          # an approval that may wait 1 s
 
 
@@ -194,7 +230,7 @@ def hang(ctx):
     return ctx.results["doze"] + ", then released"
 
 
-workflows = [slow, slowfirst, gated, ask, quick, poison, timed, timedask, hold]
+workflows = [slow, slowfirst, gated, ask, quick, poison, bail, gil, timed, timedask, hold]
 '''
 
 # The app of the fault tests: dies just after its N-th step boundary commits (GAP_KILL_AFTER=N), or
@@ -303,8 +339,10 @@ def refused(d: procs.Done, *needles: str) -> str:
 
 @pytest.fixture(scope="module")
 def zombie(tmp_path_factory) -> dict:
-    """An executor SIGSTOPped in a sleeping step past its 1.5 s lease while another process resumes
-    and completes the run, then SIGCONTed while its step is still sleeping."""
+    """An executor SIGSTOPped in a sleeping step, recorded as an owner on another host whose 1.5 s
+    lease then expires, while another process resumes and completes the run; then SIGCONTed while
+    its step is still sleeping. (On its own host a live owner is never taken over: see
+    test_a_stopped_owner_past_its_lease_keeps_the_run_until_it_is_killed.)"""
     d = tmp_path_factory.mktemp("zombie")
     (d / "raceapp.py").write_text(APP_SOURCE)
     box = Sandbox(d, APP, lease_seconds=1.5)
@@ -312,6 +350,7 @@ def zombie(tmp_path_factory) -> dict:
     rid = procs.wait_step(box.db, "nap")["run_id"]
     os.kill(z.pid, signal.SIGSTOP)
     try:
+        write(box, "UPDATE runs SET lease_host = 'elsewhere' WHERE run_id = ?", rid)
         row = procs.run_row(box.db, rid)
         wait_until(lambda: procs.utc_text() > procs.run_row(box.db, rid)["lease_expires_at"], 10,
                    "the stopped executor's lease to expire")
@@ -324,9 +363,19 @@ def zombie(tmp_path_factory) -> dict:
             "after": procs.dump(box.db)}
 
 
+def write(box: Sandbox, statement: str, *params) -> None:
+    """One statement committed on the box's store: what another process would have left in it."""
+    conn = sqlite3.connect(box.db, timeout=30)
+    try:
+        with conn:
+            conn.execute(statement, params)
+    finally:
+        conn.close()
+
+
 def test_zombie_writes_nothing_once_continued(zombie):
     box, rid, zd, resumer = zombie["box"], zombie["rid"], zombie["zombie"], zombie["resumer"]
-    assert zombie["zombie_row"]["lease_pid"] == zd.pid
+    assert zombie["zombie_row"]["lease_pid"] == zd.pid and zombie["zombie_row"]["lease_host"] == "elsewhere"
     assert resumer.code == 0 and resumer.out.strip() == f"run {rid} is completed", resumer.text
     refused(zd, "no longer owns the run", "not recorded")  # exit 1, one line saying why
     assert zombie["after"] == zombie["before"]             # not a byte written after SIGCONT
@@ -340,6 +389,83 @@ def test_zombie_writes_nothing_once_continued(zombie):
     assert [(e["kind"], e["step"]) for e in procs.events(box.db, rid) if e["kind"] == "interruption_detected"] \
         == [("interruption_detected", "nap")]
     assert_clean(zd, resumer)
+
+
+# ---- a live owner whose heartbeat stops ----------------------------------------------------------------
+
+def stopped_owner(box: Sandbox, sleep: float) -> tuple[subprocess.Popen, str]:
+    """An executor of ``slow`` (nap sleeping ``sleep`` s) SIGSTOPped in nap, once its 1 s lease has
+    expired. The caller kills or continues it."""
+    box.lease_seconds = 1
+    owner = box.spawn("start", "slow", "--app", APP, "--input", json.dumps({"sleep": sleep}))
+    rid = procs.wait_step(box.db, "nap")["run_id"]
+    os.kill(owner.pid, signal.SIGSTOP)
+    expires = procs.run_row(box.db, rid)["lease_expires_at"]
+    wait_until(lambda: procs.utc_text() > expires, 10, "the stopped owner's lease to expire")
+    return owner, rid
+
+
+def test_a_stopped_owner_past_its_lease_keeps_the_run_until_it_is_killed(box):
+    owner, rid = stopped_owner(box, sleep=30)
+    try:
+        listed, resumed = box.run("list", "--json"), box.run("resume", rid, "--app", APP)
+        kinds = procs.event_kinds(box.db, rid)
+    finally:
+        procs.kill(owner)  # SIGKILL ends a stopped process too
+    finish(owner)
+    assert listed.code == 0, listed.text
+    (shown,) = [r for r in json.loads(listed.out) if r["run_id"] == rid]
+    assert shown["status"] == "running" and shown["lease"]["pid"] == owner.pid
+    refused(resumed, f"run {rid} is being executed by pid {owner.pid}", "cancel it")
+    assert "interruption_detected" not in kinds and "resumed" not in kinds
+    assert execs(box, rid) == [("first", "1", owner.pid), ("nap", "1", owner.pid)]  # nap ran once
+    # once dead, the owner is gone: the next reader sees the run interrupted, a resume recovers it
+    after = box.run("list", "--json")
+    assert [r["status"] for r in json.loads(after.out) if r["run_id"] == rid] == ["interrupted"]
+    again = box.run("resume", rid, "--app", APP)
+    assert again.code == 0 and again.out.strip() == f"run {rid} is completed", again.text
+    (seen,) = [e for e in procs.events(box.db, rid) if e["kind"] == "interruption_detected"]
+    assert seen["step"] == "nap" and detail(seen)["pid"] == owner.pid
+    assert [(s, a) for s, a, _ in execs(box, rid)] == [("first", "1"), ("nap", "1"), ("nap", "2"), ("last", "1")]
+    assert_clean(listed, resumed, after, again)
+
+
+def test_a_step_holding_the_gil_past_its_lease_keeps_its_run(box):
+    box.lease_seconds = 1
+    owner = box.spawn("start", "gil", "--app", APP, "--input", json.dumps({"hold": 8}))
+    rid = wait_until(lambda: next((r for r, s, *_ in box.executions() if s == "hog"), None), 30,
+                     "the step to take the GIL")
+    # its heartbeat thread cannot run: the lease lapses while the process lives
+    wait_until(lambda: procs.utc_text() > procs.run_row(box.db, rid)["lease_expires_at"], 10,
+               "the owner's lease to expire")
+    lister, resumer = box.spawn("list"), box.spawn("resume", rid, "--app", APP)
+    listed, resumed = finish(lister), finish(resumer)
+    held = procs.step_row(box.db, rid, "hog")["status"]
+    done = finish(owner, 60)
+    assert listed.code == 0, listed.text
+    assert "interruption_detected" not in procs.event_kinds(box.db, rid)
+    refused(resumed, f"run {rid} is being executed by pid {owner.pid}")
+    assert execs(box, rid) == [("hog", "1", owner.pid), ("after", "1", owner.pid)]  # never run beside it
+    assert held == "running", "the step ended before the other processes looked (machine too slow?)"
+    assert done.code == 0, done.text
+    assert procs.run_status(box.db, rid) == "completed"
+    assert_clean(listed, resumed, done)
+
+
+def test_cancel_revokes_a_stopped_owner_whose_writes_are_then_refused(box):
+    owner, rid = stopped_owner(box, sleep=3)
+    try:
+        cancel = box.run("cancel", rid, "--by", "carol")
+        before = procs.dump(box.db)
+    finally:
+        os.kill(owner.pid, signal.SIGCONT)
+    done = finish(owner, 30)
+    assert cancel.code == 0 and cancel.out.strip() == f"cancelled run {rid} (it was running)", cancel.text
+    refused(done, "no longer owns the run", "it was cancelled", "not recorded")
+    assert procs.dump(box.db) == before  # the continued owner wrote nothing
+    nap = procs.step_row(box.db, rid, "nap")
+    assert procs.run_status(box.db, rid) == "cancelled" and nap["status"] == "cancelled" and nap["output"] is None
+    assert_clean(cancel, done)
 
 
 # ---- the orphan sweep -----------------------------------------------------------------------------
@@ -695,6 +821,47 @@ def test_poison_pill_run_is_failed_after_max_recoveries(box):
     assert [s for s, _, _ in execs(box, rid)] == ["fine", "boom", "boom", "boom"]
     failed = [e for e in procs.events(box.db, rid) if e["kind"] == "run_failed"]
     assert len(failed) == 1 and detail(failed[0])["poison_pill"] is True
+
+
+def test_a_poison_pill_is_charged_alone_and_spares_the_runs_that_shared_its_worker(box):
+    with api(box) as rt:  # three healthy runs (steps of 1 s) and one whose step calls os._exit
+        healthy = [rt.fork(rt.start("quick", {"n": 0}), "one", {"n": i, "sleep": 1.0}) for i in (1, 2, 3)]
+        poison = rt.fork(rt.start("bail", {"exit": False}), "warm", {"sleep": 0.3, "exit": True})
+
+    def settled() -> bool:
+        return all(procs.run_status(box.db, r) in ("completed", "failed") for r in (*healthy, poison))
+
+    deaths, survivor = [], None
+    for _ in range(8):  # a worker restarted after each death, as a supervisor would
+        w = box.spawn("worker", "--app", APP, "--concurrency", "4", "--max-recoveries", "2", "--poll", "0.1")
+        wait_until(lambda w=w: w.poll() is not None or settled(), 60, "the worker to die or every run to settle")
+        if w.poll() is not None:
+            deaths.append(finish(w))
+            continue
+        procs.kill(w, signal.SIGTERM)
+        survivor = finish(w, 30)
+        break
+    assert survivor is not None, f"not settled after {len(deaths)} worker deaths: " + ", ".join(
+        f"{r}: {procs.run_status(box.db, r)}" for r in (*healthy, poison))
+    assert survivor.code == 0, survivor.err
+    assert [procs.run_status(box.db, r) for r in (*healthy, poison)] == ["completed"] * 3 + ["failed"]
+    assert_clean(survivor, *deaths)
+    assert {d.code for d in deaths} == {3}
+    # every death was the poison run's; once it runs alone each is charged, and 2 recoveries are allowed
+    charged = [detail(e) for e in procs.events(box.db, poison) if e["kind"] == "interruption_detected"]
+    assert [c["suspect"] for c in charged].count(True) == 3 and len(charged) == len(deaths)
+    assert 3 <= len(deaths) <= 4  # at most one death shared with the healthy runs, then 3 alone
+    row = procs.run_row(box.db, poison)
+    assert "died 3 times while executing it alone" in row["error"] and "'leave'" in row["error"]
+    for i, h in enumerate(healthy, start=1):
+        assert procs.outputs(box.db, h) == {"one": str(i), "two": str(2 * i), "three": str(2 * i + 1)}
+        runs = Counter(s for s, _, _ in execs(box, h))
+        interrupted = [detail(e) for e in procs.events(box.db, h) if e["kind"] == "interruption_detected"]
+        assert not any(x["suspect"] for x in interrupted) and all(x["co_executing"] > 1 for x in interrupted)
+        assert len(interrupted) <= 1 and sum(runs.values()) <= 3 + len(interrupted), (h, runs, interrupted)
+        assert max(runs.values()) <= 2
+    print(f"poison pill among healthy runs: {len(deaths)} worker deaths, healthy executions "
+          f"{[sum(Counter(s for s, _, _ in execs(box, h)).values()) for h in healthy]}")
 
 
 def test_pause_deadline_is_absolute_and_enforced_by_a_later_worker(box):
