@@ -6,17 +6,22 @@ all of it literally (nothing styles or controls the terminal) and stay usable.""
 from __future__ import annotations
 
 import html
+import importlib.util
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from console_pilot import detail, runs_table, select_run, select_step, settle
 
-from relaypoint import Runtime, RunStatus, Workflow
+from relaypoint import Runtime, RunStatus
+from relaypoint.background import spawn_resume
 from relaypoint.tui import RelaypointConsole
 
 CORPUS = {
@@ -33,24 +38,57 @@ CORPUS = {
 LONG = "L" * 100_000
 RAW = set("\x1b\x07\x08\x7f\x00\x9b\x9c\x9d\x85\u202e\u202c\u2066\u2069\u200b\u200c\u200d\ufeff\u2060\r")
 HOSTILE = " ".join(CORPUS.values())
+ARG = HOSTILE.replace("\x00", "")  # a command-line argument cannot hold NUL
+
+
+# The workflow as a module in the test's directory, so CLI processes load it with --app.
+APP_SOURCE = f"""
+import sys
+from relaypoint import Workflow
+
+CORPUS = {CORPUS!r}
+HOSTILE = " ".join(CORPUS.values())
+LONG = "L" * 100_000
+""" + '''
+wf = Workflow(f"wf {CORPUS['markup']} {CORPUS['csi']}")
+GATE = f"step {CORPUS['bidi']} {CORPUS['title']}"
+
+
+@wf.step(name=GATE, approval=True)
+def first(ctx):
+    return {"text": HOSTILE, "long": LONG, "report": f"line one\\n{HOSTILE}\\n{LONG}"}
+
+
+@wf.step(name="ask")
+def ask(ctx):
+    return ctx.request_input(f"prompt {HOSTILE}")
+
+
+@wf.step(name=f"boom {CORPUS['osc52']}")
+def boom(ctx):
+    print(f"a step's own stderr {HOSTILE}", file=sys.stderr)
+    raise ValueError(f"{HOSTILE} {LONG}")
+
+
+workflows = [wf]
+'''
+APP = "hostileapp:workflows"
+
+
+def load_app(directory: Path) -> Any:
+    """Write the app module into ``directory`` and import it (a fresh module object)."""
+    source = directory / "hostileapp.py"
+    source.write_text(APP_SOURCE)
+    spec = importlib.util.spec_from_file_location(f"hostileapp_{abs(hash(directory))}", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def hostile_store(path: str) -> dict[str, str]:
     """Runs whose every stored text field carries the corpus."""
-    wf = Workflow(f"wf {CORPUS['markup']} {CORPUS['csi']}")
-
-    @wf.step(name=f"step {CORPUS['bidi']} {CORPUS['title']}", approval=True)
-    def first(ctx: Any) -> Any:
-        return {"text": HOSTILE, "long": LONG, "report": f"line one\n{HOSTILE}\n{LONG}"}
-
-    @wf.step(name="ask")
-    def ask(ctx: Any) -> Any:
-        return ctx.request_input(f"prompt {HOSTILE}")
-
-    @wf.step(name="boom")
-    def boom(ctx: Any) -> Any:
-        raise ValueError(f"{HOSTILE} {LONG}")
-
+    app = load_app(Path(path).parent)
+    wf = app.wf
     with Runtime(path, [wf]) as rt:
         approved = rt.start(wf.name)
         rt.approve(approved, by=f"by {CORPUS['osc8']}", comment=f"comment {HOSTILE}")
@@ -62,7 +100,8 @@ def hostile_store(path: str) -> dict[str, str]:
         asking = rt.start(wf.name)
         rt.approve(asking)
         rt.resume(asking)
-    return {"failed": approved, "rejected": rejected, "asking": asking, "workflow": wf.name}
+    return {"failed": approved, "rejected": rejected, "asking": asking, "workflow": wf.name, "gate": app.GATE,
+            "boom": wf.steps[2].name}
 
 
 def assert_inert(text: str) -> None:
@@ -109,7 +148,7 @@ async def test_the_console_shows_the_corpus_literally_and_stays_usable(store):
 def relaypoint(path: str, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
     return subprocess.run([sys.executable, "-m", "relaypoint", "--db", path, *args], capture_output=True,
-                          text=True, env=env, timeout=60)
+                          text=True, env=env, timeout=120, cwd=Path(path).parent)
 
 
 def test_the_cli_shows_the_corpus_literally(store):
@@ -117,10 +156,94 @@ def test_the_cli_shows_the_corpus_literally(store):
     outputs = [relaypoint(path, "list"), relaypoint(path, "list", "--json")]
     for rid in (runs["failed"], runs["rejected"], runs["asking"]):
         outputs += [relaypoint(path, "show", rid), relaypoint(path, "show", rid, "--json"),
+                    relaypoint(path, "show", rid, "--output", runs["gate"]),
                     relaypoint(path, "events", rid), relaypoint(path, "events", rid, "--json")]
     for done in outputs:
         assert done.returncode == 0, done.stderr
         assert_inert(done.stdout + done.stderr)
     shown = relaypoint(path, "show", runs["failed"]).stdout
     assert "[link=https://evil.example]click[/link]" in shown and "\\x1b]52;c;" in shown
-    assert LONG in shown.replace("\n", "")
+    assert f"relaypoint show {runs['failed']} --output " in shown  # the long output is a preview
+    whole = relaypoint(path, "show", runs["failed"], "--output", runs["gate"]).stdout
+    assert json.loads(whole)["long"] == LONG
+
+
+def _inert_run(done: subprocess.CompletedProcess, code: int = 0) -> str:
+    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr
+    assert_inert(done.stdout + done.stderr)
+    return done.stdout.strip()
+
+
+def test_every_cli_command_and_error_prints_the_corpus_inert(store):
+    """Every command that acts, and every error built from stored or step-produced text (step
+    names, exception messages, a step's own stderr): stdout and stderr hold no raw control."""
+    path, runs = store
+    gate, boom = runs["gate"], runs["boom"]
+    start = relaypoint(path, "start", runs["workflow"], "--app", APP)  # pauses at the gate
+    started = _inert_run(start)
+    assert f"is awaiting_approval at step 'step user\\u202egnp.exe" in start.stderr
+    _inert_run(relaypoint(path, "approve", started, "--comment", ARG, "--by", ARG))
+    _inert_run(relaypoint(path, "resume", started, "--app", APP))  # pauses for input
+    _inert_run(relaypoint(path, "respond", started, "--value", json.dumps(HOSTILE)))
+    failed = relaypoint(path, "resume", started, "--app", APP)  # boom: its exception and its own stderr
+    _inert_run(failed, 1)
+    error = failed.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"Error: run {started} failed: step 'boom \\x1b]52;c;") and "\\x1b[2J" in error
+    assert "a step's own stderr [bold red]" in failed.stderr and "\\u202e" in failed.stderr
+    _inert_run(relaypoint(path, "resume", started, "--app", APP), 1)  # fails again: resume's error line
+
+    fork = _inert_run(relaypoint(path, "fork", runs["rejected"], "--from", "ask"))  # pauses at the gate
+    _inert_run(relaypoint(path, "reject", fork, "--comment", ARG, "--by", ARG))
+    _inert_run(relaypoint(path, "fork", runs["failed"], "--from", boom))  # inherits the approval
+    _inert_run(relaypoint(path, "cancel", runs["asking"], "--by", ARG))
+    _inert_run(relaypoint(path, "delete", runs["asking"]))
+    _inert_run(relaypoint(path, "prune", "--days", "0", "--status", "rejected"))
+    for refused in (("fork", runs["failed"], "--from", ARG),  # its steps are: <names>
+                    ("show", runs["failed"], "--output", ARG), ("show", ARG), ("approve", runs["failed"]),
+                    ("resume", runs["failed"][:1] + ARG), ("start", ARG, "--app", APP),
+                    ("start", "x", "--app", f"{CORPUS['csi']}:x"), ("list", "--status", ARG),
+                    ("respond", runs["failed"], "--value", ARG), (ARG,)):
+        done = relaypoint(path, *refused)
+        assert done.returncode in (1, 2) and len(done.stderr.strip().splitlines()) == 1, (refused, done.stderr)
+        _inert_run(done, done.returncode)
+
+
+def test_a_worker_logs_the_corpus_inert(store, tmp_path):
+    path, runs = store
+    with Runtime(path) as rt:
+        rid = rt.fork(runs["failed"], runs["boom"])  # queued; fails with the corpus in its error
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
+    worker = subprocess.Popen([sys.executable, "-m", "relaypoint", "--db", path, "worker", "--app", APP,
+                               "--poll", "0.1"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        limit = time.monotonic() + 60
+        while time.monotonic() < limit:
+            with Runtime(path, readonly=True) as rt:
+                if rt.get(rid).status == RunStatus.FAILED:
+                    break
+            time.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=60)
+    assert rid in err and "Traceback" not in err
+    assert_inert(out + err)
+
+
+def test_the_console_resume_log_is_inert(store):
+    path, runs = store
+    with Runtime(path) as rt:
+        rid = rt.fork(runs["failed"], runs["boom"])
+    cwd = os.getcwd()
+    os.chdir(Path(path).parent)  # the console's resume keeps the current directory, where --app is found
+    try:
+        spawn_resume(path, APP, rid).wait(timeout=120)
+        spawn_resume(path, APP, ARG).wait(timeout=120)  # refused: the id echoed in the error
+    finally:
+        os.chdir(cwd)
+    log = Path(f"{path}.resume.log").read_text()
+    errors = [line for line in log.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 2 and "a step's own stderr" in log and "Traceback" not in log
+    assert errors[0].startswith(f"Error: run {rid} failed: step 'boom \\x1b]52;c;")
+    assert_inert(log)
