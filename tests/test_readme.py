@@ -36,3 +36,28 @@ def test_the_cli_session_runs_as_written(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert "run_completed" in done.stdout
+
+
+def test_running_your_own_module_works_as_written(tmp_path):
+    """The README's last step for a user's own module: the workflow block saved as ``mywf.py``, the
+    commands run from its directory."""
+    import os
+    import subprocess
+    import sys
+
+    text = README.read_text()
+    definition = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
+    (session,) = [b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "--app mywf:workflows" in b]
+    (tmp_path / "mywf.py").write_text(definition)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {k: v for k, v in env.items() if not k.startswith("RELAYPOINT_")}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", session], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].endswith(" is completed")
+    from relaypoint import Runtime
+
+    with Runtime(str(tmp_path / "relaypoint.db"), create=False) as rt:
+        (run,) = rt.list()
+        assert run.status == "completed" and rt.step_output(run.run_id, "publish")["title"] == "Final title"
