@@ -336,7 +336,7 @@ def test_deleting_the_parent_of_a_fork_keeps_the_fork_readable_and_resumable(two
         run = rt.get(fork)
         assert (run.parent_run_id, run.forked_from_step) == (parent, "publish")
         assert run.tasks[1].output == {"draft": "about y"}  # copied, not re-run, and still there
-        assert [e.kind for e in rt.events(fork)] == ["forked"]
+        assert [e.kind for e in rt.events(fork)] == ["forked", "approval_inherited"]  # its gate 'check'
         assert rt.resume(fork) == RunStatus.COMPLETED
         assert rt.get(fork).tasks[2].output == {"published": {"draft": "about y"}}
         assert rt.get(fork).parent_run_id == parent

@@ -449,11 +449,11 @@ def test_reading_a_store_never_imports_modules_it_names(tmp_path: Path) -> None:
     assert not marker.exists()
     assert not (tmp_path / "pwned").exists()
 
-    from relaypoint.tui.data import RunQuery, load_detail, refresh_runs
+    from relaypoint.tui.data import PageKind, RunQuery, load_detail, read_page
 
     with Runtime(str(tmp_path / DB), create=False) as rt:
         for rid in (paused, done):
             rt.get(rid), rt.events(rid), load_detail(rt, rid)
-        refresh_runs(rt, RunQuery(), 0, None)
+        read_page(rt, RunQuery(), PageKind.FIRST)
     assert TRAP not in sys.modules
     assert not marker.exists()
