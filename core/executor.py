@@ -55,7 +55,7 @@ class Executor:
                         "the step's result was not recorded")
 
     def _drive(self, run_id: str, wf: Workflow, lease: LeaseHolder,
-               should_stop: Callable[[], bool] | None = None) -> RunStatus:
+               should_stop: Callable[[], bool | str] | None = None) -> RunStatus:
         """Execute steps while this process holds the lease. Returns the status the run ends in."""
         lease.start_heartbeat()
         failures: dict[str, int] = {}
