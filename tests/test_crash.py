@@ -3,6 +3,7 @@ a run: on this host a live process (pid and start identity), elsewhere an unexpi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -174,3 +175,23 @@ def test_a_live_owner_on_this_host_keeps_its_run_past_its_lease_unless_its_pid_w
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_run_released_by_ctrl_c_is_not_charged_as_a_death(app, monkeypatch):
+    proc = cli(app, "start", "chain", "--app", "crashapp:workflows", "--input", json.dumps({"sleep": 30}),
+               wait=False)
+    run_id = wait_for_step(app["db"], "slow")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    with sqlite3.connect(app["db"]) as conn:
+        conn.execute("UPDATE runs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 0}), run_id))
+    monkeypatch.setenv("EXEC_LOG", app["log"])
+    spec = importlib.util.spec_from_file_location("crashapp_released", Path(app["cwd"]) / "crashapp.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with Runtime(app["db"], module.workflows, create=False, max_recoveries=0) as rt:
+        (seen,) = [e for e in rt.events(run_id) if e.kind == "interruption_detected"]
+        assert seen.detail["cause"] == "released by its owner" and seen.detail["suspect"] is False
+        assert rt.resume(run_id) == RunStatus.COMPLETED  # no death charged: not a poison pill
+    assert executions(app) == ["first", "slow", "slow", "last"]
