@@ -1,4 +1,5 @@
-"""Starting a resume in a separate, detached process (the console uses it so runs outlive it)."""
+"""Starting a resume in a separate, detached process (the console uses it so runs outlive it), and
+reading why one failed."""
 
 from __future__ import annotations
 
@@ -7,17 +8,57 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .display import clean
 
-def spawn_resume(db_path: str | os.PathLike, app_spec: str, run_id: str) -> subprocess.Popen:
-    """Start ``python -m relaypoint --db DB resume RUN_ID --app APP`` in its own session, so it survives
-    the caller closing. Its stderr goes to ``<db>.resume.log`` beside the store (appended); the run's
-    own progress and errors are recorded in the store. Returns the process handle.
+REASON_CHARS = 300
+"""Characters of a failed resume's reason shown (it is one line in the console)."""
+
+_TAIL_BYTES = 1024 * 1024
+
+
+def resume_log(db_path: str | os.PathLike) -> Path:
+    """The log of resumes started in the background for store ``db_path``: ``<db>.resume.log``."""
+    return Path(f"{db_path}.resume.log")
+
+
+def spawn_resume(db_path: str | os.PathLike, app_spec: str, run_id: str, *,
+                 allow_drift: bool = False) -> subprocess.Popen:
+    """Start ``python -m relaypoint --db DB resume RUN_ID --app APP [--allow-drift]`` in its own
+    session, so it survives the caller closing. Its stderr goes to :func:`resume_log` (appended);
+    the run's own progress and errors are recorded in the store. Returns the process handle.
 
     The current directory is kept, so an ``--app`` module found there is found by the child too.
     """
-    log_path = Path(f"{db_path}.resume.log")
-    with open(log_path, "ab") as log:
+    command = [sys.executable, "-m", "relaypoint", "--db", str(db_path), "resume", run_id, "--app", app_spec]
+    with open(resume_log(db_path), "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "relaypoint", "--db", str(db_path), "resume", run_id, "--app", app_spec],
+            command + (["--allow-drift"] if allow_drift else []),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
         )
+
+
+def log_size(db_path: str | os.PathLike) -> int:
+    """The current size of the resume log in bytes (0 when there is none): where the output of a
+    resume started now begins."""
+    try:
+        return resume_log(db_path).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def failure_reason(db_path: str | os.PathLike, since: int) -> str | None:
+    """Why a background resume failed: the last ``Error: ...`` line the CLI wrote to the resume log
+    after byte ``since`` (see :func:`log_size`), on one line, with terminal controls made visible
+    and at most :data:`REASON_CHARS` characters; None when there is none. When several resumes
+    fail at once their lines share the log, so this is the last failure written since ``since``."""
+    try:
+        with open(resume_log(db_path), "rb") as log:
+            log.seek(max(since, log.seek(0, os.SEEK_END) - _TAIL_BYTES))
+            text = log.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    errors = [line for line in text.splitlines() if line.startswith("Error: ")]
+    if not errors:
+        return None
+    reason = clean(errors[-1].removeprefix("Error: ").strip())
+    return reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 1] + "…"

@@ -22,6 +22,7 @@ from .errors import (DefinitionError, DriftError, InvalidValue, RefusedTransitio
 from .executor import CLEAR_LEASE, Executor
 from .lease import HOST, owner_gone, parse_expiry
 from .models import Checkpoint, Event, Run, RunSummary, StepRecord
+from .refusals import APPROVAL_KINDS, INPUT_KINDS, cancel_refusal, decision_refusal, resume_refusal
 from .status import OPEN_STEPS, TERMINAL, RunStatus, StepStatus
 from .store import PAUSE_KINDS, UNDECIDED, Store, readable, summary_from_row
 from .workflow import Workflow, describe_drift, find_workflow
@@ -264,20 +265,8 @@ class Runtime(Executor):
         return run
 
     def _refuse_unless_resumable(self, summary: RunSummary) -> None:
-        rid, status = summary.run_id, summary.status
-        if status == RunStatus.RUNNING:
-            lease = summary.lease
-            who = f"pid {lease.pid} on {lease.host}" if lease else "another process"
-            raise RefusedTransition(f"run {rid} is being executed by {who}; wait for it, or cancel it")
-        if status == RunStatus.AWAITING_APPROVAL:
-            raise RefusedTransition(f"run {rid} is awaiting approval; approve or reject it first "
-                                    f"(relaypoint approve {rid})")
-        if status == RunStatus.AWAITING_INPUT:
-            raise RefusedTransition(f"run {rid} is awaiting input; answer it first "
-                                    f"(relaypoint respond {rid} --value JSON)")
-        if status.is_terminal:
-            raise RefusedTransition(f"run {rid} is {status} and cannot be resumed; fork it instead "
-                                    f"(relaypoint fork {rid} --from STEP)")
+        if (refusal := resume_refusal(summary)) is not None:
+            raise RefusedTransition(refusal)
 
     def _refuse_unless_decided(self, rid: str) -> None:
         """Fail closed: the run's latest pause must carry a readable decision that lets it go on."""
@@ -413,16 +402,16 @@ class Runtime(Executor):
     # ---- decisions ------------------------------------------------------------------------------
 
     def _pending(self, rid: str, kinds: tuple[str, ...], verb: str, checkpoint_id: int | None) -> Checkpoint:
-        status = summary_from_row(self.store.run_row(rid)).status
         cp = self.store.pending_checkpoint(rid)
         # The open checkpoint decides, not the status column: a pause whose decision cannot be read
         # is open again (fail closed) and can be decided, whatever status a hand edit left.
-        if cp is None or cp.kind not in kinds or status.is_terminal:
+        refusal = decision_refusal(summary_from_row(self.store.run_row(rid)), cp, kinds, verb)
+        if refusal is not None:
             last = self.store.conn.execute(
                 f"SELECT decision, decided_by FROM checkpoints WHERE run_id = ? AND kind IN {PAUSE_KINDS!r} "
                 "ORDER BY checkpoint_id DESC LIMIT 1", (rid,)).fetchone()
             decided = f" (its last pause was already decided: {last[0]} by {last[1]})" if last and last[0] else ""
-            raise RefusedTransition(f"run {rid} is {status}; there is nothing to {verb}{decided}")
+            raise RefusedTransition(refusal + decided)
         if checkpoint_id is not None and cp.checkpoint_id != checkpoint_id:
             raise RefusedTransition(f"run {rid} moved on since checkpoint {checkpoint_id}: it now waits on "
                                     f"checkpoint {cp.checkpoint_id} (step '{cp.step}'); review it again")
@@ -455,7 +444,7 @@ class Runtime(Executor):
         value = None if output is None else encoding.dumps(output, "output")
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            cp = self._pending(rid, ("approval", "orphan"), "approve", checkpoint_id)
+            cp = self._pending(rid, APPROVAL_KINDS, "approve", checkpoint_id)
             at = self._now()
             self._decide(cp, "approved", by, at, comment, value)
             step = self._step(rid, cp.step)
@@ -488,7 +477,7 @@ class Runtime(Executor):
         by = by or os_user()
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            cp = self._pending(rid, ("approval", "orphan"), "reject", checkpoint_id)
+            cp = self._pending(rid, APPROVAL_KINDS, "reject", checkpoint_id)
             at = self._now()
             self._decide(cp, "rejected", by, at, comment, None)
             self._cancel_open_steps(rid, at)
@@ -510,7 +499,7 @@ class Runtime(Executor):
         text = encoding.dumps(value, "value")
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            cp = self._pending(rid, ("input",), "respond to", checkpoint_id)
+            cp = self._pending(rid, INPUT_KINDS, "respond to", checkpoint_id)
             at = self._now()
             self._decide(cp, "responded", by, at, None, text)
             # Answered: the step no longer waits; it re-runs from its top when the run is resumed.
@@ -528,9 +517,10 @@ class Runtime(Executor):
         by = by or os_user()
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            status = summary_from_row(self.store.run_row(rid)).status
-            if status.is_terminal:
-                raise RefusedTransition(f"run {rid} is already {status}; nothing to cancel")
+            summary = summary_from_row(self.store.run_row(rid))
+            if (refusal := cancel_refusal(summary)) is not None:
+                raise RefusedTransition(refusal)
+            status = summary.status
             at = self._now()
             self._cancel_open_steps(rid, at)
             self.store.conn.execute(

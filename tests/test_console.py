@@ -824,3 +824,158 @@ async def test_hostile_stored_text_is_shown_literally(tmp_path):
     assert squash("out [bold red]X[/]") in steps
     assert squash("wf [bold red]") in row
     assert "[/link]" in svg
+
+
+# ---- big outputs, greyed keys, a failed resume ---------------------------------------------------
+
+BIG = "0123456789" * 1_000_000 + "THE-END"
+
+
+def big_output_store(path: str) -> str:
+    wf = Workflow("big")
+
+    @wf.step
+    def huge(ctx: Any) -> Any:
+        return "first line\n" + BIG
+
+    @wf.step
+    def small(ctx: Any) -> Any:
+        return {"ok": True}
+
+    with Runtime(path, [wf]) as rt:
+        return rt.start("big")
+
+
+async def test_a_10_mb_output_shows_a_bounded_preview_with_its_size_and_more_on_demand(tmp_path):
+    from relaypoint.display import PREVIEW_CHARS
+
+    path = str(tmp_path / "store.db")
+    run_id = big_output_store(path)
+    app = RelaypointConsole(path)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, run_id)
+        await pilot.press("enter")  # to the step chain; the last step with an output is selected
+        assert detail(pilot).steps.selected_key() == "small"
+        await pilot.press("m")  # nothing more to show: it says why
+        await pilot.press("k")
+        await until(pilot, lambda: detail(pilot).output_is_current() and detail(pilot).output.step == "huge")
+        await settle(pilot)
+        shown = rendered(detail(pilot).query_one("#output"))
+        assert len(shown) < 2 * PREVIEW_CHARS  # one page, not 10 MB
+        assert "10,000,018characters(9.5MiB)" in shown
+        assert "THE-END" not in shown
+        assert squash(f"relaypoint --db {path} show {run_id[:8]} --output huge") in shown
+        await pilot.press("m")  # a second page
+        await until(pilot, lambda: detail(pilot).output.pages == 2)
+        await settle(pilot)
+        more = rendered(detail(pilot).query_one("#output"))
+        assert 1.5 * len(shown) < len(more) < 3 * PREVIEW_CHARS
+        await pilot.press("p")  # no terminal in a headless test: it says how else to see it all
+        await settle(pilot)
+        await pilot.press("j")  # keys keep working
+        await until(pilot, lambda: detail(pilot).output_is_current() and detail(pilot).output.step == "small")
+    messages = [msg for msg, _ in notes]
+    assert "more output: the output of step small is shown whole" in messages
+    assert any("no terminal to open a pager in" in msg and "--output huge" in msg for msg in messages)
+
+
+async def test_pressing_a_greyed_out_key_says_why(store):
+    path, runs = store
+    app = RelaypointConsole(path, "fixtures:WORKFLOWS")
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["completed"])
+        await pilot.press("a", "r", "c")
+        await settle(pilot)
+        assert app.screen is main_screen(pilot)
+        await select_run(pilot, runs["awaiting_approval"])
+        await pilot.press("i")
+        await settle(pilot)
+    rid, waiting = runs["completed"], runs["awaiting_approval"]
+    assert [(msg, severity) for msg, severity in notes] == [
+        (f"approve: run {rid} is completed; there is nothing to approve", "warning"),
+        (f"resume: run {rid} is completed and cannot be resumed; fork it instead (relaypoint fork {rid} --from STEP)",
+         "warning"),
+        (f"cancel: run {rid} is already completed; nothing to cancel", "warning"),
+        (f"respond: run {waiting} is awaiting_approval; there is nothing to respond to", "warning"),
+    ]
+
+
+DRIFTED_APP = '''
+from relaypoint import Workflow
+
+tiny = Workflow("tiny")
+
+
+@tiny.step(approval=True)
+def one(ctx):
+    return {"n": 1}
+
+
+@tiny.step
+def three(ctx):
+    return {"n": ctx.results["one"]["n"] + 2}
+
+
+workflows = [tiny]
+'''
+
+
+async def test_a_resume_refused_for_drift_says_why_and_offers_to_allow_it(tmp_path, monkeypatch):
+    (tmp_path / "tinyapp.py").write_text(textwrap.dedent(TINY_APP))
+    (tmp_path / "driftedapp.py").write_text(textwrap.dedent(DRIFTED_APP))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    import tinyapp
+
+    path = str(tmp_path / "store.db")
+    with Runtime(path, tinyapp.workflows) as rt:
+        run_id = rt.start("tiny")
+        rt.approve(run_id, by="test")
+    app = RelaypointConsole(path, "driftedapp:workflows")
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, run_id)
+        await pilot.press("r")  # a real resume process, refused: the definition changed
+        await until(pilot, lambda: any(severity == "error" for _, severity in notes), timeout=30)
+        failure = next(msg for msg, severity in notes if severity == "error")
+        assert failure.startswith(f"resume of run {run_id[:8]} failed: workflow 'tiny' changed since run {run_id}")
+        assert "press r to resume allowing the drift" in failure
+        assert "\n" not in failure
+        assert run_status(path, run_id) == RunStatus.QUEUED
+        await pilot.press("r")  # asks first
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "changed since run" in app.screen.question.plain
+        await pilot.press("y")
+        await until(pilot, lambda: run_status(path, run_id) == RunStatus.COMPLETED, timeout=30)
+    with Runtime(path, create=False) as rt:
+        assert rt.step_output(run_id, "three") == {"n": 3}
+        assert any(e.kind == "drift_allowed" for e in rt.events(run_id))
+
+
+async def test_the_step_chain_is_usable_at_80x24_with_a_long_step_name(tmp_path):
+    wf = Workflow("long")
+    long_name = "extract_every_invoice_line_item_and_reconcile_it_against_the_ledger_of_the_month"
+
+    @wf.step(name=long_name)
+    def first(ctx: Any) -> Any:
+        return 1
+
+    @wf.step
+    def second(ctx: Any) -> Any:
+        return 2
+
+    path = str(tmp_path / "store.db")
+    with Runtime(path, [wf]) as rt:
+        run_id = rt.start("long")
+    app = RelaypointConsole(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await select_run(pilot, run_id)
+        steps = detail(pilot).steps
+        assert is_visible(steps)
+        lines = screen_lines(steps)
+        assert lines[1].split() == ["Step", "Status", "Tries", "Took"]  # under the border title
+        first_row = next(line for line in lines if line.lstrip().startswith("extract_every"))
+        assert first_row.rstrip().endswith("ms")  # its duration is in view, the name is cut
+        assert "…" in first_row and "second" in "".join(lines)

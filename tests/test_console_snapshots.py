@@ -20,6 +20,7 @@ from relaypoint.tui.modals import ApproveScreen, ForkScreen, HelpScreen
 
 WIDE = (160, 45)
 NARROW = (100, 30)
+SMALL = (80, 24)
 
 
 @pytest.fixture
@@ -111,3 +112,16 @@ def test_help_on_a_small_terminal(snap_compare, console):
 def test_narrow_terminal(snap_compare, console):
     app, runs = console
     assert snap_compare(app, terminal_size=NARROW, run_before=showing(runs["awaiting_input"]))
+
+
+def test_a_run_awaiting_approval_at_80x24(snap_compare, console):
+    """At 80x24 the header starts with what the run waits for, and the step chain shows its rows
+    with every column, above the selected step's output."""
+    app, runs = console
+    assert snap_compare(app, terminal_size=SMALL, run_before=showing(runs["awaiting_approval"]))
+
+
+def test_a_run_awaiting_input_at_80x24(snap_compare, console):
+    """The step that asked for input reads as awaiting input in the chain."""
+    app, runs = console
+    assert snap_compare(app, terminal_size=SMALL, run_before=showing(runs["awaiting_input"]))

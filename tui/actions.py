@@ -9,43 +9,51 @@ from dataclasses import dataclass
 from textual.binding import Binding
 
 from relaypoint.models import Run
-from relaypoint.status import RUN_SYMBOLS, RunStatus
+from relaypoint.refusals import APPROVAL_KINDS, INPUT_KINDS, cancel_refusal, decision_refusal, resume_refusal
+from relaypoint.status import RUN_SYMBOLS
 
 
 @dataclass(frozen=True)
 class RunAction:
     """An action on the selected run: ``name`` (the screen's ``action_<name>``), ``key``, ``label``
-    (footer and button), ``tooltip``, and ``applies`` (whether it can act on a run in its state;
-    the runtime still decides, this only greys out what would certainly be refused)."""
+    (footer and button), ``tooltip``, and ``why_not``: the one-line reason it cannot act on a run
+    in its state, or None when it can. The reasons are the runtime's own
+    (:mod:`relaypoint.refusals`); the runtime still decides when the action is taken, this only
+    greys out what would certainly be refused and says why when its key is pressed anyway."""
 
     name: str
     key: str
     label: str
     tooltip: str
-    applies: Callable[[Run], bool]
+    why_not: Callable[[Run], str | None]
+
+    def applies(self, run: Run) -> bool:
+        """True when the action can act on ``run`` as it was read."""
+        return self.why_not(run) is None
 
     def binding(self) -> Binding:
         """The footer binding of this action."""
         return Binding(self.key, self.name, self.label, id=self.name, tooltip=self.tooltip)
 
 
-def _awaiting(status: RunStatus) -> Callable[[Run], bool]:
-    return lambda run: run.status == status and run.pending is not None
+def _decision(kinds: tuple[str, ...], verb: str) -> Callable[[Run], str | None]:
+    return lambda run: decision_refusal(run, run.pending, kinds, verb)
+
+
+def _fork_refusal(run: Run) -> str | None:
+    return None if run.tasks else f"run {run.run_id} has no steps to fork from"
 
 
 RUN_ACTIONS: tuple[RunAction, ...] = (
     RunAction("approve", "a", "Approve", "Approve the pending checkpoint, optionally editing the output",
-              _awaiting(RunStatus.AWAITING_APPROVAL)),
+              _decision(APPROVAL_KINDS, "approve")),
     RunAction("reject", "x", "Reject", "Reject the pending checkpoint with a reason; the run ends",
-              _awaiting(RunStatus.AWAITING_APPROVAL)),
+              _decision(APPROVAL_KINDS, "reject")),
     RunAction("respond", "i", "Respond", "Answer the run's input request with a JSON value",
-              _awaiting(RunStatus.AWAITING_INPUT)),
-    RunAction("resume", "r", "Resume", "Continue the run in a separate process",
-              lambda run: run.status.is_resumable),
-    RunAction("fork", "f", "Fork", "Start a new run from the selected step, reusing earlier outputs",
-              lambda run: bool(run.tasks)),
-    RunAction("cancel", "c", "Cancel", "Cancel the run (asks first)",
-              lambda run: not run.status.is_terminal),
+              _decision(INPUT_KINDS, "respond to")),
+    RunAction("resume", "r", "Resume", "Continue the run in a separate process", resume_refusal),
+    RunAction("fork", "f", "Fork", "Start a new run from the selected step, reusing earlier outputs", _fork_refusal),
+    RunAction("cancel", "c", "Cancel", "Cancel the run (asks first)", cancel_refusal),
 )
 
 RUN_ACTION_NAMES = frozenset(a.name for a in RUN_ACTIONS)
@@ -60,6 +68,14 @@ GENERAL_BINDINGS: tuple[Binding, ...] = (
             tooltip="Close the search, return to the runs table, then clear filters"),
     Binding("q", "quit", "Quit", id="quit", tooltip="Quit the console (running resumes continue)"),
 )
+
+OUTPUT_BINDINGS: tuple[Binding, ...] = (
+    Binding("m", "more_output", "More", show=False, id="more-output",
+            tooltip="Show another page of the selected step's long output"),
+    Binding("p", "pager", "Pager", show=False, id="pager",
+            tooltip="Open the selected step's whole output in $PAGER (less by default)"),
+)
+"""Keys on the selected step's output (not in the footer: the output says when they apply)."""
 
 PANE_BINDINGS: tuple[Binding, ...] = (
     Binding("tab", "switch_pane(1)", "Next pane", show=False, id="next-pane",
@@ -101,10 +117,12 @@ def help_markdown() -> str:
     lines = ["Press **escape** (or `q`, `?`) to close this help; ↑/↓ scroll it.", "",
              "## Keys", "", "| Key | Action |", "| --- | --- |"]
     lines += [_row(a.key, f"**{a.label}**: {a.tooltip}") for a in RUN_ACTIONS]
-    lines += [_row(b.key_display or b.key, f"**{b.description}**: {b.tooltip}") for b in GENERAL_BINDINGS]
+    lines += [_row(b.key_display or b.key, f"**{b.description}**: {b.tooltip}")
+              for b in (*GENERAL_BINDINGS, *OUTPUT_BINDINGS)]
     lines += [_row(key, what) for key, what in MOVE_KEYS]
     lines += ["", ("Keys that do not apply to the selected run are greyed out in the footer, and its "
-                   "buttons are disabled."), "", "## In a form", "", "| Key | Action |", "| --- | --- |"]
+                   "buttons are disabled; pressed anyway, they say why."), "", "## In a form", "",
+              "| Key | Action |", "| --- | --- |"]
     lines += [_row(key, what) for key, what in FORM_KEYS]
     lines += ["", "## Run statuses", "",
               "  ·  ".join(f"{symbol} {status.value}" for status, symbol in RUN_SYMBOLS.items()), "",

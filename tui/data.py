@@ -19,10 +19,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from rich.console import RenderableType
+
 from relaypoint.clock import to_text
 from relaypoint.errors import RelaypointError, UnknownRun, UnknownStep
 from relaypoint.models import Event, Run, RunSummary, StepRecord
 from relaypoint.runtime import Runtime
+
+from .output import output_view
 
 PAGE_SIZE = 50
 NEWER_LIMIT = 500
@@ -218,21 +222,34 @@ def load_detail(rt: Runtime, run_id: str) -> RunDetail | None:
 @dataclass(frozen=True)
 class StepOutput:
     """One step's output as read while the run was at ``version`` (its ``updated_at``): any later
-    change to the run may have changed it. ``value`` is meaningful only when ``recorded``."""
+    change to the run may have changed it. ``value`` is meaningful only when ``recorded``.
+    ``view``: what the output box shows, ``pages`` pages of it (bounded; see
+    :mod:`relaypoint.tui.output`); ``more``: the output goes on past what ``view`` shows."""
 
     run_id: str
     step: str
     version: datetime
     recorded: bool
     value: Any
+    view: RenderableType = ""
+    pages: int = 1
+    more: bool = False
+
+    def paged(self, db: str, step: StepRecord, pages: int) -> StepOutput:
+        """This output with ``pages`` pages of it formatted for ``step`` (its error and traceback
+        included) of a run in store ``db`` (named in the command that prints it whole). Costly for
+        a big output: call it in a thread worker, never on the UI thread."""
+        view, more = output_view(db, self.run_id, step, self.recorded, self.value, pages)
+        return replace(self, view=view, pages=pages, more=more)
 
 
-def load_output(rt: Runtime, run: Run, step: StepRecord) -> StepOutput | None:
-    """Read one step's output (only when the chain says one is recorded); None when the run or
-    the step no longer exists (deleted, or the chain rebuilt by a drift-allowed resume)."""
+def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1) -> StepOutput | None:
+    """Read one step's output (only when the chain says one is recorded) and format ``pages``
+    pages of it; None when the run or the step no longer exists (deleted, or the chain rebuilt by
+    a drift-allowed resume)."""
     try:
         value = rt.step_output(run.run_id, step.name) if step.has_output else None
     except (UnknownRun, UnknownStep):
         return None
-    return StepOutput(run.run_id, step.name, run.updated_at, step.has_output, value)
-
+    return StepOutput(run.run_id, step.name, run.updated_at, step.has_output, value).paged(
+        str(rt.store.path), step, pages)

@@ -8,13 +8,13 @@ from datetime import datetime
 from typing import Any
 
 from rich.console import Group, RenderableType
-from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical, VerticalScroll
 from textual.widgets import Button, Static
+from textual.widgets.data_table import ColumnKey
 
 from relaypoint.display import clean, json_text, literal
 from relaypoint.models import Event, Run, StepRecord
@@ -25,11 +25,12 @@ from .actions import RUN_ACTIONS
 from .data import RunDetail, StepOutput
 from .tables import KeyedTable
 
-STEP_COLUMNS = (("step", "Step", None), ("status", "Status", 14), ("attempts", "Tries", 5),
-                ("duration", "Took", 8))
-
-_json = JSONHighlighter()
-
+STATUS_WIDTH = max(fmt.step_status(status).cell_len for status in StepStatus)
+STEP_COLUMNS = (("step", "Step", None), ("status", "Status", STATUS_WIDTH), ("attempts", "Tries", 5),
+                ("duration", "Took", 7))
+"""The step chain's columns. The step name takes the width the others leave (see
+:meth:`StepsTable.fit_columns`), so a long name is cut, never pushing Tries and Took out of view."""
+MIN_STEP_WIDTH = 8
 
 def _grid() -> Table:
     grid = Table.grid(padding=(0, 1))
@@ -42,19 +43,44 @@ def _when(at: datetime | None, now: datetime) -> Text:
     return Text(f"{fmt.utc(at)}  ({fmt.ago(at, now)})")
 
 
+HEADER_CHARS = 1_000
+"""Characters of a header field (input, error, prompt) shown: the header is a few lines high."""
+
+
 def one_line_json(value: Any) -> Text:
     """``value`` as compact JSON on one line, shown literally, cut with an ellipsis where the
     width ends (the whole value is in the fork form's input editor)."""
-    text = literal(json.dumps(value, ensure_ascii=False, separators=(", ", ": ")))
+    text = literal(json.dumps(value, ensure_ascii=False, separators=(", ", ": "))[:HEADER_CHARS])
     text.no_wrap = True
     text.overflow = "ellipsis"
     return text
 
 
 def run_header(run: Run, now: datetime) -> RenderableType:
-    """The run's identity, input, times, lineage, executor, error and what it waits for."""
+    """The run's identity, then what needs a person (what it waits for, its error, a step that did
+    not complete), then its input, progress, times, lineage and executor: a short terminal shows
+    only the first lines."""
     grid = _grid()
     grid.add_row("run", Text.assemble(literal(run.run_id), "  ", fmt.run_status(run.status)))
+    if run.pending is not None:
+        cp = run.pending
+        grid.add_row("waiting", Text.assemble(
+            literal(cp.kind, "bold yellow"), " at step ", literal(cp.step or "?", "bold"),
+            f" (checkpoint {cp.checkpoint_id}, {fmt.ago(cp.created_at, now)})"))
+        label = "prompt" if cp.kind == "input" else "reason"
+        grid.add_row(label, literal((cp.reason or "")[:HEADER_CHARS], multiline=True))
+        if cp.deadline_at is not None:
+            left = "passed" if cp.deadline_at <= now else "open"
+            grid.add_row("deadline", Text(f"{fmt.utc(cp.deadline_at)} ({left}; then the run is rejected)"))
+    if run.error:
+        grid.add_row("error", literal(run.error[:HEADER_CHARS], "red"))
+    orphan = next((t for t in run.tasks if t.status == StepStatus.INTERRUPTED), None)
+    if orphan is not None:
+        then = ("pauses for a person to decide" if orphan.options.get("on_orphan") == "hold"
+                else f"re-runs it as attempt {orphan.attempts + 1}")
+        grid.add_row("not done", Text.assemble(
+            "step ", literal(orphan.name, "bold"), f" was running (attempt {orphan.attempts}) when its process "
+            "died; its output was never recorded, so it did not complete. Resume ", then, "."))
     grid.add_row("input", one_line_json(run.input))
     grid.add_row("progress", Text(f"{run.steps_done}/{run.steps_total} steps"
                                   + (f", at {clean(run.current_step)}" if run.current_step else "")))
@@ -71,60 +97,17 @@ def run_header(run: Run, now: datetime) -> RenderableType:
         grid.add_row("executor", Text.assemble(
             f"pid {lease.pid} on ", literal(lease.host), f", heartbeat {fmt.ago(lease.heartbeat_at, now)}, "
             f"lease until {fmt.utc(lease.expires_at)}"))
-    if run.error:
-        grid.add_row("error", literal(run.error, "red"))
-    orphan = next((t for t in run.tasks if t.status == StepStatus.INTERRUPTED), None)
-    if orphan is not None:
-        then = ("pauses for a person to decide" if orphan.options.get("on_orphan") == "hold"
-                else f"re-runs it as attempt {orphan.attempts + 1}")
-        grid.add_row("not done", Text.assemble(
-            "step ", literal(orphan.name, "bold"), f" was running (attempt {orphan.attempts}) when its process "
-            "died; its output was never recorded, so it did not complete. Resume ", then, "."))
-    if run.pending is not None:
-        cp = run.pending
-        grid.add_row("waiting", Text.assemble(
-            literal(cp.kind, "bold yellow"), " at step ", literal(cp.step or "?", "bold"),
-            f" (checkpoint {cp.checkpoint_id}, {fmt.ago(cp.created_at, now)})"))
-        label = "prompt" if cp.kind == "input" else "reason"
-        grid.add_row(label, literal(cp.reason, multiline=True))
-        if cp.deadline_at is not None:
-            left = "passed" if cp.deadline_at <= now else "open"
-            grid.add_row("deadline", Text(f"{fmt.utc(cp.deadline_at)} ({left}; then the run is rejected)"))
     return grid
 
 
 def step_cells(step: StepRecord, now: datetime) -> list[Text]:
-    """The cells of one step row: name, status, attempts, duration (running: so far)."""
+    """The cells of one step row: name (cut with an ellipsis where its column ends), status,
+    attempts, duration (running: so far)."""
     end = now if step.status == StepStatus.RUNNING else step.finished_at
-    return [literal(step.name), fmt.step_status(step.status), Text(str(step.attempts), justify="right"),
+    name = literal(step.name)
+    name.no_wrap, name.overflow = True, "ellipsis"
+    return [name, fmt.step_status(step.status), Text(str(step.attempts), justify="right"),
             Text(fmt.duration(step.started_at, end), justify="right")]
-
-
-def output_view(step: StepRecord, output: StepOutput | None) -> RenderableType:
-    """A step's output (a text as is, anything else as pretty JSON), then its error and traceback."""
-    parts: list[RenderableType] = []
-    if output is None:
-        parts.append(Text("loading…", style="dim"))
-    elif not output.recorded:
-        parts.append(Text("no output recorded", style="dim"))
-    elif isinstance(output.value, str):
-        parts.append(literal(output.value, multiline=True))
-    else:
-        parts.append(_json(literal(json_text(output.value), multiline=True)))
-        parts += _text_fields(output.value)
-    if step.error:
-        parts.append(Text.assemble("\n", ("error ", "bold red"), literal(step.error, "red", multiline=True)))
-    if step.traceback:
-        parts.append(literal(step.traceback, "dim", multiline=True))
-    return Group(*parts)
-
-
-def _text_fields(value: Any) -> list[RenderableType]:
-    """Top-level text fields that span lines (a report, a diff), shown again as they read."""
-    if not isinstance(value, dict):
-        return []
-    return [Text.assemble("\n", (f"── {clean(key)} ──", "bold dim"), "\n", literal(text, multiline=True))
-            for key, text in value.items() if isinstance(text, str) and "\n" in text]
 
 
 def _detail_text(detail: Any) -> Text:
@@ -189,6 +172,19 @@ class StepsTable(KeyedTable):
         Binding("pagedown", "scroll_output(1)", "Scroll output down", show=False),
         Binding("pageup", "scroll_output(-1)", "Scroll output up", show=False),
     ]
+
+    def on_resize(self) -> None:
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """Give the step name column the width the other columns leave."""
+        fixed = sum(width or 0 for _, _, width in STEP_COLUMNS) + 2 * self.cell_padding * len(STEP_COLUMNS)
+        width = max(MIN_STEP_WIDTH, self.size.width - self.styles.scrollbar_size_vertical - fixed)
+        column = self.columns.get(ColumnKey("step"))
+        if column is not None and (column.auto_width or column.width != width):
+            column.width, column.auto_width = width, False
+            self._require_update_dimensions = True  # Textual's own flag: re-measure on the next idle
+            self.refresh()
 
     def action_scroll_output(self, direction: int) -> None:
         box = self.screen.query_one("#output-box", VerticalScroll)
@@ -291,6 +287,21 @@ class DetailPane(Vertical):
         self.output = output
         self._render_output()
 
+    def why_no_output(self, more: bool) -> str | None:
+        """Why the output keys do not apply (``more``: ``m``, which needs more to show; else ``p``,
+        which needs a recorded output); None when they do."""
+        step = self.selected_step()
+        if step is None:
+            return "no step is selected"
+        if not self.output_is_current():
+            return f"the output of step {step.name} is still being read"
+        assert self.output is not None
+        if not self.output.recorded:
+            return f"step {step.name} has no output recorded"
+        if more and not self.output.more:
+            return f"the output of step {step.name} is shown whole"
+        return None
+
     def output_is_current(self) -> bool:
         """True when the output box holds the selected step's output as of the run's last change."""
         step = self.selected_step()
@@ -313,7 +324,8 @@ class DetailPane(Vertical):
             self.query_one("#output", Static).update("")
             return
         box.border_title = Text.assemble("Output of ", literal(step.name))
-        self.query_one("#output", Static).update(output_view(step, current))
+        view = current.view if current is not None else Text("loading…", style="dim")
+        self.query_one("#output", Static).update(view)
 
     def enable_actions(self, names: set[str]) -> None:
         """Enable the buttons of the actions in ``names``, disable the others."""

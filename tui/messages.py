@@ -78,9 +78,12 @@ class ActionFailed(Message):
 
 
 class ResumeStarted(Message):
-    """A resume process was started for a run."""
+    """A resume process was started for a run; its output is appended to the resume log from byte
+    ``log_from`` on. ``allow_drift``: it was started with ``--allow-drift``."""
 
-    def __init__(self, run_id: str, process: subprocess.Popen[Any]) -> None:
+    def __init__(self, run_id: str, process: subprocess.Popen[Any], log_from: int, allow_drift: bool) -> None:
         super().__init__()
         self.run_id = run_id
         self.process = process
+        self.log_from = log_from
+        self.allow_drift = allow_drift

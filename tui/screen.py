@@ -3,6 +3,8 @@ refresh, and the workers that read the store and ask the runtime for changes."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import sqlite3
 import subprocess
 from collections.abc import Callable
@@ -10,8 +12,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
-from textual import on, work
-from textual.app import ComposeResult
+from textual import events, on, work
+from textual.app import ComposeResult, SuspendNotSupported
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
@@ -19,7 +21,7 @@ from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from relaypoint.background import spawn_resume
+from relaypoint.background import failure_reason, log_size, resume_log, spawn_resume
 from relaypoint.display import clean, literal
 from relaypoint.errors import RelaypointError
 from relaypoint.models import Run
@@ -28,13 +30,14 @@ from relaypoint.status import RUN_SYMBOLS, RunStatus
 
 from . import changes
 from . import format as fmt
-from .actions import GENERAL_BINDINGS, PANE_BINDINGS, RUN_ACTION_NAMES, RUN_ACTIONS, help_markdown
+from .actions import GENERAL_BINDINGS, OUTPUT_BINDINGS, PANE_BINDINGS, RUN_ACTION_NAMES, RUN_ACTIONS, help_markdown
 from .data import (PageKind, RefreshRequest, RunDetail, RunKey, RunQuery, StoreState, load_detail, load_output,
                    read_page, read_refresh)
 from .detail import DetailPane
 from .footer import ConsoleFooter
 from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded,
                        RefreshFailed, Refreshed, ResumeStarted)
+from .output import pager_text, show_command
 from .modals import ApproveScreen, ConfirmScreen, ForkScreen, HelpScreen, RejectScreen, RespondScreen
 from .runs_table import RunsTable
 
@@ -42,13 +45,16 @@ if TYPE_CHECKING:
     from .app import RelaypointConsole
 
 REFRESH_SECONDS = 1.0
+OUTPUT_ACTIONS = frozenset(b.action for b in OUTPUT_BINDINGS)
+GREYABLE_KEYS = {**{a.key: a.name for a in RUN_ACTIONS}, **{b.key: b.action for b in OUTPUT_BINDINGS}}
+"""Keys whose action can be greyed out, and the action (for the reason given when pressed)."""
 STATUS_CYCLE: tuple[str | None, ...] = (None, *(s.value for s in RunStatus))
 
 
 class ConsoleScreen(Screen[None]):
     """Runs on the left (top when narrow), the selected run on the right (bottom), a status line."""
 
-    BINDINGS = [*(a.binding() for a in RUN_ACTIONS), *GENERAL_BINDINGS, *PANE_BINDINGS]
+    BINDINGS = [*(a.binding() for a in RUN_ACTIONS), *GENERAL_BINDINGS, *OUTPUT_BINDINGS, *PANE_BINDINGS]
     app: RelaypointConsole
 
     def __init__(self) -> None:
@@ -61,7 +67,8 @@ class ConsoleScreen(Screen[None]):
         self._refresh_again = False
         self._page: Worker[None] | None = None
         self._enabled: set[str] | None = None
-        self._resumes: list[tuple[str, subprocess.Popen[Any]]] = []
+        self._resumes: list[ResumeStarted] = []
+        self._drifted: dict[str, str] = {}  # run id -> why its last resume from here refused the drift
         self._approve_form: ApproveScreen | None = None
 
     # ---- layout -----------------------------------------------------------------------------
@@ -217,14 +224,24 @@ class ConsoleScreen(Screen[None]):
         self._status_line(message.error)
 
     def _poll_resumes(self) -> None:
-        for run_id, process in list(self._resumes):
-            code = process.poll()
+        """Report each resume process that ended in failure: the reason from its log, one line, and
+        what to do (for a changed definition: ``r`` again resumes allowing the drift, after asking)."""
+        for started in list(self._resumes):
+            code = started.process.poll()
             if code is None:
                 continue
-            self._resumes.remove((run_id, process))
-            if code != 0:
-                self.notify(clean(f"the resume process of run {fmt.short_id(run_id)} exited with status {code}; "
-                                  f"see {self.app.db_path}.resume.log"), severity="error", markup=False)
+            self._resumes.remove(started)
+            if code == 0:
+                continue
+            run = fmt.short_id(started.run_id)
+            reason = failure_reason(self.app.db_path, started.log_from) or f"its process exited with status {code}"
+            if "--allow-drift" in reason and not started.allow_drift:
+                self._drifted[started.run_id] = reason
+                then = "select it and press r to resume allowing the drift (asks first), or fork it"
+            else:
+                then = f"the whole output is in {resume_log(self.app.db_path).name}"
+            self.notify(clean(f"resume of run {run} failed: {reason}. {then}"), title="Resume failed",
+                        severity="error", timeout=20, markup=False)
 
     # ---- the runs list and the selection ----------------------------------------------------------
 
@@ -297,17 +314,42 @@ class ConsoleScreen(Screen[None]):
         step = self.detail.selected_step()
         run = self.detail.run
         if run is not None and step is not None and not self.detail.output_is_current():
-            self._read_output(run, step)
+            shown = self.detail.output
+            self._read_output(run, step, shown.pages if shown is not None and shown.step == step.name else 1)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="output")
-    def _read_output(self, run: Run, step: Any) -> None:
+    def _read_output(self, run: Run, step: Any, pages: int) -> None:
+        """Read and format (here, off the UI thread) ``pages`` pages of a step's output."""
         with self.app.open_runtime() as rt:
-            output = load_output(rt, run, step)
+            output = load_output(rt, run, step, pages)
         if output is not None and not get_current_worker().is_cancelled:
             self.post_message(OutputLoaded(output))
 
     def on_output_loaded(self, message: OutputLoaded) -> None:
         self.detail.show_output(message.output)
+
+    def action_more_output(self) -> None:
+        """``m``: show another page of the selected step's output (read and formatted in a worker)."""
+        output, step, run = self.detail.output, self.detail.selected_step(), self.detail.run
+        if self.why_not("more_output") is None and output is not None and step is not None and run is not None:
+            self._read_output(run, step, output.pages + 1)
+
+    def action_pager(self) -> None:
+        """``p``: open the selected step's whole output in ``$PAGER`` (``less`` when unset), with
+        terminal controls made visible; the console is suspended meanwhile."""
+        output = self.detail.output
+        if self.why_not("pager") is not None or output is None:
+            return
+        command = shlex.split(os.environ.get("PAGER") or "less")
+        try:
+            with self.app.suspend():
+                subprocess.run(command, input=pager_text(output.value).encode("utf-8", "surrogatepass"), check=False)
+        except SuspendNotSupported:
+            self.notify(clean(f"no terminal to open a pager in; {show_command(self.app.db_path, output.run_id, output.step)} "
+                              "prints the whole output"), severity="warning", markup=False)
+        except OSError as e:
+            self.notify(clean(f"could not start the pager {command[0]!r} ({e.strerror}); set $PAGER"),
+                        severity="error", markup=False)
 
     # ---- filters ------------------------------------------------------------------------------------
 
@@ -359,21 +401,36 @@ class ConsoleScreen(Screen[None]):
     # ---- actions on the selected run ------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Grey out (None) the run actions that do not apply to the selected run, and ``/`` while
-        the search box has the focus (so the key is typed into it)."""
+        """Grey out (None) the run and output actions that do not apply now (see :meth:`why_not`),
+        and ``/`` while the search box has the focus (so the key is typed into it)."""
         if action == "search":
             return None if self.search.has_focus else True
-        if action in RUN_ACTION_NAMES:
-            return True if self._actionable(action) is not None else None
+        if action in RUN_ACTION_NAMES or action in OUTPUT_ACTIONS:
+            return True if self.why_not(action) is None else None
         return True
+
+    def why_not(self, action: str) -> str | None:
+        """Why ``action`` (a run or output action) does not apply now, in one line; None when it
+        does. The run's own reasons come from the action registry (the runtime's rules)."""
+        run = self.detail.run
+        if run is None or run.run_id != self.selected:
+            return "no run is selected" if self.selected is None else "the run is still being read"
+        if action in OUTPUT_ACTIONS:
+            return self.detail.why_no_output(more=action == "more_output")
+        if self.state.readonly_reason:
+            return f"the store is read-only: {self.state.readonly_reason}"
+        return next(a for a in RUN_ACTIONS if a.name == action).why_not(run)
 
     def _actionable(self, name: str) -> Run | None:
         """The selected run, if action ``name`` applies to it and the store records changes."""
-        run = self.detail.run
-        if run is None or run.run_id != self.selected or self.state.readonly_reason:
-            return None
-        action = next(a for a in RUN_ACTIONS if a.name == name)
-        return run if action.applies(run) else None
+        return self.detail.run if self.why_not(name) is None else None
+
+    def on_key(self, event: events.Key) -> None:
+        """A key whose action is greyed out: say in one line why it does not apply."""
+        action = GREYABLE_KEYS.get(event.key)
+        if action is not None and (reason := self.why_not(action)) is not None:
+            event.stop()
+            self.notify(clean(f"{action.replace('_', ' ')}: {reason}"), severity="warning", markup=False)
 
     @on(Button.Pressed, "#run-actions Button")
     def _button(self, event: Button.Pressed) -> None:
@@ -444,30 +501,49 @@ class ConsoleScreen(Screen[None]):
         self._decide(ConfirmScreen("Cancel run", question), partial(changes.cancel, run))
 
     def action_resume(self) -> None:
+        """Resume the run in a separate process. When the last resume started here was refused
+        because the workflow changed, ask first, then resume allowing the drift."""
         run = self._actionable("resume")
         if run is None:
             return
-        if not self.app.app_spec:
+        app_spec = self.app.app_spec
+        if not app_spec:
             self.notify("resuming needs the workflow definitions: start the console with "
                         "`relaypoint console --app MODULE:ATTR`", severity="warning", markup=False)
             return
-        self._start_resume(run.run_id, self.app.app_spec)
+        drift = self._drifted.get(run.run_id)
+        if drift is None:
+            self._start_resume(run.run_id, app_spec, False)
+            return
+        question = Text.assemble(
+            "Resume run ", literal(fmt.short_id(run.run_id)), " allowing the drift?\n", literal(drift, "yellow"),
+            "\nCompleted steps are kept by name, the chain follows the new definition, and steps it "
+            "no longer has are dropped (recorded in the run's events).")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._drifted.pop(run.run_id, None)
+                self._start_resume(run.run_id, app_spec, True)
+
+        self.app.push_screen(ConfirmScreen("Resume allowing drift", question), answered)
 
     @work(thread=True, exit_on_error=False, group="resume")
-    def _start_resume(self, run_id: str, app_spec: str) -> None:
+    def _start_resume(self, run_id: str, app_spec: str, allow_drift: bool) -> None:
         try:
             with self.app.open_runtime() as rt:
                 rt.check_resumable(run_id)
-            process = spawn_resume(self.app.db_path, app_spec, run_id)
+            log_from = log_size(self.app.db_path)
+            process = spawn_resume(self.app.db_path, app_spec, run_id, allow_drift=allow_drift)
         except (RelaypointError, OSError) as e:
             self.post_message(ActionFailed(str(e)))
             return
-        self.post_message(ResumeStarted(run_id, process))
+        self.post_message(ResumeStarted(run_id, process, log_from, allow_drift))
 
     def on_resume_started(self, message: ResumeStarted) -> None:
-        self._resumes.append((message.run_id, message.process))
-        self.notify(clean(f"resuming run {fmt.short_id(message.run_id)} in process {message.process.pid}; "
-                          "it keeps going if the console closes"), markup=False)
+        self._resumes.append(message)
+        self.notify(clean(f"resuming run {fmt.short_id(message.run_id)} in process {message.process.pid}"
+                          + (" allowing drift" if message.allow_drift else "")
+                          + "; it keeps going if the console closes"), markup=False)
         self.refresh_now()
 
     @work(thread=True, exit_on_error=False, group="change")

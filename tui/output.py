@@ -1,0 +1,106 @@
+"""A step's output as the console shows it, built in the thread worker that reads it (never on the
+UI thread): the output (a text as is, any other value as pretty JSON) cut to a bounded preview that
+says its size and how to see the rest, the multi-line text fields of an object again as they read,
+and the step's error and traceback, bounded too. Selecting a step whose output is 10 MB costs the
+console one page of text; ``m`` shows another page, ``p`` opens the whole output in ``$PAGER``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.highlighter import JSONHighlighter
+from rich.text import Text
+
+from relaypoint.display import PREVIEW_CHARS, PREVIEW_LINES, Preview, clean, human_size, json_text, literal, preview
+from relaypoint.models import StepRecord
+
+from . import format as fmt
+
+_json = JSONHighlighter()
+
+
+def whole_text(value: Any) -> str:
+    """The output as the console shows it: a text as is, any other value as pretty JSON."""
+    return value if isinstance(value, str) else json_text(value)
+
+
+def page(text: str, pages: int) -> Preview:
+    """The first ``pages`` pages of ``text``: a page is the CLI's bounded preview,
+    :data:`~relaypoint.display.PREVIEW_CHARS` characters or
+    :data:`~relaypoint.display.PREVIEW_LINES` lines, whichever ends first."""
+    return preview(text, chars=pages * PREVIEW_CHARS, lines=pages * PREVIEW_LINES)
+
+
+def pager_text(value: Any) -> str:
+    """The whole output for ``$PAGER``: as shown, with terminal controls made visible."""
+    return clean(whole_text(value), multiline=True)
+
+
+def show_command(db: str, run_id: str, step: str) -> str:
+    """The command that prints a step's output raw (as JSON), quoted for a shell and safe to show."""
+    return clean(f"relaypoint --db {shlex.quote(db)} show {fmt.short_id(run_id)} --output {shlex.quote(step)}")
+
+
+def _rest(left: int, what: str) -> Text:
+    return Text(f"… {left:,} more characters of {what} not shown", style="dim italic")
+
+
+def output_view(db: str, run_id: str, step: StepRecord, recorded: bool, value: Any,
+                pages: int) -> tuple[RenderableType, bool]:
+    """What the output box shows: ``pages`` pages of the output (with, when it is cut, its size
+    and the keys and command that show the rest), its multi-line text fields, then the step's
+    error and traceback; and whether the output goes on past them."""
+    parts: list[RenderableType] = []
+    more = False
+    if not recorded:
+        parts.append(Text("no output recorded", style="dim"))
+    else:
+        text = whole_text(value)
+        head = page(text, pages)
+        more = head.cut
+        shown = literal(head.head, multiline=True)
+        if more:
+            parts.append(Text(f"{len(text):,} characters ({human_size(head.size)}); the first {len(head.head):,} "
+                              "shown · m: more · p: all in $PAGER", style="bold yellow"))
+        parts.append(shown if isinstance(value, str) else _json(shown))
+        if more:
+            parts.append(Text.assemble(_rest(len(text) - len(head.head), "the output"), ("\nm", "bold"),
+                                       " shows more, ", ("p", "bold"), " opens it all in $PAGER, ",
+                                       (show_command(db, run_id, step.name), "bold"), " prints it raw", style="dim"))
+        parts += _text_fields(value, pages * PREVIEW_CHARS)
+    if step.error:
+        error = preview(step.error)
+        parts.append(Text.assemble("\n", ("error ", "bold red"), literal(error.head, "red", multiline=True)))
+        if error.cut:
+            parts.append(_rest(len(step.error) - len(error.head), "the error"))
+    if step.traceback:
+        # Its end says where it was raised: keep the last lines.
+        tail = "\n".join(step.traceback[-PREVIEW_CHARS:].split("\n")[-PREVIEW_LINES:])
+        if len(tail) < len(step.traceback):
+            parts.append(Text(f"… the first {len(step.traceback) - len(tail):,} characters of the traceback "
+                              "not shown", style="dim italic"))
+        parts.append(literal(tail, "dim", multiline=True))
+    return Group(*parts), more
+
+
+def _text_fields(value: Any, budget: int) -> list[RenderableType]:
+    """Top-level text fields that span lines (a report, a diff), shown again as they read, within
+    ``budget`` characters in all."""
+    if not isinstance(value, dict):
+        return []
+    parts: list[RenderableType] = []
+    for key, text in value.items():
+        if not (isinstance(text, str) and "\n" in text):
+            continue
+        if budget <= 0:
+            parts.append(Text("\n… more text fields not shown", style="dim italic"))
+            break
+        head = preview(text, chars=budget, lines=budget * PREVIEW_LINES // PREVIEW_CHARS)
+        budget -= len(head.head)
+        parts.append(Text.assemble("\n", (f"── {clean(key)} ──", "bold dim"), "\n", literal(head.head, multiline=True)))
+        if head.cut:
+            parts.append(_rest(len(text) - len(head.head), "this field"))
+    return parts
