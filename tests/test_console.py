@@ -979,3 +979,27 @@ async def test_the_step_chain_is_usable_at_80x24_with_a_long_step_name(tmp_path)
         first_row = next(line for line in lines if line.lstrip().startswith("extract_every"))
         assert first_row.rstrip().endswith("ms")  # its duration is in view, the name is cut
         assert "…" in first_row and "second" in "".join(lines)
+
+
+async def test_a_gated_10_mb_output_is_approved_as_is_without_an_editor_of_megabytes(tmp_path):
+    wf = Workflow("big-gate")
+
+    @wf.step(approval=True)
+    def huge(ctx: Any) -> Any:
+        return BIG
+
+    path = str(tmp_path / "store.db")
+    with Runtime(path, [wf]) as rt:
+        run_id = rt.start("big-gate")
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_form(pilot, run_id, "a", ApproveScreen)
+        form = app.screen
+        await until(pilot, lambda: form.loaded)
+        area = form.query_one("#output-json", TextArea)
+        assert area.disabled and area.text == ""
+        assert "too long to edit here" in str(area.placeholder)
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: run_status(path, run_id) == RunStatus.QUEUED)
+    with Runtime(path, create=False) as rt:
+        assert rt.step_output(run_id, "huge") == BIG

@@ -26,7 +26,7 @@ from relaypoint.errors import RelaypointError, UnknownRun, UnknownStep
 from relaypoint.models import Event, Run, RunSummary, StepRecord
 from relaypoint.runtime import Runtime
 
-from .output import output_view
+from .output import editor_json, output_view
 
 PAGE_SIZE = 50
 NEWER_LIMIT = 500
@@ -224,7 +224,8 @@ class StepOutput:
     """One step's output as read while the run was at ``version`` (its ``updated_at``): any later
     change to the run may have changed it. ``value`` is meaningful only when ``recorded``.
     ``view``: what the output box shows, ``pages`` pages of it (bounded; see
-    :mod:`relaypoint.tui.output`); ``more``: the output goes on past what ``view`` shows."""
+    :mod:`relaypoint.tui.output`); ``more``: the output goes on past what ``view`` shows;
+    ``editor``: the output as JSON for the approve form (None: not recorded, or too long to edit)."""
 
     run_id: str
     step: str
@@ -234,13 +235,15 @@ class StepOutput:
     view: RenderableType = ""
     pages: int = 1
     more: bool = False
+    editor: str | None = None
 
     def paged(self, db: str, step: StepRecord, pages: int) -> StepOutput:
         """This output with ``pages`` pages of it formatted for ``step`` (its error and traceback
         included) of a run in store ``db`` (named in the command that prints it whole). Costly for
         a big output: call it in a thread worker, never on the UI thread."""
         view, more = output_view(db, self.run_id, step, self.recorded, self.value, pages)
-        return replace(self, view=view, pages=pages, more=more)
+        editor = editor_json(self.value) if self.recorded else None
+        return replace(self, view=view, pages=pages, more=more, editor=editor)
 
 
 def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1) -> StepOutput | None:

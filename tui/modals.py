@@ -27,6 +27,7 @@ from relaypoint.status import StepStatus
 
 from . import format as fmt
 from .actions import CLOSE_HELP
+from .output import EDITABLE_CHARS
 
 
 def _run_line(run: Run) -> Text:
@@ -149,6 +150,9 @@ class ApproveScreen(_Form):
     """Approve the run's pending checkpoint: an optional comment, and the gated step's output as
     JSON, editable (left as shown, the output is kept).
 
+    ``editor``: the output as JSON, formatted off the UI thread (``StepOutput.editor``); None for
+    an output too long to edit here, which the approval then keeps as is.
+
     Without ``output`` the form opens at once with the output still being read (so keys typed
     right after ``a`` land in the form, never on the screen under it); :meth:`load` fills it, and
     until then the form cannot be submitted."""
@@ -156,30 +160,42 @@ class ApproveScreen(_Form):
     SUBMIT_LABEL = "Approve"
     SUBMIT_VARIANT = "success"
 
-    def __init__(self, run: Run, output: Any = _LOADING, recorded: bool = False) -> None:
+    def __init__(self, run: Run, output: Any = _LOADING, recorded: bool = False, editor: str | None = None) -> None:
         super().__init__("Approve", run)
         self.output = output
         self.recorded = recorded
+        self.editor = editor
 
     @property
     def loaded(self) -> bool:
         """True once the gated step's output is known."""
         return self.output is not _LOADING
 
+    @property
+    def too_long(self) -> bool:
+        """True when the output is too long to edit here (it is approved as is)."""
+        return self.loaded and self.recorded and self.editor is None
+
     def _editor_text(self) -> str:
-        return json_text(self.output) if self.loaded and self.recorded else ""
+        return (self.editor or "") if self.loaded and self.recorded else ""
 
     def _placeholder(self) -> str:
-        return "no output recorded; type JSON to record one" if self.loaded else "reading the step's output…"
+        if not self.loaded:
+            return "reading the step's output…"
+        if self.too_long:
+            return (f"the output is longer than {EDITABLE_CHARS:,} characters, too long to edit here; approving "
+                    "keeps it as is (relaypoint approve RUN --output JSON replaces it)")
+        return "no output recorded; type JSON to record one"
 
-    def load(self, output: Any, recorded: bool) -> None:
+    def load(self, output: Any, recorded: bool, editor: str | None) -> None:
         """Show the gated step's output, read after the form opened."""
         self.output = output
         self.recorded = recorded
+        self.editor = editor
         area = self.query_one("#output-json", JsonEditor)
         area.load_text(self._editor_text())
         area.placeholder = self._placeholder()
-        area.disabled = False
+        area.disabled = self.too_long
 
     def body(self) -> ComposeResult:
         cp = self.run.pending
@@ -191,7 +207,7 @@ class ApproveScreen(_Form):
         yield Input(placeholder="why you approve", id="comment")
         yield Label("Output (JSON; edit to replace the step's output, leave as is to keep it)")
         yield JsonEditor(self._editor_text(), id="output-json", placeholder=self._placeholder(),
-                         disabled=not self.loaded)
+                         disabled=not self.loaded or self.too_long)
         yield _editor_hint("approve")
 
     def collect(self) -> Approval:

@@ -34,6 +34,19 @@ def page(text: str, pages: int) -> Preview:
     return preview(text, chars=pages * PREVIEW_CHARS, lines=pages * PREVIEW_LINES)
 
 
+EDITABLE_CHARS = 200_000
+"""Longest output JSON the approve form puts in its editor; a longer one is approved as is."""
+
+
+def editor_json(value: Any) -> str | None:
+    """The output as JSON for the approve form's editor, or None when it is longer than
+    :data:`EDITABLE_CHARS` (a text area of megabytes would freeze the console)."""
+    if isinstance(value, str) and len(value) > EDITABLE_CHARS:
+        return None
+    text = json_text(value)
+    return text if len(text) <= EDITABLE_CHARS else None
+
+
 def pager_text(value: Any) -> str:
     """The whole output for ``$PAGER``: as shown, with terminal controls made visible."""
     return clean(whole_text(value), multiline=True)

@@ -456,7 +456,7 @@ class ConsoleScreen(Screen[None]):
         step = self.detail.selected_step()
         if (output is not None and step is not None and run.pending is not None
                 and step.name == run.pending.step and self.detail.output_is_current()):
-            form = ApproveScreen(run, output.value, output.recorded)
+            form = ApproveScreen(run, output.value, output.recorded, output.editor)
         else:
             form = ApproveScreen(run)
             self._read_gated_output(run)
@@ -476,7 +476,8 @@ class ConsoleScreen(Screen[None]):
         if form is None or form.run.run_id != message.run_id or form not in self.app.screen_stack:
             return
         output = message.output
-        form.load(output.value if output is not None else None, output is not None and output.recorded)
+        form.load(output.value if output is not None else None, output is not None and output.recorded,
+                  output.editor if output is not None else None)
 
     def action_reject(self) -> None:
         if (run := self._actionable("reject")) is not None:
