@@ -452,7 +452,7 @@ def events(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Runs executed at once (threads).")
 @click.option("--max-recoveries", default=3, show_default=True, type=click.IntRange(0),
-              help="Mark a run failed once its executor has died more than this many times.")
+              help="Mark a run failed once its process has died more than this many times executing it alone.")
 @click.option("--poll", default=1.0, show_default=True, type=click.FloatRange(0.05), help="Seconds between polls.")
 @click.pass_context
 def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recoveries: int, poll: float) -> None:
