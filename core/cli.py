@@ -29,7 +29,7 @@ from rich.table import Table
 
 from .apploader import load_workflows
 from .clock import to_text
-from .display import clean, literal, preview
+from .display import Preview, clean, literal, preview, preview_json
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
 from .runtime import LEASE_SECONDS, Runtime
@@ -310,24 +310,24 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
     if run.forks:
         out.print(literal(f"forks: {', '.join(run.forks)}"))
     if run.pending:
-        _bounded(out, f"waiting: {run.pending.reason} (checkpoint {run.pending.checkpoint_id})", whole_run, "yellow")
+        _bounded(out, preview(f"waiting: {run.pending.reason} (checkpoint {run.pending.checkpoint_id})"), whole_run,
+                 "yellow")
     if run.error:
-        _bounded(out, f"error: {run.error}", whole_run, "red")
-    _bounded(out, f"input: {json.dumps(run.input, ensure_ascii=False)}", whole_run)
+        _bounded(out, preview(f"error: {run.error}"), whole_run, "red")
+    _bounded(out, preview(f"input: {json.dumps(run.input, ensure_ascii=False)}"), whole_run)
     for t in run.tasks:
         out.print()
         out.print(literal(f"{STEP_SYMBOLS[t.status]} {t.name}  {t.status}  attempts {t.attempts}", "bold"))
         if t.has_output:
             whole = f"relaypoint show {run.run_id} --output {shlex.quote(t.name)}"
-            _bounded(out, json.dumps(t.output, indent=2, ensure_ascii=False), whole)
+            _bounded(out, preview_json(t.output), whole)
         if t.error:
-            _bounded(out, t.traceback or t.error, whole_run, "red")
+            _bounded(out, preview(t.traceback or t.error), whole_run, "red")
 
 
-def _bounded(out: Console, text: str, whole: str, style: str = "") -> None:
-    """Print a bounded preview of ``text`` (see :func:`relaypoint.display.preview`); when it was cut,
-    say how much was left out and the command ``whole`` that prints all of it."""
-    shown = preview(text)
+def _bounded(out: Console, shown: Preview, whole: str, style: str = "") -> None:
+    """Print a bounded preview (see :func:`relaypoint.display.preview`); when it was cut, say the
+    whole size and the command ``whole`` that prints all of it."""
     out.print(literal(shown.head, style, multiline=True))
     if shown.cut:
         out.print(literal(shown.note(whole), "dim"))

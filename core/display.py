@@ -100,31 +100,53 @@ PREVIEW_LINES = 60
 @dataclass(frozen=True)
 class Preview:
     """The bounded head of a value's text: ``head`` (raw: show it through :func:`literal` or
-    :func:`clean`), ``size`` (UTF-8 bytes of the whole text) and ``cut`` (True when ``head`` is
-    shorter than the whole)."""
+    :func:`clean`), ``size`` (UTF-8 bytes of the whole value: the text, or a JSON value as stored)
+    and ``cut`` (True when ``head`` is not the whole)."""
 
     head: str
     size: int
     cut: bool
 
     def note(self, whole: str) -> str:
-        """One line saying what was left out and the command ``whole`` that prints everything."""
-        return f"… showing {len(self.head.encode('utf-8', 'surrogatepass')):,} of {self.size:,} bytes " \
-               f"({human_size(self.size)}); the whole value: {whole}"
+        """One line saying that the preview was cut, the whole size, and the command ``whole`` that
+        prints everything."""
+        return f"… cut here: {self.size:,} bytes ({human_size(self.size)}) in all; the whole value: {whole}"
 
 
 def preview(text: str, *, chars: int = PREVIEW_CHARS, lines: int = PREVIEW_LINES) -> Preview:
     """The first ``chars`` characters and ``lines`` lines of ``text`` (cost bounded by the cut, not
     by the size of ``text``, except for counting its bytes)."""
+    head = _head(text, chars, lines)
+    return Preview(head, len(text.encode("utf-8", "surrogatepass")), len(head) < len(text))
+
+
+def preview_json(value: Any, *, chars: int = PREVIEW_CHARS, lines: int = PREVIEW_LINES) -> Preview:
+    """A bounded preview of ``value`` as pretty JSON (2-space indent, non-ASCII kept). Encoding
+    stops once the preview is full, so a value of any size costs about one compact encoding (for
+    ``size``: its bytes as stored) plus the preview."""
+    pieces, length = [], 0
+    chunks = json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(value)
+    for chunk in chunks:
+        pieces.append(chunk)
+        length += len(chunk)
+        if length > chars:
+            break
+    else:
+        chunks = None  # encoded whole
+    text = "".join(pieces)
+    head = _head(text, chars, lines)
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    return Preview(head, size, chunks is not None or len(head) < len(text))
+
+
+def _head(text: str, chars: int, lines: int) -> str:
     head = text[:chars]
     cut_at = -1
     for _ in range(lines):
         cut_at = head.find("\n", cut_at + 1)
         if cut_at < 0:
-            break
-    if cut_at >= 0:
-        head = head[:cut_at]
-    return Preview(head, len(text.encode("utf-8", "surrogatepass")), len(head) < len(text))
+            return head
+    return head[:cut_at]
 
 
 def human_size(size: int) -> str:

@@ -435,7 +435,7 @@ def test_show_prints_a_bounded_preview_of_big_values_and_says_how_to_get_them_wh
     rid = done.stdout.strip()
     shown = ok(relaypoint(app, "show", rid))
     assert len(shown) < 6 * PREVIEW_CHARS and "Z9Z9" not in shown
-    assert f"of {size + 6:,} bytes (1.9 MiB); the whole value: relaypoint show {rid} --output produce" in shown
+    assert f"… cut here: {size + 6:,} bytes (1.9 MiB) in all; the whole value: relaypoint show {rid} --output produce" in shown
     assert f"the whole value: relaypoint show {rid} --json" in shown  # the long error and traceback
     whole = ok(relaypoint(app, "show", rid, "--output", "produce"))
     assert json.loads(whole) == "x" * size + "Z9Z9"
