@@ -56,7 +56,14 @@ class Executor:
 
     def _drive(self, run_id: str, wf: Workflow, lease: LeaseHolder,
                should_stop: Callable[[], bool | str] | None = None) -> RunStatus:
-        """Execute steps while this process holds the lease. Returns the status the run ends in."""
+        """Execute steps while this process holds the lease. Returns the status the run ends in.
+
+        Whatever a step raises fails that step (retried per its ``retries``, except an unstorable
+        output): ``SystemExit`` and other ``BaseException`` subclasses included, so ``sys.exit()``
+        in a step never ends the process with the run left behind. Two exceptions: the executor's
+        own ``InputRequested`` pauses the run, and ``KeyboardInterrupt`` (Ctrl-C) releases it
+        ``interrupted`` and propagates.
+        """
         lease.start_heartbeat()
         failures: dict[str, int] = {}
         try:

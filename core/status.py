@@ -45,7 +45,12 @@ class RunStatus(StrEnum):
 
 
 class StepStatus(StrEnum):
-    """Status of one step of a run, as stored in ``steps.status``."""
+    """Status of one step of a run, as stored in ``steps.status``.
+
+    ``pending`` -> ``running`` -> ``completed`` | ``failed`` | ``awaiting_input`` (it called
+    ``request_input``; ``pending`` again once answered) | ``interrupted`` (its process died);
+    open steps (:data:`OPEN_STEPS`) become ``cancelled`` when the run is cancelled or rejected.
+    """
 
     PENDING = "pending"
     RUNNING = "running"

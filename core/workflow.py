@@ -66,7 +66,11 @@ class Workflow:
         on_orphan: OnOrphan = "retry",
         timeout: float | None = None,
     ) -> Any:
-        """Register a step; usable as ``@wf.step``, ``@wf.step(...)`` or ``wf.step(name=...)(fn)``."""
+        """Register a step; usable as ``@wf.step``, ``@wf.step(...)`` or ``wf.step(name=...)(fn)``.
+
+        ``name``: the step's name (default: the function's name); the other options are those of
+        :class:`StepSpec`. Raises ``DefinitionError`` for a duplicate name or an invalid option.
+        """
 
         def register(f: StepFn) -> StepFn:
             step_name = name or f.__name__
