@@ -24,13 +24,14 @@ def resume_log(db_path: str | os.PathLike) -> Path:
 def spawn_resume(db_path: str | os.PathLike, app_spec: str, run_id: str, *,
                  allow_drift: bool = False) -> subprocess.Popen:
     """Start ``python -m relaypoint --db DB resume RUN_ID --app APP [--allow-drift]`` in its own
-    session, so it survives the caller closing. Its stderr goes to :func:`resume_log` (appended);
-    the run's own progress and errors are recorded in the store. Returns the process handle.
+    session, so it survives the caller closing. Its stderr goes to :func:`resume_log` (appended;
+    created readable by this user only, like the store, since errors may quote step data); the
+    run's own progress and errors are recorded in the store. Returns the process handle.
 
     The current directory is kept, so an ``--app`` module found there is found by the child too.
     """
     command = [sys.executable, "-m", "relaypoint", "--db", str(db_path), "resume", run_id, "--app", app_spec]
-    with open(resume_log(db_path), "ab") as log:
+    with os.fdopen(os.open(resume_log(db_path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
         return subprocess.Popen(
             command + (["--allow-drift"] if allow_drift else []),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,

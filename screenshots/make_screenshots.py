@@ -5,7 +5,8 @@
 Without ``--db`` a new store is filled by ``relaypoint demo --no-console`` in a temporary
 directory (``--fixture``: by the tests' fixed store builder instead, ``tests/fixtures.py``).
 The console is driven headless with ``App.run_test()``; it shows, in order: the runs list, the
-detail of a run awaiting approval with its output, the approve form, the fork form and help.
+detail of a run awaiting approval with its output, the approve form, the fork form, help, and
+the same run at 80x24.
 Files: ``<out>/<name>.svg`` and ``<out>/<name>.png``.
 
 PNG conversion needs ``rsvg-convert`` (Debian ``librsvg2-bin``), DejaVu Sans Mono (Debian
@@ -31,6 +32,9 @@ from relaypoint.tui.runs_table import RunsTable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from fixtures import CONSOLE_NOW, build_fixture_store, fixed_clock  # noqa: E402
+
+SMALL = (80, 24)
+"""The last shot: the same run on an 80x24 terminal."""
 
 # Textual's SVG asks for Fira Code from the web; the converter has no network, so a local font.
 FONT = ("Fira Code, monospace", "DejaVu Sans Mono, monospace")
@@ -89,6 +93,10 @@ async def shoot(db: Path, out: Path, size: tuple[int, int], app_spec: str | None
         await pilot.press("escape")
         await pilot.press("question_mark")
         await save("help")
+        await pilot.press("escape")
+        await pilot.resize_terminal(*SMALL)
+        await pilot.press("k", "j")  # as a person would, to bring the selected run back into view
+        await save("small")
     return written
 
 

@@ -952,6 +952,7 @@ async def test_a_resume_refused_for_drift_says_why_and_offers_to_allow_it(tmp_pa
     with Runtime(path, create=False) as rt:
         assert rt.step_output(run_id, "three") == {"n": 3}
         assert any(e.kind == "drift_allowed" for e in rt.events(run_id))
+    assert os.stat(f"{path}.resume.log").st_mode & 0o777 == 0o600  # like the store: errors may quote data
 
 
 async def test_the_step_chain_is_usable_at_80x24_with_a_long_step_name(tmp_path):

@@ -117,9 +117,9 @@ def help_markdown() -> str:
     lines = ["Press **escape** (or `q`, `?`) to close this help; ↑/↓ scroll it.", "",
              "## Keys", "", "| Key | Action |", "| --- | --- |"]
     lines += [_row(a.key, f"**{a.label}**: {a.tooltip}") for a in RUN_ACTIONS]
-    lines += [_row(b.key_display or b.key, f"**{b.description}**: {b.tooltip}")
-              for b in (*GENERAL_BINDINGS, *OUTPUT_BINDINGS)]
+    lines += [_row(b.key_display or b.key, f"**{b.description}**: {b.tooltip}") for b in GENERAL_BINDINGS]
     lines += [_row(key, what) for key, what in MOVE_KEYS]
+    lines += [_row(b.key, f"**{b.description}**: {b.tooltip}") for b in OUTPUT_BINDINGS]
     lines += ["", ("Keys that do not apply to the selected run are greyed out in the footer, and its "
                    "buttons are disabled; pressed anyway, they say why."), "", "## In a form", "",
               "| Key | Action |", "| --- | --- |"]

@@ -188,10 +188,11 @@ class StepsTable(KeyedTable):
 
     def action_scroll_output(self, direction: int) -> None:
         box = self.screen.query_one("#output-box", VerticalScroll)
+        # Not animated: keys pressed in a burst each move a whole page.
         if direction > 0:
-            box.scroll_page_down()
+            box.scroll_page_down(animate=False)
         else:
-            box.scroll_page_up()
+            box.scroll_page_up(animate=False)
 
 
 class DetailPane(Vertical):
