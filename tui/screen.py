@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .app import RelaypointConsole
 
 REFRESH_SECONDS = 1.0
+SEARCH_DEBOUNCE_SECONDS = 0.2
 OUTPUT_ACTIONS = frozenset(b.action for b in OUTPUT_BINDINGS)
 GREYABLE_KEYS = {**{a.key: a.name for a in RUN_ACTIONS}, **{b.key: b.action for b in OUTPUT_BINDINGS}}
 """Keys whose action can be greyed out, and the action (for the reason given when pressed)."""
@@ -67,6 +68,7 @@ class ConsoleScreen(Screen[None]):
         self._refresh_again = False
         self._page: Worker[None] | None = None
         self._enabled: set[str] | None = None
+        self._search_timer: Timer | None = None
         self._resumes: list[ResumeStarted] = []
         self._drifted: dict[str, str] = {}  # run id -> why its last resume from here refused the drift
         self._approve_form: ApproveScreen | None = None
@@ -368,11 +370,22 @@ class ConsoleScreen(Screen[None]):
         self._focus(self.search)
 
     @on(Input.Changed, "#search")
-    def _search_changed(self, event: Input.Changed) -> None:
-        self._set_query(RunQuery(self.query_state.status, event.value.strip() or None))
+    def _search_changed(self) -> None:
+        """Search once typing pauses for :data:`SEARCH_DEBOUNCE_SECONDS`: a word typed is one
+        query, not one per key."""
+        if self._search_timer is not None:
+            self._search_timer.stop()
+        self._search_timer = self.set_timer(SEARCH_DEBOUNCE_SECONDS, self._apply_search)
+
+    def _apply_search(self) -> None:
+        if self._search_timer is not None:
+            self._search_timer.stop()
+            self._search_timer = None
+        self._set_query(RunQuery(self.query_state.status, self.search.value.strip() or None))
 
     @on(Input.Submitted, "#search")
     def _search_submitted(self) -> None:
+        self._apply_search()
         self._focus(self.runs)
 
     def action_cycle_status(self) -> None:
