@@ -1004,3 +1004,36 @@ async def test_a_gated_10_mb_output_is_approved_as_is_without_an_editor_of_megab
         await until(pilot, lambda: run_status(path, run_id) == RunStatus.QUEUED)
     with Runtime(path, create=False) as rt:
         assert rt.step_output(run_id, "huge") == BIG
+
+
+def text_length(table: Any) -> int:
+    """Characters in the cells of a rich table (what the console would lay out)."""
+    return sum(len(str(cell)) for column in table.columns for cell in column.cells)
+
+
+async def test_a_long_error_is_bounded_in_the_header_the_events_and_the_output_box(tmp_path):
+    from relaypoint.display import PREVIEW_CHARS
+    from relaypoint.tui.detail import events_view, run_header
+
+    wf = Workflow("loud")
+
+    @wf.step
+    def boom(ctx: Any) -> Any:
+        raise ValueError("E" * 1_000_000 + "TAIL-OF-THE-ERROR")
+
+    path = str(tmp_path / "store.db")
+    with Runtime(path, [wf]) as rt:
+        run_id = rt.start("loud")
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, run_id)
+        pane = detail(pilot)
+        run, now = pane.run, app.clock()
+        output = rendered(pane.query_one("#output"))
+        with Runtime(path, create=False) as rt:
+            events = rt.events(run_id)
+    assert text_length(run_header(run, now)) < 2_000
+    assert text_length(events_view(events)) < 10_000
+    assert len(output) < 3 * PREVIEW_CHARS
+    assert "morecharactersoftheerrornotshown" in output
+    assert "TAIL-OF-THE-ERROR" in output  # the traceback's end, where the error is raised, is kept

@@ -44,7 +44,8 @@ def _when(at: datetime | None, now: datetime) -> Text:
 
 
 HEADER_CHARS = 1_000
-"""Characters of a header field (input, error, prompt) shown: the header is a few lines high."""
+"""Characters of a header field (input, error, prompt) or an event's detail value shown: the
+header is a few lines high, the events box a dozen."""
 
 
 def one_line_json(value: Any) -> Text:
@@ -110,19 +111,25 @@ def step_cells(step: StepRecord, now: datetime) -> list[Text]:
             Text(fmt.duration(step.started_at, end), justify="right")]
 
 
+def _cut(text: str) -> str:
+    return text if len(text) <= HEADER_CHARS else text[:HEADER_CHARS] + "…"
+
+
 def _detail_text(detail: Any) -> Text:
+    """An event's detail as ``key=value`` pairs, each value cut at :data:`HEADER_CHARS` (an error
+    quoted in full is in the step's output box, bounded there too)."""
     if not detail:
         return Text()
     if not isinstance(detail, dict):
-        return literal(json_text(detail))
+        return literal(_cut(json_text(detail)))
     out = Text()
     for key, value in detail.items():
         if value is None:
             continue
         if out:
             out.append("  ")
-        out.append_text(literal(f"{key}=", "dim"))
-        out.append_text(literal(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)))
+        out.append_text(literal(_cut(f"{key}="), "dim"))
+        out.append_text(literal(_cut(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))))
     return out
 
 
