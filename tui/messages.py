@@ -51,6 +51,15 @@ class OutputLoaded(Message):
         self.output = output
 
 
+class PagerReady(Message):
+    """The whole of a step's output, formatted for ``$PAGER`` (UTF-8, terminal controls made visible)."""
+
+    def __init__(self, output: StepOutput, text: bytes) -> None:
+        super().__init__()
+        self.output = output
+        self.text = text
+
+
 class ApprovalReady(Message):
     """The gated step's output was read (None: the step is not in the chain) for the approve form
     that opened without it."""

@@ -31,11 +31,11 @@ from relaypoint.status import RUN_SYMBOLS, RunStatus
 from . import changes
 from . import format as fmt
 from .actions import GENERAL_BINDINGS, OUTPUT_BINDINGS, PANE_BINDINGS, RUN_ACTION_NAMES, RUN_ACTIONS, help_markdown
-from .data import (PageKind, RefreshRequest, RunDetail, RunKey, RunQuery, StoreState, load_detail, load_output,
-                   read_page, read_refresh)
+from .data import (PageKind, RefreshRequest, RunDetail, RunKey, RunQuery, StepOutput, StoreState, load_detail,
+                   load_output, read_page, read_refresh)
 from .detail import DetailPane
 from .footer import ConsoleFooter
-from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded,
+from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded, PagerReady,
                        RefreshFailed, Refreshed, ResumeStarted)
 from .output import pager_text, show_command
 from .modals import ApproveScreen, ConfirmScreen, ForkScreen, HelpScreen, RejectScreen, RespondScreen
@@ -337,18 +337,27 @@ class ConsoleScreen(Screen[None]):
             self._read_output(run, step, output.pages + 1)
 
     def action_pager(self) -> None:
-        """``p``: open the selected step's whole output in ``$PAGER`` (``less`` when unset), with
-        terminal controls made visible; the console is suspended meanwhile."""
+        """``p``: open the selected step's whole output in ``$PAGER`` (formatted in a worker)."""
         output = self.detail.output
-        if self.why_not("pager") is not None or output is None:
-            return
+        if self.why_not("pager") is None and output is not None:
+            self._prepare_pager(output)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="pager")
+    def _prepare_pager(self, output: StepOutput) -> None:
+        """The whole output as the pager shows it, with terminal controls made visible."""
+        self.post_message(PagerReady(output, pager_text(output.value).encode("utf-8", "surrogatepass")))
+
+    def on_pager_ready(self, message: PagerReady) -> None:
+        """Suspend the console and run ``$PAGER`` (``less`` when unset) on the output."""
         command = shlex.split(os.environ.get("PAGER") or "less")
+        output = message.output
         try:
             with self.app.suspend():
-                subprocess.run(command, input=pager_text(output.value).encode("utf-8", "surrogatepass"), check=False)
+                subprocess.run(command, input=message.text, check=False)
         except SuspendNotSupported:
-            self.notify(clean(f"no terminal to open a pager in; {show_command(self.app.db_path, output.run_id, output.step)} "
-                              "prints the whole output"), severity="warning", markup=False)
+            self.notify(clean(f"no terminal to open a pager in; "
+                              f"{show_command(self.app.db_path, output.run_id, output.step)} prints the whole output"),
+                        severity="warning", markup=False)
         except OSError as e:
             self.notify(clean(f"could not start the pager {command[0]!r} ({e.strerror}); set $PAGER"),
                         severity="error", markup=False)
