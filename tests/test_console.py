@@ -941,7 +941,7 @@ async def test_a_resume_refused_for_drift_says_why_and_offers_to_allow_it(tmp_pa
         await until(pilot, lambda: any(severity == "error" for _, severity in notes), timeout=30)
         failure = next(msg for msg, severity in notes if severity == "error")
         assert failure.startswith(f"resume of run {run_id[:8]} failed: workflow 'tiny' changed since run {run_id}")
-        assert "press r to resume allowing the drift" in failure
+        assert failure.endswith("; press r on it again to resume allowing the drift (it asks first), or fork it")
         assert "\n" not in failure
         assert run_status(path, run_id) == RunStatus.QUEUED
         await pilot.press("r")  # asks first

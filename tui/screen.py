@@ -239,10 +239,10 @@ class ConsoleScreen(Screen[None]):
             reason = failure_reason(self.app.db_path, started.log_from) or f"its process exited with status {code}"
             if "--allow-drift" in reason and not started.allow_drift:
                 self._drifted[started.run_id] = reason
-                then = "select it and press r to resume allowing the drift (asks first), or fork it"
+                then = "press r on it again to resume allowing the drift (it asks first), or fork it"
             else:
                 then = f"the whole output is in {resume_log(self.app.db_path).name}"
-            self.notify(clean(f"resume of run {run} failed: {reason}. {then}"), title="Resume failed",
+            self.notify(clean(f"resume of run {run} failed: {reason.rstrip('.')}; {then}"), title="Resume failed",
                         severity="error", timeout=20, markup=False)
 
     # ---- the runs list and the selection ----------------------------------------------------------
