@@ -834,7 +834,12 @@ def test_a_poison_pill_is_charged_alone_and_spares_the_runs_that_shared_its_work
     deaths, survivor = [], None
     for _ in range(8):  # a worker restarted after each death, as a supervisor would
         w = box.spawn("worker", "--app", APP, "--concurrency", "4", "--max-recoveries", "2", "--poll", "0.1")
-        wait_until(lambda w=w: w.poll() is not None or settled(), 60, "the worker to die or every run to settle")
+        try:
+            wait_until(lambda w=w: w.poll() is not None or settled(), 60, "the worker to die or every run to settle")
+        except AssertionError:
+            procs.kill(w)
+            finish(w)
+            raise
         if w.poll() is not None:
             deaths.append(finish(w))
             continue
