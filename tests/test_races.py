@@ -401,7 +401,12 @@ def stopped_owner(box: Sandbox, sleep: float) -> tuple[subprocess.Popen, str]:
     rid = procs.wait_step(box.db, "nap")["run_id"]
     os.kill(owner.pid, signal.SIGSTOP)
     expires = procs.run_row(box.db, rid)["lease_expires_at"]
-    wait_until(lambda: procs.utc_text() > expires, 10, "the stopped owner's lease to expire")
+    try:
+        wait_until(lambda: procs.utc_text() > expires, 10, "the stopped owner's lease to expire")
+    except AssertionError:
+        procs.kill(owner)
+        finish(owner)
+        raise
     return owner, rid
 
 
@@ -801,8 +806,13 @@ def test_poison_pill_run_is_failed_after_max_recoveries(box):
     deaths = []
     for _ in range(6):  # each worker that picks the run up dies with it, until the guard fails it
         w = box.spawn("worker", "--app", APP, "--max-recoveries", "2", "--poll", "0.1")
-        wait_until(lambda w=w: w.poll() is not None or procs.run_status(box.db, rid) == "failed", 30,
-                   "the worker to die or the run to fail")
+        try:
+            wait_until(lambda w=w: w.poll() is not None or procs.run_status(box.db, rid) == "failed", 30,
+                       "the worker to die or the run to fail")
+        except AssertionError:
+            procs.kill(w)
+            finish(w)
+            raise
         if w.poll() is not None:
             deaths.append(finish(w))
             continue
