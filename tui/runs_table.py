@@ -1,17 +1,19 @@
 """The runs list: one row per run, newest first, keyed by run id.
 
 It holds a contiguous window of the listing, never the whole of a big store: the first page, then
-pages read as the cursor nears either end (keyset pages, whatever the depth); ``end``/``G`` replace
-it with the oldest page, ``home``/``g`` with the newest, and the window grows from there at both
-ends. Movement past the loaded rows is queued and replayed when the page arrives, so no key is lost.
-A live refresh re-reads only the rows on screen and a margin, plus the runs added above the newest,
-and changes only the cells whose text changed (relative times: rows on screen only).
+pages read as the cursor nears either end (keyset pages, whatever the depth), at most
+:data:`MAX_ROWS` rows (rows far behind the cursor are dropped, and read again if it goes back);
+``end``/``G`` replace it with the oldest page, ``home``/``g`` with the newest, and the window grows
+from there at both ends. Movement past the loaded rows is queued and replayed when the page
+arrives, so no key is lost. A live refresh re-reads only the rows on screen and a margin, plus the
+runs added above the newest, and changes only the cells whose text changed (relative times: rows
+on screen only).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rich.text import Text
@@ -35,6 +37,14 @@ NEAR_END = 5
 """Rows from either end of the loaded rows at which the next page is read ahead of the cursor."""
 WINDOW_MARGIN = 25
 """Rows above and below the screen that a live refresh re-reads with the rows on it."""
+MAX_ROWS = 1000
+"""Most rows loaded: a page added at one end beyond it drops as many rows at the other end, so
+memory and refresh cost do not grow with how far the list is scrolled."""
+AGO_PERIOD = timedelta(seconds=10)
+"""How often the relative "Updated" times of the rows on screen are brought up to date when
+nothing else changed. A changed cell makes ``DataTable`` render every cell on screen again (its
+cell cache is keyed by the table's update count), so the times that changed meanwhile are changed
+together, not one re-render a second."""
 
 
 def _fit(text: Text, width: int) -> Text:
@@ -97,6 +107,7 @@ class RunsTable(KeyedTable):
         self._cells: dict[str, list[Text]] = {}
         self._read_at: dict[str, Version] = {}
         self._request: RefreshRequest | None = None
+        self._ticked: datetime | None = None
 
     # ---- what a refresh reads, and what it read ------------------------------------------------
 
@@ -159,9 +170,15 @@ class RunsTable(KeyedTable):
         elif page.kind == PageKind.OLDER:
             self.more = page.more
             self._update(page.runs, (), version, now)
+            if len(self._order) > MAX_ROWS:  # forget the newest rows; read again if the cursor goes back
+                self.more_above = True
+                self._update((), self._order[:len(self._order) - MAX_ROWS], version, now)
         else:
             self.more_above = page.more
             self._update(page.runs, (), version, now)
+            if len(self._order) > MAX_ROWS:
+                self.more = True
+                self._update((), self._order[MAX_ROWS:], version, now)
         self.move_by(0)
 
     def page_failed(self) -> None:
@@ -169,7 +186,11 @@ class RunsTable(KeyedTable):
         self.wanted = None
 
     def tick(self, now: datetime) -> None:
-        """Bring the relative "Updated" times of the rows on screen up to ``now`` (changed cells only)."""
+        """Bring the relative "Updated" times of the rows on screen up to ``now`` (changed cells
+        only), at most every :data:`AGO_PERIOD`."""
+        if self._ticked is not None and now - self._ticked < AGO_PERIOD:
+            return
+        self._ticked = now
         start = int(self.scroll_y)
         changed = []
         for key in self._order[start:start + self._page_rows() + 1]:

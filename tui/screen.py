@@ -146,7 +146,7 @@ class ConsoleScreen(Screen[None]):
         line = self._counts(named=True) + tail
         if line.cell_len > self.size.width - 2:  # too long: symbols only
             line = self._counts(named=False) + tail
-        self.query_one("#status-line", Static).update(line)
+        self.query_one("#status-line", Static).update(line, layout=False)  # one line, full width: no relayout
 
     def _counts(self, named: bool) -> Text:
         counts = Text()
