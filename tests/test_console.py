@@ -1037,3 +1037,31 @@ async def test_a_long_error_is_bounded_in_the_header_the_events_and_the_output_b
     assert len(output) < 3 * PREVIEW_CHARS
     assert "morecharactersoftheerrornotshown" in output
     assert "TAIL-OF-THE-ERROR" in output  # the traceback's end, where the error is raised, is kept
+
+
+async def test_a_burst_of_pgdn_in_the_step_chain_moves_the_output_a_page_per_key(tmp_path):
+    from textual import events
+    from textual.containers import VerticalScroll
+
+    path = str(tmp_path / "store.db")
+    run_id = big_output_store(path)
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, run_id)
+        await pilot.press("enter", "k")
+        await until(pilot, lambda: detail(pilot).output_is_current() and detail(pilot).output.step == "huge")
+        for pages in (2, 3):  # three pages of the output
+            await pilot.press("m")
+            await until(pilot, lambda: detail(pilot).output.pages == pages)
+        await settle(pilot)
+        box = detail(pilot).query_one("#output-box", VerticalScroll)
+        page = box.scrollable_content_region.height
+        assert box.max_scroll_y > 5 * page
+        for _ in range(5):  # faster than an animated scroll ends, slower than a screen refresh
+            app.post_message(events.Key("pagedown", None))
+            await pilot.pause(0.03)
+        await settle(pilot)
+        assert box.scroll_y == 5 * page
+        await pilot.press("pageup")
+        await settle(pilot)
+        assert box.scroll_y == 4 * page
