@@ -863,7 +863,7 @@ async def test_a_10_mb_output_shows_a_bounded_preview_with_its_size_and_more_on_
         await settle(pilot)
         shown = rendered(detail(pilot).query_one("#output"))
         assert len(shown) < 2 * PREVIEW_CHARS  # one page, not 10 MB
-        assert "10,000,018characters(9.5MiB)" in shown
+        assert "9.5MiBinall(10,000,018bytes);thefirst" in shown
         assert "THE-END" not in shown
         assert squash(f"relaypoint --db {path} show {run_id[:8]} --output huge") in shown
         await pilot.press("m")  # a second page
@@ -1065,3 +1065,24 @@ async def test_a_burst_of_pgdn_in_the_step_chain_moves_the_output_a_page_per_key
         await pilot.press("pageup")
         await settle(pilot)
         assert box.scroll_y == 4 * page
+
+
+async def test_a_big_json_output_is_previewed_without_encoding_it_whole(tmp_path):
+    from relaypoint.display import PREVIEW_CHARS
+
+    wf = Workflow("big-json")
+
+    @wf.step
+    def rows(ctx: Any) -> Any:
+        return [{"i": i, "name": f"item {i}"} for i in range(200_000)]
+
+    path = str(tmp_path / "store.db")
+    with Runtime(path, [wf]) as rt:
+        run_id = rt.start("big-json")
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, run_id)
+        shown = rendered(detail(pilot).query_one("#output"))
+        assert detail(pilot).output.editor is None  # too long for the approve form's editor
+    assert len(shown) < 2 * PREVIEW_CHARS
+    assert "MiBinall(" in shown and '"name":"item0"' in shown and "item199999" not in shown

@@ -14,7 +14,8 @@ from rich.console import Group, RenderableType
 from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
-from relaypoint.display import PREVIEW_CHARS, PREVIEW_LINES, Preview, clean, human_size, json_text, literal, preview
+from relaypoint.display import (PREVIEW_CHARS, PREVIEW_LINES, Preview, clean, human_size, json_text, literal, preview,
+                                preview_json)
 from relaypoint.models import StepRecord
 
 from . import format as fmt
@@ -27,11 +28,15 @@ def whole_text(value: Any) -> str:
     return value if isinstance(value, str) else json_text(value)
 
 
-def page(text: str, pages: int) -> Preview:
-    """The first ``pages`` pages of ``text``: a page is the CLI's bounded preview,
+def page(value: Any, pages: int) -> Preview:
+    """The first ``pages`` pages of the output as shown: a page is the CLI's bounded preview,
     :data:`~relaypoint.display.PREVIEW_CHARS` characters or
-    :data:`~relaypoint.display.PREVIEW_LINES` lines, whichever ends first."""
-    return preview(text, chars=pages * PREVIEW_CHARS, lines=pages * PREVIEW_LINES)
+    :data:`~relaypoint.display.PREVIEW_LINES` lines, whichever ends first. A JSON value is encoded
+    only as far as the pages reach (plus one compact encoding for its size)."""
+    chars, lines = pages * PREVIEW_CHARS, pages * PREVIEW_LINES
+    if isinstance(value, str):
+        return preview(value, chars=chars, lines=lines)
+    return preview_json(value, chars=chars, lines=lines)
 
 
 EDITABLE_CHARS = 200_000
@@ -43,8 +48,9 @@ def editor_json(value: Any) -> str | None:
     :data:`EDITABLE_CHARS` (a text area of megabytes would freeze the console)."""
     if isinstance(value, str) and len(value) > EDITABLE_CHARS:
         return None
-    text = json_text(value)
-    return text if len(text) <= EDITABLE_CHARS else None
+    if preview_json(value, chars=EDITABLE_CHARS, lines=EDITABLE_CHARS).cut:
+        return None
+    return json_text(value)
 
 
 def pager_text(value: Any) -> str:
@@ -71,17 +77,16 @@ def output_view(db: str, run_id: str, step: StepRecord, recorded: bool, value: A
     if not recorded:
         parts.append(Text("no output recorded", style="dim"))
     else:
-        text = whole_text(value)
-        head = page(text, pages)
+        head = page(value, pages)
         more = head.cut
         shown = literal(head.head, multiline=True)
         if more:
-            parts.append(Text(f"{len(text):,} characters ({human_size(head.size)}); the first {len(head.head):,} "
-                              "shown · m: more · p: all in $PAGER", style="bold yellow"))
+            parts.append(Text(f"{human_size(head.size)} in all ({head.size:,} bytes); the first {len(head.head):,} "
+                              "characters shown · m: more · p: all in $PAGER", style="bold yellow"))
         parts.append(shown if isinstance(value, str) else _json(shown))
         if more:
-            parts.append(Text.assemble(_rest(len(text) - len(head.head), "the output"), ("\nm", "bold"),
-                                       " shows more, ", ("p", "bold"), " opens it all in $PAGER, ",
+            parts.append(Text.assemble(("… the rest is not shown: ", "italic"), ("m", "bold"), " shows more, ",
+                                       ("p", "bold"), " opens it all in $PAGER, ",
                                        (show_command(db, run_id, step.name), "bold"), " prints it raw", style="dim"))
         parts += _text_fields(value, pages * PREVIEW_CHARS)
     if step.error:
