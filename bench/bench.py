@@ -81,7 +81,7 @@ def main() -> None:
         rows.append(("one 5-step run, start to completed", f"{elapsed / args.boundary_runs * 1000:.2f} ms"))
 
         with Runtime(Path(tmp, "big.db")) as rt:
-            fill(rt, args.runs)
+            fill(rt, args.runs, workflows=("ingest-orders", "ingest-users", "report"))
             size = Path(tmp, "big.db").stat().st_size
             page = rt.list(limit=100)
             last = page[-1]
@@ -92,7 +92,11 @@ def main() -> None:
                 ("list: first page of 100, newest first", f"{timed(lambda: rt.list(limit=100)) * 1000:.2f} ms"),
                 ("list: next page (keyset)", f"{timed(lambda: rt.store.list_runs(limit=100, before=(to_text(last.created_at), last.run_id))) * 1000:.2f} ms"),
                 ("list: filtered by status, first page", f"{timed(lambda: rt.list(status='failed', limit=100)) * 1000:.2f} ms"),
-                ("counts by status (console status line)", f"{timed(rt.store.count_by_status) * 1000:.2f} ms"),
+                ("counts by status (console status line)", f"{timed(rt.store.count_by_status) * 1000:.3f} ms"),
+                ("search: workflow prefix matching 2 runs in 3, first page",
+                 f"{timed(lambda: rt.store.list_runs(search='ingest', limit=100)) * 1000:.2f} ms"),
+                ("search: run id prefix, first page",
+                 f"{timed(lambda: rt.store.list_runs(search=page[50].run_id[:14], limit=100)) * 1000:.2f} ms"),
                 ("get one run with its outputs", f"{timed(lambda: rt.get(page[50].run_id)) * 1000:.2f} ms"),
             ]
     table = Table("measure", "median", title="relaypoint benchmark")

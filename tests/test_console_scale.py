@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from console_pilot import detail, main_screen, runs_table, select_run, settle, type_ahead, until
 from fixtures import CONSOLE_NOW, build_fixture_store, fixed_clock
+from test_drift_and_delete import start_slow, wait_for_running
 from textual import events
 from textual.widget import Widget
 
@@ -374,3 +375,22 @@ async def test_typing_a_search_word_runs_one_query(tmp_path):
         await until(pilot, lambda: table.row_count > 0 and all(r.workflow == "report" for r in table.runs.values()))
         await settle(pilot)
         assert sum("WITH RECURSIVE" in s for s in statements) == 1
+
+
+async def test_an_owner_that_dies_while_the_console_is_idle_is_noticed(tmp_path):
+    # A death writes nothing, so the store's version does not move: while runs are running, each
+    # refresh still looks for dead owners, and the interruption it records counts as a change.
+    proc = start_slow(tmp_path)
+    try:
+        run_id = wait_for_running(tmp_path / "store.db", "wait")
+        app = RelaypointConsole(str(tmp_path / "store.db"))
+        async with app.run_test(size=SIZE) as pilot:
+            table = runs_table(pilot)
+            await until(pilot, lambda: run_id in table.runs and table.runs[run_id].status == "running")
+            proc.kill()
+            proc.wait()
+            await until(pilot, lambda: table.runs[run_id].status == "interrupted")
+            assert main_screen(pilot).state.counts.get("interrupted") == 1
+    finally:
+        proc.kill()
+        proc.communicate()

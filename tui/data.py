@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from relaypoint.clock import to_text
-from relaypoint.errors import RelaypointError, UnknownRun, UnknownStep
+from relaypoint.errors import StoreError, UnknownRun, UnknownStep
 from relaypoint.models import Event, Run, RunSummary, StepRecord
 from relaypoint.runtime import Runtime
 
@@ -162,8 +162,9 @@ not inside it, so this only bounds a store rewritten under the console)."""
 class StoreReader:
     """The console's one long-lived read connection (a :class:`Runtime`), shared by its thread
     workers one at a time. One connection, because SQLite's ``data_version`` only says whether the
-    store changed since the same connection last looked. A failed read closes it; the next read
-    opens a new one (with a new number, so its versions never compare equal to the old one's)."""
+    store changed since the same connection last looked. A store failure closes it; the next read
+    opens a new one (with a new number, so its versions never compare equal to the old one's);
+    other errors (a run deleted meanwhile) leave it open."""
 
     def __init__(self, open_runtime: Callable[[], Runtime]) -> None:
         self._open = open_runtime
@@ -181,7 +182,7 @@ class StoreReader:
                 self.connection += 1
             try:
                 yield self._runtime
-            except (RelaypointError, sqlite3.Error):
+            except (StoreError, sqlite3.Error):  # the store failed: start again on a new connection
                 self._runtime.close()
                 self._runtime = None
                 raise
