@@ -19,8 +19,9 @@ import shlex
 import sqlite3
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
 from datetime import timedelta
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from rich.cells import cell_len, set_cell_size
@@ -65,9 +66,20 @@ def _out() -> Console:
     return console
 
 
-def _say(text: str, *, err: bool = False) -> None:
-    """Print one line built from stored or step-produced text, cleaned (controls shown as escapes)."""
-    click.echo(clean(text), err=err)
+def _say(text: str, *, err: bool = False, file: TextIO | None = None) -> None:
+    """Print one line built from stored or step-produced text, cleaned (controls shown as escapes),
+    on stdout (``file`` when given) or stderr."""
+    click.echo(clean(text), file=file, err=err)
+
+
+@contextmanager
+def _steps_print_to_stderr() -> Iterator[TextIO]:
+    """While steps execute, whatever they print goes to stderr (cleaned there), so stdout carries
+    only what relaypoint prints (``RUN=$(relaypoint start ...)`` gets the run id alone). Yields the
+    real stdout."""
+    stdout = sys.stdout
+    with redirect_stdout(sys.stderr):
+        yield stdout
 
 
 def _json(value: Any) -> str:
@@ -171,12 +183,13 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
     ctx.call_on_close(rt.close)
     started: list[str] = []
 
-    def created(run_id: str) -> None:  # print the id before the first step, so a killed run can be found
-        started.append(run_id)
-        _say(run_id)
-
     try:
-        run_id = rt.start(workflow, data, on_created=created)
+        with _steps_print_to_stderr() as stdout:
+            def created(run_id: str) -> None:  # print the id before the first step, so a killed run can be found
+                started.append(run_id)
+                _say(run_id, file=stdout)
+
+            run_id = rt.start(workflow, data, on_created=created)
     except KeyboardInterrupt:
         if started:
             raise click.ClickException(f"run {started[0]} interrupted; continue it with "
@@ -344,7 +357,8 @@ def resume(ctx: click.Context, run_id: str, app_spec: str | None, allow_drift: b
         raise click.UsageError("resume needs --app MODULE:ATTR (or RELAYPOINT_APP) to run the steps")
     rt = _runtime(ctx, app_spec)
     try:
-        status = rt.resume(run_id, allow_drift=allow_drift)
+        with _steps_print_to_stderr():
+            status = rt.resume(run_id, allow_drift=allow_drift)
     except KeyboardInterrupt:
         raise click.ClickException(f"run {run_id} interrupted; continue it with "
                                    f"`relaypoint resume {run_id} --app {app_spec}`") from None
@@ -468,7 +482,8 @@ def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recov
                log=lambda line: _say(line, err=True))
     _say(f"worker on {ctx.obj['db']}: {', '.join(wf.name for wf in workflows)}, "
          f"concurrency {concurrency}; SIGINT or SIGTERM stops it gracefully", err=True)
-    w.run()
+    with _steps_print_to_stderr():
+        w.run()
 
 
 @cli.command()

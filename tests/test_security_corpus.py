@@ -56,6 +56,7 @@ GATE = f"step {CORPUS['bidi']} {CORPUS['title']}"
 
 @wf.step(name=GATE, approval=True)
 def first(ctx):
+    print(f"a step's own stdout {HOSTILE}")
     return {"text": HOSTILE, "long": LONG, "report": f"line one\\n{HOSTILE}\\n{LONG}"}
 
 
@@ -182,6 +183,8 @@ def test_every_cli_command_and_error_prints_the_corpus_inert(store):
     gate, boom = runs["gate"], runs["boom"]
     start = relaypoint(path, "start", runs["workflow"], "--app", APP)  # pauses at the gate
     started = _inert_run(start)
+    assert start.stdout == f"{started}\n"  # a step's prints go to stderr: RUN=$(relaypoint start ...) works
+    assert "a step's own stdout [bold red]" in start.stderr
     assert f"is awaiting_approval at step 'step user\\u202egnp.exe" in start.stderr
     _inert_run(relaypoint(path, "approve", started, "--comment", ARG, "--by", ARG))
     _inert_run(relaypoint(path, "resume", started, "--app", APP))  # pauses for input
