@@ -11,6 +11,9 @@ from typing import Any, Literal
 from .errors import DefinitionError, UnknownWorkflow
 
 OnOrphan = Literal["retry", "hold"]
+MAX_TIMEOUT_SECONDS = 10 * 365 * 86_400
+"""The longest pause deadline a step may set (ten years): a deadline is stored as a UTC time, which
+must stay within what a datetime can hold."""
 StepFn = Callable[["Context"], Any]
 
 
@@ -50,11 +53,15 @@ class Workflow:
     >>> @wf.step(approval=True)
     ... def review(ctx): return ctx.results["draft"]
 
-    Raises ``DefinitionError`` for a duplicate step name or an invalid option.
+    Raises ``DefinitionError`` for an empty workflow name, a duplicate step name or an invalid option.
     """
 
     name: str
     steps: list[StepSpec] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise DefinitionError(f"a workflow name must be non-empty text, not {self.name!r}")
 
     def step(
         self,
@@ -73,15 +80,21 @@ class Workflow:
         """
 
         def register(f: StepFn) -> StepFn:
-            step_name = name or f.__name__
+            step_name = f.__name__ if name is None else name
+            if not isinstance(step_name, str) or not step_name.strip():
+                raise DefinitionError(f"workflow {self.name!r}: a step name must be non-empty text, not {step_name!r}")
             if any(s.name == step_name for s in self.steps):
                 raise DefinitionError(f"workflow {self.name!r} already has a step named {step_name!r}")
             if on_orphan not in ("retry", "hold"):
                 raise DefinitionError(f"step {step_name!r}: on_orphan must be 'retry' or 'hold', not {on_orphan!r}")
-            if not isinstance(retries, int) or retries < 0:
+            if not isinstance(approval, bool):
+                raise DefinitionError(f"step {step_name!r}: approval must be True or False")
+            if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
                 raise DefinitionError(f"step {step_name!r}: retries must be a whole number >= 0")
-            if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-                raise DefinitionError(f"step {step_name!r}: timeout must be a number of seconds > 0")
+            if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                        or not 0 < timeout <= MAX_TIMEOUT_SECONDS):
+                raise DefinitionError(f"step {step_name!r}: timeout must be a number of seconds > 0 and at most "
+                                      f"{MAX_TIMEOUT_SECONDS:,} (ten years)")
             self.steps.append(StepSpec(step_name, f, approval, retries, on_orphan, timeout))
             return f
 

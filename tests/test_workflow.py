@@ -55,12 +55,26 @@ def test_the_three_decorator_forms_register_steps_in_order():
     ({"retries": 1.5}, "retries must be a whole number"),
     ({"timeout": 0}, "timeout must be a number of seconds > 0"),
     ({"timeout": "60"}, "timeout must be a number of seconds > 0"),
+    ({"timeout": 1e12}, "at most 315,360,000"),  # a deadline past what a UTC datetime holds
+    ({"timeout": float("inf")}, "at most 315,360,000"),
+    ({"timeout": float("nan")}, "timeout must be a number of seconds > 0"),
+    ({"timeout": True}, "timeout must be a number of seconds > 0"),
+    ({"retries": True}, "retries must be a whole number"),
+    ({"approval": "yes"}, "approval must be True or False"),
+    ({"name": ""}, "a step name must be non-empty text"),
+    ({"name": "  "}, "a step name must be non-empty text"),
 ])
 def test_invalid_options_are_refused_at_definition(options, message):
     wf = Workflow("w")
     with pytest.raises(DefinitionError, match=message):
-        wf.step(name="s", **options)(lambda ctx: None)
+        wf.step(**{"name": "s", **options})(lambda ctx: None)
     assert wf.steps == []
+
+
+@pytest.mark.parametrize("name", ["", "   ", None])
+def test_a_workflow_needs_a_name(name):
+    with pytest.raises(DefinitionError, match="a workflow name must be non-empty text"):
+        Workflow(name)
 
 
 def test_a_duplicate_name_from_the_decorator_is_refused():
