@@ -415,6 +415,9 @@ class Runtime(Executor):
         if checkpoint_id is not None and cp.checkpoint_id != checkpoint_id:
             raise RefusedTransition(f"run {rid} moved on since checkpoint {checkpoint_id}: it now waits on "
                                     f"checkpoint {cp.checkpoint_id} (step '{cp.step}'); review it again")
+        if cp.deadline_at is not None and cp.deadline_at <= self.clock():
+            raise RefusedTransition(f"the deadline of checkpoint {cp.checkpoint_id} of run {rid} passed at "
+                                    f"{to_text(cp.deadline_at)}; it can no longer be decided")
         return cp
 
     def _decide(self, cp: Checkpoint, decision: str, by: str, at: str, comment: str | None,
@@ -437,11 +440,13 @@ class Runtime(Executor):
         checkpoint the person looked at; if the run has moved on, the approval is refused.
         ``by`` defaults to the OS user. Returns the decided checkpoint.
 
-        Raises ``UnknownRun``, ``RefusedTransition`` (not awaiting approval, already decided, stale),
+        Raises ``UnknownRun``, ``RefusedTransition`` (not awaiting approval, already decided, stale, or past
+        its deadline: a pause whose deadline passed is expired first, as a worker would),
         ``InvalidValue`` (output not storable).
         """
         by = by or os_user()
         value = None if output is None else encoding.dumps(output, "output")
+        self.expire_deadlines()  # a pause past its deadline is expired, never decided
         with self.store.transaction():
             rid = self.store.resolve(run_id)
             cp = self._pending(rid, APPROVAL_KINDS, "approve", checkpoint_id)
@@ -470,11 +475,12 @@ class Runtime(Executor):
         """Reject the pending approval, once: the run becomes ``rejected`` (terminal) and its
         remaining steps ``cancelled``. ``comment`` (the reason) is required.
 
-        Raises ``UnknownRun``, ``RefusedTransition``, ``InvalidValue`` (empty reason).
+        Raises ``UnknownRun``, ``RefusedTransition`` (as :meth:`approve`), ``InvalidValue`` (empty reason).
         """
         if not comment or not comment.strip():
             raise InvalidValue("a rejection needs a reason (--comment TEXT)")
         by = by or os_user()
+        self.expire_deadlines()  # a pause past its deadline is expired, never decided
         with self.store.transaction():
             rid = self.store.resolve(run_id)
             cp = self._pending(rid, APPROVAL_KINDS, "reject", checkpoint_id)
@@ -493,10 +499,11 @@ class Runtime(Executor):
         """Record the answer to the run's pending input request, once; the run becomes ``queued`` and,
         when resumed, the asking step re-runs and its ``request_input`` returns ``value``.
 
-        Raises ``UnknownRun``, ``RefusedTransition``, ``InvalidValue``.
+        Raises ``UnknownRun``, ``RefusedTransition`` (as :meth:`approve`), ``InvalidValue``.
         """
         by = by or os_user()
         text = encoding.dumps(value, "value")
+        self.expire_deadlines()  # a pause past its deadline is expired, never decided
         with self.store.transaction():
             rid = self.store.resolve(run_id)
             cp = self._pending(rid, INPUT_KINDS, "respond to", checkpoint_id)
@@ -515,6 +522,7 @@ class Runtime(Executor):
         executor's lease is revoked, so a step still running is never recorded as completed.
         Returns the status the run had. Raises ``UnknownRun``, ``RefusedTransition`` (terminal)."""
         by = by or os_user()
+        self.sweep()  # a run whose owner died is reported as interrupted, not running
         with self.store.transaction():
             rid = self.store.resolve(run_id)
             summary = summary_from_row(self.store.run_row(rid))

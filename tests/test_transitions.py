@@ -445,6 +445,16 @@ def test_cancel_of_a_run_that_has_not_ended(tmp_path, make, previous):
             rt.resume(rid)
 
 
+def test_cancel_of_a_run_whose_owner_died_unnoticed_says_it_was_interrupted(tmp_path):
+    flow = gated()
+    with runtime(tmp_path, flow) as rt:
+        rid = _queued(rt)
+        kill_owner(tmp_path / DB, rid, "c")  # no sweep has seen the death yet: the row says running
+        assert sql(tmp_path / DB, "SELECT status FROM runs WHERE run_id = ?", rid) == [("running",)]
+        assert rt.cancel(rid) == RunStatus.INTERRUPTED
+        assert [e.kind for e in rt.events(rid)][-2:] == ["interruption_detected", "cancelled"]
+
+
 @pytest.mark.parametrize("end", ["completed", "rejected", "cancelled"])
 def test_cancel_of_an_ended_run_is_refused(tmp_path, end):
     with runtime(tmp_path, gated(), Flow("a", name="plain")) as rt:
@@ -879,6 +889,25 @@ def test_a_pause_past_its_deadline_is_rejected(tmp_path, pause):
         with pytest.raises(RefusedTransition):
             rt.approve(rid) if pause == "approval" else rt.respond(rid, 1)
         assert rt.expire_deadlines() == []
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject", "respond"])
+def test_a_decision_after_the_deadline_is_refused_even_with_no_worker_running(tmp_path, decision):
+    clock = FakeClock()
+    options = {"timeout": 60} if decision == "respond" else {"approval": True, "timeout": 60}
+    flow = Flow("a", ("b", options), "c")
+    if decision == "respond":
+        flow.on("b", asks("?"))
+    with runtime(tmp_path, flow, clock=clock) as rt:
+        rid = rt.start("flow")
+        clock.advance(seconds=61)  # no worker has looked since
+        with pytest.raises(RefusedTransition, match="already decided: expired by deadline"):
+            {"approve": lambda: rt.approve(rid), "reject": lambda: rt.reject(rid, "late"),
+             "respond": lambda: rt.respond(rid, 1)}[decision]()
+        run = rt.get(rid)
+        assert run.status == RunStatus.REJECTED and "deadline" in run.error
+        assert [e.kind for e in rt.events(rid)][-1] == "deadline_expired"
+    assert flow.calls["c"] == 0
 
 
 def test_a_decided_pause_never_expires(tmp_path):
