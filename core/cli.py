@@ -307,7 +307,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
     if as_json:
         data = run.model_dump(mode="json", include={
             "run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
-            "updated_at", "current_step", "steps_done", "steps_total", "error", "forks"})
+            "updated_at", "current_step", "steps_done", "steps_total", "error", "forks", "lease"})
         data["tasks"] = [t.model_dump(mode="json", include={
             "name", "status", "attempts", "output", "error", "traceback", "started_at", "finished_at"})
             for t in run.tasks]
@@ -322,6 +322,10 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
         out.print(literal(f"forked from {run.parent_run_id} at step '{run.forked_from_step}'"))
     if run.forks:
         out.print(literal(f"forks: {', '.join(run.forks)}"))
+    if run.lease is not None:
+        lease = run.lease
+        beat = f", last heartbeat {to_text(lease.heartbeat_at)}" if lease.heartbeat_at else ""
+        out.print(literal(f"executor: pid {lease.pid} on {lease.host}{beat}"))
     if run.pending:
         _bounded(out, preview(f"waiting: {run.pending.reason} (checkpoint {run.pending.checkpoint_id})"), whole_run,
                  "yellow")

@@ -129,6 +129,16 @@ def test_show_json_has_the_run_and_its_tasks_in_order(app):
     assert draft["started_at"].endswith("Z") and draft["finished_at"].endswith("Z")
     assert (publish["status"], publish["attempts"], publish["output"], publish["started_at"]) == (
         "pending", 0, None, None)
+    assert run["lease"] is None  # nobody executes a paused run
+
+
+def test_show_names_the_process_executing_a_running_run(app):
+    (rid,) = prepare(app, ("review", {"topic": "cats"}))
+    set_owner(app / DB, rid, pid=os.getpid(), host="worker-7", expires_in=30)
+    lease = as_json(app, "show", rid)["lease"]
+    assert (lease["pid"], lease["host"]) == (os.getpid(), "worker-7") and lease["heartbeat_at"].endswith("Z")
+    assert "token" not in lease  # the fence is never printed
+    assert f"executor: pid {os.getpid()} on worker-7, last heartbeat " in ok(relaypoint(app, "show", rid))
 
 
 def test_events_json_is_the_audit_trail_oldest_first(app):
