@@ -231,11 +231,14 @@ class Store:
         meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
         if meta.get("app") != APP_ID:
             raise StoreError(f"{self.path} is an SQLite file but not a relaypoint store")
+        text = meta.get("schema_version")
         try:
-            return int(meta.get("schema_version", "0"))
-        except ValueError:
-            raise StoreError(f"{self.path} has an unreadable schema version "
-                             f"{meta.get('schema_version')!r}; it cannot be opened safely") from None
+            version = int(text)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            version = 0
+        if version < 1:  # meta and the first schema are written in one transaction: this is damage
+            raise StoreError(f"{self.path} has an unreadable schema version {text!r}; it cannot be opened safely")
+        return version
 
     def _check_and_migrate(self) -> None:
         # Read before writing anything: a foreign or corrupt file must come out untouched.
@@ -264,9 +267,14 @@ class Store:
             if "meta" not in self.db.table_names():
                 self.db["meta"].create({"key": str, "value": str}, pk="key")
                 self.db["meta"].insert({"key": "app", "value": APP_ID})
-            version = self._schema_version()
+                self.db["meta"].insert({"key": "schema_version", "value": "0"})
+            version = int(self.db["meta"].get("schema_version")["value"])
             for v in range(version + 1, SCHEMA_VERSION + 1):
-                MIGRATIONS[v](self.db)
+                try:
+                    MIGRATIONS[v](self.db)
+                except sqlite3.OperationalError as e:  # rolled back: the file is left as it was
+                    raise StoreError(f"{self.path} says schema version {version} but its tables do not match "
+                                     f"({e}; edited by hand?); it was left unchanged") from None
             self.db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
 
     def close(self) -> None:

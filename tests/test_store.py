@@ -109,9 +109,21 @@ def test_a_store_from_a_newer_version_is_refused_and_left_unchanged(tmp_path):
     assert "schema version 99" in str(error) and "upgrade relaypoint" in str(error)
 
 
-def test_a_store_with_a_damaged_schema_version_is_refused(tmp_path):
-    path = _store_with_meta(tmp_path, schema_version="one")
-    refused_untouched(path, "schema")
+@pytest.mark.parametrize("version", ["one", "-1", "0", "", "1.5"])
+def test_a_store_with_a_damaged_schema_version_is_refused(tmp_path, version):
+    path = _store_with_meta(tmp_path, schema_version=version)
+    refused_untouched(path, "unreadable schema version")
+
+
+def test_a_store_without_its_schema_version_is_refused(tmp_path):
+    path = _store_with_meta(tmp_path)
+    sql(path, "DELETE FROM meta WHERE key = 'schema_version'")
+    refused_untouched(path, "unreadable schema version None")
+
+
+def test_a_store_whose_tables_do_not_match_its_version_is_refused_and_left_unchanged(tmp_path):
+    path = _store_with_meta(tmp_path, schema_version="1")  # its tables are already version 2's
+    refused_untouched(path, "says schema version 1 but its tables do not match")
 
 
 def test_a_missing_file_without_create_is_refused_and_not_created(tmp_path):
