@@ -107,11 +107,11 @@ def test_corrupt_middle_cli_says_one_line(corrupt_middle) -> None:
 
 def test_corrupt_middle_console_runtime_raises_store_error(corrupt_middle) -> None:
     db, _ = corrupt_middle
-    from relaypoint.tui.data import RunQuery, refresh_runs
+    from relaypoint.tui.data import PageKind, RunQuery, read_page
 
     with Runtime(str(db), create=False) as rt:
         with pytest.raises(StoreError, match="malformed"):
-            refresh_runs(rt, RunQuery(), 0, None)
+            read_page(rt, RunQuery(), PageKind.FIRST)
         with pytest.raises(StoreError):
             rt.list()
 
@@ -382,11 +382,11 @@ def test_unknown_run_status_is_skipped_by_listings_and_named_by_show(store: Path
                  ["cancel", "done0000"], ["approve", "done0000"]):
         line = one_line_error(relaypoint(store.parent, *args))
         assert "'zombie'" in line and "outside relaypoint's vocabulary" in line
-    from relaypoint.tui.data import RunQuery, refresh_runs
+    from relaypoint.tui.data import PageKind, RunQuery, read_page
 
     with Runtime(str(store), create=False) as rt:
         assert {r.run_id for r in rt.list()} == {"paused00", "asked000"}
-        assert {r.run_id for r in refresh_runs(rt, RunQuery(), 0, None).runs} == {"paused00", "asked000"}
+        assert {r.run_id for r in read_page(rt, RunQuery(), PageKind.FIRST).runs} == {"paused00", "asked000"}
         assert rt.store.count_by_status()["zombie"] == 1
         with pytest.raises(StoreError, match="outside relaypoint's vocabulary"):
             rt.get("done0000")
@@ -517,10 +517,12 @@ def test_runtime_opened_read_only_reads_and_refuses_every_transition(store: Path
         assert {r.run_id for r in rt.list()} == {"paused00", "asked000", "done0000"}
         assert rt.events("done0000") and rt.steps("done0000")
         assert rt.step_output("done0000", "only") == {"kept": "é"}
-        from relaypoint.tui.data import store_state
+        from relaypoint.tui.data import RefreshRequest, RunQuery, read_refresh
 
         assert rt.store.readonly and rt.store.readonly_reason == "opened read-only"
-        assert "opened read-only" in repr(store_state(rt))  # what the console shows as the reason
+        read = read_refresh(rt, 1, RefreshRequest(RunQuery(), version=None, sweep=True, window=None,
+                                                  window_stale=False, top=None, first_page=True, selected=None))
+        assert read.state.readonly_reason == "opened read-only"  # what the console shows as the reason
         with pytest.raises(StoreError) as refused:
             action(rt)
         assert "read-only" in str(refused.value) and "\n" not in str(refused.value)

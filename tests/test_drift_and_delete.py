@@ -207,16 +207,18 @@ def test_resume_with_an_app_lacking_the_workflow_is_one_line(ghost_store) -> Non
 
 def test_console_data_on_a_run_whose_workflow_is_unknown(ghost_store) -> None:
     cwd, rid = ghost_store
-    from relaypoint.tui.data import RunQuery, load_detail, load_output, refresh_runs, store_state
+    from relaypoint.tui.data import PageKind, RefreshRequest, RunQuery, load_detail, load_output, read_page, read_refresh
 
     with Runtime(str(cwd / DB), app_workflows(), create=False) as rt:
-        page = refresh_runs(rt, RunQuery(), 0, None)
+        page = read_page(rt, RunQuery(), PageKind.FIRST)
         assert [r.workflow for r in page.runs] == ["ghost"]
         detail = load_detail(rt, rid)
         assert detail.run.workflow == "ghost" and detail.run.pending is not None
         assert load_output(rt, detail.run, detail.run.tasks[0]).value == {"boo": "nobody"}
         assert [e.kind for e in detail.events][-1] == "paused"
-        store_state(rt)
+        read = read_refresh(rt, 1, RefreshRequest(RunQuery(), version=None, sweep=True, window=None,
+                                                  window_stale=False, top=None, first_page=True, selected=rid))
+        assert read.state.counts == {"awaiting_approval": 1} and read.detail.run.run_id == rid
         with pytest.raises(RefusedTransition, match="awaiting approval"):
             rt.check_resumable(rid)
 
