@@ -58,7 +58,8 @@ TOUCH = "UPDATE runs SET steps_done = steps_done + 1, status = coalesce(?, statu
 
 def touch(path: str, run_id: str, status: str | None = None) -> None:
     """Change a run from another process (its step count, and its status if given)."""
-    code = f"import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute({TOUCH!r}, (sys.argv[3] or None, sys.argv[2])); c.commit()"
+    code = (f"import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+            f"c.execute({TOUCH!r}, (sys.argv[3] or None, sys.argv[2])); c.commit()")
     subprocess.run([sys.executable, "-c", code, path, run_id, status or ""], check=True)
 
 

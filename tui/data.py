@@ -116,8 +116,9 @@ class RefreshRequest:
 class RefreshRead:
     """What a live refresh read. ``changed``: the store changed since ``request.version`` (when it
     did not, nothing but the version was read and every other field is None). ``state``: runs per
-    status and whether the store is read-only; ``first``: the first page (``first_page`` requests); ``window``: the runs now between
-    the window's positions; ``newer``: runs added above ``top``; ``detail``: the selected run."""
+    status and whether the store is read-only; ``first``: the first page (``first_page``
+    requests); ``window``: the runs now between the window's positions; ``newer``: runs added
+    above ``top``; ``detail``: the selected run."""
 
     request: RefreshRequest
     version: Version
@@ -127,6 +128,11 @@ class RefreshRead:
     window: list[RunSummary] | None = None
     newer: RunsPage | None = None
     detail: RunDetail | None = None
+
+
+WINDOW_LIMIT = 10_000
+"""Most runs a window re-read returns (a window is about a hundred rows; runs are added above it,
+not inside it, so this only bounds a store rewritten under the console)."""
 
 
 def read_refresh(rt: Runtime, connection: int, request: RefreshRequest) -> RefreshRead:
@@ -152,11 +158,6 @@ def read_refresh(rt: Runtime, connection: int, request: RefreshRequest) -> Refre
     if changed and request.selected:
         read = replace(read, detail=load_detail(rt, request.selected))
     return read
-
-
-WINDOW_LIMIT = 10_000
-"""Most runs a window re-read returns (a window is about a hundred rows; runs are added above it,
-not inside it, so this only bounds a store rewritten under the console)."""
 
 
 class StoreReader:
