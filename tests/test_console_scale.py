@@ -17,11 +17,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from console_pilot import detail, main_screen, runs_table, select_run, settle, type_ahead, until
-from fixtures import CONSOLE_NOW, build_fixture_store, fixed_clock
+from console_pilot import detail, main_screen, runs_table, screen_lines, select_run, settle, type_ahead, until
+from fixtures import CONSOLE_NOW, FixtureClock, build_fixture_store, fixed_clock
 from test_drift_and_delete import start_slow, wait_for_running
 from textual import events
 from textual.widget import Widget
+from textual.widgets import Static
 
 from relaypoint import Runtime
 from relaypoint.clock import to_text
@@ -395,3 +396,21 @@ async def test_an_owner_that_dies_while_the_console_is_idle_is_noticed(tmp_path)
     finally:
         proc.kill()
         proc.communicate()
+
+
+async def test_relative_times_move_on_while_nothing_changes(tmp_path):
+    path = str(tmp_path / "store.db")
+    runs = build_fixture_store(path)
+    clock = FixtureClock(CONSOLE_NOW)
+    app = RelaypointConsole(path, clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["awaiting_approval"])
+        table, header = runs_table(pilot), main_screen(pilot).query_one("#run-header", Static)
+        assert table.get_cell(runs["awaiting_approval"], "updated").plain == "1h ago"
+        assert "(1h ago)" in "".join(screen_lines(header))
+        clock.advance(minutes=60)
+        statements = traced(app)
+        await refresh(pilot)
+        assert table.get_cell(runs["awaiting_approval"], "updated").plain == "2h ago"
+        assert "(2h ago)" in "".join(screen_lines(header)) and "(1h ago)" not in "".join(screen_lines(header))
+        assert reads_runs(statements) == []  # from what was read before

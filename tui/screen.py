@@ -8,6 +8,7 @@ import shlex
 import sqlite3
 import subprocess
 from collections.abc import Callable
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,7 @@ from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, Ou
                        RefreshFailed, Refreshed, ResumeStarted)
 from .output import pager_text, show_command
 from .modals import ApproveScreen, ConfirmScreen, ForkScreen, HelpScreen, RejectScreen, RespondScreen
-from .runs_table import RunsTable
+from .runs_table import AGO_PERIOD, RunsTable
 
 if TYPE_CHECKING:
     from .app import RelaypointConsole
@@ -69,6 +70,7 @@ class ConsoleScreen(Screen[None]):
         self._page: Worker[None] | None = None
         self._enabled: set[str] | None = None
         self._search_timer: Timer | None = None
+        self._shown: tuple[RunDetail, datetime] | None = None  # the detail shown, and when
         self._resumes: list[ResumeStarted] = []
         self._drifted: dict[str, str] = {}  # run id -> why its last resume from here refused the drift
         self._approve_form: ApproveScreen | None = None
@@ -218,6 +220,10 @@ class ConsoleScreen(Screen[None]):
         self._follow_cursor()
         if read.detail is not None and read.detail.run.run_id == self.selected:
             self._show_detail(read.detail)
+        elif self._shown is not None and self._shown[0].run.run_id == self.selected:
+            shown, at = self._shown
+            if now - at >= AGO_PERIOD:
+                self._show_detail(shown)  # unchanged: only its relative times move on
 
     def on_resize(self) -> None:
         self._status_line()
@@ -304,7 +310,8 @@ class ConsoleScreen(Screen[None]):
             self._show_detail(message.detail)
 
     def _show_detail(self, detail: RunDetail) -> None:
-        self.detail.show(detail, self.app.clock())
+        self._shown = (detail, self.app.clock())
+        self.detail.show(detail, self._shown[1])
         self._enable_actions({a.name for a in RUN_ACTIONS if self._actionable(a.name) is not None})
         self._ensure_output()
 
