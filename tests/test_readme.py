@@ -22,39 +22,33 @@ def test_the_python_examples_run_as_written(tmp_path, monkeypatch):
     assert rt.get(namespace["new_id"]).status == "cancelled"
 
 
-def test_the_cli_session_runs_as_written(tmp_path):
+def run_sh_block(marker: str, cwd: Path):
+    """Run the README's ``sh`` block containing ``marker`` with bash in ``cwd`` (the test
+    environment's ``relaypoint`` first on PATH, RELAYPOINT_* cleared); assert it succeeded."""
     import os
     import subprocess
     import sys
 
-    (session,) = [b for b in re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
-                  if "RELAYPOINT_DB=demo.db" in b]
+    (session,) = [b for b in re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S) if marker in b]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env = {k: v for k, v in env.items() if not k.startswith("RELAYPOINT_")}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", session], cwd=tmp_path, env=env,
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", session], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
-    assert "run_completed" in done.stdout
+    return done
+
+
+def test_the_cli_session_runs_as_written(tmp_path):
+    assert "run_completed" in run_sh_block("RELAYPOINT_DB=demo.db", tmp_path).stdout
 
 
 def test_running_your_own_module_works_as_written(tmp_path):
     """The README's last step for a user's own module: the workflow block saved as ``mywf.py``, the
     commands run from its directory."""
-    import os
-    import subprocess
-    import sys
-
-    text = README.read_text()
-    definition = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
-    (session,) = [b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "--app mywf:workflows" in b]
+    definition = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)[0]
     (tmp_path / "mywf.py").write_text(definition)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env = {k: v for k, v in env.items() if not k.startswith("RELAYPOINT_")}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", session], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stdout + done.stderr
+    done = run_sh_block("--app mywf:workflows", tmp_path)
     assert done.stdout.strip().splitlines()[-1].endswith(" is completed")
     from relaypoint import Runtime
 
