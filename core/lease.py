@@ -20,8 +20,9 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .clock import Clock, from_text, to_text
-from .store import Store
+from .clock import Clock, from_text
+from .models import Lease
+from .store import RunStore, open_store
 
 HOST = socket.gethostname()
 
@@ -102,7 +103,7 @@ class LeaseHolder:
     renewal finds the token no longer owns the run (taken over, cancelled, released).
     """
 
-    store_path: str
+    store_url: str
     run_id: str
     clock: Clock
     seconds: float
@@ -113,16 +114,15 @@ class LeaseHolder:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
-    def columns(self) -> dict[str, object]:
-        """The ``runs`` columns that record this lease, with a fresh expiry."""
+    def lease(self) -> Lease:
+        """This lease as recorded on the run, with a fresh expiry (now + ``seconds``) and heartbeat."""
         now = self.clock()
-        return {
-            "lease_token": self.token, "lease_pid": self.pid, "lease_pid_start": self.pid_start, "lease_host": HOST,
-            "lease_expires_at": to_text(now + timedelta(seconds=self.seconds)), "heartbeat_at": to_text(now),
-        }
+        return Lease(token=self.token, pid=self.pid, pid_start=self.pid_start, host=HOST,
+                     expires_at=now + timedelta(seconds=self.seconds), heartbeat_at=now)
 
     def start_heartbeat(self) -> None:
-        """Renew the lease every ``seconds / 3`` on a thread with its own connection."""
+        """Renew the lease every ``seconds / 3`` on a thread with its own store connection (opened
+        from ``store_url``)."""
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{self.run_id}", daemon=True)
         self._thread.start()
 
@@ -133,16 +133,13 @@ class LeaseHolder:
             self._thread.join()
 
     def _beat(self) -> None:
-        store: Store | None = None
+        store: RunStore | None = None
         try:
             while not self._stop.wait(self.seconds / 3):
                 try:
-                    store = store or Store(self.store_path)
-                    cols = self.columns()
+                    store = store or open_store(self.store_url)
                     with store.transaction():
-                        renewed = store.update_run(self.run_id, fence=self.token,
-                                                   lease_expires_at=cols["lease_expires_at"],
-                                                   heartbeat_at=cols["heartbeat_at"])
+                        renewed = store.update_run(self.run_id, fence=self.token, lease=self.lease())
                 except Exception:
                     # A beat that cannot write (busy, I/O) is retried at the next one; if none gets
                     # through the lease lapses, and the fence keeps this process from writing.

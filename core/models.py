@@ -53,11 +53,19 @@ class RunSummary(_Model):
 
 
 class StepRecord(_Model):
-    """One step of a run's chain. ``output`` is None when not loaded or when the step returned None;
-    ``has_output`` tells the two apart."""
+    """One step execution of a run, keyed by its sequence number ``seq`` in the run (0, 1, ...).
 
-    position: int
+    For a chain, the top-level steps are ``seq`` 0..n-1 in definition order; executions a driver
+    appends later (a repeated name in a later ``iteration``, a call by an ``agent``) get the next
+    numbers, with ``parent`` the ``seq`` of the execution that spawned them (None at top level).
+    ``output`` is None when not loaded or when the step returned None; ``has_output`` tells the
+    two apart."""
+
+    seq: int
     name: str
+    iteration: int = 1
+    agent: str | None = None
+    parent: int | None = None
     status: StepStatus
     attempts: int
     options: dict[str, Any]
@@ -74,13 +82,14 @@ class Checkpoint(_Model):
     """A durable boundary of a run. ``kind``: start, boundary, approval, input, orphan, fork.
 
     Pausing kinds (approval, input, orphan) wait for a decision: ``decision`` is None until one of
-    approved, rejected or responded is recorded, once. ``position`` is the index of the next step
-    to run from this boundary; ``state`` is a small driver state (JSON) for multi-step patterns.
+    approved, rejected or responded is recorded, once. ``seq`` is the sequence number of the step
+    execution the run continues with from this boundary; ``state`` is the driver's state (JSON) at
+    this boundary, restored on resume (None for checkpoints written before schema version 3).
     """
 
     checkpoint_id: int
     run_id: str
-    position: int
+    seq: int
     step: str | None
     kind: str
     created_at: datetime
@@ -92,6 +101,35 @@ class Checkpoint(_Model):
     comment: str | None = None
     value: Any = None
     deadline_at: datetime | None = None
+
+
+class RunHead(RunSummary):
+    """A run's own row: its summary with the input and definition (decoded leniently, for display:
+    a damaged value reads ``{"unreadable": <raw text>}``), the definition's ``fingerprint``, and
+    ``suspect_deaths``, the deaths of its executor charged to it (the poison-pill count)."""
+
+    input: Any = None
+    definition: Any = None
+    fingerprint: str | None = None
+    suspect_deaths: int = 0
+
+
+class Owner(_Model):
+    """The process a running run's lease names: host, pid, its start identity (see
+    :func:`relaypoint.lease.process_start`) and when the lease expires (UTC; None when unreadable)."""
+
+    host: str | None
+    pid: int | None
+    pid_start: str | None
+    expires_at: datetime | None
+
+
+class OwnedRun(_Model):
+    """A running run held by one owner process: its id, its lease token (the fence) and expiry (UTC)."""
+
+    run_id: str
+    token: str | None
+    expires_at: datetime | None
 
 
 class Event(_Model):

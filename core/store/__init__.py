@@ -1,0 +1,36 @@
+"""The store: the :class:`RunStore` contract and its backends, chosen by URL with :func:`open_store`.
+
+Only this package speaks SQL; everything else calls :class:`RunStore` methods.
+"""
+
+from __future__ import annotations
+
+from ..defaults import DURABILITY
+from .base import (BackendUnavailable, Boundary, BoundaryResult, NewCheckpoint, NewEvent, NewRun, NewStep,
+                   NotAStore, RunStore, StepEnd, StepStart, StoreBusy, StoreDamaged, StoreFull, StoreMissing,
+                   StoreNewer, StoreReadOnly)
+from .url import parse
+
+
+def open_store(url: str, *, create: bool = False, readonly: bool = False,
+               durability: str = DURABILITY) -> RunStore:
+    """Open the store at ``url`` (a plain path, ``sqlite:///path``; see :mod:`relaypoint.store.url`).
+
+    ``create``: make a new store when there is none (else :class:`StoreMissing`). ``readonly``:
+    never write (a console on a file it cannot write). ``durability``: "full" (every commit is on
+    disk when it returns: survives a power cut) or "normal" (survives a process crash; an OS crash
+    may lose the last commits). Raises the :class:`relaypoint.errors.StoreError` subclasses:
+    ``StoreMissing``, ``NotAStore``, ``StoreNewer``, ``StoreDamaged``, ``BackendUnavailable``...
+    and ``ValueError`` for an unknown durability.
+    """
+    where = parse(url)
+    from .sqlite import SqliteStore  # the one backend so far
+
+    return SqliteStore(where.path, url=str(url), create=create, readonly=readonly, durability=durability)
+
+
+__all__ = [
+    "BackendUnavailable", "Boundary", "BoundaryResult", "NewCheckpoint", "NewEvent", "NewRun", "NewStep",
+    "NotAStore", "RunStore", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreFull", "StoreMissing",
+    "StoreNewer", "StoreReadOnly", "open_store",
+]

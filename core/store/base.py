@@ -1,0 +1,444 @@
+"""The storage contract: :class:`RunStore`, the write models it takes, and the errors it raises.
+
+Everything outside ``relaypoint.store`` reads and writes runs through these methods; only a backend
+module speaks SQL. Conventions shared by every method:
+
+- Times are aware UTC :class:`~datetime.datetime` values, going in and coming out.
+- JSON values go in as already-encoded JSON *text* (the caller encodes with
+  :mod:`relaypoint.encoding`, so an unstorable value is refused naming its path) and come out
+  decoded. Reads for display are lenient (damage reads ``{"unreadable": <raw text>}``); reads of
+  what a step will consume are strict and raise :class:`StoreDamaged` naming what is damaged.
+- A backend's own exceptions never leave a method: they are translated to the :class:`StoreError`
+  subclasses below (each message one line a person can act on).
+- Writes other than :meth:`RunStore.commit_boundary` are made inside :meth:`RunStore.transaction`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..errors import StoreError
+from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
+from ..status import RunStatus, StepStatus
+
+# ---- errors -------------------------------------------------------------------------------------
+
+
+class StoreMissing(StoreError):
+    """No store at the URL (and ``create`` was not asked)."""
+
+
+class NotAStore(StoreError):
+    """The URL names something that is not a relaypoint store: a directory, an empty or foreign
+    file, a corrupt database, or a store whose tables do not match its schema version."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the store's write lock longer than the busy timeout."""
+
+
+class StoreReadOnly(StoreError):
+    """The store was opened read-only (or cannot be written) and a write was asked for."""
+
+
+class StoreDamaged(StoreError):
+    """A stored value or row cannot be read (damaged, or edited by hand); the message names it."""
+
+
+class StoreNewer(StoreError):
+    """The store was written by a newer relaypoint (a schema version this one does not know)."""
+
+
+class StoreFull(StoreError):
+    """The disk or the store is full; nothing was recorded."""
+
+
+class BackendUnavailable(StoreError):
+    """The URL names a backend this version of relaypoint does not provide (or an unknown scheme)."""
+
+
+# ---- write models ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to insert. ``input``/``definition``: JSON text. ``lease``: the claiming process's
+    lease (None for a queued run, e.g. a fork). Times UTC."""
+
+    run_id: str
+    workflow: str
+    status: RunStatus
+    input: str
+    definition: str
+    fingerprint: str
+    created_at: datetime
+    steps_total: int
+    current_step: str | None = None
+    steps_done: int = 0
+    parent_run_id: str | None = None
+    forked_from_step: str | None = None
+    lease: Lease | None = None
+
+
+@dataclass(frozen=True)
+class NewStep:
+    """A step execution to insert at ``seq``. ``options``: JSON text of the step's options.
+    ``parent``: the ``seq`` of the execution that spawned it (None at top level). ``status`` and
+    ``attempts`` are pending/0 for a fresh row."""
+
+    seq: int
+    name: str
+    idempotency_key: str
+    options: str = "{}"
+    iteration: int = 1
+    agent: str | None = None
+    parent: int | None = None
+    status: StepStatus = StepStatus.PENDING
+    attempts: int = 0
+
+
+@dataclass(frozen=True)
+class NewCheckpoint:
+    """A checkpoint to insert. ``kind``: start, boundary, approval, input, orphan or fork.
+    ``seq``: the execution the run continues with from here. ``state``: the driver state as JSON
+    text (None: none). ``deadline_at``: when an undecided pause expires (UTC), or None."""
+
+    run_id: str
+    kind: str
+    seq: int
+    step: str | None
+    at: datetime
+    reason: str | None = None
+    state: str | None = None
+    deadline_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An audit event of a boundary (its run and time are the boundary's). ``detail``: JSON-able."""
+
+    kind: str
+    step: str | None = None
+    actor: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    """How the execution ``seq`` ended at a boundary (``finished_at`` is the boundary's time).
+    ``output_json``: the output as JSON text, written once to the outputs (None: no output, e.g.
+    a failure; a step that returned None has ``"null"``). ``error``/``traceback``: for a failure;
+    both are cleared otherwise."""
+
+    seq: int
+    status: StepStatus
+    output_json: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+
+
+@dataclass(frozen=True)
+class StepStart:
+    """The execution a boundary starts: ``step`` is the ``seq`` of an existing (pending) row, or a
+    :class:`NewStep` to append. It becomes running with ``attempts = attempt``, ``started_at`` the
+    boundary's time, ``finished_at``/``error``/``traceback`` cleared."""
+
+    step: int | NewStep
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Everything one step boundary writes, committed as one transaction by
+    :meth:`RunStore.commit_boundary`. ``fence``: the lease token that must still own the run (None:
+    unfenced). ``at``: the boundary's time (UTC). ``run``: :meth:`RunStore.update_run` fields
+    (``updated_at`` defaults to ``at``). Every part is optional but ``run_id``, ``at``."""
+
+    run_id: str
+    at: datetime
+    fence: str | None = None
+    ended: StepEnd | None = None
+    started: StepStart | None = None
+    checkpoint: NewCheckpoint | None = None
+    run: dict[str, Any] = field(default_factory=dict)
+    events: list[NewEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BoundaryResult:
+    """What :meth:`RunStore.commit_boundary` made: the new checkpoint's id (None without one)."""
+
+    checkpoint_id: int | None = None
+
+
+# ---- the contract -------------------------------------------------------------------------------
+
+
+class RunStore(ABC):
+    """A relaypoint store: runs, their step executions, outputs, checkpoints and events.
+
+    Open one with :func:`relaypoint.store.open_store`. A store object is used by one thread at a
+    time (the heartbeat opens its own). Every method may raise :class:`StoreBusy`,
+    :class:`StoreFull` or :class:`StoreDamaged` besides what its docstring names.
+    """
+
+    # ---- properties and lifecycle
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """The URL the store was opened with, as given (to hand to another process)."""
+
+    @property
+    @abstractmethod
+    def where(self) -> str:
+        """What messages name the store by (for SQLite: the file's path)."""
+
+    @property
+    @abstractmethod
+    def readonly_reason(self) -> str | None:
+        """Why writes are unavailable (opened read-only, file not writable...), or None."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection. The store is unusable afterwards."""
+
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[None]:
+        """A write transaction: everything written inside commits together, or nothing does (an
+        exception rolls it back and propagates). Waits up to the busy timeout for another writer
+        (then :class:`StoreBusy`). Raises :class:`StoreReadOnly` on a read-only store, and
+        ``RuntimeError`` when nested."""
+
+    @abstractmethod
+    def data_version(self) -> Hashable:
+        """A value that changes whenever anything is committed to the store, by this process or
+        another. Only comparable between calls on the same store object."""
+
+    # ---- reads: runs
+
+    @abstractmethod
+    def resolve(self, run_id: str) -> str:
+        """The full run id for a full id or a unique prefix. Raises ``UnknownRun`` for an empty id,
+        no match, or a prefix matching several runs (the message names up to two)."""
+
+    @abstractmethod
+    def exists(self, run_id: str) -> bool:
+        """True when a run with exactly this id is in the store."""
+
+    @abstractmethod
+    def run(self, run_id: str) -> RunHead:
+        """The run's own row (input and definition lenient). Raises ``UnknownRun``;
+        :class:`StoreDamaged` when the row cannot be read (status outside the vocabulary, time)."""
+
+    @abstractmethod
+    def run_input(self, run_id: str) -> dict[str, Any]:
+        """The run's input, strictly decoded ({} when null). Raises ``UnknownRun``,
+        :class:`StoreDamaged` (not valid JSON)."""
+
+    @abstractmethod
+    def run_definition(self, run_id: str) -> Any:
+        """The run's recorded definition, strictly decoded (None when none). Raises ``UnknownRun``,
+        :class:`StoreDamaged`."""
+
+    @abstractmethod
+    def owner_of(self, run_id: str) -> Owner | None:
+        """The process whose lease holds the run when its status is running, else None. Reads only
+        the status and lease columns, so a run damaged elsewhere can still be checked (and deleted).
+        Raises ``UnknownRun``."""
+
+    @abstractmethod
+    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
+                  before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
+                  within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
+                  search: str | None = None) -> list[RunSummary]:
+        """A page of runs, newest first (``oldest_first``: oldest first), at most ``limit``.
+
+        Positions are (created_at store text, run_id). ``before``/``after``: only runs older/newer
+        than that position (keyset paging: cost independent of the offset); ``within``: between two
+        positions (newest, oldest), both included. ``search``: a run id prefix or a workflow name
+        prefix. Reads the runs alone (never an output); a row damaged by hand is skipped."""
+
+    @abstractmethod
+    def count_by_status(self) -> dict[str, int]:
+        """Number of runs per status (statuses with none left out), in time independent of the
+        number of runs."""
+
+    @abstractmethod
+    def forks(self, run_id: str) -> list[str]:
+        """Ids of the runs forked from this one, oldest first."""
+
+    @abstractmethod
+    def running_owners(self) -> list[Owner]:
+        """The distinct owner processes named by the leases of running runs."""
+
+    @abstractmethod
+    def owned_runs(self, owner: Owner) -> list[OwnedRun]:
+        """The running runs whose lease names this owner process (host, pid, pid_start)."""
+
+    @abstractmethod
+    def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
+        """Up to ``limit`` (run id, status) of queued and interrupted runs of these workflows,
+        least recently updated first."""
+
+    @abstractmethod
+    def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
+        """(run id, owner) of runs in ``statuses`` last updated before ``before`` (UTC); the owner as
+        :meth:`owner_of` gives it (None unless running)."""
+
+    # ---- reads: steps and outputs
+
+    @abstractmethod
+    def steps(self, run_id: str) -> list[StepRecord]:
+        """The run's step executions in ``seq`` order, without outputs (``has_output`` set)."""
+
+    @abstractmethod
+    def step(self, run_id: str, seq: int) -> StepRecord | None:
+        """One execution (without output), or None."""
+
+    @abstractmethod
+    def step_named(self, run_id: str, name: str) -> StepRecord | None:
+        """The top-level execution (no parent) named ``name`` with the highest iteration, or None."""
+
+    @abstractmethod
+    def step_output(self, run_id: str, seq: int) -> Any:
+        """The execution's output decoded leniently for display (None when it has none)."""
+
+    @abstractmethod
+    def output_of(self, run_id: str, name: str) -> tuple[bool, Any]:
+        """(True, output) of the latest completed top-level execution named ``name``, strictly
+        decoded; (False, None) when there is none. Raises :class:`StoreDamaged`."""
+
+    # ---- reads: checkpoints and events
+
+    @abstractmethod
+    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        """The run's newest checkpoint of any kind, or None."""
+
+    @abstractmethod
+    def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
+        """The newest pausing checkpoint (approval, input, orphan) still undecided, or None. A
+        decision outside the vocabulary reads as undecided (never taken as an approval)."""
+
+    @abstractmethod
+    def last_pause(self, run_id: str) -> Checkpoint | None:
+        """The newest pausing checkpoint, decided or not, or None."""
+
+    @abstractmethod
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """All of the run's checkpoints, oldest first."""
+
+    @abstractmethod
+    def responses(self, run_id: str, seq: int) -> list[Any]:
+        """The answers recorded to execution ``seq``'s input requests, in the order asked, strictly
+        decoded. Raises :class:`StoreDamaged`."""
+
+    @abstractmethod
+    def latest_approval(self, run_id: str, step: str) -> Checkpoint | None:
+        """The newest approval checkpoint of step ``step`` (decided or not), or None."""
+
+    @abstractmethod
+    def due_pauses(self, now: datetime) -> list[Checkpoint]:
+        """Undecided checkpoints whose deadline is at or before ``now`` (UTC)."""
+
+    @abstractmethod
+    def events(self, run_id: str) -> list[Event]:
+        """The run's audit trail, oldest first (detail decoded leniently)."""
+
+    # ---- writes (inside transaction())
+
+    @abstractmethod
+    def insert_run(self, run: NewRun) -> None:
+        """Insert a run (its updated_at is its created_at). Raises :class:`StoreError` when the id exists."""
+
+    @abstractmethod
+    def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
+        """Insert step executions."""
+
+    @abstractmethod
+    def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
+        """Rebuild the run's top-level chain (allowed drift): each new step whose name was recorded
+        keeps its recorded status, attempts, times, idempotency key and output; others are fresh.
+        Returns the names of recorded steps dropped (their outputs go with them)."""
+
+    @abstractmethod
+    def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
+        """Set fields of a run: status, updated_at, current_step, steps_done, steps_total, error,
+        lease (a :class:`Lease` sets the lease columns, None clears them), definition (JSON text),
+        fingerprint, suspect_deaths. With ``fence`` (a lease token) applies only while that token
+        owns the run. Returns False when nothing was updated (fence refused, or no such run).
+        Raises ``TypeError`` for an unknown field."""
+
+    @abstractmethod
+    def update_step(self, run_id: str, seq: int, **fields: Any) -> None:
+        """Set fields of one execution: status, attempts, error, traceback, started_at, finished_at.
+        Raises ``TypeError`` for an unknown field."""
+
+    @abstractmethod
+    def set_output(self, run_id: str, seq: int, json_text: str) -> None:
+        """Record (or replace) an execution's output, given as JSON text."""
+
+    @abstractmethod
+    def add_checkpoint(self, checkpoint: NewCheckpoint) -> int:
+        """Insert a checkpoint; returns its id (ids grow with time)."""
+
+    @abstractmethod
+    def decide(self, checkpoint_id: int, decision: str, by: str, at: datetime, comment: str | None = None,
+               value_json: str | None = None) -> bool:
+        """Record the decision of an undecided checkpoint, once. Returns False (nothing written) when
+        it was already decided."""
+
+    @abstractmethod
+    def close_pauses(self, run_id: str, decision: str, by: str, at: datetime) -> int:
+        """Decide every undecided pausing checkpoint of the run (e.g. cancelled); returns how many."""
+
+    @abstractmethod
+    def add_event(self, run_id: str, at: datetime, kind: str, *, step: str | None = None,
+                  actor: str | None = None, **detail: Any) -> None:
+        """Append an audit event; ``detail`` (JSON-able) is stored with it."""
+
+    @abstractmethod
+    def cancel_open_steps(self, run_id: str, at: datetime) -> None:
+        """Mark every open execution (pending, running, awaiting input, interrupted) cancelled,
+        finished at ``at`` unless it already had a finish time."""
+
+    @abstractmethod
+    def delete_runs(self, run_ids: Iterable[str]) -> None:
+        """Delete runs with everything of them (steps, outputs, checkpoints, events)."""
+
+    @abstractmethod
+    def copy_for_fork(self, parent: str, child: str, cut_seq: int) -> None:
+        """Copy the parent's top-level chain into the child (which must exist): executions before
+        ``cut_seq`` as recorded, with their outputs as stored text (never decoded); from
+        ``cut_seq`` on pending, attempts 0, no output, with the child's idempotency keys."""
+
+    @abstractmethod
+    def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
+        """Copy a decided approval checkpoint into ``child`` (created at ``at``, the decision keeping
+        its author and time, the comment naming where it came from, ``state`` naming the origin);
+        returns the new checkpoint's id."""
+
+    # ---- the hot path
+
+    @abstractmethod
+    def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
+        """Commit one step boundary in its own transaction, with a number of statements that does
+        not depend on the length of the run: the run update (fenced first), the ended execution
+        and its output, the started execution, the checkpoint, the events.
+
+        Raises ``relaypoint.errors.LeaseLost`` (nothing written) when ``boundary.fence`` no longer
+        owns the run; :class:`StoreReadOnly`, :class:`StoreBusy`, :class:`StoreFull` as
+        :meth:`transaction`. Must not be called inside :meth:`transaction`."""
+
+    # ---- helpers shared by backends
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
