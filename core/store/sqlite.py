@@ -1,19 +1,22 @@
-"""The SQLite store: schema, migrations, transactions and the queries the runtime and console use.
+"""The SQLite backend of :class:`~relaypoint.store.base.RunStore`: one file, schema, migrations, queries.
 
-One file, WAL mode, a busy timeout, owner-only permissions on a new file. Every write happens in a
-``BEGIN IMMEDIATE`` transaction (:meth:`Store.transaction`) so a step boundary commits as one unit.
-Listing reads only the ``runs`` table (progress is kept there), never step outputs.
+WAL mode, a busy timeout, owner-only permissions on a new file, ``synchronous=FULL`` by default
+(``durability="normal"``: ``NORMAL``). Every write happens in a ``BEGIN IMMEDIATE`` transaction, so
+a step boundary commits as one unit. Listing reads only the ``runs`` table (progress is kept there);
+step outputs live in their own append-only table and are read one at a time, when asked for.
+Every ``sqlite3`` error is translated here into a :class:`~relaypoint.errors.StoreError` subclass.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import json
 import os
 import secrets
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -21,16 +24,18 @@ from typing import Any
 
 import sqlite_utils
 
-from . import encoding
-from .clock import from_text
-from .errors import StoreError, UnknownRun
-from .models import Checkpoint, Event, Lease, RunSummary, StepRecord
-from .status import RunStatus, StepStatus
+from .. import encoding
+from ..clock import from_text, to_text
+from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
+from ..errors import LeaseLost, StoreError, UnknownRun
+from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
+from ..status import OPEN_STEPS, RunStatus, StepStatus
+from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunStore, StoreBusy,
+                   StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
-SCHEMA_VERSION = 2
-BUSY_TIMEOUT_SECONDS = 30.0
+SCHEMA_VERSION = 3
 
 # Columns of ``runs`` a listing reads (no input, no definition).
 SUMMARY_COLUMNS = (
@@ -38,16 +43,26 @@ SUMMARY_COLUMNS = (
     "steps_done, steps_total, error, lease_token, lease_pid, lease_host, lease_expires_at, heartbeat_at, "
     "lease_pid_start"
 )
+HEAD_COLUMNS = SUMMARY_COLUMNS + ", input, definition, fingerprint, suspect_deaths"
 # A pause is open until one of these decisions is recorded. Anything else in the column (a hand
 # edit, damage) reads as undecided: a decision that cannot be read is never taken as an approval.
 DECISIONS = ("approved", "rejected", "responded", "expired", "cancelled")
 UNDECIDED = f"(decision IS NULL OR decision NOT IN {DECISIONS!r})"
 PAUSE_KINDS = ("approval", "input", "orphan")
 
-STEP_COLUMNS_NO_OUTPUT = (
-    "position, name, status, attempts, options, error, traceback, started_at, finished_at, "
-    "idempotency_key, output IS NOT NULL AS has_output"
+STEP_COLUMNS = (
+    "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
+    "s.started_at, s.finished_at, s.idempotency_key, "
+    "EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS has_output"
 )
+RUN_FIELDS = {"status", "updated_at", "current_step", "steps_done", "steps_total", "error", "lease", "definition",
+              "fingerprint", "suspect_deaths"}
+STEP_FIELDS = {"status", "attempts", "error", "traceback", "started_at", "finished_at"}
+TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
+LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
+
+
+# ---- schema -------------------------------------------------------------------------------------
 
 
 def _migrate_1(db: sqlite_utils.Database) -> None:
@@ -127,41 +142,117 @@ def _migrate_2(db: sqlite_utils.Database) -> None:
         db.conn.execute(statement)
 
 
-MIGRATIONS = {1: _migrate_1, 2: _migrate_2}
+def _migrate_3(db: sqlite_utils.Database) -> None:
+    # Step executions keyed by (run, seq): a name may repeat (iterations, agents); outputs move to
+    # their own append-only table so step rows stay small and are updated in place.
+    for statement in (
+        """CREATE TABLE steps_v3 (
+               run_id TEXT NOT NULL REFERENCES runs(run_id),
+               seq INTEGER NOT NULL,
+               name TEXT NOT NULL,
+               iteration INTEGER NOT NULL DEFAULT 1,
+               agent TEXT,
+               parent_seq INTEGER,
+               status TEXT NOT NULL,
+               attempts INTEGER NOT NULL DEFAULT 0,
+               options TEXT NOT NULL DEFAULT '{}',
+               error TEXT,
+               traceback TEXT,
+               started_at TEXT,
+               finished_at TEXT,
+               idempotency_key TEXT NOT NULL,
+               PRIMARY KEY (run_id, seq)
+           )""",
+        """INSERT INTO steps_v3 (run_id, seq, name, status, attempts, options, error, traceback, started_at,
+                                 finished_at, idempotency_key)
+           SELECT run_id, position, name, status, attempts, options, error, traceback, started_at, finished_at,
+                  idempotency_key
+           FROM steps""",
+        """CREATE TABLE outputs (
+               run_id TEXT NOT NULL REFERENCES runs(run_id),
+               seq INTEGER NOT NULL,
+               value TEXT,
+               PRIMARY KEY (run_id, seq)
+           )""",
+        "INSERT INTO outputs (run_id, seq, value) SELECT run_id, position, output FROM steps "
+        "WHERE output IS NOT NULL ORDER BY run_id, position",
+        "DROP TABLE steps",
+        "ALTER TABLE steps_v3 RENAME TO steps",
+        "CREATE INDEX steps_by_name ON steps (run_id, name, iteration)",
+        "ALTER TABLE checkpoints RENAME COLUMN position TO seq",
+        "CREATE INDEX checkpoints_by_kind ON checkpoints (run_id, kind, seq)",
+        "ALTER TABLE runs ADD COLUMN suspect_deaths INTEGER NOT NULL DEFAULT 0",
+        # Deaths charged to each run so far: the suspect interruptions its events recorded.
+        """UPDATE runs SET suspect_deaths = (
+               SELECT count(*) FROM events e WHERE e.run_id = runs.run_id AND e.kind = 'interruption_detected'
+               AND CASE WHEN json_valid(e.detail) THEN json_extract(e.detail, '$.suspect') END = 1)
+           WHERE run_id IN (SELECT run_id FROM events WHERE kind = 'interruption_detected')""",
+    ):
+        db.conn.execute(statement)
 
 
-class Store:
+MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3}
+
+
+# ---- error translation --------------------------------------------------------------------------
+
+
+def _translated(method: Callable) -> Callable:
+    """Run a store method with SQLite's own errors raised as one-line ``StoreError`` subclasses."""
+
+    @functools.wraps(method)
+    def wrapper(self: SqliteStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as e:
+            raise self.translate(e) from None
+
+    return wrapper
+
+
+class SqliteStore(RunStore):
     """A relaypoint store in one SQLite file.
 
-    ``path``: the file. ``create``: make a new store if the file does not exist (owner-only, 0600);
-    otherwise a missing file is a ``StoreError``. ``readonly``: open without writing (a console on a
-    file it cannot write).
+    ``path``: the file. ``url``: what it was opened with (default: the path). ``create``: make a new
+    store if the file does not exist (owner-only, 0600); otherwise a missing file is
+    ``StoreMissing``. ``readonly``: open without writing. ``durability``: "full" or "normal" (see
+    :func:`relaypoint.store.open_store`). ``busy_timeout``: seconds a write waits for the lock.
 
-    Raises ``StoreError`` (one line) when the file is missing, not SQLite, corrupt, not a relaypoint
-    store, or from a newer relaypoint. Nothing is written to a file that could not be read as a store.
+    Raises ``StoreMissing``, ``NotAStore`` (a directory, an empty, foreign or corrupt file, tables
+    not matching the schema version), ``StoreNewer``, ``StoreDamaged`` (an unreadable schema
+    version); nothing is written to a file that could not be read as a store.
     """
 
-    def __init__(self, path: str | os.PathLike, *, create: bool = False, readonly: bool = False,
+    def __init__(self, path: str | os.PathLike, *, url: str | None = None, create: bool = False,
+                 readonly: bool = False, durability: str = DURABILITY,
                  busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
+        if durability not in DURABILITIES:
+            raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}")
         self.path = Path(path)
+        self._url = str(path) if url is None else url
+        self.durability = durability
+        self.busy_timeout = busy_timeout
         self.readonly = readonly
-        self.readonly_reason = "opened read-only" if readonly else None
+        self._readonly_reason = "opened read-only" if readonly else None
+        self._in_transaction = False
+        self.rows_read = 0
+        """Rows this store object has read and returned (a cost guard for tests)."""
         if self.path.is_file() and not readonly and not _writable(self.path):
             self.readonly = True
-            self.readonly_reason = f"{self.path} (or its directory) is not writable by this user"
+            self._readonly_reason = f"{self.path} (or its directory) is not writable by this user"
         if not self.path.exists():
             if not create:
-                raise StoreError(
+                raise StoreMissing(
                     f"no relaypoint store at {self.path}; make one with `relaypoint --db {self.path} demo` or "
                     "`relaypoint start`, or point --db (RELAYPOINT_DB) at an existing store"
                 )
             self._create_file()
         elif self.path.is_dir():
-            raise StoreError(f"{self.path} is a directory, not a relaypoint store file")
+            raise NotAStore(f"{self.path} is a directory, not a relaypoint store file")
         else:
             self._check_header()
         try:
-            self._connect(busy_timeout, "mode=ro" if self.readonly else None)
+            self._connect("mode=ro" if self.readonly else None)
             try:
                 self._check_and_migrate()
             except sqlite3.OperationalError:
@@ -170,23 +261,31 @@ class Store:
                 # A WAL store read-only in a directory we cannot write: SQLite cannot make the
                 # -shm file, so read the file as immutable (a snapshot as of opening).
                 self.conn.close()
-                self._connect(busy_timeout, "mode=ro&immutable=1")
-                self.readonly_reason += "; showing a snapshot: changes made since are not seen until reopened"
+                self._connect("mode=ro&immutable=1")
+                self._readonly_reason += "; showing a snapshot: changes made since are not seen until reopened"
                 self._check_and_migrate()
-        except sqlite3.DatabaseError as e:
-            self.conn.close()
-            raise StoreError(f"{self.path} is not a readable SQLite database ({e}); "
-                             "point --db at a relaypoint store") from None
+        except sqlite3.Error as e:
+            self._close_quietly()
+            if isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e)):
+                raise self.translate(e) from None
+            raise NotAStore(f"{self.path} is not a readable SQLite database ({e}); "
+                            "point --db at a relaypoint store") from None
         except StoreError:
-            self.conn.close()
+            self._close_quietly()
             raise
 
-    def _connect(self, busy_timeout: float, uri_query: str | None) -> None:
+    # ---- opening
+
+    def _close_quietly(self) -> None:
+        if getattr(self, "conn", None) is not None:
+            self.conn.close()
+
+    def _connect(self, uri_query: str | None) -> None:
         if uri_query:
             self.conn = sqlite3.connect(f"file:{self.path.resolve()}?{uri_query}", uri=True, isolation_level=None,
-                                        timeout=busy_timeout, check_same_thread=False)
+                                        timeout=self.busy_timeout, check_same_thread=False)
         else:
-            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout,
+            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout,
                                         check_same_thread=False)
         self.db = sqlite_utils.Database(self.conn)
 
@@ -221,23 +320,23 @@ class Store:
         # then delete the WAL under a live connection.
         size = self.path.stat().st_size
         if size == 0:  # relaypoint never leaves a store empty (see _create_file): this is someone's file
-            raise StoreError(f"{self.path} is an empty file, not a relaypoint store; delete it to let "
-                             "relaypoint create a store there, or point --db at a store")
+            raise NotAStore(f"{self.path} is an empty file, not a relaypoint store; delete it to let "
+                            "relaypoint create a store there, or point --db at a store")
         if 0 < size < SQLITE_HEADER_BYTES:
-            raise StoreError(f"{self.path} is not a readable SQLite database (too short); "
-                             "point --db at a relaypoint store")
+            raise NotAStore(f"{self.path} is not a readable SQLite database (too short); "
+                            "point --db at a relaypoint store")
 
     def _schema_version(self) -> int:
         meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
         if meta.get("app") != APP_ID:
-            raise StoreError(f"{self.path} is an SQLite file but not a relaypoint store")
+            raise NotAStore(f"{self.path} is an SQLite file but not a relaypoint store")
         text = meta.get("schema_version")
         try:
             version = int(text)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             version = 0
         if version < 1:  # meta and the first schema are written in one transaction: this is damage
-            raise StoreError(f"{self.path} has an unreadable schema version {text!r}; it cannot be opened safely")
+            raise StoreDamaged(f"{self.path} has an unreadable schema version {text!r}; it cannot be opened safely")
         return version
 
     def _check_and_migrate(self) -> None:
@@ -246,23 +345,25 @@ class Store:
         version = 0
         if tables:
             if "meta" not in tables:
-                raise StoreError(f"{self.path} is an SQLite file but not a relaypoint store (no meta table)")
+                raise NotAStore(f"{self.path} is an SQLite file but not a relaypoint store (no meta table)")
             version = self._schema_version()
             if version > SCHEMA_VERSION:
-                raise StoreError(
+                raise StoreNewer(
                     f"{self.path} has store schema version {version}, newer than this relaypoint "
                     f"understands ({SCHEMA_VERSION}); upgrade relaypoint to open it"
                 )
         if self.readonly:
             if version < SCHEMA_VERSION:
-                raise StoreError(f"{self.path} needs a schema migration but is open read-only")
+                raise StoreReadOnly(f"{self.path} needs a schema migration but is open read-only")
             return
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA foreign_keys=ON")
-        self.conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoint, atomic always
+        # FULL: a committed transaction is on disk when COMMIT returns (survives a power cut);
+        # NORMAL in WAL: atomic always, durable from the next checkpoint (survives a process crash).
+        self.conn.execute(f"PRAGMA synchronous={'FULL' if self.durability == 'full' else 'NORMAL'}")
         if version == SCHEMA_VERSION:
             return
-        with self.transaction():
+        with self._write():
             # Re-read under the write lock: another process may have migrated meanwhile.
             if "meta" not in self.db.table_names():
                 self.db["meta"].create({"key": str, "value": str}, pk="key")
@@ -273,94 +374,162 @@ class Store:
                 try:
                     MIGRATIONS[v](self.db)
                 except sqlite3.OperationalError as e:  # rolled back: the file is left as it was
-                    raise StoreError(f"{self.path} says schema version {version} but its tables do not match "
-                                     f"({e}; edited by hand?); it was left unchanged") from None
+                    raise NotAStore(f"{self.path} says schema version {version} but its tables do not match "
+                                    f"({e}; edited by hand?); it was left unchanged") from None
             self.db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
+
+    # ---- properties and lifecycle
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    @property
+    def readonly_reason(self) -> str | None:
+        return self._readonly_reason if self.readonly else None
 
     def close(self) -> None:
         """Close the connection."""
         self.conn.close()
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``): everything inside commits together or not at all.
+    def trace(self, callback: Callable[[str], None] | None) -> None:
+        """Call ``callback`` with the text of every SQL statement this store runs (None: stop).
+        For tests and guards that count statements; see also :attr:`rows_read`."""
+        self.conn.set_trace_callback(callback)
 
-        Waits up to the busy timeout for another writer. Raises ``StoreError`` if the store is
-        read-only or the disk is full; the transaction is rolled back and nothing is half-written.
-        """
-        if self.readonly:
-            raise StoreError(f"{self.path} is read-only ({self.readonly_reason}); actions that record "
-                             "something are unavailable")
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as e:
-            raise self.translate(e) from None
-        try:
-            yield self.conn
-            self.conn.execute("COMMIT")
-        except BaseException as exc:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.OperationalError):
-                raise self.translate(exc) from None
-            raise
-
-    def translate(self, e: sqlite3.DatabaseError) -> StoreError:
+    def translate(self, e: sqlite3.Error) -> StoreError:
         """One line for an error SQLite raised on this store (busy, read-only, full, damaged)."""
         msg = str(e)
         if "locked" in msg or "busy" in msg:
-            return StoreError(f"{self.path} stayed busy for {BUSY_TIMEOUT_SECONDS:.0f} s (another process is "
-                              "writing); try again")
+            return StoreBusy(f"{self.path} stayed busy for {self.busy_timeout:.0f} s (another process is "
+                             "writing); try again")
         if "readonly" in msg:
-            return StoreError(f"{self.path} is read-only; actions that record something are unavailable")
+            return StoreReadOnly(f"{self.path} is read-only; actions that record something are unavailable")
         if "full" in msg:
-            return StoreError(f"{self.path}: the disk or store is full; nothing was recorded, free space and retry")
-        if isinstance(e, sqlite3.OperationalError):
+            return StoreFull(f"{self.path}: the disk or store is full; nothing was recorded, free space and retry")
+        if isinstance(e, sqlite3.OperationalError) and "no such" not in msg:
             return StoreError(f"{self.path}: {msg}")
-        return StoreError(f"{self.path} could not be read ({msg}); it may be damaged: check it with "
-                          "`sqlite3 FILE 'PRAGMA integrity_check'`")
+        return StoreDamaged(f"{self.path} could not be read ({msg}); it may be damaged: check it with "
+                            "`sqlite3 FILE 'PRAGMA integrity_check'`")
 
-    # ---- reads -----------------------------------------------------------------------------
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception (sqlite3 errors raw)."""
+        if self._in_transaction:
+            raise RuntimeError("a store transaction is already open on this store (transactions do not nest)")
+        self.conn.execute("BEGIN IMMEDIATE")
+        self._in_transaction = True
+        try:
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._in_transaction = False
 
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        if self.readonly:
+            raise StoreReadOnly(f"{self.path} is read-only ({self._readonly_reason}); actions that record "
+                                "something are unavailable")
+        try:
+            with self._write():
+                yield
+        except sqlite3.Error as e:
+            raise self.translate(e) from None
+
+    @_translated
+    def data_version(self) -> tuple[int, int]:
+        """SQLite's ``PRAGMA data_version`` (commits by other connections) with this connection's
+        ``total_changes`` (its own)."""
+        return self.conn.execute("PRAGMA data_version").fetchone()[0], self.conn.total_changes
+
+    # ---- query helpers
+
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        cur = self.conn.execute(sql, tuple(params))
+        names = [d[0] for d in cur.description]
+        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        self.rows_read += len(rows)
+        return rows
+
+    def _row(self, sql: str, params: Iterable[Any] = ()) -> dict[str, Any] | None:
+        rows = self._rows(sql, params)
+        return rows[0] if rows else None
+
+    def _unknown(self, run_id: str) -> UnknownRun:
+        return UnknownRun(f"no run with id {run_id!r} in {self.path}; see `relaypoint list`")
+
+    def _strict(self, text: str | None, what: str) -> Any:
+        """Decode a stored JSON value a step will consume; damage fails closed with ``StoreDamaged``."""
+        try:
+            return encoding.loads(text)
+        except (ValueError, RecursionError):
+            raise StoreDamaged(f"{what} in {self.path} is not valid JSON (damaged or edited by hand); "
+                               "fix the row, or fork the run from an earlier step") from None
+
+    # ---- reads: runs
+
+    @_translated
     def resolve(self, run_id: str) -> str:
-        """Full run id for a full id or a unique prefix. Raises ``UnknownRun`` (echoing the id)."""
         if not run_id:
             raise UnknownRun("empty run id; see `relaypoint list`")
-        rows = self.conn.execute(
-            "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT 3",
-            (run_id, run_id + "\U0010ffff"),
-        ).fetchall()
+        rows = self._rows("SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT 3",
+                          (run_id, run_id + "\U0010ffff"))
         if not rows:
-            raise UnknownRun(f"no run with id {run_id!r} in {self.path}; see `relaypoint list`")
-        if len(rows) > 1 and rows[0][0] != run_id:
-            ids = ", ".join(r[0] for r in rows[:2]) + (", ..." if len(rows) > 2 else "")
+            raise self._unknown(run_id)
+        if len(rows) > 1 and rows[0]["run_id"] != run_id:
+            ids = ", ".join(r["run_id"] for r in rows[:2]) + (", ..." if len(rows) > 2 else "")
             raise UnknownRun(f"run id prefix {run_id!r} matches several runs ({ids}); give more characters")
-        return rows[0][0]
+        return rows[0]["run_id"]
 
+    @_translated
     def exists(self, run_id: str) -> bool:
-        """True if a run with exactly this id is in the store."""
-        return self.conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+        return self._row("SELECT 1 AS one FROM runs WHERE run_id = ?", (run_id,)) is not None
 
-    def run_row(self, run_id: str) -> dict[str, Any]:
-        """The raw ``runs`` row (all columns). Raises ``UnknownRun``."""
-        rows = list(self.db.query("SELECT * FROM runs WHERE run_id = ?", [run_id]))
-        if not rows:
-            raise UnknownRun(f"no run with id {run_id!r} in {self.path}; see `relaypoint list`")
-        return rows[0]
+    def _head_row(self, run_id: str, columns: str) -> dict[str, Any]:
+        row = self._row(f"SELECT {columns} FROM runs WHERE run_id = ?", (run_id,))
+        if row is None:
+            raise self._unknown(run_id)
+        return row
 
+    @_translated
+    def run(self, run_id: str) -> RunHead:
+        r = self._head_row(run_id, HEAD_COLUMNS)
+        return RunHead(**_summary_fields(r), input=readable(r["input"], dict), definition=readable(r["definition"]),
+                       fingerprint=r["fingerprint"], suspect_deaths=r["suspect_deaths"] or 0)
+
+    @_translated
+    def run_input(self, run_id: str) -> dict[str, Any]:
+        value = self._strict(self._head_row(run_id, "input")["input"], f"the input of run {run_id}")
+        if value is not None and not isinstance(value, dict):
+            raise StoreDamaged(f"the input of run {run_id} in {self.path} is not a JSON object (damaged or "
+                               "edited by hand); fix the row, or fork the run with a new --input")
+        return value or {}
+
+    @_translated
+    def run_definition(self, run_id: str) -> Any:
+        return self._strict(self._head_row(run_id, "definition")["definition"], f"the definition of run {run_id}")
+
+    @_translated
+    def owner_of(self, run_id: str) -> Owner | None:
+        r = self._head_row(run_id, "status, lease_host, lease_pid, lease_pid_start, lease_expires_at")
+        return _owner(r) if r["status"] == RunStatus.RUNNING else None
+
+    @_translated
     def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
                   before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
                   within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
                   search: str | None = None) -> list[RunSummary]:
-        """A page of runs, newest first (``oldest_first``: oldest first), at most ``limit``.
-
-        Positions are (created_at text, run_id). ``before``/``after``: only runs older/newer than
-        that position (keyset pagination on an index: cost does not grow with the offset);
-        ``within``: only runs between two positions (newest, oldest), both included. ``search``: a
-        run id prefix or a workflow name prefix; each matching workflow name (found by a loose
-        index scan) is read in its index's order and the streams are merged, so no match is sorted
-        and at most about ``limit`` rows per name are read.
-        """
+        # Each matching workflow name of a search (found by a loose index scan) is read in its
+        # index's order and the streams are merged, so no match is sorted and at most about
+        # ``limit`` rows per name are read.
         where, params = [], []
         if status:
             where.append("status = ?")
@@ -379,16 +548,16 @@ class Store:
             params.extend([*within[0], *within[1]])
         order = "ASC" if oldest_first else "DESC"
 
-        def runs(*condition: str, values: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+        def runs(*condition: str, values: tuple[str, ...] = ()) -> list[dict[str, Any]]:
             clauses = [*where, *condition]
             sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
             if clauses:
                 sql += " WHERE " + " AND ".join(clauses)
             sql += f" ORDER BY created_at {order}, run_id {order} LIMIT ?"
-            return self.db.query(sql, [*params, *values, limit])
+            return self._rows(sql, [*params, *values, limit])
 
         if not search:
-            rows: Iterator[dict[str, Any]] = runs()
+            rows: Iterator[dict[str, Any]] = iter(runs())
         else:
             end = search + "\U0010ffff"
             streams = [runs("workflow = ?", values=(name,)) for name in self._workflows_from(search, end)]
@@ -400,7 +569,7 @@ class Store:
     def _workflows_from(self, low: str, high: str) -> list[str]:
         """The distinct workflow names in [low, high), by a loose index scan of ``runs_by_workflow``
         (one index seek per name, not a read of every matching run)."""
-        return [name for (name,) in self.conn.execute(
+        return [r["name"] for r in self._rows(
             """WITH RECURSIVE names(name) AS (
                    SELECT (SELECT min(workflow) FROM runs WHERE workflow >= ?1 AND workflow < ?2)
                    UNION ALL
@@ -408,119 +577,371 @@ class Store:
                    FROM names WHERE names.name IS NOT NULL)
                SELECT name FROM names WHERE name IS NOT NULL""", (low, high))]
 
+    @_translated
     def count_by_status(self) -> dict[str, int]:
-        """Number of runs per status, from the ``run_counts`` table its triggers keep (a few rows,
-        whatever the number of runs)."""
-        return dict(self.conn.execute("SELECT status, runs FROM run_counts WHERE runs > 0").fetchall())
+        # From the run_counts table its triggers keep: a few rows, whatever the number of runs.
+        return {r["status"]: r["runs"] for r in self._rows("SELECT status, runs FROM run_counts WHERE runs > 0")}
 
-    def data_version(self) -> tuple[int, int]:
-        """A value that changes whenever a transaction that changed something is committed on the
-        store: SQLite's ``PRAGMA data_version`` (commits by other connections, other processes
-        included) with this connection's ``total_changes`` (its own). Only comparable between calls
-        on this same Store."""
-        return self.conn.execute("PRAGMA data_version").fetchone()[0], self.conn.total_changes
-
-    def steps(self, run_id: str, *, with_output: bool = True) -> list[StepRecord]:
-        """The run's chain in order. ``with_output=False`` skips the output column (the console
-        loads one output at a time with :meth:`step_output`)."""
-        cols = STEP_COLUMNS_NO_OUTPUT + (", output" if with_output else "")
-        rows = self.db.query(f"SELECT {cols} FROM steps WHERE run_id = ? ORDER BY position", [run_id])
-        return [step_from_row(r) for r in rows]
-
-    def step_output(self, run_id: str, position: int) -> Any:
-        """One step's decoded output (None when it has none)."""
-        row = self.conn.execute("SELECT output FROM steps WHERE run_id = ? AND position = ?",
-                                (run_id, position)).fetchone()
-        return readable(row[0]) if row else None
-
-    def completed_outputs(self, run_id: str, before_position: int) -> dict[str, Any]:
-        """name -> output of each completed step before ``before_position``."""
-        rows = self.conn.execute(
-            "SELECT name, output FROM steps WHERE run_id = ? AND position < ? AND status = ? ORDER BY position",
-            (run_id, before_position, StepStatus.COMPLETED),
-        )
-        return {name: self.strict(out, f"the output of step '{name}' of run {run_id}") for name, out in rows}
-
-    def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
-        """The newest undecided pausing checkpoint (approval, input, orphan), if any."""
-        rows = list(self.db.query(
-            f"SELECT * FROM checkpoints WHERE run_id = ? AND kind IN {PAUSE_KINDS!r} "
-            f"AND {UNDECIDED} ORDER BY checkpoint_id DESC LIMIT 1", [run_id]))
-        return checkpoint_from_row(rows[0]) if rows else None
-
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        """All of a run's checkpoints, oldest first."""
-        rows = self.db.query("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id", [run_id])
-        return [checkpoint_from_row(r) for r in rows]
-
-    def responses(self, run_id: str, step: str) -> list[Any]:
-        """Recorded answers to ``request_input`` calls of one step, in call order."""
-        rows = self.conn.execute(
-            "SELECT value FROM checkpoints WHERE run_id = ? AND step = ? AND kind = 'input' "
-            "AND decision = 'responded' ORDER BY checkpoint_id", (run_id, step))
-        return [self.strict(r[0], f"a response to step '{step}' of run {run_id}") for r in rows]
-
+    @_translated
     def forks(self, run_id: str) -> list[str]:
-        """Ids of runs forked from this one, oldest first."""
-        rows = self.conn.execute("SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY created_at",
-                                 (run_id,))
-        return [r[0] for r in rows]
+        return [r["run_id"] for r in self._rows(
+            "SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY created_at", (run_id,))]
 
+    @_translated
+    def running_owners(self) -> list[Owner]:
+        rows = self._rows("SELECT DISTINCT lease_host, lease_pid, lease_pid_start, lease_expires_at FROM runs "
+                          "WHERE status = ?", (RunStatus.RUNNING,))
+        return list(dict.fromkeys(_owner(r) for r in rows))
+
+    @_translated
+    def owned_runs(self, owner: Owner) -> list[OwnedRun]:
+        rows = self._rows(
+            "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = ? AND lease_host IS ? "
+            "AND lease_pid IS ? AND lease_pid_start IS ?", (RunStatus.RUNNING, owner.host, owner.pid, owner.pid_start))
+        return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
+                for r in rows]
+
+    @_translated
+    def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
+        names = list(workflows)
+        marks = ", ".join("?" * len(names))
+        rows = self._rows(f"SELECT run_id, status FROM runs WHERE status IN (?, ?) AND workflow IN ({marks}) "
+                          "ORDER BY updated_at LIMIT ?", (RunStatus.QUEUED, RunStatus.INTERRUPTED, *names, limit))
+        return [(r["run_id"], RunStatus(r["status"])) for r in rows]
+
+    @_translated
+    def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
+        wanted = list(statuses)
+        marks = ", ".join("?" * len(wanted))
+        rows = self._rows(f"SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at "
+                          f"FROM runs WHERE status IN ({marks}) AND updated_at < ?", [*wanted, _text(before)])
+        return [(r["run_id"], _owner(r) if r["status"] == RunStatus.RUNNING else None) for r in rows]
+
+    # ---- reads: steps and outputs
+
+    @_translated
+    def steps(self, run_id: str) -> list[StepRecord]:
+        return [step_from_row(r) for r in self._rows(
+            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? ORDER BY s.seq", (run_id,))]
+
+    @_translated
+    def step(self, run_id: str, seq: int) -> StepRecord | None:
+        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq = ?", (run_id, seq))
+        return None if r is None else step_from_row(r)
+
+    @_translated
+    def step_named(self, run_id: str, name: str) -> StepRecord | None:
+        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.name = ? AND s.parent_seq IS NULL "
+                      "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
+        return None if r is None else step_from_row(r)
+
+    @_translated
+    def step_output(self, run_id: str, seq: int) -> Any:
+        r = self._row("SELECT value FROM outputs WHERE run_id = ? AND seq = ?", (run_id, seq))
+        return None if r is None else readable(r["value"])
+
+    @_translated
+    def output_of(self, run_id: str, name: str) -> tuple[bool, Any]:
+        r = self._row(
+            "SELECT s.seq, (SELECT value FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS value "
+            "FROM steps s WHERE s.run_id = ? AND s.name = ? AND s.parent_seq IS NULL AND s.status = ? "
+            "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name, StepStatus.COMPLETED))
+        if r is None:
+            return False, None
+        return True, self._strict(r["value"], f"the output of step '{name}' of run {run_id}")
+
+    # ---- reads: checkpoints and events
+
+    def _checkpoint(self, where: str, params: Iterable[Any]) -> Checkpoint | None:
+        r = self._row(f"SELECT * FROM checkpoints WHERE {where} ORDER BY checkpoint_id DESC LIMIT 1", params)
+        return None if r is None else checkpoint_from_row(r)
+
+    @_translated
+    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return self._checkpoint("run_id = ?", (run_id,))
+
+    @_translated
+    def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return self._checkpoint(f"run_id = ? AND kind IN {PAUSE_KINDS!r} AND {UNDECIDED}", (run_id,))
+
+    @_translated
+    def last_pause(self, run_id: str) -> Checkpoint | None:
+        return self._checkpoint(f"run_id = ? AND kind IN {PAUSE_KINDS!r}", (run_id,))
+
+    @_translated
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        return [checkpoint_from_row(r) for r in self._rows(
+            "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id", (run_id,))]
+
+    @_translated
+    def responses(self, run_id: str, seq: int) -> list[Any]:
+        rows = self._rows("SELECT step, value FROM checkpoints WHERE run_id = ? AND kind = 'input' AND seq = ? "
+                          "AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
+        return [self._strict(r["value"], f"a response to step '{r['step']}' of run {run_id}") for r in rows]
+
+    @_translated
+    def latest_approval(self, run_id: str, step: str) -> Checkpoint | None:
+        return self._checkpoint("run_id = ? AND kind = 'approval' AND step = ?", (run_id, step))
+
+    @_translated
+    def due_pauses(self, now: datetime) -> list[Checkpoint]:
+        return [checkpoint_from_row(r) for r in self._rows(
+            f"SELECT * FROM checkpoints WHERE deadline_at <= ? AND {UNDECIDED} ORDER BY checkpoint_id",
+            (_text(now),))]
+
+    @_translated
     def events(self, run_id: str) -> list[Event]:
-        """The run's audit trail, oldest first."""
-        rows = self.db.query("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", [run_id])
-        return [
-            Event(event_id=r["event_id"], run_id=r["run_id"], at=_time(r, "at", f"event {r['event_id']}"), kind=r["kind"],
-                  step=r["step"], actor=r["actor"], detail=readable(r["detail"], dict))
-            for r in rows
-        ]
+        return [Event(event_id=r["event_id"], run_id=r["run_id"], at=_time(r, "at", f"event {r['event_id']}"),
+                      kind=r["kind"], step=r["step"], actor=r["actor"], detail=readable(r["detail"], dict))
+                for r in self._rows("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", (run_id,))]
 
-    # ---- writes (call inside transaction()) ---------------------------------------------------
+    # ---- writes
 
-    def add_event(self, run_id: str, at: str, kind: str, *, step: str | None = None,
-                  actor: str | None = None, **detail: Any) -> None:
-        """Append an audit event (inside the caller's transaction)."""
+    @_translated
+    def insert_run(self, run: NewRun) -> None:
+        at = _text(run.created_at)
         self.conn.execute(
-            "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, at, kind, step, actor, json.dumps(detail, ensure_ascii=False) if detail else None),
-        )
+            "INSERT INTO runs (run_id, workflow, status, input, parent_run_id, forked_from_step, definition, "
+            "fingerprint, created_at, updated_at, current_step, steps_done, steps_total, lease_token, lease_pid, "
+            "lease_pid_start, lease_host, lease_expires_at, heartbeat_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run.run_id, run.workflow, run.status, run.input, run.parent_run_id, run.forked_from_step,
+             run.definition, run.fingerprint, at, at, run.current_step, run.steps_done, run.steps_total,
+             *_lease_values(run.lease)))
 
-    def add_checkpoint(self, run_id: str, at: str, kind: str, position: int, step: str | None,
-                       reason: str | None = None, state: Any = None, deadline_at: str | None = None) -> int:
-        """Insert a checkpoint row; returns its id (inside the caller's transaction)."""
-        cur = self.conn.execute(
-            "INSERT INTO checkpoints (run_id, position, step, kind, created_at, reason, state, deadline_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, position, step, kind, at, reason, None if state is None else encoding.dumps(state, "state"),
-             deadline_at),
-        )
-        return int(cur.lastrowid)
+    _STEP_INSERT = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
+                    "idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
-    def update_run(self, run_id: str, *, fence: str | None = None, **cols: Any) -> bool:
-        """Set columns of a run. With ``fence`` (a lease token) the write applies only while that
-        token still owns the run; returns False when the fence refused it."""
-        sets = ", ".join(f"{k} = ?" for k in cols)
+    @staticmethod
+    def _step_values(run_id: str, s: NewStep) -> tuple[Any, ...]:
+        return (run_id, s.seq, s.name, s.iteration, s.agent, s.parent, s.status, s.attempts, s.options,
+                s.idempotency_key)
+
+    @_translated
+    def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
+        self.conn.executemany(self._STEP_INSERT, (self._step_values(run_id, s) for s in steps))
+
+    @_translated
+    def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
+        old = {r["name"]: r for r in self._rows("SELECT * FROM steps WHERE run_id = ? AND parent_seq IS NULL",
+                                                (run_id,))}
+        # Outputs move with their step without being read: park them at negative seqs, move the
+        # kept ones to their new seq, drop the rest.
+        self.conn.execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = ?", (run_id,))
+        self.conn.execute("DELETE FROM steps WHERE run_id = ?", (run_id,))
+        for s in steps:
+            kept = old.pop(s.name, None)
+            if kept is None:
+                self.conn.execute(self._STEP_INSERT, self._step_values(run_id, s))
+                continue
+            self.conn.execute(
+                "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, error, "
+                "traceback, started_at, finished_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, s.seq, s.name, kept["iteration"], kept["agent"], None, kept["status"], kept["attempts"],
+                 s.options, kept["error"], kept["traceback"], kept["started_at"], kept["finished_at"],
+                 kept["idempotency_key"]))
+            self.conn.execute("UPDATE outputs SET seq = ? WHERE run_id = ? AND seq = ?",
+                              (s.seq, run_id, -1 - kept["seq"]))
+        self.conn.execute("DELETE FROM outputs WHERE run_id = ? AND seq < 0", (run_id,))
+        return sorted(old)
+
+    @_translated
+    def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
+        sets, values = _run_assignments(fields)
         sql = f"UPDATE runs SET {sets} WHERE run_id = ?"
-        params = [*cols.values(), run_id]
+        values.append(run_id)
         if fence is not None:
             sql += " AND lease_token = ?"
-            params.append(fence)
-        return self.conn.execute(sql, params).rowcount == 1
+            values.append(fence)
+        return self.conn.execute(sql, values).rowcount == 1
 
-    def update_step(self, run_id: str, position: int, **cols: Any) -> None:
-        """Set columns of one step row."""
-        sets = ", ".join(f"{k} = ?" for k in cols)
-        self.conn.execute(f"UPDATE steps SET {sets} WHERE run_id = ? AND position = ?",
-                          [*cols.values(), run_id, position])
+    @_translated
+    def update_step(self, run_id: str, seq: int, **fields: Any) -> None:
+        unknown = set(fields) - STEP_FIELDS
+        if unknown or not fields:
+            raise TypeError(f"update_step: unknown or no fields {sorted(unknown)} (known: {sorted(STEP_FIELDS)})")
+        values = [_text(v) if k in TIME_FIELDS else v for k, v in fields.items()]
+        self.conn.execute(f"UPDATE steps SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ? AND seq = ?",
+                          [*values, run_id, seq])
+
+    @_translated
+    def set_output(self, run_id: str, seq: int, json_text: str) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO outputs (run_id, seq, value) VALUES (?, ?, ?)",
+                          (run_id, seq, json_text))
+
+    _CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at) "
+                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+
+    def _insert_checkpoint(self, c: NewCheckpoint) -> int:
+        cur = self.conn.execute(self._CHECKPOINT_INSERT, (c.run_id, c.seq, c.step, c.kind, _text(c.at), c.reason,
+                                                          c.state, _text(c.deadline_at)))
+        return int(cur.lastrowid)
+
+    @_translated
+    def add_checkpoint(self, checkpoint: NewCheckpoint) -> int:
+        return self._insert_checkpoint(checkpoint)
+
+    @_translated
+    def decide(self, checkpoint_id: int, decision: str, by: str, at: datetime, comment: str | None = None,
+               value_json: str | None = None) -> bool:
+        return self.conn.execute(
+            "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ?, comment = ?, value = ? "
+            f"WHERE checkpoint_id = ? AND {UNDECIDED}",
+            (decision, by, _text(at), comment, value_json, checkpoint_id)).rowcount == 1
+
+    @_translated
+    def close_pauses(self, run_id: str, decision: str, by: str, at: datetime) -> int:
+        return self.conn.execute(
+            "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ? "
+            f"WHERE run_id = ? AND {UNDECIDED} AND kind IN {PAUSE_KINDS!r}", (decision, by, _text(at), run_id)).rowcount
+
+    _EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)"
+
+    @_translated
+    def add_event(self, run_id: str, at: datetime, kind: str, *, step: str | None = None,
+                  actor: str | None = None, **detail: Any) -> None:
+        self.conn.execute(self._EVENT_INSERT, (run_id, _text(at), kind, step, actor, _detail(detail)))
+
+    @_translated
+    def cancel_open_steps(self, run_id: str, at: datetime) -> None:
+        self.conn.execute(
+            "UPDATE steps SET status = ?, finished_at = coalesce(finished_at, ?) "
+            f"WHERE run_id = ? AND status IN ({', '.join('?' * len(OPEN_STEPS))})",
+            (StepStatus.CANCELLED, _text(at), run_id, *sorted(OPEN_STEPS)))
+
+    @_translated
+    def delete_runs(self, run_ids: Iterable[str]) -> None:
+        ids = [(i,) for i in run_ids]
+        for table in ("events", "checkpoints", "outputs", "steps", "runs"):
+            self.conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", ids)
+
+    @_translated
+    def copy_for_fork(self, parent: str, child: str, cut_seq: int) -> None:
+        # In SQL: upstream outputs move as stored text, never decoded or re-run.
+        values = {"child": child, "parent": parent, "cut": cut_seq, "pending": StepStatus.PENDING}
+        self.conn.execute(
+            """INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
+                                  error, traceback, started_at, finished_at, idempotency_key)
+               SELECT :child, seq, name, iteration, agent, parent_seq, status, attempts, options, error, traceback,
+                      started_at, finished_at, idempotency_key
+               FROM steps WHERE run_id = :parent AND seq < :cut
+               UNION ALL
+               SELECT :child, seq, name, 1, NULL, NULL, :pending, 0, options, NULL, NULL, NULL, NULL,
+                      :child || '/' || name
+               FROM steps WHERE run_id = :parent AND seq >= :cut AND parent_seq IS NULL AND iteration = 1
+               ORDER BY 2""", values)
+        self.conn.execute("INSERT INTO outputs (run_id, seq, value) SELECT :child, seq, value FROM outputs "
+                          "WHERE run_id = :parent AND seq < :cut ORDER BY seq", values)
+
+    @_translated
+    def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
+        # The decision keeps its original author and time; the comment names where it came from.
+        cur = self.conn.execute(
+            """INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, decision,
+                                        decided_by, decided_at, comment, value)
+               SELECT :child, seq, step, kind, :at, reason,
+                      json_object('inherited_from', json_object('run_id', run_id, 'checkpoint_id', checkpoint_id)),
+                      decision, decided_by, decided_at,
+                      'inherited from checkpoint ' || checkpoint_id || ' of run ' || run_id
+                          || coalesce(': ' || comment, ''),
+                      value
+               FROM checkpoints WHERE checkpoint_id = :cp""",
+            {"child": child, "at": _text(at), "cp": parent_checkpoint_id})
+        if cur.rowcount != 1:
+            raise StoreError(f"checkpoint {parent_checkpoint_id} is not in {self.path}; nothing was inherited")
+        return int(cur.lastrowid)
+
+    # ---- the hot path
+
+    def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
+        b = boundary
+        at = _text(b.at)
+        with self.transaction():
+            sets, values = _run_assignments({"updated_at": b.at, **b.run})
+            sql = f"UPDATE runs SET {sets} WHERE run_id = ?"
+            values.append(b.run_id)
+            if b.fence is not None:
+                sql += " AND lease_token = ?"
+                values.append(b.fence)
+            if self.conn.execute(sql, values).rowcount != 1:
+                raise self._refused(b.run_id)
+            if b.ended is not None:
+                e = b.ended
+                self.conn.execute("UPDATE steps SET status = ?, finished_at = ?, error = ?, traceback = ? "
+                                  "WHERE run_id = ? AND seq = ?", (e.status, at, e.error, e.traceback, b.run_id, e.seq))
+                if e.output_json is not None:
+                    self.conn.execute("INSERT OR REPLACE INTO outputs (run_id, seq, value) VALUES (?, ?, ?)",
+                                      (b.run_id, e.seq, e.output_json))
+            if b.started is not None:
+                s = b.started
+                if isinstance(s.step, NewStep):
+                    self.conn.execute(
+                        "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, "
+                        "options, started_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (b.run_id, s.step.seq, s.step.name, s.step.iteration, s.step.agent, s.step.parent,
+                         StepStatus.RUNNING, s.attempt, s.step.options, at, s.step.idempotency_key))
+                else:
+                    self.conn.execute(
+                        "UPDATE steps SET status = ?, attempts = ?, started_at = ?, finished_at = NULL, error = NULL, "
+                        "traceback = NULL WHERE run_id = ? AND seq = ?",
+                        (StepStatus.RUNNING, s.attempt, at, b.run_id, s.step))
+            checkpoint_id = None if b.checkpoint is None else self._insert_checkpoint(b.checkpoint)
+            if b.events:
+                self.conn.executemany(self._EVENT_INSERT, [
+                    (b.run_id, at, ev.kind, ev.step, ev.actor, _detail(ev.detail)) for ev in b.events])
+        return BoundaryResult(checkpoint_id=checkpoint_id)
+
+    def _refused(self, run_id: str) -> LeaseLost | UnknownRun:
+        """Why a fenced boundary was refused (read inside its transaction, before the rollback)."""
+        row = self._row("SELECT status FROM runs WHERE run_id = ?", (run_id,))
+        if row is None:
+            return self._unknown(run_id)
+        return lease_lost(run_id, row["status"])
 
 
-    def strict(self, text: str | None, what: str) -> Any:
-        """Decode a stored JSON value a step will consume; damage fails closed with ``StoreError``."""
-        try:
-            return encoding.loads(text)
-        except (ValueError, RecursionError):
-            raise StoreError(f"{what} in {self.path} is not valid JSON (damaged or edited by hand); "
-                             "fix the row, or fork the run from an earlier step") from None
+def lease_lost(run_id: str, status: str | None) -> LeaseLost:
+    """The ``LeaseLost`` a fenced write of ``run_id`` raises, saying why from the run's ``status``."""
+    why = ("it was cancelled" if status == RunStatus.CANCELLED
+           else "its lease expired or another process took the run over")
+    return LeaseLost(f"run {run_id}: this process no longer owns the run ({why}); "
+                     "the step's result was not recorded")
+
+
+# ---- conversions --------------------------------------------------------------------------------
+
+
+def _text(dt: datetime | None) -> str | None:
+    if dt is None:
+        return None
+    if not isinstance(dt, datetime):
+        raise TypeError(f"store times are aware UTC datetimes, not {type(dt).__name__} ({dt!r})")
+    return to_text(dt)
+
+
+def _detail(detail: dict[str, Any]) -> str | None:
+    return json.dumps(detail, ensure_ascii=False) if detail else None
+
+
+def _lease_values(lease: Lease | None) -> tuple[Any, ...]:
+    if lease is None:
+        return (None,) * len(LEASE_COLUMNS)
+    return (lease.token, lease.pid, lease.pid_start, lease.host, _text(lease.expires_at), _text(lease.heartbeat_at))
+
+
+def _run_assignments(fields: dict[str, Any]) -> tuple[str, list[Any]]:
+    """``SET`` text and values for :meth:`RunStore.update_run` fields. Raises ``TypeError``."""
+    unknown = set(fields) - RUN_FIELDS
+    if unknown or not fields:
+        raise TypeError(f"update_run: unknown or no fields {sorted(unknown)} (known: {sorted(RUN_FIELDS)})")
+    columns, values = [], []
+    for k, v in fields.items():
+        if k == "lease":
+            columns += LEASE_COLUMNS
+            values += _lease_values(v)
+        else:
+            columns.append(k)
+            values.append(_text(v) if k in TIME_FIELDS else v)
+    return ", ".join(f"{c} = ?" for c in columns), values
 
 
 def _writable(path: Path) -> bool:
@@ -545,8 +966,8 @@ def _vocabulary(enum: type, value: str, what: str) -> Any:
     try:
         return enum(value)
     except ValueError:
-        raise StoreError(f"{what} has status {value!r}, outside relaypoint's vocabulary (edited by hand?); "
-                         "fix the row or delete the run") from None
+        raise StoreDamaged(f"{what} has status {value!r}, outside relaypoint's vocabulary (edited by hand?); "
+                           "fix the row or delete the run") from None
 
 
 def _position(r: dict[str, Any]) -> tuple[str, str]:
@@ -557,7 +978,7 @@ def _summary_or_none(r: dict[str, Any]) -> RunSummary | None:
     # A listing skips a row damaged by hand (status outside the vocabulary, unreadable time);
     # `show` on it says what is wrong.
     try:
-        return summary_from_row(r)
+        return RunSummary(**_summary_fields(r))
     except StoreError:
         return None
 
@@ -565,20 +986,33 @@ def _summary_or_none(r: dict[str, Any]) -> RunSummary | None:
 def _time(r: dict[str, Any], column: str, what: str) -> datetime | None:
     try:
         return from_text(r[column])
-    except ValueError:
-        raise StoreError(f"{what} has an unreadable {column} {r[column]!r} (edited by hand?); "
-                         "fix the row or delete the run") from None
+    except (ValueError, TypeError, AttributeError):
+        raise StoreDamaged(f"{what} has an unreadable {column} {r[column]!r} (edited by hand?); "
+                           "fix the row or delete the run") from None
 
 
-def summary_from_row(r: dict[str, Any]) -> RunSummary:
-    """Build a :class:`RunSummary` from a ``runs`` row. Raises ``StoreError`` for a damaged row."""
+def _lenient_time(text: str | None) -> datetime | None:
+    # A lease expiry edited by hand counts as no lease (expired), never as a live one.
+    try:
+        return from_text(text)
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def _owner(r: dict[str, Any]) -> Owner:
+    return Owner(host=r["lease_host"], pid=r["lease_pid"], pid_start=r["lease_pid_start"],
+                 expires_at=_lenient_time(r["lease_expires_at"]))
+
+
+def _summary_fields(r: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`RunSummary` fields of a ``runs`` row. Raises ``StoreDamaged`` for a damaged row."""
     what = f"run {r['run_id']}"
     lease = None
     if r.get("lease_token"):
         lease = Lease(token=r["lease_token"], pid=r["lease_pid"] or 0, pid_start=r.get("lease_pid_start") or None,
                       host=r["lease_host"] or "",
                       expires_at=_time(r, "lease_expires_at", what), heartbeat_at=_time(r, "heartbeat_at", what))
-    return RunSummary(
+    return dict(
         run_id=r["run_id"], workflow=r["workflow"], status=_vocabulary(RunStatus, r["status"], what),
         parent_run_id=r["parent_run_id"], forked_from_step=r["forked_from_step"],
         created_at=_time(r, "created_at", what), updated_at=_time(r, "updated_at", what),
@@ -588,13 +1022,13 @@ def summary_from_row(r: dict[str, Any]) -> RunSummary:
 
 
 def step_from_row(r: dict[str, Any]) -> StepRecord:
-    """Build a :class:`StepRecord` from a ``steps`` row (output decoded when the row carries it)."""
+    """Build a :class:`StepRecord` (without output) from a ``steps`` row."""
     what = f"step {r['name']!r}"
     return StepRecord(
-        position=r["position"], name=r["name"], status=_vocabulary(StepStatus, r["status"], what),
-        attempts=r["attempts"], options=readable(r["options"], dict) or {}, output=readable(r.get("output")),
-        has_output=bool(r["has_output"]), error=r["error"], traceback=r["traceback"],
-        started_at=_time(r, "started_at", what), finished_at=_time(r, "finished_at", what),
+        seq=r["seq"], name=r["name"], iteration=r["iteration"], agent=r["agent"], parent=r["parent_seq"],
+        status=_vocabulary(StepStatus, r["status"], what), attempts=r["attempts"],
+        options=readable(r["options"], dict) or {}, has_output=bool(r["has_output"]), error=r["error"],
+        traceback=r["traceback"], started_at=_time(r, "started_at", what), finished_at=_time(r, "finished_at", what),
         idempotency_key=r["idempotency_key"],
     )
 
@@ -603,7 +1037,7 @@ def checkpoint_from_row(r: dict[str, Any]) -> Checkpoint:
     """Build a :class:`Checkpoint` from a ``checkpoints`` row."""
     what = f"checkpoint {r['checkpoint_id']}"
     return Checkpoint(
-        checkpoint_id=r["checkpoint_id"], run_id=r["run_id"], position=r["position"], step=r["step"],
+        checkpoint_id=r["checkpoint_id"], run_id=r["run_id"], seq=r["seq"], step=r["step"],
         kind=r["kind"], created_at=_time(r, "created_at", what), reason=r["reason"],
         state=readable(r["state"]), decision=r["decision"], decided_by=r["decided_by"],
         decided_at=_time(r, "decided_at", what), comment=r["comment"], value=readable(r["value"]),
