@@ -442,3 +442,10 @@ class RunStore(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ---- added for the engine
+
+    @abstractmethod
+    def max_seq(self, run_id: str) -> int:
+        """The highest ``seq`` of the run's executions (-1 when it has none): where a driver's
+        appended execution goes. Read once per claim, and only when an execution is appended."""
