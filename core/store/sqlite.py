@@ -650,6 +650,10 @@ class SqliteStore(RunStore):
             return False, None
         return True, self._strict(r["value"], f"the output of step '{name}' of run {run_id}")
 
+    @_translated
+    def max_seq(self, run_id: str) -> int:
+        return self._row("SELECT coalesce(max(seq), -1) AS seq FROM steps WHERE run_id = ?", (run_id,))["seq"]
+
     # ---- reads: checkpoints and events
 
     def _checkpoint(self, where: str, params: Iterable[Any]) -> Checkpoint | None:

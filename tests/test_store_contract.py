@@ -1,0 +1,478 @@
+"""The storage contract (``RunStore``), backend-neutral: every test takes the ``store_url`` fixture,
+so a second backend runs them all by adding one parameter. Tests that must touch the SQLite file
+itself live in test_store.py and test_broken_stores.py."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from relaypoint import encoding
+from relaypoint.errors import LeaseLost, StoreError, UnknownRun
+from relaypoint.models import Lease, Owner
+from relaypoint.status import RunStatus, StepStatus
+from relaypoint.store import (BackendUnavailable, Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, RunStore,
+                              StepEnd, StepStart, StoreDamaged, StoreMissing, StoreReadOnly, open_store)
+
+T0 = datetime(2031, 5, 1, 12, 0, tzinfo=UTC)
+HOST = "host-a"
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def lease(token: str = "tok", pid: int = 4242, expires: float = 30) -> Lease:
+    return Lease(token=token, pid=pid, pid_start="boot:1", host=HOST, expires_at=at(expires), heartbeat_at=T0)
+
+
+def add_run(store: RunStore, run_id: str, *, steps: tuple[str, ...] = ("a", "b", "c"), workflow: str = "flow",
+            status: RunStatus = RunStatus.RUNNING, created: float = 0, owner: Lease | None = None,
+            input: dict | None = None) -> str:
+    """A run with a pending chain, as the runtime records one at start."""
+    with store.transaction():
+        store.insert_run(NewRun(run_id=run_id, workflow=workflow, status=status, input=json.dumps(input or {"k": 1}),
+                                definition=json.dumps([{"name": s} for s in steps]), fingerprint="fp",
+                                created_at=at(created), steps_total=len(steps), current_step=steps[0] if steps else None,
+                                lease=owner))
+        store.insert_steps(run_id, [NewStep(seq=i, name=s, idempotency_key=f"{run_id}/{s}") for i, s in enumerate(steps)])
+        store.add_checkpoint(NewCheckpoint(run_id=run_id, kind="start", seq=0, step=steps[0] if steps else None,
+                                           at=at(created)))
+        store.add_event(run_id, at(created), "run_started", workflow=workflow)
+    return run_id
+
+
+def finish(store: RunStore, run_id: str, seq: int, output, *, fence: str | None = "tok", when: float = 1):
+    """One boundary: step ``seq`` completes with ``output``, step ``seq + 1`` starts."""
+    return store.commit_boundary(Boundary(
+        run_id=run_id, at=at(when), fence=fence,
+        ended=StepEnd(seq=seq, status=StepStatus.COMPLETED, output_json=encoding.dumps(output)),
+        started=StepStart(seq + 1, attempt=1),
+        checkpoint=NewCheckpoint(run_id=run_id, kind="boundary", seq=seq + 1, step=None, at=at(when),
+                                 state=json.dumps({"next": seq + 1})),
+        run={"steps_done": seq + 1, "current_step": None},
+        events=[NewEvent("step_completed", step="x", detail={"attempt": 1}), NewEvent("step_started", step="y")]))
+
+
+def everything(store: RunStore, run_id: str):
+    return (store.run(run_id), store.steps(run_id), [store.step_output(run_id, s.seq) for s in store.steps(run_id)],
+            store.checkpoints(run_id), store.events(run_id))
+
+
+# ---- opening -------------------------------------------------------------------------------------
+
+
+def test_a_missing_store_is_refused_unless_created(store_url):
+    with pytest.raises(StoreMissing, match="no relaypoint store at .*runs.db; make one with"):
+        open_store(store_url)
+    with open_store(store_url, create=True) as store:
+        assert store.url == store_url
+        assert store.where.endswith("runs.db") and "://" not in store.where
+        assert store.readonly_reason is None
+    with open_store(store_url) as again:
+        assert again.list_runs() == []
+
+
+@pytest.mark.parametrize("url", ["postgresql://u@localhost/relay", "postgres://localhost/x"])
+def test_postgresql_urls_say_the_backend_is_not_available_yet(url):
+    with pytest.raises(BackendUnavailable, match="^the PostgreSQL backend is not available yet in this version of "
+                                                 "relaypoint; use a SQLite path or sqlite:///path$"):
+        open_store(url)
+
+
+def test_an_unknown_scheme_is_one_line():
+    with pytest.raises(BackendUnavailable, match="unknown store URL scheme 'mysql'"):
+        open_store("mysql://localhost/x")
+
+
+def test_an_unknown_durability_is_refused(store_url):
+    with pytest.raises(ValueError, match="durability must be one of full, normal"):
+        open_store(store_url, create=True, durability="sometimes")
+
+
+# ---- runs: resolve, read, list, count -------------------------------------------------------------
+
+
+def test_resolve_takes_a_full_id_or_a_unique_prefix(store):
+    add_run(store, "abc123")
+    add_run(store, "abc456")
+    add_run(store, "abc")
+    assert store.resolve("abc1") == "abc123"
+    assert store.resolve("abc") == "abc"  # an exact id wins over the ids it prefixes
+    with pytest.raises(UnknownRun, match=r"run id prefix 'ab' matches several runs \(abc, abc123, \.\.\.\); give more"):
+        store.resolve("ab")
+    with pytest.raises(UnknownRun, match=r"^no run with id 'zz' in .*runs.db; see `relaypoint list`$"):
+        store.resolve("zz")
+    with pytest.raises(UnknownRun, match="empty run id"):
+        store.resolve("")
+    assert store.exists("abc") and not store.exists("ab")
+
+
+def test_a_run_reads_back_with_aware_utc_times_and_its_lease(store):
+    add_run(store, "r1", owner=lease(), input={"topic": "x", "n": [1, 2]})
+    head = store.run("r1")
+    assert (head.run_id, head.workflow, head.status, head.steps_total, head.steps_done) == ("r1", "flow", "running", 3, 0)
+    assert head.created_at == T0 and head.created_at.tzinfo is not None and head.updated_at == T0
+    assert head.input == {"topic": "x", "n": [1, 2]} and store.run_input("r1") == {"topic": "x", "n": [1, 2]}
+    assert head.definition == [{"name": "a"}, {"name": "b"}, {"name": "c"}] == store.run_definition("r1")
+    assert head.fingerprint == "fp" and head.suspect_deaths == 0
+    assert head.lease == lease()
+    assert store.owner_of("r1") == Owner(host=HOST, pid=4242, pid_start="boot:1", expires_at=at(30))
+    with pytest.raises(UnknownRun):
+        store.run("nope")
+
+
+def test_update_run_sets_fields_and_clears_the_lease(store):
+    add_run(store, "r1", owner=lease())
+    with store.transaction():
+        assert store.update_run("r1", status=RunStatus.INTERRUPTED, updated_at=at(5), lease=None, suspect_deaths=2,
+                                current_step="b", steps_done=1, error="why")
+    head = store.run("r1")
+    assert (head.status, head.updated_at, head.lease, head.suspect_deaths, head.current_step, head.error) == (
+        RunStatus.INTERRUPTED, at(5), None, 2, "b", "why")
+    assert store.owner_of("r1") is None
+    with store.transaction(), pytest.raises(TypeError, match="unknown or no fields"):
+        store.update_run("r1", output="x")
+    with store.transaction(), pytest.raises(TypeError, match="aware UTC datetimes"):
+        store.update_run("r1", updated_at="2031-01-01T00:00:00.000Z")
+
+
+def test_a_fenced_update_applies_only_while_the_token_owns_the_run(store):
+    add_run(store, "r1", owner=lease("mine"))
+    with store.transaction():
+        assert not store.update_run("r1", fence="theirs", steps_done=3)
+        assert store.update_run("r1", fence="mine", steps_done=1)
+        assert not store.update_run("missing", steps_done=1)
+    assert store.run("r1").steps_done == 1
+
+
+def test_list_pages_newest_first_by_keyset_with_filters(store):
+    for i in range(7):
+        add_run(store, f"run{i}", workflow="ingest" if i % 2 else "publish", created=i,
+                status=RunStatus.COMPLETED if i < 4 else RunStatus.QUEUED)
+    ids = lambda runs: [r.run_id for r in runs]  # noqa: E731
+    first = store.list_runs(limit=3)
+    assert ids(first) == ["run6", "run5", "run4"]
+    key = lambda r: (encoding_time(r.created_at), r.run_id)  # noqa: E731
+    assert ids(store.list_runs(limit=3, before=key(first[-1]))) == ["run3", "run2", "run1"]
+    assert ids(store.list_runs(limit=2, after=key(first[-1]), oldest_first=True)) == ["run5", "run6"]
+    assert ids(store.list_runs(within=(key(first[0]), key(first[-1])))) == ["run6", "run5", "run4"]
+    assert ids(store.list_runs(oldest_first=True, limit=2)) == ["run0", "run1"]
+    assert ids(store.list_runs(status="queued")) == ["run6", "run5", "run4"]
+    assert ids(store.list_runs(workflow="ingest")) == ["run5", "run3", "run1"]
+    assert ids(store.list_runs(search="ing")) == ["run5", "run3", "run1"]
+    assert ids(store.list_runs(search="run2")) == ["run2"]
+    assert ids(store.list_runs(search="pub", status="queued")) == ["run6", "run4"]
+    assert store.list_runs(search="zzz") == []
+
+
+def encoding_time(dt: datetime) -> str:
+    from relaypoint.clock import to_text
+    return to_text(dt)
+
+
+def test_counts_by_status_follow_inserts_updates_and_deletes(store):
+    assert store.count_by_status() == {}
+    for i in range(3):
+        add_run(store, f"r{i}", status=RunStatus.QUEUED)
+    with store.transaction():
+        store.update_run("r0", status=RunStatus.COMPLETED)
+    assert store.count_by_status() == {"queued": 2, "completed": 1}
+    with store.transaction():
+        store.delete_runs(["r1", "r0"])
+    assert store.count_by_status() == {"queued": 1}
+
+
+def test_owners_runnable_and_prunable(store):
+    add_run(store, "a", owner=lease("t1", pid=1))
+    add_run(store, "b", owner=lease("t2", pid=1))
+    add_run(store, "c", owner=lease("t3", pid=2))
+    add_run(store, "q", status=RunStatus.QUEUED, created=1)
+    add_run(store, "i", status=RunStatus.INTERRUPTED, created=2)
+    add_run(store, "other", status=RunStatus.QUEUED, workflow="other")
+    add_run(store, "done", status=RunStatus.COMPLETED)
+    owners = store.running_owners()
+    assert sorted(o.pid for o in owners) == [1, 2]
+    one = next(o for o in owners if o.pid == 1)
+    assert sorted((r.run_id, r.token) for r in store.owned_runs(one)) == [("a", "t1"), ("b", "t2")]
+    assert store.runnable(["flow"], 10) == [("q", RunStatus.QUEUED), ("i", RunStatus.INTERRUPTED)]
+    assert store.runnable(["flow"], 1) == [("q", RunStatus.QUEUED)]
+    assert store.prunable(["completed"], at(1)) == [("done", None)]
+    assert store.prunable(["completed"], at(0)) == []
+    running = dict(store.prunable(["running"], at(1)))
+    assert running["a"] == Owner(host=HOST, pid=1, pid_start="boot:1", expires_at=at(30))
+
+
+# ---- steps, outputs, boundaries -------------------------------------------------------------------
+
+AWKWARD = [None, "", "x" * 10_000, "naïve ☃ \U0001f600 \u2028", {"nested": {"list": [1, 2.5, -0.0, True, None]}},
+           [], {}, 2**63 - 1, -2**63, 1e300, "null", {"quote\"": "back\\slash"}]
+
+
+@pytest.mark.parametrize("value", AWKWARD, ids=range(len(AWKWARD)))
+def test_outputs_round_trip_awkward_values(store, value):
+    add_run(store, "r1", owner=lease())
+    store.commit_boundary(Boundary(run_id="r1", at=at(1), fence=None, started=StepStart(0, attempt=1)))
+    finish(store, "r1", 0, value)
+    step = store.step("r1", 0)
+    assert step.has_output and step.status == StepStatus.COMPLETED and step.finished_at == at(1)
+    assert store.step_output("r1", 0) == value
+    assert store.output_of("r1", "a") == (True, value)
+    assert store.output_of("r1", "b") == (False, None)
+
+
+def test_a_boundary_commits_every_part_together(store):
+    add_run(store, "r1", owner=lease())
+    store.commit_boundary(Boundary(run_id="r1", at=at(0), fence="tok", started=StepStart(0, attempt=1),
+                                   events=[NewEvent("step_started", step="a", detail={"attempt": 1})]))
+    assert store.step("r1", 0).status == StepStatus.RUNNING and store.step("r1", 0).started_at == T0
+    result = finish(store, "r1", 0, {"a": 1}, when=2)
+    steps = store.steps("r1")
+    assert [(s.seq, s.status, s.attempts, s.has_output) for s in steps] == [
+        (0, StepStatus.COMPLETED, 1, True), (1, StepStatus.RUNNING, 1, False), (2, StepStatus.PENDING, 0, False)]
+    cp = store.latest_checkpoint("r1")
+    assert cp.checkpoint_id == result.checkpoint_id and (cp.kind, cp.seq, cp.state) == ("boundary", 1, {"next": 1})
+    head = store.run("r1")
+    assert (head.steps_done, head.updated_at, head.current_step) == (1, at(2), None)
+    assert [e.kind for e in store.events("r1")][-2:] == ["step_completed", "step_started"]
+    assert store.events("r1")[-2].detail == {"attempt": 1} and store.events("r1")[-1].detail is None
+
+
+def test_a_refused_fence_raises_lease_lost_and_writes_nothing(store):
+    add_run(store, "r1", owner=lease("theirs"))
+    before = everything(store, "r1")
+    with pytest.raises(LeaseLost, match=r"^run r1: this process no longer owns the run \(its lease expired or another "
+                                        r"process took the run over\); the step's result was not recorded$"):
+        finish(store, "r1", 0, "out", fence="mine")
+    assert everything(store, "r1") == before
+    with store.transaction():
+        store.update_run("r1", status=RunStatus.CANCELLED, lease=None)
+    with pytest.raises(LeaseLost, match=r"\(it was cancelled\)"):
+        finish(store, "r1", 0, "out", fence="theirs")
+
+
+def test_a_failing_boundary_is_rolled_back_whole(store):
+    add_run(store, "r1", owner=lease())
+    before = everything(store, "r1")
+    dup = NewStep(seq=1, name="b", idempotency_key="r1/b#2", iteration=2)  # seq 1 exists: the insert fails
+    with pytest.raises(StoreError):
+        store.commit_boundary(Boundary(
+            run_id="r1", at=at(3), fence="tok", ended=StepEnd(seq=0, status=StepStatus.COMPLETED, output_json='"o"'),
+            started=StepStart(dup), run={"steps_done": 1}, events=[NewEvent("step_completed")]))
+    assert everything(store, "r1") == before
+
+
+def test_an_appended_execution_repeats_a_name_in_a_later_iteration(store):
+    add_run(store, "r1", owner=lease(), steps=("plan", "act"))
+    store.commit_boundary(Boundary(run_id="r1", at=at(0), started=StepStart(0)))
+    finish(store, "r1", 0, "plan-1")
+    finish(store, "r1", 1, "act-1", when=2)  # starts seq 2, which does not exist: an update of nothing
+    again = NewStep(seq=2, name="plan", iteration=2, parent=None, idempotency_key="r1/plan#2")
+    store.commit_boundary(Boundary(run_id="r1", at=at(3), fence="tok", started=StepStart(again, attempt=1)))
+    store.commit_boundary(Boundary(run_id="r1", at=at(4), fence="tok",
+                                   ended=StepEnd(seq=2, status=StepStatus.COMPLETED, output_json='"plan-2"')))
+    child = NewStep(seq=3, name="vote", agent="critic", parent=2, idempotency_key="r1/vote#1/critic")
+    with store.transaction():
+        store.insert_steps("r1", [child])
+    assert [(s.seq, s.name, s.iteration, s.agent, s.parent) for s in store.steps("r1")] == [
+        (0, "plan", 1, None, None), (1, "act", 1, None, None), (2, "plan", 2, None, None), (3, "vote", 1, "critic", 2)]
+    assert store.step_named("r1", "plan").seq == 2
+    assert store.output_of("r1", "plan") == (True, "plan-2")
+    assert store.step_named("r1", "vote") is None  # not a top-level execution
+    assert store.max_seq("r1") == 3
+    add_run(store, "empty", steps=())
+    assert store.max_seq("empty") == -1
+
+
+def test_a_damaged_output_is_lenient_for_display_and_strict_for_execution(store):
+    add_run(store, "r1", owner=lease())
+    store.commit_boundary(Boundary(run_id="r1", at=at(1), ended=StepEnd(seq=0, status=StepStatus.COMPLETED,
+                                                                        output_json="{not json")))
+    assert store.step_output("r1", 0) == {"unreadable": "{not json"}
+    with pytest.raises(StoreDamaged, match=r"the output of step 'a' of run r1 in .* is not valid JSON"):
+        store.output_of("r1", "a")
+
+
+def test_update_step_and_set_output(store):
+    add_run(store, "r1")
+    with store.transaction():
+        store.update_step("r1", 1, status=StepStatus.FAILED, attempts=3, error="boom", finished_at=at(9))
+        store.set_output("r1", 0, '{"edited": true}')
+        store.set_output("r1", 0, '{"edited": 2}')
+        with pytest.raises(TypeError):
+            store.update_step("r1", 1, output="x")
+    b = store.step("r1", 1)
+    assert (b.status, b.attempts, b.error, b.finished_at) == (StepStatus.FAILED, 3, "boom", at(9))
+    assert store.step_output("r1", 0) == {"edited": 2}
+    assert store.step("r1", 7) is None
+
+
+def test_replace_steps_keeps_recorded_steps_and_their_outputs_by_name(store):
+    add_run(store, "r1", owner=lease())
+    store.commit_boundary(Boundary(run_id="r1", at=at(0), started=StepStart(0)))
+    finish(store, "r1", 0, "A")
+    finish(store, "r1", 1, "B", when=2)
+    with store.transaction():
+        dropped = store.replace_steps("r1", [NewStep(seq=0, name="b", idempotency_key="r1/b", options='{"retries": 1}'),
+                                             NewStep(seq=1, name="new", idempotency_key="r1/new"),
+                                             NewStep(seq=2, name="c", idempotency_key="r1/c")])
+    assert dropped == ["a"]
+    assert [(s.seq, s.name, s.status, s.has_output, s.options) for s in store.steps("r1")] == [
+        (0, "b", StepStatus.COMPLETED, True, {"retries": 1}), (1, "new", StepStatus.PENDING, False, {}),
+        (2, "c", StepStatus.RUNNING, False, {})]
+    assert store.step_output("r1", 0) == "B" and store.output_of("r1", "a") == (False, None)
+
+
+def test_cancel_open_steps_leaves_ended_ones(store):
+    add_run(store, "r1", owner=lease())
+    store.commit_boundary(Boundary(run_id="r1", at=at(0), started=StepStart(0)))
+    finish(store, "r1", 0, "A")
+    with store.transaction():
+        store.cancel_open_steps("r1", at(7))
+    assert [(s.status, s.finished_at) for s in store.steps("r1")] == [
+        (StepStatus.COMPLETED, at(1)), (StepStatus.CANCELLED, at(7)), (StepStatus.CANCELLED, at(7))]
+
+
+# ---- checkpoints and decisions --------------------------------------------------------------------
+
+
+def pause(store: RunStore, run_id: str, kind: str = "approval", seq: int = 1, step: str = "a",
+          deadline: datetime | None = None) -> int:
+    with store.transaction():
+        return store.add_checkpoint(NewCheckpoint(run_id=run_id, kind=kind, seq=seq, step=step, at=at(1),
+                                                  reason=f"approve the output of step '{step}'", deadline_at=deadline))
+
+
+def test_a_checkpoint_is_decided_exactly_once(store):
+    add_run(store, "r1")
+    cp = pause(store, "r1")
+    assert store.pending_checkpoint("r1").checkpoint_id == cp == store.last_pause("r1").checkpoint_id
+    with store.transaction():
+        assert store.decide(cp, "approved", "alice", at(2), comment="ok", value_json='{"v": 1}')
+        assert not store.decide(cp, "rejected", "bob", at(3))
+    decided = store.last_pause("r1")
+    assert (decided.decision, decided.decided_by, decided.decided_at, decided.comment, decided.value) == (
+        "approved", "alice", at(2), "ok", {"v": 1})
+    assert store.pending_checkpoint("r1") is None
+    assert store.latest_approval("r1", "a").checkpoint_id == cp and store.latest_approval("r1", "b") is None
+
+
+def test_responses_are_the_answered_input_requests_of_one_execution_in_order(store):
+    add_run(store, "r1")
+    first, second, other = pause(store, "r1", "input", 0), pause(store, "r1", "input", 0), pause(store, "r1", "input", 1)
+    with store.transaction():
+        store.decide(second, "responded", "d", at(3), value_json='"blue"')
+        store.decide(first, "responded", "d", at(4), value_json='{"n": 1}')
+        store.decide(other, "responded", "d", at(4), value_json='"other"')
+    assert store.responses("r1", 0) == [{"n": 1}, "blue"]
+    assert store.responses("r1", 2) == []
+
+
+def test_due_pauses_and_close_pauses(store):
+    add_run(store, "r1")
+    add_run(store, "r2")
+    soon = pause(store, "r1", deadline=at(10))
+    pause(store, "r2", deadline=at(100))
+    pause(store, "r2", kind="orphan")
+    assert [c.checkpoint_id for c in store.due_pauses(at(10))] == [soon]
+    assert store.due_pauses(at(9)) == []
+    with store.transaction():
+        assert store.close_pauses("r2", "cancelled", "carol", at(11)) == 2
+    assert store.pending_checkpoint("r2") is None and store.last_pause("r2").decision == "cancelled"
+    assert [c.checkpoint_id for c in store.due_pauses(at(1000))] == [soon]
+
+
+def test_a_fork_copies_upstream_executions_and_outputs_as_stored(store):
+    add_run(store, "p", owner=lease())
+    store.commit_boundary(Boundary(run_id="p", at=at(0), started=StepStart(0)))
+    finish(store, "p", 0, AWKWARD[3])
+    finish(store, "p", 1, {"b": [1, None]}, when=2)
+    with store.transaction():
+        store.insert_run(NewRun(run_id="child", workflow="flow", status=RunStatus.QUEUED, input="{}", definition="[]",
+                                fingerprint="fp", created_at=at(5), steps_total=3, parent_run_id="p",
+                                forked_from_step="b", steps_done=1))
+        store.copy_for_fork("p", "child", 1)
+    assert [(s.seq, s.name, s.status, s.attempts, s.has_output, s.idempotency_key) for s in store.steps("child")] == [
+        (0, "a", StepStatus.COMPLETED, 1, True, "p/a"), (1, "b", StepStatus.PENDING, 0, False, "child/b"),
+        (2, "c", StepStatus.PENDING, 0, False, "child/c")]
+    assert store.output_of("child", "a") == (True, AWKWARD[3])
+    assert store.forks("p") == ["child"]
+    assert store.run("child").parent_run_id == "p"
+
+
+def test_an_approval_is_inherited_with_its_author_and_origin(store):
+    add_run(store, "p")
+    add_run(store, "child", status=RunStatus.QUEUED)
+    cp = pause(store, "p")
+    with store.transaction():
+        store.decide(cp, "approved", "alice", at(2), comment="fine")
+        new = store.inherit_approval(cp, "child", at(8))
+    got = store.latest_approval("child", "a")
+    assert got.checkpoint_id == new != cp
+    assert (got.decision, got.decided_by, got.decided_at, got.created_at) == ("approved", "alice", at(2), at(8))
+    assert got.comment == f"inherited from checkpoint {cp} of run p: fine"
+    assert got.state == {"inherited_from": {"run_id": "p", "checkpoint_id": cp}}
+    assert store.pending_checkpoint("child") is None
+
+
+def test_deleting_runs_removes_everything_of_them(store):
+    add_run(store, "r1", owner=lease())
+    add_run(store, "keep")
+    store.commit_boundary(Boundary(run_id="r1", at=at(0), started=StepStart(0)))
+    finish(store, "r1", 0, "A")
+    kept = everything(store, "keep")
+    with store.transaction():
+        store.delete_runs(["r1"])
+    assert not store.exists("r1") and store.steps("r1") == [] and store.checkpoints("r1") == []
+    assert store.events("r1") == [] and store.step_output("r1", 0) is None
+    assert everything(store, "keep") == kept
+
+
+# ---- transactions, versions, read-only ----------------------------------------------------------
+
+
+def test_a_transaction_rolls_back_on_an_exception_and_does_not_nest(store):
+    add_run(store, "r1")
+    before = everything(store, "r1")
+    with pytest.raises(ZeroDivisionError), store.transaction():
+        store.update_run("r1", status=RunStatus.FAILED)
+        store.add_event("r1", at(1), "step_failed")
+        1 / 0
+    assert everything(store, "r1") == before
+    with store.transaction(), pytest.raises(RuntimeError, match="do not nest"):
+        with store.transaction():
+            pass
+    with store.transaction(), pytest.raises(RuntimeError, match="do not nest"):
+        store.commit_boundary(Boundary(run_id="r1", at=at(1)))
+    with store.transaction():  # usable again
+        store.add_event("r1", at(2), "noted")
+    assert store.events("r1")[-1].kind == "noted"
+
+
+def test_data_version_changes_when_another_store_commits(store):
+    add_run(store, "r1")
+    version = store.data_version()
+    assert store.data_version() == version
+    with open_store(store.url) as other, other.transaction():
+        other.add_event("r1", at(1), "noted")
+    assert store.data_version() != version
+    version = store.data_version()
+    with store.transaction():
+        store.add_event("r1", at(2), "noted")
+    assert store.data_version() != version
+
+
+def test_a_read_only_store_reads_and_refuses_every_write(store):
+    add_run(store, "r1", owner=lease())
+    with open_store(store.url, readonly=True) as ro:
+        assert ro.readonly_reason == "opened read-only"
+        assert ro.run("r1").run_id == "r1" and len(ro.steps("r1")) == 3
+        with pytest.raises(StoreReadOnly, match=r"is read-only \(opened read-only\); actions that record something "
+                                                "are unavailable"):
+            with ro.transaction():
+                pass
+        with pytest.raises(StoreReadOnly):
+            finish(ro, "r1", 0, "x")
+    assert store.steps("r1")[0].status == StepStatus.PENDING
