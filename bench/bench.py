@@ -3,8 +3,9 @@
     python bench/bench.py [--runs 100000] [--boundary-runs 300]
 
 Prints a table of medians. Boundary figures come from real runs through ``Runtime.start`` (one
-transaction per boundary, WAL, synchronous=NORMAL). Listing figures come from a store filled to
-``--runs`` runs with the same schema (rows written in bulk, since only the reads are measured).
+transaction per boundary, WAL, the default durability: synchronous=FULL). Listing figures come from
+a store filled to ``--runs`` runs through the store contract in one transaction (only the reads are
+measured).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ import argparse
 import statistics
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from relaypoint import Runtime, Workflow
+from relaypoint import Runtime, RunStatus, StepStatus, Workflow
 from relaypoint.clock import to_text, utcnow
+from relaypoint.store import NewRun, NewStep
 
 STATUSES = ["completed"] * 6 + ["failed", "awaiting_approval", "interrupted", "queued"]
 
@@ -43,25 +46,23 @@ def timed(fn, repeat: int = 7) -> float:
 
 def fill(rt: Runtime, n: int, *, steps_per_run: int = 5, output_bytes: int = 1000,
          workflows: tuple[str, ...] = ("bench",)) -> None:
-    """Write ``n`` runs of ``steps_per_run`` steps each (outputs of ``output_bytes`` characters)
-    straight into the tables, one second apart, the workflow names taken in turn from ``workflows``."""
+    """Record ``n`` completed-looking runs of ``steps_per_run`` steps each (outputs of
+    ``output_bytes`` characters) through the store contract in one transaction, one second apart,
+    the workflow names taken in turn from ``workflows``: only the reads of such a store are measured."""
     now = utcnow()
-    conn = rt.store.conn
-    conn.execute("BEGIN")
     output = '"' + "y" * output_bytes + '"'
-    for start in range(0, n, 10_000):
-        runs, steps = [], []
-        for i in range(start, min(n, start + 10_000)):
+    store = rt.store
+    with store.transaction():
+        for i in range(n):
             rid = f"{i:016x}"
-            at = to_text(now.fromtimestamp(now.timestamp() - (n - i)))
-            runs.append((rid, workflows[i % len(workflows)], STATUSES[i % len(STATUSES)], "{}", "[]", at, at,
-                         steps_per_run, steps_per_run))
-            steps += [(rid, p, f"s{p}", "completed", 1, "{}", output, f"{rid}/s{p}") for p in range(steps_per_run)]
-        conn.executemany("INSERT INTO runs (run_id, workflow, status, input, definition, created_at, updated_at, "
-                         "steps_done, steps_total) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", runs)
-        conn.executemany("INSERT INTO steps (run_id, position, name, status, attempts, options, output, "
-                         "idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", steps)
-    conn.execute("COMMIT")
+            store.insert_run(NewRun(run_id=rid, workflow=workflows[i % len(workflows)],
+                                    status=RunStatus(STATUSES[i % len(STATUSES)]), input="{}", definition="[]",
+                                    fingerprint="", created_at=now - timedelta(seconds=n - i),
+                                    steps_total=steps_per_run, steps_done=steps_per_run))
+            store.insert_steps(rid, [NewStep(seq=p, name=f"s{p}", idempotency_key=f"{rid}/s{p}",
+                                             status=StepStatus.COMPLETED, attempts=1) for p in range(steps_per_run)])
+            for p in range(steps_per_run):
+                store.set_output(rid, p, output)
 
 
 def main() -> None:

@@ -16,7 +16,6 @@ import io
 import json
 import os
 import shlex
-import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
@@ -33,7 +32,8 @@ from .clock import to_text
 from .display import Preview, clean, literal, preview, preview_json
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
-from .runtime import LEASE_SECONDS, Runtime
+from .defaults import DURABILITIES, DURABILITY, LEASE_SECONDS
+from .runtime import Runtime
 from .workflow import find_workflow
 from .models import RunSummary
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
@@ -47,16 +47,13 @@ APP_OPTION = click.option("--app", "app_spec", envvar="RELAYPOINT_APP", metavar=
 
 
 class _Group(click.Group):
-    """Turns relaypoint's typed errors (and SQLite errors from a damaged file) into one line."""
+    """Turns relaypoint's typed errors (the store's included: it translates its backend's own) into one line."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except RelaypointError as e:  # printed by click as "Error: <message>"
             raise click.ClickException(str(e)) from None
-        except sqlite3.DatabaseError as e:
-            db = ctx.params.get("db", "the store")
-            raise click.ClickException(f"{db} could not be read as a relaypoint store ({e})") from None
 
 
 def _out() -> Console:
@@ -114,22 +111,27 @@ def _lease_seconds() -> float:
 
 def _runtime(ctx: click.Context, app_spec: str | None = None, *, create: bool = False) -> Runtime:
     workflows = load_workflows(app_spec) if app_spec else []
-    rt = Runtime(ctx.obj["db"], workflows, create=create, lease_seconds=_lease_seconds())
+    rt = Runtime(ctx.obj["db"], workflows, create=create, lease_seconds=_lease_seconds(),
+                 durability=ctx.obj["durability"])
     ctx.call_on_close(rt.close)
     return rt
 
 
 @click.group(cls=_Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", default="relaypoint.db", envvar="RELAYPOINT_DB", show_default=True, metavar="PATH",
-              help="The store file (env RELAYPOINT_DB).")
+@click.option("--db", default="relaypoint.db", envvar="RELAYPOINT_DB", show_default=True, metavar="URL",
+              help="The store: a file path or sqlite:///path (env RELAYPOINT_DB).")
+@click.option("--durability", type=click.Choice(DURABILITIES), default=DURABILITY, envvar="RELAYPOINT_DURABILITY",
+              show_default=True, help="full: every recorded step is on disk before the next starts (survives a "
+              "power cut); normal: faster, survives a crash of relaypoint but an OS crash or power cut may lose "
+              "the last steps (env RELAYPOINT_DURABILITY).")
 @click.version_option(package_name="relaypoint")
 @click.pass_context
-def cli(ctx: click.Context, db: str) -> None:
+def cli(ctx: click.Context, db: str, durability: str) -> None:
     """Durable, resumable, human-approved runs on a local SQLite file.
 
     With no command, opens the console.
     """
-    ctx.obj = {"db": db}
+    ctx.obj = {"db": db, "durability": durability}
     if ctx.invoked_subcommand is None:
         ctx.invoke(console, app_spec=os.environ.get("RELAYPOINT_APP"), readonly=False)
 
@@ -144,7 +146,7 @@ def console(ctx: click.Context, app_spec: str | None, readonly: bool) -> None:
 
     if app_spec:
         load_workflows(app_spec)  # fail here, with one line, rather than at the first resume
-    run_console(ctx.obj["db"], app_spec, readonly=readonly)
+    run_console(ctx.obj["db"], app_spec, readonly=readonly, durability=ctx.obj["durability"])
 
 
 @cli.command()
@@ -155,13 +157,14 @@ def demo(ctx: click.Context, no_console: bool, root: str | None) -> None:
     """Fill the store with real runs of the bundled example, then open the console."""
     from .demo import DEMO_APP, build_demo
 
-    runs = build_demo(ctx.obj["db"], root=root, progress=lambda line: _say(line, err=True))
+    runs = build_demo(ctx.obj["db"], root=root, progress=lambda line: _say(line, err=True),
+                      durability=ctx.obj["durability"])
     total = sum(_runtime(ctx).counts().values())
     _say(f"demo store {ctx.obj['db']}: added {len(runs)} runs ({total} in the store)", err=True)
     if not no_console:
         from relaypoint.tui import run_console
 
-        run_console(ctx.obj["db"], DEMO_APP)
+        run_console(ctx.obj["db"], DEMO_APP, durability=ctx.obj["durability"])
 
 
 @cli.command()
@@ -179,7 +182,8 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
     data = _input_arg(input_json)
     workflows = load_workflows(app_spec)
     find_workflow({wf.name: wf for wf in workflows}, workflow)  # refuse before creating a store file
-    rt = Runtime(ctx.obj["db"], workflows, create=True, lease_seconds=_lease_seconds())
+    rt = Runtime(ctx.obj["db"], workflows, create=True, lease_seconds=_lease_seconds(),
+                 durability=ctx.obj["durability"])
     ctx.call_on_close(rt.close)
     started: list[str] = []
 
@@ -482,7 +486,7 @@ def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recov
     workflows = load_workflows(app_spec)
     _runtime(ctx)  # refuse a missing or unusable store here, in one line, before any thread starts
     w = Worker(ctx.obj["db"], workflows, concurrency=concurrency, poll_seconds=poll,
-               max_recoveries=max_recoveries, lease_seconds=_lease_seconds(),
+               max_recoveries=max_recoveries, lease_seconds=_lease_seconds(), durability=ctx.obj["durability"],
                log=lambda line: _say(line, err=True))
     _say(f"worker on {ctx.obj['db']}: {', '.join(wf.name for wf in workflows)}, "
          f"concurrency {concurrency}; SIGINT or SIGTERM stops it gracefully", err=True)
@@ -541,7 +545,7 @@ def main() -> None:
         hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx else ""
         if "No such option" in e.format_message():
             hint += "; --db goes before the command, the command's options after it: " \
-                    "relaypoint --db PATH COMMAND [--app MODULE:ATTR] ..."
+                    "relaypoint --db URL COMMAND [--app MODULE:ATTR] ..."
         _say(f"Error: {e.format_message()}{hint}", err=True)
         sys.exit(e.exit_code)
     except click.ClickException as e:

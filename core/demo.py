@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .defaults import DURABILITY
 from .errors import RelaypointError
 from .examples.audit import workflows
 from .runtime import Runtime
@@ -25,25 +26,22 @@ DEMO_APP = "relaypoint.examples.audit:workflows"
 KILL_WAIT_SECONDS = 60.0
 
 
-def _kill_mid_step(db_path: str, input: dict, step: str) -> str:
+def _kill_mid_step(db_url: str, input: dict, step: str, durability: str) -> str:
     """Start a run in a child process, SIGKILL it while ``step`` runs; returns the run id."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "relaypoint", "--db", db_path, "start", "repo-audit", "--app", DEMO_APP,
-         "--input", json.dumps(input)],
+        [sys.executable, "-m", "relaypoint", "--db", db_url, "--durability", durability, "start", "repo-audit",
+         "--app", DEMO_APP, "--input", json.dumps(input)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
+    run_id = child.stdout.readline().strip()  # printed once the run is recorded, before its first step
     deadline = time.monotonic() + KILL_WAIT_SECONDS
-    with Runtime(db_path, create=False) as rt:
-        while time.monotonic() < deadline:
-            running = rt.store.conn.execute(
-                "SELECT r.run_id FROM runs r JOIN steps s ON s.run_id = r.run_id "
-                "WHERE r.lease_pid = ? AND s.name = ? AND s.status = ?", (child.pid, step, StepStatus.RUNNING),
-            ).fetchone()
-            if running:
+    with Runtime(db_url, create=False, durability=durability) as rt:
+        while run_id and time.monotonic() < deadline:
+            if any(s.name == step and s.status == StepStatus.RUNNING for s in rt.steps(run_id)):
                 child.send_signal(signal.SIGKILL)
                 child.wait()
                 rt.sweep()
-                return running[0]
+                return run_id
             if child.poll() is not None:
                 break
             time.sleep(0.05)
@@ -52,14 +50,14 @@ def _kill_mid_step(db_path: str, input: dict, step: str) -> str:
     raise RelaypointError(f"demo: the child run never reached step '{step}' (exit code {child.returncode})")
 
 
-def build_demo(db_path: str, root: str | None = None,
-               progress: Callable[[str], None] = lambda line: None) -> dict[str, str]:
-    """Create the demo runs in ``db_path`` (created if missing). ``root``: the directory audited
-    (default: the installed relaypoint sources, a real and bounded tree). Reports are written to
-    the system temporary directory. Returns label -> run id. Raises ``RelaypointError``."""
+def build_demo(db_url: str, root: str | None = None, progress: Callable[[str], None] = lambda line: None,
+               durability: str = DURABILITY) -> dict[str, str]:
+    """Create the demo runs in the store at ``db_url`` (created if missing). ``root``: the directory
+    audited (default: the installed relaypoint sources, a real and bounded tree). Reports are
+    written to the system temporary directory. Returns label -> run id. Raises ``RelaypointError``."""
     root = root or str(Path(__file__).resolve().parent)
     base = {"root": root}
-    with Runtime(db_path, workflows) as rt:
+    with Runtime(db_url, workflows, durability=durability) as rt:
         runs: dict[str, str] = {}
 
         progress("completed: audit, approve, resume to the end")
@@ -91,8 +89,8 @@ def build_demo(db_path: str, root: str | None = None,
         runs["fork"] = rt.fork(runs["completed"], "draft", {**base, "title": "Audit (forked draft)"})
 
     progress("interrupted: a child process SIGKILLed during its analyze step")
-    runs["interrupted"] = _kill_mid_step(db_path, {**base, "delay": 30}, "analyze")
-    with Runtime(db_path, create=False) as rt:
+    runs["interrupted"] = _kill_mid_step(db_url, {**base, "delay": 30}, "analyze", durability)
+    with Runtime(db_url, create=False, durability=durability) as rt:
         status = rt.get(runs["interrupted"]).status
     if status != RunStatus.INTERRUPTED:
         raise RelaypointError(f"demo: the killed run shows {status}, expected interrupted")

@@ -1,22 +1,40 @@
-"""The core never imports textual: the console is one front end over it, not part of it."""
+"""The layout shows the design: the core never imports textual (the console is one front end over
+it), and only the store package (relaypoint.store) speaks SQL or imports a database driver."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-CORE = Path(__file__).resolve().parent.parent / "core"
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ROOT / "core"
+STORE = CORE / "store"
+DRIVERS = {"sqlite3", "sqlite_utils"}
+# Bench files that drive relaypoint (the others time the raw SQLite floor and the peers, and may
+# use sqlite3 themselves).
+RELAYPOINT_BENCH = ["bench.py", "console_idle.py", "tool_relaypoint.py"]
+SQL = re.compile(r"\b(SELECT\s.+\sFROM|INSERT\s+(OR\s+\w+\s+)?INTO|DELETE\s+FROM|UPDATE\s+\w+\s+SET|CREATE\s+"
+                 r"(TABLE|INDEX|TRIGGER)|PRAGMA\s+\w+|BEGIN\s+IMMEDIATE)\b", re.IGNORECASE | re.DOTALL)
+
+
+def imported(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names += ([a.name for a in node.names] if isinstance(node, ast.Import)
+                  else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+    return [n.split(".")[0] for n in names]
+
+
+def outside_the_store() -> list[Path]:
+    files = [p for p in [*CORE.rglob("*.py"), *(ROOT / "tui").rglob("*.py")] if STORE not in p.parents]
+    return files + [ROOT / "bench" / name for name in RELAYPOINT_BENCH if (ROOT / "bench" / name).exists()]
 
 
 def test_no_core_module_imports_textual():
-    offenders = []
-    for path in CORE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "textual"]
+    offenders = [f"{p.name}: textual" for p in CORE.rglob("*.py") if "textual" in imported(p)]
     assert offenders == []
 
 
@@ -25,3 +43,19 @@ def test_importing_the_core_and_cli_loads_no_textual():
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_only_the_store_imports_a_database_driver():
+    offenders = [f"{p.relative_to(ROOT)}: {n}" for p in outside_the_store() for n in imported(p) if n in DRIVERS]
+    assert offenders == []
+    assert {n for p in STORE.rglob("*.py") for n in imported(p)} & DRIVERS == DRIVERS  # the scan sees imports
+
+
+def test_no_sql_outside_the_store():
+    def sql_strings(path: Path) -> list[str]:
+        return [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:60]!r}"
+                for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL.search(node.value)]
+
+    assert [s for p in outside_the_store() for s in sql_strings(p)] == []
+    assert sql_strings(STORE / "sqlite.py")  # the pattern finds SQL where there is some

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from relaypoint.defaults import DURABILITY
 from relaypoint.runtime import Runtime
 
 from .app import RelaypointConsole
@@ -12,12 +13,13 @@ from .app import RelaypointConsole
 __all__ = ["RelaypointConsole", "run_console"]
 
 
-def run_console(db_path: str, app_spec: str | None = None, *, readonly: bool = False) -> None:
-    """Open the console on the store at ``db_path`` until the user quits.
+def run_console(db_url: str, app_spec: str | None = None, *, readonly: bool = False,
+                durability: str = DURABILITY) -> None:
+    """Open the console on the store at ``db_url`` (a path or a store URL) until the user quits.
 
     ``app_spec`` (``MODULE:ATTR``) lets the console resume runs; ``readonly`` opens the store
-    without recording anything. Raises ``StoreError`` when the store is missing or unusable
+    without recording anything; ``durability`` applies to what the console records. Raises ``StoreError`` when the store is missing or unusable
     (checked before the screen is taken over).
     """
-    Runtime(db_path, create=False, readonly=readonly).close()
-    RelaypointConsole(db_path, app_spec, readonly=readonly).run()
+    Runtime(db_url, create=False, readonly=readonly, durability=durability).close()
+    RelaypointConsole(db_url, app_spec, readonly=readonly, durability=durability).run()

@@ -7,7 +7,9 @@ from pathlib import Path
 from textual.app import App
 
 from relaypoint.clock import Clock, utcnow
+from relaypoint.defaults import DURABILITY
 from relaypoint.runtime import Runtime
+from relaypoint.store.url import parse
 
 from .data import StoreReader
 from .screen import ConsoleScreen
@@ -16,11 +18,12 @@ from .screen import ConsoleScreen
 class RelaypointConsole(App[None]):
     """A live console on the runs of one store.
 
-    ``db_path``: the store (it must exist). ``app_spec``: ``MODULE:ATTR`` naming the workflows,
+    ``db_url``: the store, a path or a store URL (it must exist). ``app_spec``: ``MODULE:ATTR`` naming the workflows,
     passed to the separate process that resumes a run (without it, resuming explains how to give
     it). ``clock``: the current time, injectable so relative times are stable in tests.
     ``readonly``: browse without recording anything (actions greyed out, the reason in the status
-    line); a store this user cannot write opens read-only anyway.
+    line); a store this user cannot write opens read-only anyway. ``durability``: of what the
+    console records, and of the resumes it starts (see :func:`relaypoint.store.open_store`).
     """
 
     TITLE = "relaypoint console"
@@ -28,23 +31,25 @@ class RelaypointConsole(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (130, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
 
-    def __init__(self, db_path: str, app_spec: str | None = None, *, clock: Clock = utcnow,
-                 readonly: bool = False) -> None:
+    def __init__(self, db_url: str, app_spec: str | None = None, *, clock: Clock = utcnow,
+                 readonly: bool = False, durability: str = DURABILITY) -> None:
         super().__init__()
-        self.db_path = str(db_path)
+        self.db_url = str(db_url)
+        self.durability = durability
         self.app_spec = app_spec
         self.clock = clock
         self.readonly = readonly
-        self.store_name = Path(self.db_path).name
+        self.store_name = Path(parse(self.db_url).path).name
         self.reader = StoreReader(self.open_runtime)
 
     def get_default_screen(self) -> ConsoleScreen:
         return ConsoleScreen()
 
     def open_runtime(self) -> Runtime:
-        """A new runtime on the store (its own SQLite connection): one per change the console
+        """A new runtime on the store (its own connection): one per change the console
         asks for. Reads go through :attr:`reader`, the one long-lived connection."""
-        return Runtime(self.db_path, create=False, clock=self.clock, readonly=self.readonly)
+        return Runtime(self.db_url, create=False, clock=self.clock, readonly=self.readonly,
+                       durability=self.durability)
 
     def on_unmount(self) -> None:
         self.reader.close()

@@ -10,7 +10,6 @@ reads its chain without outputs, and one output is read only when a step is sele
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -183,7 +182,7 @@ class StoreReader:
                 self.connection += 1
             try:
                 yield self._runtime
-            except (StoreError, sqlite3.Error):  # the store failed: start again on a new connection
+            except StoreError:  # the store failed: start again on a new connection
                 self._runtime.close()
                 self._runtime = None
                 raise
@@ -257,4 +256,4 @@ def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1) -> Step
     except (UnknownRun, UnknownStep):
         return None
     return StepOutput(run.run_id, step.name, run.updated_at, step.has_output, value).paged(
-        str(rt.store.path), step, pages)
+        rt.store.url, step, pages)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sqlite3
 import subprocess
 from collections.abc import Callable
 from datetime import datetime
@@ -201,7 +200,7 @@ class ConsoleScreen(Screen[None]):
         try:
             with reader.runtime() as rt:
                 read = read_refresh(rt, reader.connection, request)
-        except (RelaypointError, sqlite3.Error) as e:  # shown in the status line; the next read retries
+        except RelaypointError as e:  # shown in the status line; the next read retries
             self.post_message(RefreshFailed(str(e)))
             return
         if not get_current_worker().is_cancelled:
@@ -242,12 +241,12 @@ class ConsoleScreen(Screen[None]):
             if code == 0:
                 continue
             run = fmt.short_id(started.run_id)
-            reason = failure_reason(self.app.db_path, started.log_from) or f"its process exited with status {code}"
+            reason = failure_reason(self.app.db_url, started.log_from) or f"its process exited with status {code}"
             if "--allow-drift" in reason and not started.allow_drift:
                 self._drifted[started.run_id] = reason
                 then = "press r on it again to resume allowing the drift (it asks first), or fork it"
             else:
-                then = f"the whole output is in {resume_log(self.app.db_path).name}"
+                then = f"the whole output is in {resume_log(self.app.db_url).name}"
             self.notify(clean(f"resume of run {run} failed: {reason.rstrip('.')}; {then}"), title="Resume failed",
                         severity="error", timeout=20, markup=False)
 
@@ -363,7 +362,7 @@ class ConsoleScreen(Screen[None]):
                 subprocess.run(command, input=message.text, check=False)
         except SuspendNotSupported:
             self.notify(clean(f"no terminal to open a pager in; "
-                              f"{show_command(self.app.db_path, output.run_id, output.step)} prints the whole output"),
+                              f"{show_command(self.app.db_url, output.run_id, output.step)} prints the whole output"),
                         severity="warning", markup=False)
         except OSError as e:
             self.notify(clean(f"could not start the pager {command[0]!r} ({e.strerror}); set $PAGER"),
@@ -562,8 +561,9 @@ class ConsoleScreen(Screen[None]):
         try:
             with self.app.open_runtime() as rt:
                 rt.check_resumable(run_id)
-            log_from = log_size(self.app.db_path)
-            process = spawn_resume(self.app.db_path, app_spec, run_id, allow_drift=allow_drift)
+            log_from = log_size(self.app.db_url)
+            process = spawn_resume(self.app.db_url, app_spec, run_id, allow_drift=allow_drift,
+                                   durability=self.app.durability)
         except (RelaypointError, OSError) as e:
             self.post_message(ActionFailed(str(e)))
             return
