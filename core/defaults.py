@@ -10,3 +10,15 @@ DURABILITIES = ("full", "normal")
 
 BUSY_TIMEOUT_SECONDS = 30.0
 """How long a write waits for another process's write lock before giving up (StoreBusy)."""
+
+LEASE_SECONDS = 30.0
+"""How long an executor's lease lasts without a heartbeat (renewed every third of it)."""
+
+POLL_SECONDS = 1.0
+"""How often an idle worker looks for runnable runs."""
+
+MAX_RECOVERIES = 3
+"""Deaths charged to a run (its executor died while executing it alone) before a worker fails it."""
+
+RETRIES = 0
+"""Automatic re-executions of a step after an exception (a step's ``retries`` default)."""

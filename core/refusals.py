@@ -10,13 +10,9 @@ pressed anyway, to say why. So the rule and its wording live here once.
 from __future__ import annotations
 
 from .models import Checkpoint, RunSummary
-from .status import RunStatus
+from .status import APPROVAL_KINDS, INPUT_KINDS, RunStatus
 
-APPROVAL_KINDS = ("approval", "orphan")
-"""Checkpoint kinds that approve and reject decide (a gate, or a held orphan step)."""
-
-INPUT_KINDS = ("input",)
-"""Checkpoint kinds that respond answers."""
+__all__ = ["APPROVAL_KINDS", "INPUT_KINDS", "cancel_refusal", "decision_refusal", "resume_refusal"]
 
 
 def resume_refusal(run: RunSummary) -> str | None:

@@ -1,4 +1,5 @@
-"""The one status vocabulary for runs and steps, shared by code, store, CLI and console.
+"""The one vocabulary of relaypoint, shared by code, store, CLI and console: run and step statuses,
+checkpoint kinds, decisions and event kinds.
 
 Run lifecycle (see the README's diagram)::
 
@@ -63,6 +64,71 @@ class StepStatus(StrEnum):
 
 OPEN_STEPS = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.AWAITING_INPUT, StepStatus.INTERRUPTED})
 """Steps that have neither ended nor been cancelled: what cancel, rejection and deadline expiry cancel."""
+
+class CheckpointKind(StrEnum):
+    """Kind of a checkpoint, as stored in ``checkpoints.kind``: where a run's boundary came from.
+
+    ``start`` (a run began), ``boundary`` (a step execution was recorded), ``fork`` (a run was
+    forked); the pausing kinds wait for a decision: ``approval`` (a gate), ``input`` (a step
+    called ``request_input``), ``orphan`` (a held step whose process died).
+    """
+
+    START = "start"
+    BOUNDARY = "boundary"
+    APPROVAL = "approval"
+    INPUT = "input"
+    ORPHAN = "orphan"
+    FORK = "fork"
+
+
+class Decision(StrEnum):
+    """A decision recorded on a pausing checkpoint (``checkpoints.decision``), once."""
+
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    RESPONDED = "responded"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class EventKind(StrEnum):
+    """Kind of an audit event (``events.kind``)."""
+
+    RUN_STARTED = "run_started"
+    STEP_STARTED = "step_started"
+    STEP_COMPLETED = "step_completed"
+    STEP_FAILED = "step_failed"
+    RUN_COMPLETED = "run_completed"
+    RUN_FAILED = "run_failed"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    RELEASED = "released"
+    INTERRUPTION_DETECTED = "interruption_detected"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    RESPONDED = "responded"
+    CANCELLED = "cancelled"
+    DEADLINE_EXPIRED = "deadline_expired"
+    FORKED = "forked"
+    APPROVAL_INHERITED = "approval_inherited"
+    DRIFT_ALLOWED = "drift_allowed"
+
+
+PAUSE_KINDS = frozenset({CheckpointKind.APPROVAL, CheckpointKind.INPUT, CheckpointKind.ORPHAN})
+"""Checkpoint kinds that wait for a decision."""
+
+APPROVAL_KINDS = (CheckpointKind.APPROVAL, CheckpointKind.ORPHAN)
+"""Checkpoint kinds that approve and reject decide (a gate, or a held orphan step)."""
+
+INPUT_KINDS = (CheckpointKind.INPUT,)
+"""Checkpoint kinds that respond answers."""
+
+
+def goes_on(kind: str, decision: str | None) -> bool:
+    """True when a pause of ``kind`` decided ``decision`` lets the run go on: an input responded,
+    an approval or orphan approved. Anything else (undecided, rejected, unreadable) does not."""
+    return decision == (Decision.RESPONDED if kind == CheckpointKind.INPUT else Decision.APPROVED)
+
 
 TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.REJECTED, RunStatus.CANCELLED})
 PAUSED = frozenset({RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_INPUT})

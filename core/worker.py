@@ -6,7 +6,7 @@ finishes and is recorded, then the run is released ``queued`` for another worker
 
 A run recovered from ``interrupted`` is executed alone, up to its first boundary: its process died
 while executing it, maybe because of it, and a death is charged to a run only when the run was the
-only one its process was executing (see ``Runtime._poisoned``). So a poison pill is soon recovered
+only one its process was executing (see :mod:`relaypoint.recovery`). So a poison pill is soon recovered
 alone and charged, and the healthy runs that shared its worker are never suspects.
 """
 
@@ -16,17 +16,18 @@ import signal
 import threading
 from collections.abc import Callable, Iterable
 
+from .defaults import DURABILITY, LEASE_SECONDS, MAX_RECOVERIES, POLL_SECONDS
 from .errors import RefusedTransition, RelaypointError
-from .runtime import LEASE_SECONDS, Runtime
+from .runtime import Runtime
 from .status import RunStatus
 from .workflow import Workflow
 
-POLL_SECONDS = 1.0
-MAX_RECOVERIES = 3
+CANDIDATES = 50
+"""Runnable runs one poll looks at."""
 
 
 class Worker:
-    """``concurrency`` threads, each with its own store connection, polling every ``poll_seconds``
+    """``concurrency`` threads, each with its own store connection to ``url``, polling every ``poll_seconds``
     for runnable runs of the workflows given (others are left for a worker that defines them).
 
     ``max_recoveries``: an interrupted run whose executor died more than this many times while
@@ -40,10 +41,12 @@ class Worker:
     One recovery is isolated at a time.
     """
 
-    def __init__(self, db_path: str, workflows: Iterable[Workflow], *, concurrency: int = 1,
+    def __init__(self, url: str, workflows: Iterable[Workflow], *, concurrency: int = 1,
                  poll_seconds: float = POLL_SECONDS, max_recoveries: int = MAX_RECOVERIES,
-                 lease_seconds: float = LEASE_SECONDS, log: Callable[[str], None] = print) -> None:
-        self.db_path = db_path
+                 lease_seconds: float = LEASE_SECONDS, durability: str = DURABILITY,
+                 log: Callable[[str], None] = print) -> None:
+        self.url = url
+        self.durability = durability
         self.workflows = list(workflows)
         self.concurrency = concurrency
         self.poll_seconds = poll_seconds
@@ -56,19 +59,14 @@ class Worker:
         self._isolating: str | None = None   # the recovered run being executed alone, if any
 
     def _runtime(self) -> Runtime:
-        return Runtime(self.db_path, self.workflows, create=False, lease_seconds=self.lease_seconds,
-                       max_recoveries=self.max_recoveries)
+        return Runtime(self.url, self.workflows, create=False, lease_seconds=self.lease_seconds,
+                       max_recoveries=self.max_recoveries, durability=self.durability)
 
     def candidates(self, rt: Runtime) -> list[tuple[str, RunStatus]]:
         """Runnable runs of known workflows with their status, oldest first: queued and interrupted
         (after a sweep)."""
         rt.sweep()
-        names = [w.name for w in self.workflows]
-        marks = ", ".join("?" * len(names))
-        rows = rt.store.conn.execute(
-            f"SELECT run_id, status FROM runs WHERE status IN (?, ?) AND workflow IN ({marks}) "
-            "ORDER BY updated_at LIMIT 50", (RunStatus.QUEUED, RunStatus.INTERRUPTED, *names))
-        return [(rid, RunStatus(status)) for rid, status in rows]
+        return rt.store.runnable([w.name for w in self.workflows], CANDIDATES)
 
     def run_once(self, rt: Runtime) -> int:
         """One poll: expire deadlines, then execute what can be claimed (an interrupted run alone,

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
+from .defaults import RETRIES
+from .drivers import ChainDriver
 from .errors import DefinitionError, UnknownWorkflow
 
 OnOrphan = Literal["retry", "hold"]
@@ -33,7 +36,7 @@ class StepSpec:
     name: str
     fn: StepFn
     approval: bool = False
-    retries: int = 0
+    retries: int = RETRIES
     on_orphan: OnOrphan = "retry"
     timeout: float | None = None
 
@@ -69,7 +72,7 @@ class Workflow:
         *,
         name: str | None = None,
         approval: bool = False,
-        retries: int = 0,
+        retries: int = RETRIES,
         on_orphan: OnOrphan = "retry",
         timeout: float | None = None,
     ) -> Any:
@@ -104,14 +107,25 @@ class Workflow:
         """The step named ``step_name``, or None."""
         return next((s for s in self.steps if s.name == step_name), None)
 
+    def driver(self) -> ChainDriver:
+        """The driver that runs this workflow: its steps in order (see :mod:`relaypoint.drivers`)."""
+        return ChainDriver(self)
+
     def definition(self) -> list[dict[str, Any]]:
-        """The ordered step names and options: what a run records to detect drift later."""
-        return [{"name": s.name, **s.options()} for s in self.steps]
+        """The driver's definition: the ordered step names and options, what a run records to
+        detect drift later."""
+        return self.driver().definition()
 
     def fingerprint(self) -> str:
         """A short hash of :meth:`definition` (16 hex characters)."""
-        blob = json.dumps(self.definition(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        return fingerprint(self.definition())
+
+
+def fingerprint(definition: Any) -> str:
+    """A short hash (16 hex characters) of a driver's JSON definition: equal definitions, equal
+    fingerprints, whatever the step functions' bodies."""
+    blob = json.dumps(definition, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 class InputRequested(BaseException):
@@ -131,9 +145,12 @@ class Context:
     """What a step function receives.
 
     ``input``: the run's input (a dict). ``results``: name of each completed upstream step ->
-    its output (None is a valid output). ``attempt``: 1-based count of executions of this step.
+    its output (None is a valid output); an output is read from the store when first used, so
+    use it while the step runs. ``attempt``: 1-based count of executions of this step.
     ``idempotency_key``: stable across attempts of this step of this run, new in a fork; pass it
-    to external services so a re-executed step does not repeat a side effect.
+    to external services so a re-executed step does not repeat a side effect. ``iteration``: which
+    repetition of the step this is (1 for a chain step). ``agent``: the agent the step runs as
+    (None for a chain step). ``state``: a read-only view of the driver's state.
     """
 
     run_id: str
@@ -142,7 +159,10 @@ class Context:
     idempotency_key: str
     input: dict[str, Any]
     results: Mapping[str, Any]
-    responses: list[Any] = field(default_factory=list)
+    responses: Sequence[Any] = ()
+    iteration: int = 1
+    agent: str | None = None
+    state: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     _asked: int = 0
 
     def request_input(self, prompt: str) -> Any:

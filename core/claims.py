@@ -1,0 +1,196 @@
+"""Claiming a run for this process: a new run (start) or an existing one (resume).
+
+A claim takes the run's lease in one transaction and reads what the run loop needs, in constant
+cost: the run's own row, its input, the latest checkpoint (the driver's state) and the next
+execution's row. Never all steps, all outputs or all checkpoints (an allowed drift, which rebuilds
+the chain, is the exception). Resume refuses, with the reason: a run that is running, paused,
+ended, drifted, or whose latest pause carries a decision that does not let it go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from . import encoding
+from .clock import Clock
+from .drivers import Driver
+from .errors import DriftError, RefusedTransition
+from .execution import Claim, Current, Executor, state_json
+from .lease import HOST, LeaseHolder, owner_gone
+from .models import Owner, RunHead
+from .recovery import Recovery, now_of
+from .refusals import resume_refusal
+from .status import PAUSE_KINDS, CheckpointKind, EventKind, RunStatus, StepStatus, goes_on
+from .store import NewCheckpoint, NewRun, NewStep, RunStore
+from .workflow import Workflow, describe_drift, fingerprint
+
+
+class Claims:
+    """Claims runs of ``store`` with leases of ``lease_seconds``. ``max_recoveries``: deaths
+    charged to a run before resume fails it instead (None: no limit)."""
+
+    def __init__(self, store: RunStore, clock: Clock, recovery: Recovery, executor: Executor, *,
+                 lease_seconds: float, max_recoveries: int | None) -> None:
+        self.store, self.clock, self.recovery, self.executor = store, clock, recovery, executor
+        self.lease_seconds, self.max_recoveries = lease_seconds, max_recoveries
+
+    def lease(self, run_id: str) -> LeaseHolder:
+        """A new lease on ``run_id`` for this process (not yet recorded)."""
+        return LeaseHolder(self.store.url, run_id, self.clock, self.lease_seconds)
+
+    # ---- start
+
+    def start(self, run_id: str, wf: Workflow, input: dict, input_text: str) -> Claim:
+        """Record a new run of ``wf`` (its planned steps pending, the first one started) owned by
+        this process, in one transaction."""
+        driver = wf.driver()
+        definition = driver.definition()
+        lease = self.lease(run_id)
+        at = now_of(self.clock)
+        state = driver.initial_state()
+        planned = driver.planned()
+        with self.store.transaction():
+            self.store.insert_run(NewRun(
+                run_id=run_id, workflow=wf.name, status=RunStatus.RUNNING, input=input_text,
+                definition=encoding.dumps(definition), fingerprint=fingerprint(definition), created_at=at,
+                steps_total=len(planned), current_step=planned[0].name if planned else None, lease=lease.lease()))
+            self.store.insert_steps(run_id, (
+                NewStep(seq=i, name=s.name, idempotency_key=f"{run_id}/{s.name}", options=encoding.dumps(s.options()))
+                for i, s in enumerate(planned)))
+            state, action, cur = self.executor.resolve(run_id, driver, state)
+            self.store.add_checkpoint(NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None,
+                                                    at, state=state_json(state)))
+            self.store.add_event(run_id, at, EventKind.RUN_STARTED, workflow=wf.name, pid=lease.pid, host=HOST)
+            claim = Claim(run_id, driver, lease, input, state, action, cur, steps_done=0)
+            self._begin(claim, at)
+        return claim
+
+    def _begin(self, claim: Claim, at: datetime) -> None:
+        """Inside the claim's transaction: start the execution the run continues with."""
+        cur, run_id = claim.current, claim.run_id
+        if cur is None:
+            return
+        if cur.seq is None:  # an execution the driver appends: its row first
+            claim.next_seq = self.store.max_seq(run_id) + 1
+            cur.seq, claim.next_seq = claim.next_seq, claim.next_seq + 1
+            self.store.insert_steps(run_id, [self.executor.appended(claim.driver, cur)])
+        self.store.update_step(run_id, cur.seq, status=StepStatus.RUNNING, attempts=cur.attempt, started_at=at,
+                               finished_at=None, error=None, traceback=None)
+        self.store.add_event(run_id, at, EventKind.STEP_STARTED, step=cur.call.name, attempt=cur.attempt)
+
+    # ---- resume
+
+    def resume(self, rid: str, workflow_of: Callable[[str], Workflow], allow_drift: bool) -> Claim | RunStatus:
+        """Claim an existing run (see :meth:`relaypoint.Runtime.resume`). Returns the claim, or the
+        status the run was left in without executing anything (failed as a poison pill, or paused
+        to hold an orphan step)."""
+        lease = self.lease(rid)
+        with self.store.transaction():
+            head = self.store.run(rid)
+            owner = head.lease
+            if head.status == RunStatus.RUNNING and owner and owner_gone(
+                    owner.host, owner.pid, owner.pid_start, owner.expires_at, self.clock()):
+                self.recovery.interrupt_owner(Owner(host=owner.host, pid=owner.pid, pid_start=owner.pid_start,
+                                                    expires_at=owner.expires_at))
+                head = self.store.run(rid)
+            if (refusal := resume_refusal(head)) is not None:
+                raise RefusedTransition(refusal)
+            self._refuse_unless_decided(rid)
+            wf = workflow_of(head.workflow)
+            driver = wf.driver()
+            at = now_of(self.clock)
+            steps_done = self._reconcile(head, wf, driver, allow_drift, at)
+            input = self.store.run_input(rid)
+            checkpoint = self.store.latest_checkpoint(rid)
+            if checkpoint is None:
+                state = driver.initial_state()
+            else:
+                state = driver.restore(checkpoint.state, checkpoint)
+                if checkpoint.kind in PAUSE_KINDS and goes_on(checkpoint.kind, checkpoint.decision):
+                    state = driver.decided(state, checkpoint)
+            state, action, cur = self.executor.resolve(rid, driver, state)
+            if head.status == RunStatus.INTERRUPTED and self._poisoned(head, cur, at):
+                return RunStatus.FAILED
+            if cur is not None and cur.seq is not None:
+                self.store.responses(rid, cur.seq)  # fail closed before claiming: answers it will consume
+            if cur is not None and cur.status == StepStatus.INTERRUPTED and driver.spec(cur.call).on_orphan == "hold":
+                self._hold(rid, cur, state, at)
+                return RunStatus.AWAITING_APPROVAL
+            self.store.update_run(rid, status=RunStatus.RUNNING, updated_at=at, current_step=cur.call.name if cur else None,
+                                  error=None, lease=lease.lease())
+            self.store.add_event(rid, at, EventKind.RESUMED, pid=lease.pid, host=HOST, previous_status=head.status)
+            claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done)
+            self._begin(claim, at)
+        return claim
+
+    def _refuse_unless_decided(self, rid: str) -> None:
+        """Fail closed: the run's latest pause must carry a readable decision that lets it go on."""
+        last = self.store.last_pause(rid)
+        if last is not None and not goes_on(last.kind, last.decision):
+            raise RefusedTransition(
+                f"run {rid} waits on checkpoint {last.checkpoint_id}, whose decision {last.decision!r} does not "
+                "let it go on (unreadable decisions are never taken as approvals); "
+                f"decide it with `relaypoint approve {rid}` or reject it")
+
+    def _hold(self, rid: str, cur: Current, state: dict, at: datetime) -> None:
+        """Pause the run for a person to decide about an orphan step (``on_orphan="hold"``)."""
+        reason = (f"step '{cur.call.name}' was running (attempt {cur.attempt - 1}) when its process died and its "
+                  "output was not recorded; approve to re-run it, or approve with an output to record what it did")
+        cp = self.store.add_checkpoint(NewCheckpoint(rid, CheckpointKind.ORPHAN, cur.seq, cur.call.name, at,
+                                                     reason=reason, state=state_json(state)))
+        self.store.update_run(rid, status=RunStatus.AWAITING_APPROVAL, updated_at=at, current_step=cur.call.name,
+                              lease=None)
+        self.store.add_event(rid, at, EventKind.PAUSED, step=cur.call.name, checkpoint_id=cp,
+                             gate=CheckpointKind.ORPHAN, reason=reason, deadline_at=None)
+
+    def _poisoned(self, head: RunHead, cur: Current | None, at: datetime) -> bool:
+        """Fail a run whose executor keeps dying: more than ``max_recoveries`` deaths charged to it
+        (``runs.suspect_deaths``; see :mod:`relaypoint.recovery`)."""
+        deaths = head.suspect_deaths
+        if self.max_recoveries is None or deaths <= self.max_recoveries:
+            return False
+        step = cur if cur is not None and cur.status == StepStatus.INTERRUPTED else None
+        reason = (f"its executor died {deaths} times while executing it alone (more than the "
+                  f"{self.max_recoveries} recoveries allowed)" + (f" in step '{step.call.name}'" if step else ""))
+        if step is not None:
+            self.store.update_step(head.run_id, step.seq, status=StepStatus.FAILED, error=reason, finished_at=at)
+        self.store.update_run(head.run_id, status=RunStatus.FAILED, updated_at=at, error=reason)
+        self.store.add_event(head.run_id, at, EventKind.RUN_FAILED, step=step.call.name if step else None,
+                             error=reason, poison_pill=True)
+        return True
+
+    def _reconcile(self, head: RunHead, wf: Workflow, driver: Driver, allow_drift: bool, at: datetime) -> int:
+        """Check the run against the loaded definition (fingerprints first); returns the run's
+        completed-step count. Refuses drift with ``DriftError`` unless ``allow_drift``: then the
+        chain is rebuilt in the new order, steps kept by name, and a checkpoint records where the
+        run goes on."""
+        rid = head.run_id
+        defined = driver.definition()
+        if head.fingerprint == fingerprint(defined):
+            return head.steps_done
+        recorded = self.store.run_definition(rid) or []
+        if recorded == defined:
+            return head.steps_done
+        change = describe_drift(recorded, defined)
+        if not allow_drift:
+            raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}); "
+                             "fork the run, or resume with --allow-drift to map completed steps by name")
+        planned = driver.planned()
+        dropped = self.store.replace_steps(rid, [
+            NewStep(seq=i, name=s.name, idempotency_key=f"{rid}/{s.name}", options=encoding.dumps(s.options()))
+            for i, s in enumerate(planned)])
+        steps = self.store.steps(rid)
+        done = sum(s.status == StepStatus.COMPLETED for s in steps)
+        self.store.update_run(rid, definition=encoding.dumps(defined), fingerprint=fingerprint(defined),
+                              steps_total=len(planned), steps_done=done)
+        self.store.add_event(rid, at, EventKind.DRIFT_ALLOWED, change=change, dropped=sorted(dropped))
+        # The run goes on at its first step not completed: recorded as a checkpoint, so a resume
+        # after a crash restores it from there (the old checkpoints' positions are stale).
+        first = next((s for s in steps if s.status != StepStatus.COMPLETED), None)
+        seq = first.seq if first is not None else len(steps)
+        mark = NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, first.name if first else None, at)
+        state = driver.restore(None, mark)
+        self.store.add_checkpoint(NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, mark.step, at,
+                                                state=state_json(state)))
+        return done

@@ -1,0 +1,157 @@
+"""Decisions on runs: approve, reject, respond, cancel, and the expiry of pause deadlines.
+
+Each is one transaction deciding the run's open checkpoint exactly once (the store's ``decide``
+writes only an undecided checkpoint), checked under the write lock. None needs the workflows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import encoding
+from .clock import Clock, to_text
+from .errors import InvalidValue, RefusedTransition, UnknownStep
+from .models import Checkpoint, StepRecord
+from .recovery import Recovery, now_of
+from .refusals import cancel_refusal, decision_refusal
+from .status import APPROVAL_KINDS, INPUT_KINDS, CheckpointKind, Decision, EventKind, RunStatus, StepStatus
+from .store import RunStore
+
+
+def step_named(store: RunStore, rid: str, name: str | None) -> StepRecord:
+    """The run's top-level step ``name``; ``UnknownStep`` listing its steps otherwise."""
+    found = store.step_named(rid, name) if name is not None else None
+    if found is None:
+        names = ", ".join(s.name for s in store.steps(rid)) or "none"
+        raise UnknownStep(f"run {rid} has no step {name!r}; its steps are: {names}")
+    return found
+
+
+class Decisions:
+    """Decisions on the runs of ``store``; ``recovery`` sweeps dead owners before a cancel."""
+
+    def __init__(self, store: RunStore, clock: Clock, recovery: Recovery) -> None:
+        self.store, self.clock, self.recovery = store, clock, recovery
+
+    def _pending(self, rid: str, kinds: tuple[str, ...], verb: str, checkpoint_id: int | None) -> Checkpoint:
+        cp = self.store.pending_checkpoint(rid)
+        # The open checkpoint decides, not the status column: a pause whose decision cannot be read
+        # is open again (fail closed) and can be decided, whatever status a hand edit left.
+        refusal = decision_refusal(self.store.run(rid), cp, kinds, verb)
+        if refusal is not None:
+            last = self.store.last_pause(rid)
+            decided = (f" (its last pause was already decided: {last.decision} by {last.decided_by})"
+                       if last is not None and last.decision else "")
+            raise RefusedTransition(refusal + decided)
+        assert cp is not None
+        if checkpoint_id is not None and cp.checkpoint_id != checkpoint_id:
+            raise RefusedTransition(f"run {rid} moved on since checkpoint {checkpoint_id}: it now waits on "
+                                    f"checkpoint {cp.checkpoint_id} (step '{cp.step}'); review it again")
+        if cp.deadline_at is not None and cp.deadline_at <= self.clock():
+            raise RefusedTransition(f"the deadline of checkpoint {cp.checkpoint_id} of run {rid} passed at "
+                                    f"{to_text(cp.deadline_at)}; it can no longer be decided")
+        return cp
+
+    def _decide(self, cp: Checkpoint, decision: Decision, by: str, at: Any, comment: str | None,
+                value: str | None) -> None:
+        if not self.store.decide(cp.checkpoint_id, decision, by, at, comment, value):
+            # unreachable under the write transaction; kept as the last guard of exactly-once
+            raise RefusedTransition(f"checkpoint {cp.checkpoint_id} was already decided")
+
+    def approve(self, run_id: str, by: str, comment: str | None, output: Any,
+                checkpoint_id: int | None) -> Checkpoint:
+        """See :meth:`relaypoint.Runtime.approve`."""
+        value = None if output is None else encoding.dumps(output, "output")
+        self.expire_deadlines()  # a pause past its deadline is expired, never decided
+        with self.store.transaction():
+            rid = self.store.resolve(run_id)
+            cp = self._pending(rid, APPROVAL_KINDS, "approve", checkpoint_id)
+            at = now_of(self.clock)
+            self._decide(cp, Decision.APPROVED, by, at, comment, value)
+            step = step_named(self.store, rid, cp.step)
+            head = self.store.run(rid)
+            done, nxt = head.steps_done, cp.seq
+            if cp.kind == CheckpointKind.ORPHAN and value is None:
+                self.store.update_step(rid, step.seq, status=StepStatus.PENDING)
+            elif cp.kind == CheckpointKind.ORPHAN:
+                self.store.update_step(rid, step.seq, status=StepStatus.COMPLETED, finished_at=at)
+                self.store.set_output(rid, step.seq, value)
+                done, nxt = done + 1, step.seq + 1
+            elif value is not None:
+                self.store.set_output(rid, step.seq, value)
+            after = self.store.step(rid, nxt)
+            while after is not None and after.status == StepStatus.COMPLETED:  # a fork's copied steps
+                after = self.store.step(rid, after.seq + 1)
+            self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at, steps_done=done,
+                                  current_step=after.name if after is not None else None)
+            self.store.add_event(rid, at, EventKind.APPROVED, step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id,
+                                 comment=comment, output_edited=value is not None)
+        return cp.model_copy(update={"decision": Decision.APPROVED.value, "decided_by": by, "decided_at": at,
+                                     "comment": comment, "value": output})
+
+    def reject(self, run_id: str, comment: str, by: str, checkpoint_id: int | None) -> Checkpoint:
+        """See :meth:`relaypoint.Runtime.reject`."""
+        if not comment or not comment.strip():
+            raise InvalidValue("a rejection needs a reason (--comment TEXT)")
+        self.expire_deadlines()
+        with self.store.transaction():
+            rid = self.store.resolve(run_id)
+            cp = self._pending(rid, APPROVAL_KINDS, "reject", checkpoint_id)
+            at = now_of(self.clock)
+            self._decide(cp, Decision.REJECTED, by, at, comment, None)
+            self.store.cancel_open_steps(rid, at)
+            self.store.update_run(rid, status=RunStatus.REJECTED, updated_at=at, current_step=None)
+            self.store.add_event(rid, at, EventKind.REJECTED, step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id,
+                                 comment=comment)
+        return cp.model_copy(update={"decision": Decision.REJECTED.value, "decided_by": by, "decided_at": at,
+                                     "comment": comment})
+
+    def respond(self, run_id: str, value: Any, by: str, checkpoint_id: int | None) -> Checkpoint:
+        """See :meth:`relaypoint.Runtime.respond`."""
+        text = encoding.dumps(value, "value")
+        self.expire_deadlines()
+        with self.store.transaction():
+            rid = self.store.resolve(run_id)
+            cp = self._pending(rid, INPUT_KINDS, "respond to", checkpoint_id)
+            at = now_of(self.clock)
+            self._decide(cp, Decision.RESPONDED, by, at, None, text)
+            # Answered: the step no longer waits; it re-runs from its top when the run is resumed.
+            self.store.update_step(rid, cp.seq, status=StepStatus.PENDING)
+            self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at)
+            self.store.add_event(rid, at, EventKind.RESPONDED, step=cp.step, actor=by,
+                                 checkpoint_id=cp.checkpoint_id)
+        return cp.model_copy(update={"decision": Decision.RESPONDED.value, "decided_by": by, "decided_at": at,
+                                     "value": value})
+
+    def cancel(self, run_id: str, by: str) -> RunStatus:
+        """See :meth:`relaypoint.Runtime.cancel`."""
+        self.recovery.sweep()  # a run whose owner died is reported as interrupted, not running
+        with self.store.transaction():
+            rid = self.store.resolve(run_id)
+            head = self.store.run(rid)
+            if (refusal := cancel_refusal(head)) is not None:
+                raise RefusedTransition(refusal)
+            at = now_of(self.clock)
+            self.store.cancel_open_steps(rid, at)
+            self.store.close_pauses(rid, Decision.CANCELLED, by, at)
+            self.store.update_run(rid, status=RunStatus.CANCELLED, updated_at=at, current_step=None, lease=None)
+            self.store.add_event(rid, at, EventKind.CANCELLED, actor=by, previous_status=head.status)
+        return head.status
+
+    def expire_deadlines(self) -> list[str]:
+        """See :meth:`relaypoint.Runtime.expire_deadlines`."""
+        now = now_of(self.clock)
+        expired = []
+        for cp in self.store.due_pauses(now):
+            gate = "input" if cp.kind == CheckpointKind.INPUT else "approval"
+            reason = f"the {gate} deadline ({to_text(cp.deadline_at)}) passed"
+            with self.store.transaction():
+                if not self.store.decide(cp.checkpoint_id, Decision.EXPIRED, "deadline", now, reason):
+                    continue
+                self.store.cancel_open_steps(cp.run_id, now)
+                self.store.update_run(cp.run_id, status=RunStatus.REJECTED, updated_at=now, current_step=None,
+                                      error=reason)
+                self.store.add_event(cp.run_id, now, EventKind.DEADLINE_EXPIRED, step=cp.step,
+                                     checkpoint_id=cp.checkpoint_id, reason=reason)
+            expired.append(cp.run_id)
+        return expired

@@ -1,0 +1,290 @@
+"""The run loop: executes a claimed run's steps while this process holds its lease.
+
+Each turn asks the run's driver what to do (:mod:`relaypoint.drivers`), runs the step, and commits
+the boundary with one :meth:`RunStore.commit_boundary`: the finished execution and its output, the
+driver's new state in the checkpoint, the next execution's start, the run's progress and the
+events, fenced on the lease token. Between boundaries the run's state lives in memory
+(:class:`Claim`), so a boundary costs the same at step 10 as at step 10,000: it reads the next
+execution's row and, when the step asks, the upstream outputs it uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import traceback as tb
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
+
+from . import encoding
+from .clock import Clock, to_text
+from .drivers import Action, Call, Driver, Finish, Pause, RunStep, RunSteps, State, idempotency_key
+from .errors import InvalidValue, LeaseLost, StoreError
+from .lease import HOST, LeaseHolder
+from .recovery import Recovery, now_of
+from .status import CheckpointKind, EventKind, RunStatus, StepStatus
+from .store import Boundary, NewCheckpoint, NewEvent, NewStep, RunStore, StepEnd, StepStart, StoreDamaged
+from .upstream import LazyResponses, LazyResults
+from .workflow import Context, InputRequested
+
+Stop = Callable[[], bool | str]
+
+
+@dataclass
+class Current:
+    """The execution under way: its call, row (``seq``; None until an appended one is recorded),
+    attempt (1-based) and idempotency key."""
+
+    call: Call
+    seq: int | None
+    attempt: int
+    key: str
+    status: StepStatus = StepStatus.PENDING
+
+
+@dataclass
+class Claim:
+    """What the executor keeps in memory while it holds a run's lease: the input, the driver and
+    its state, the execution under way (None when the driver's next action is not a step), the
+    completed-step count, and the next seq for appended executions (read once, when needed)."""
+
+    run_id: str
+    driver: Driver
+    lease: LeaseHolder
+    input: dict[str, Any]
+    state: State
+    action: Action
+    current: Current | None
+    steps_done: int
+    next_seq: int | None = field(default=None)
+
+
+def lease_lost(store: RunStore, run_id: str) -> LeaseLost:
+    """The ``LeaseLost`` saying why this process no longer owns the run."""
+    cancelled = store.run(run_id).status == RunStatus.CANCELLED
+    why = "it was cancelled" if cancelled else "its lease expired or another process took the run over"
+    return LeaseLost(f"run {run_id}: this process no longer owns the run ({why}); "
+                     "the step's result was not recorded")
+
+
+def state_json(state: State) -> str:
+    """The driver state as stored in ``checkpoints.state``."""
+    return encoding.dumps(state, "state")
+
+
+def deadline_of(clock: Clock, timeout: float | None) -> Any:
+    """When a pause of ``timeout`` seconds begun now expires (UTC), or None."""
+    return None if timeout is None else now_of(clock) + timedelta(seconds=timeout)
+
+
+def paused_event(kind: str, step: str, reason: str, deadline: Any) -> NewEvent:
+    """The ``paused`` event of a pause; its ``checkpoint_id`` is filled in by the store with the id
+    of the checkpoint committed in the same boundary."""
+    return NewEvent(EventKind.PAUSED, step=step, detail={
+        "checkpoint_id": None, "gate": kind, "reason": reason,
+        "deadline_at": None if deadline is None else to_text(deadline)})
+
+
+class Executor:
+    """Drives claimed runs on ``store`` (see the module docstring)."""
+
+    def __init__(self, store: RunStore, clock: Clock, recovery: Recovery) -> None:
+        self.store, self.clock, self.recovery = store, clock, recovery
+
+    # ---- what comes next
+
+    def resolve(self, run_id: str, driver: Driver, state: State) -> tuple[State, Action, Current | None]:
+        """The driver's next action from ``state`` and the execution it starts. A planned
+        execution already recorded completed (met again on resume) is folded into the state with
+        its recorded output, and the driver is asked again."""
+        while True:
+            action = driver.next(state)
+            if isinstance(action, RunStep):
+                call = action.call
+            elif isinstance(action, RunSteps):
+                call = action.calls[0]
+            else:
+                return state, action, None
+            seq = driver.seq_of(call)
+            if seq is None:
+                return state, action, Current(call, None, 1, idempotency_key(run_id, call))
+            row = self.store.step(run_id, seq)
+            if row is None or row.name != call.name:
+                raise StoreDamaged(f"run {run_id} has no recorded step '{call.name}' at {seq} (edited by hand?); "
+                                   "fork the run from an earlier step")
+            if row.status != StepStatus.COMPLETED:
+                return state, action, Current(call, seq, row.attempts + 1, row.idempotency_key, row.status)
+            _, output = self.store.output_of(run_id, call.name)
+            state = driver.fold(state, call, output, recorded=True)
+
+    @staticmethod
+    def appended(driver: Driver, cur: Current) -> NewStep:
+        """The row of an execution the driver appends (``cur.seq`` assigned)."""
+        assert cur.seq is not None
+        return NewStep(seq=cur.seq, name=cur.call.name, idempotency_key=cur.key,
+                       options=encoding.dumps(driver.spec(cur.call).options()), iteration=cur.call.iteration,
+                       agent=cur.call.agent, parent=cur.call.parent)
+
+    def _start_of(self, claim: Claim, nxt: Current) -> tuple[StepStart, Current]:
+        """How a boundary starts ``nxt``: its planned row, or a row appended at the next seq."""
+        if nxt.seq is not None:
+            return StepStart(nxt.seq, nxt.attempt), nxt
+        if claim.next_seq is None:
+            claim.next_seq = self.store.max_seq(claim.run_id) + 1
+        nxt = replace(nxt, seq=claim.next_seq)
+        claim.next_seq += 1
+        return StepStart(self.appended(claim.driver, nxt), nxt.attempt), nxt
+
+    # ---- the loop
+
+    def drive(self, claim: Claim, should_stop: Stop | None = None) -> RunStatus:
+        """Execute steps while this process holds the lease. Returns the status the run ends in.
+
+        Whatever a step raises fails that step (retried per its ``retries``, except an unstorable
+        output): ``SystemExit`` and other ``BaseException`` subclasses included, so ``sys.exit()``
+        in a step never ends the process with the run left behind. Three exceptions: the
+        executor's own ``InputRequested`` pauses the run; ``KeyboardInterrupt`` (Ctrl-C) and a
+        stored value that cannot be read (``StoreDamaged``, even when the step caught it) release
+        the run ``interrupted`` and propagate.
+        """
+        lease = claim.lease
+        lease.start_heartbeat()
+        failures: dict[int, int] = {}
+        try:
+            while True:
+                cur = claim.current
+                if cur is None:
+                    return self._boundary(claim, None, [], claim.state, False)
+                spec = claim.driver.spec(cur.call)
+                results = LazyResults(self.store, claim.run_id, claim.driver.upstream(claim.state))
+                responses = LazyResponses(self.store, claim.run_id, cur.seq)
+                ctx = Context(run_id=claim.run_id, step=cur.call.name, attempt=cur.attempt, idempotency_key=cur.key,
+                              input=claim.input, results=results, responses=responses,
+                              iteration=cur.call.iteration, agent=cur.call.agent,
+                              state=MappingProxyType(copy.deepcopy(claim.state)))
+                try:
+                    value = spec.fn(ctx)
+                    damaged(results, responses)
+                    output = encoding.dumps(value, "output")
+                except InputRequested as ask:
+                    damaged(results, responses)
+                    return self._ask(claim, cur, ask.prompt, spec.timeout)
+                except KeyboardInterrupt:
+                    raise  # the operator's Ctrl-C: release the run (below), not a failed step
+                except StoreError:
+                    raise  # a damaged upstream value: release the run (below), nothing charged
+                except BaseException as exc:  # sys.exit() and any other raise in a step fail the step
+                    damaged(results, responses)
+                    failures[cur.seq] = failures.get(cur.seq, 0) + 1
+                    retry = not isinstance(exc, InvalidValue) and failures[cur.seq] <= spec.retries
+                    if self._failed(claim, cur, exc, retry):
+                        continue
+                    return RunStatus.FAILED
+                if lease.lost.is_set():
+                    raise lease_lost(self.store, claim.run_id)
+                stop = should_stop is not None and should_stop()
+                state = claim.driver.fold(claim.state, cur.call, value)
+                completed = [NewEvent(EventKind.STEP_COMPLETED, step=cur.call.name, detail={"attempt": cur.attempt})]
+                ended = StepEnd(cur.seq, StepStatus.COMPLETED, output_json=output)
+                status = self._boundary(claim, ended, completed, state, stop)
+                if status is not None:
+                    return status
+        except LeaseLost:
+            raise
+        except (Exception, KeyboardInterrupt, SystemExit):  # the store failed, or Ctrl-C / exit
+            self.recovery.release(claim.run_id, lease.token, lease.pid, HOST)
+            raise
+        finally:
+            lease.stop_heartbeat()
+
+    # ---- boundaries
+
+    def _boundary(self, claim: Claim, ended: StepEnd | None, events: list[NewEvent], state: State,
+                  stop: bool | str) -> RunStatus | None:
+        """Commit one boundary: ``ended`` (the execution that completed, if any) with ``events``,
+        then what the driver asks for from ``state``: start the next execution, or pause, or
+        finish. ``stop`` (true, or the reason as text) releases the run ``queued`` instead of
+        starting the next execution. Returns the status the run stopped in, or None to go on."""
+        run_id = claim.run_id
+        at = now_of(self.clock)
+        state, action, nxt = self.resolve(run_id, claim.driver, state)
+        done = claim.steps_done + (ended is not None)
+        after = ended.seq + 1 if ended is not None else 0
+        run: dict[str, Any] = {"steps_done": done}
+        started = None
+        status: RunStatus | None = None
+        events = list(events)
+        if nxt is not None:
+            checkpoint = NewCheckpoint(run_id, CheckpointKind.BOUNDARY, nxt.seq if nxt.seq is not None else after,
+                                       nxt.call.name, at, state=state_json(state))
+            run["current_step"] = nxt.call.name
+            if stop:
+                run.update(status=RunStatus.QUEUED, lease=None)
+                events.append(NewEvent(EventKind.RELEASED, step=nxt.call.name, detail={
+                    "reason": stop if isinstance(stop, str) else "executor stopping"}))
+                status = RunStatus.QUEUED
+            else:
+                started, nxt = self._start_of(claim, nxt)
+                events.append(NewEvent(EventKind.STEP_STARTED, step=nxt.call.name, detail={"attempt": nxt.attempt}))
+        elif isinstance(action, Pause):
+            deadline = deadline_of(self.clock, action.timeout)
+            checkpoint = NewCheckpoint(run_id, action.kind, after, action.step, at, reason=action.reason,
+                                       state=state_json(state), deadline_at=deadline)
+            status = RunStatus.AWAITING_INPUT if action.kind == CheckpointKind.INPUT else RunStatus.AWAITING_APPROVAL
+            run.update(status=status, current_step=action.step, lease=None)
+            events.append(paused_event(action.kind, action.step, action.reason, deadline))
+        else:
+            assert isinstance(action, Finish)
+            checkpoint = NewCheckpoint(run_id, CheckpointKind.BOUNDARY, after, None, at,
+                                       state=state_json(state)) if ended is not None else None
+            run.update(status=RunStatus.COMPLETED, current_step=None, lease=None)
+            events.append(NewEvent(EventKind.RUN_COMPLETED))
+            status = RunStatus.COMPLETED
+        self.store.commit_boundary(Boundary(run_id, at, fence=claim.lease.token, ended=ended, started=started,
+                                            checkpoint=checkpoint, run=run, events=events))
+        claim.state, claim.action, claim.current, claim.steps_done = state, action, nxt, done
+        return status
+
+    def _ask(self, claim: Claim, cur: Current, prompt: str, timeout: float | None) -> RunStatus:
+        """Pause the run ``awaiting_input`` on the step's ``request_input``: the step waits
+        (re-run from its top once answered), the state stays as it was."""
+        at = now_of(self.clock)
+        deadline = deadline_of(self.clock, timeout)
+        checkpoint = NewCheckpoint(claim.run_id, CheckpointKind.INPUT, cur.seq, cur.call.name, at, reason=prompt,
+                                   state=state_json(claim.state), deadline_at=deadline)
+        self.store.commit_boundary(Boundary(
+            claim.run_id, at, fence=claim.lease.token, ended=StepEnd(cur.seq, StepStatus.AWAITING_INPUT),
+            checkpoint=checkpoint, run={"status": RunStatus.AWAITING_INPUT, "current_step": cur.call.name, "lease": None},
+            events=[paused_event(CheckpointKind.INPUT, cur.call.name, prompt, deadline)]))
+        return RunStatus.AWAITING_INPUT
+
+    def _failed(self, claim: Claim, cur: Current, exc: BaseException, retry: bool) -> bool:
+        """Record a failed attempt: start the next attempt (``retry``; returns True) or fail the
+        run (returns False)."""
+        message = str(exc) if isinstance(exc, InvalidValue) else (
+            f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        at = now_of(self.clock)
+        name = cur.call.name
+        failed = NewEvent(EventKind.STEP_FAILED, step=name, detail={"attempt": cur.attempt, "error": message,
+                                                                   "will_retry": retry})
+        if retry:
+            cur.attempt += 1
+            self.store.commit_boundary(Boundary(
+                claim.run_id, at, fence=claim.lease.token, started=StepStart(cur.seq, cur.attempt),
+                events=[failed, NewEvent(EventKind.STEP_STARTED, step=name, detail={"attempt": cur.attempt})]))
+            return True
+        self.store.commit_boundary(Boundary(
+            claim.run_id, at, fence=claim.lease.token,
+            ended=StepEnd(cur.seq, StepStatus.FAILED, error=message, traceback="".join(tb.format_exception(exc))),
+            run={"status": RunStatus.FAILED, "error": f"step '{name}' failed: {message}", "lease": None},
+            events=[failed, NewEvent(EventKind.RUN_FAILED, step=name, detail={"error": message})]))
+        return False
+
+
+def damaged(results: LazyResults, responses: LazyResponses) -> None:
+    """Raise the damage a step met reading its upstream values, even if it caught it."""
+    for view in (results, responses):
+        if view.damage is not None:
+            raise view.damage

@@ -1,0 +1,88 @@
+"""Recovery of runs whose executing process is gone: the sweep, marking runs interrupted, the
+poison-pill charge and the release of a run its own executor could not finish.
+
+A death is charged to a run (``runs.suspect_deaths``, and ``suspect`` in its
+``interruption_detected`` event) only when the run was the only one its process was executing: a
+healthy run interrupted because another run killed their shared worker is not a suspect.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .clock import Clock, from_text, to_text
+from .lease import owner_gone
+from .models import Owner
+from .status import EventKind, RunStatus, StepStatus
+from .store import RunStore
+
+
+def now_of(clock: Clock) -> datetime:
+    """The clock's time at the store's resolution (milliseconds, UTC), so what a call returns
+    equals what it recorded."""
+    return from_text(to_text(clock()))
+
+
+class Recovery:
+    """Sweeps and interruptions on ``store``, with ``clock`` for lease expiry."""
+
+    def __init__(self, store: RunStore, clock: Clock) -> None:
+        self.store, self.clock = store, clock
+
+    def sweep(self) -> list[str]:
+        """Mark ``interrupted`` every running run whose owner is gone (see
+        :func:`relaypoint.lease.owner_gone`), each dead owner process in one transaction. Returns
+        the ids marked. Does nothing on a read-only store."""
+        if self.store.readonly_reason is not None:
+            return []
+        now = self.clock()
+        gone = [o for o in self.store.running_owners()
+                if owner_gone(o.host, o.pid, o.pid_start, o.expires_at, now)]
+        marked: list[str] = []
+        for owner in gone:
+            with self.store.transaction():
+                marked += self.interrupt_owner(owner)
+        return marked
+
+    def interrupt_owner(self, owner: Owner) -> list[str]:
+        """Inside a transaction: mark ``interrupted`` every run the gone ``owner`` process was
+        executing; returns their ids. Checked again under the write lock, so a run claimed
+        meanwhile, or an owner that renewed its lease, is left alone."""
+        runs = self.store.owned_runs(owner)
+        now = self.clock()
+        if not any(owner_gone(owner.host, owner.pid, owner.pid_start, r.expires_at, now) for r in runs):
+            return []
+        return [r.run_id for r in runs
+                if self.mark_interrupted(r.run_id, r.token, owner.pid, owner.host, co_executing=len(runs))]
+
+    def mark_interrupted(self, run_id: str, token: str | None, pid: int | None, host: str | None, *,
+                         co_executing: int | None) -> bool:
+        """Inside a transaction: mark the run and its running step ``interrupted`` if ``token``
+        still owns it (False otherwise). ``co_executing``: how many runs the dead owner process was
+        executing, or None when the owner released the run itself (Ctrl-C, a store failure), which
+        is not a death and never charged."""
+        at = now_of(self.clock)
+        if not self.store.update_run(run_id, fence=token, status=RunStatus.INTERRUPTED, updated_at=at, lease=None):
+            return False
+        suspect = co_executing == 1
+        cause = {"cause": "released by its owner", "suspect": False} if co_executing is None else {
+            "cause": "owner died", "co_executing": co_executing, "suspect": suspect}
+        head = self.store.run(run_id)
+        step = self.store.step_named(run_id, head.current_step) if head.current_step else None
+        if step is not None and step.status == StepStatus.RUNNING:
+            if suspect:  # the poison-pill count, read by one column at resume
+                self.store.update_run(run_id, suspect_deaths=head.suspect_deaths + 1)
+            self.store.update_step(run_id, step.seq, status=StepStatus.INTERRUPTED)
+            self.store.add_event(run_id, at, EventKind.INTERRUPTION_DETECTED, step=step.name, pid=pid, host=host,
+                                 attempt=step.attempts, **cause)
+        return True
+
+    def release(self, run_id: str, token: str, pid: int, host: str) -> None:
+        """Show a run interrupted now rather than when its lease expires: something outside the
+        step failed (the store, a signal). Not a death, so never charged. Best effort: the store
+        may be what failed."""
+        try:
+            with self.store.transaction():
+                self.mark_interrupted(run_id, token, pid, host, co_executing=None)
+        except Exception:
+            pass

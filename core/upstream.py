@@ -1,0 +1,83 @@
+"""What a step consumes, read from the store only when the step uses it: ``ctx.results`` and
+``ctx.responses``. A step that reads nothing reads nothing; each value is read and strictly decoded
+once, then kept.
+
+A damaged value raises :class:`relaypoint.store.StoreDamaged` to the step and is also kept in
+``damage``, so the executor ends the run's claim even if the step swallowed the error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
+
+from .errors import StoreError
+from .store import RunStore
+
+
+class LazyResults(Mapping[str, Any]):
+    """``name -> output`` of the upstream steps ``names`` of run ``run_id`` (the names the driver
+    offers), each read with :meth:`RunStore.output_of` on first access. Raises ``KeyError`` for a
+    name not offered, ``StoreDamaged`` for an output that cannot be decoded."""
+
+    def __init__(self, store: RunStore, run_id: str, names: Sequence[str]) -> None:
+        self._store, self._run_id, self._names = store, run_id, names
+        self._values: dict[str, Any] = {}
+        self.damage: StoreError | None = None
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._values:
+            return self._values[name]
+        if name not in self._names:
+            raise KeyError(name)
+        try:
+            found, value = self._store.output_of(self._run_id, name)
+        except StoreError as e:
+            self.damage = e
+            raise
+        if not found:
+            raise KeyError(name)
+        self._values[name] = value
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __repr__(self) -> str:
+        return f"LazyResults({list(self._names)!r}, read={sorted(self._values)!r})"
+
+
+class LazyResponses(Sequence[Any]):
+    """The recorded answers to execution ``seq``'s input requests, in the order asked, read with
+    :meth:`RunStore.responses` on first use (``request_input`` is the only reader)."""
+
+    def __init__(self, store: RunStore, run_id: str, seq: int) -> None:
+        self._store, self._run_id, self._seq = store, run_id, seq
+        self._values: list[Any] | None = None
+        self.damage: StoreError | None = None
+
+    def _load(self) -> list[Any]:
+        if self._values is None:
+            try:
+                self._values = self._store.responses(self._run_id, self._seq)
+            except StoreError as e:
+                self.damage = e
+                raise
+        return self._values
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Any]: ...
+
+    def __getitem__(self, i: int | slice) -> Any:
+        return self._load()[i]
+
+    def __len__(self) -> int:
+        return len(self._load())
