@@ -511,7 +511,7 @@ def _snapshot(db: Path) -> dict[str, list[dict[str, Any]]]:
         if conn is None:
             return {"runs": [], "steps": []}
         return {"runs": [dict(r) for r in conn.execute("SELECT * FROM runs")],
-                "steps": [dict(r) for r in conn.execute("SELECT * FROM steps ORDER BY run_id, position")]}
+                "steps": [dict(r) for r in conn.execute("SELECT * FROM steps ORDER BY run_id, seq")]}
 
 
 def _check_chain(row: dict[str, Any], chain: list[dict[str, Any]], rnd: int, result: TrialResult) -> None:
@@ -607,7 +607,7 @@ def _final_checks(box: procs.Sandbox, run_id: str, run_input: dict[str, Any], ki
     bad = [e for e in evs if e["kind"] == "resumed" and _detail(e).get("previous_status") != "interrupted"]
     if bad:
         v.append(f"resumed from {[_detail(e).get('previous_status') for e in bad]}, expected interrupted")
-    got = [(c["kind"], c["position"]) for c in procs.checkpoints(box.db, run_id)]
+    got = [(c["kind"], c["seq"]) for c in procs.checkpoints(box.db, run_id)]
     want_cps = [("start", 0)] + [("boundary", i) for i in range(1, len(STEPS) + 1)]
     if got != want_cps:
         v.append(f"checkpoints {got}, expected {want_cps}")

@@ -238,7 +238,7 @@ def run_status(db: Path | str, run_id: str) -> str | None:
 
 
 def steps(db: Path | str, run_id: str) -> list[dict[str, Any]]:
-    return query(db, "SELECT * FROM steps WHERE run_id = ? ORDER BY position", (run_id,))
+    return query(db, "SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
 
 
 def step_row(db: Path | str, run_id: str, name: str) -> dict[str, Any] | None:

@@ -388,7 +388,7 @@ def test_pydantic_model_output_is_stored_as_json(tmp_path):
     flow = Flow("a").on("a", returns(Report(title="t", pages=[1, 2])))
     with runtime(tmp_path, flow) as rt:
         rid = rt.start("flow")
-    (raw,) = sql(tmp_path / DB, "SELECT output FROM steps WHERE run_id = ?", rid)[0]
+    (raw,) = sql(tmp_path / DB, "SELECT value FROM outputs WHERE run_id = ?", rid)[0]
     assert json.loads(raw) == {"title": "t", "pages": [1, 2]}
 
 
@@ -396,15 +396,24 @@ def test_pydantic_model_output_is_stored_as_json(tmp_path):
 
 
 def test_context_carries_run_step_attempt_input_and_upstream_results(tmp_path):
-    flow = Flow("a", "b", ("c", {"retries": 1})).on("a", returns([1])).on("c", fails(times=1))
+    seen: dict[str, list[dict]] = {}  # ctx.results is read from the store while the step runs
+
+    def keep(inner):
+        def step(ctx):
+            seen.setdefault(ctx.step, []).append(dict(ctx.results))
+            return inner(ctx)
+        return step
+    flow = Flow("a", "b", ("c", {"retries": 1})).on("a", keep(returns([1]))).on("b", keep(returns({"step": "b"})))
+    flow.on("c", keep(fails(times=1)))
     with runtime(tmp_path, flow, id_factory=ids("run-1")) as rt:
         rt.start("flow", {"topic": "x"})
     a, b = flow.seen["a"][0], flow.seen["b"][0]
     c1, c2 = flow.seen["c"]
-    assert (a.run_id, a.step, a.attempt, a.input, dict(a.results)) == ("run-1", "a", 1, {"topic": "x"}, {})
-    assert (b.step, dict(b.results)) == ("b", {"a": [1]})
+    assert (a.run_id, a.step, a.attempt, a.input, seen["a"]) == ("run-1", "a", 1, {"topic": "x"}, [{}])
+    assert (b.step, seen["b"]) == ("b", [{"a": [1]}])
     assert (c1.attempt, c2.attempt) == (1, 2)
-    assert dict(c2.results) == {"a": [1], "b": {"step": "b"}}
+    assert seen["c"][1] == {"a": [1], "b": {"step": "b"}}
+    assert (a.iteration, a.agent, dict(a.state), dict(c2.state)) == (1, None, {"next": 0}, {"next": 2})
     assert c1.idempotency_key == c2.idempotency_key == "run-1/c"
 
 
@@ -706,7 +715,7 @@ def test_a_fork_past_a_gate_that_was_not_approved_pauses_at_that_gate(tmp_path, 
         child = rt.fork(parent, "c")
         run = rt.get(child)
         assert (run.status, run.current_step) == (RunStatus.AWAITING_APPROVAL, "b")
-        assert (run.pending.kind, run.pending.step, run.pending.position) == ("approval", "b", 2)
+        assert (run.pending.kind, run.pending.step, run.pending.seq) == ("approval", "b", 2)
         assert f"copied from run {parent}" in run.pending.reason and why in run.pending.reason
         assert run.tasks[1].output == {"draft": 1}  # what the reviewer approves: the copied output
         assert statuses(rt, child) == {"a": "completed", "b": "completed", "c": "pending", "d": "pending"}
@@ -980,7 +989,7 @@ def test_delete_removes_every_row_of_the_run_and_forks_keep_their_parent_id(tmp_
     with rt:
         child = rt.fork(parent, "b")
         assert rt.delete(parent[:6]) == parent
-        assert rows(tmp_path / DB, parent) == {"runs": [], "steps": [], "checkpoints": [], "events": []}
+        assert all(found == [] for found in rows(tmp_path / DB, parent).values())
         assert rt.get(child).parent_run_id == parent
         with pytest.raises(UnknownRun):
             rt.get(parent)
