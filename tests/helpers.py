@@ -209,7 +209,7 @@ def kill_owner(db: Path | str, run_id: str, step: str, now: datetime | None = No
 
 def rows(db: Path | str, run_id: str) -> dict[str, list[tuple]]:
     """Every row recorded of ``run_id``, table by table."""
-    order = {"runs": "run_id", "steps": "position", "checkpoints": "checkpoint_id", "events": "event_id"}
+    order = {"runs": "run_id", "steps": "seq", "outputs": "seq", "checkpoints": "checkpoint_id", "events": "event_id"}
     return {t: sql(db, f"SELECT * FROM {t} WHERE run_id = ? ORDER BY {o}", run_id) for t, o in order.items()}
 
 
@@ -218,7 +218,7 @@ def snapshot(db: Path) -> dict[str, list[tuple]]:
     conn = sqlite3.connect(db)
     try:
         return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
-                for t in ("meta", "runs", "steps", "checkpoints", "events")}
+                for t in ("meta", "runs", "steps", "outputs", "checkpoints", "events")}
     finally:
         conn.close()
 

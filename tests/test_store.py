@@ -4,14 +4,17 @@ relaypoint stores without changing a byte of them."""
 from __future__ import annotations
 
 import random
+import re
 import sqlite3
 import stat
+from datetime import UTC, datetime
 
 import pytest
 
 from helpers import DB, Flow, digest, runtime, sidecars, sql
-from relaypoint import RunStatus, Runtime, StoreError
-from relaypoint.store import APP_ID, SCHEMA_VERSION, Store
+from relaypoint import RunStatus, Runtime, StepStatus, StoreError
+from relaypoint.store import Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, StepEnd, StepStart, open_store
+from relaypoint.store.sqlite import APP_ID, MIGRATIONS, SCHEMA_VERSION, SqliteStore
 
 
 def test_a_new_store_is_owner_only_in_wal_mode_with_its_schema_version(tmp_path):
@@ -96,7 +99,7 @@ def test_a_one_byte_file_is_refused_and_left_unchanged(tmp_path, content):
 
 def _store_with_meta(tmp_path, **meta: str):
     path = tmp_path / DB
-    Store(path, create=True).close()
+    SqliteStore(path, create=True).close()
     for key, value in meta.items():
         sql(path, "UPDATE meta SET value = ? WHERE key = ?", value, key)
     assert sidecars(path) == []  # the last close checkpointed and removed the WAL
@@ -121,9 +124,10 @@ def test_a_store_without_its_schema_version_is_refused(tmp_path):
     refused_untouched(path, "unreadable schema version None")
 
 
-def test_a_store_whose_tables_do_not_match_its_version_is_refused_and_left_unchanged(tmp_path):
-    path = _store_with_meta(tmp_path, schema_version="1")  # its tables are already version 2's
-    refused_untouched(path, "says schema version 1 but its tables do not match")
+@pytest.mark.parametrize("version", ["1", "2"])
+def test_a_store_whose_tables_do_not_match_its_version_is_refused_and_left_unchanged(tmp_path, version):
+    path = _store_with_meta(tmp_path, schema_version=version)  # its tables are already the current version's
+    refused_untouched(path, f"says schema version {version} but its tables do not match")
 
 
 def test_a_missing_file_without_create_is_refused_and_not_created(tmp_path):
@@ -163,8 +167,6 @@ def _version_1_store(path) -> None:
     """A store as relaypoint's schema version 1 left it, with runs in several statuses."""
     import sqlite_utils
 
-    from relaypoint.store import MIGRATIONS
-
     db = sqlite_utils.Database(str(path))
     db["meta"].insert_all([{"key": "app", "value": APP_ID}, {"key": "schema_version", "value": "1"}], pk="key")
     MIGRATIONS[1](db)
@@ -198,6 +200,82 @@ def test_counts_by_status_follow_every_change_without_counting_the_runs_table(tm
         rt.delete(rids[2])
         expected = dict(sql(path, "SELECT status, count(*) FROM runs GROUP BY status"))
         trace: list[str] = []
-        rt.store.conn.set_trace_callback(trace.append)
+        rt.store.trace(trace.append)
         assert rt.counts() == expected == {"completed": 1, "rejected": 1, "awaiting_approval": 1, "queued": 1}
     assert not [s for s in trace if "FROM runs" in s]
+
+
+# ---- durability and the cost of a boundary ----------------------------------------------------------
+
+T0 = datetime(2031, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("durability", "level"), [("full", 2), ("normal", 1)])
+def test_durability_sets_sqlite_synchronous(tmp_path, durability, level):
+    with open_store(str(tmp_path / DB), create=True, durability=durability) as store:
+        assert store.conn.execute("PRAGMA synchronous").fetchone() == (level,)
+        assert store.conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    with open_store(str(tmp_path / DB)) as default:
+        assert default.conn.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL unless asked otherwise
+
+
+def _long_run(store, run_id: str, steps: int) -> None:
+    with store.transaction():
+        store.insert_run(NewRun(run_id=run_id, workflow="flow", status=RunStatus.RUNNING, input="{}", definition="[]",
+                                fingerprint="", created_at=T0, steps_total=steps))
+        store.insert_steps(run_id, [NewStep(seq=i, name=f"s{i}", idempotency_key=f"{run_id}/s{i}")
+                                    for i in range(steps)])
+    for i in range(steps - 1):  # every step but the last completed, each with a 1 KB output
+        store.commit_boundary(_boundary(run_id, i))
+
+
+def _boundary(run_id: str, seq: int) -> Boundary:
+    return Boundary(run_id=run_id, at=T0, ended=StepEnd(seq=seq, status=StepStatus.COMPLETED,
+                                                          output_json='"' + "x" * 1000 + '"'),
+                    started=StepStart(seq + 1), checkpoint=NewCheckpoint(run_id=run_id, kind="boundary", seq=seq + 1,
+                                                                         step=f"s{seq + 1}", at=T0, state="{}"),
+                    run={"steps_done": seq + 1}, events=[NewEvent("step_completed"), NewEvent("step_started")])
+
+
+def test_a_boundary_costs_the_same_statements_and_rows_at_step_10_and_at_step_5000(tmp_path):
+    with open_store(str(tmp_path / DB), create=True) as store:
+        _long_run(store, "short", 10)
+        _long_run(store, "long", 5000)
+        costs = []
+        for run_id, seq in (("short", 8), ("long", 4998)):
+            with store.transaction():
+                store.update_step(run_id, seq + 1, status=StepStatus.PENDING)
+                store.update_step(run_id, seq, status=StepStatus.RUNNING)
+            trace: list[str] = []
+            rows = store.rows_read
+            store.trace(trace.append)
+            store.commit_boundary(_boundary(run_id, seq))
+            store.trace(None)
+            costs.append(([re.sub(r"\d+", "N", t.replace(run_id, "RUN")) for t in trace], store.rows_read - rows))
+        assert costs[0] == costs[1]
+        assert costs[0][1] == 0 and 6 <= len(costs[0][0]) <= 12
+        assert sum(t.startswith(("BEGIN", "COMMIT")) for t in costs[0][0]) == 2  # one transaction
+
+
+def test_listing_and_the_chain_never_read_an_output(tmp_path):
+    with open_store(str(tmp_path / DB), create=True) as store:
+        _long_run(store, "r", 20)
+        trace: list[str] = []
+        store.trace(trace.append)
+        store.list_runs(search="r")
+        store.list_runs(status="running")
+        assert not [t for t in trace if re.search(r"\b(outputs|steps)\b", t)]
+        store.steps("r")
+        store.step_named("r", "s3")
+        assert not [t for t in trace if "value" in t]  # has_output looks at the outputs' key, not the value
+
+
+def test_outputs_take_little_more_room_than_their_bytes(tmp_path):
+    path = tmp_path / DB
+    with open_store(str(path), create=True) as store:
+        _long_run(store, "big", 1000)
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    outputs = 999 * 1002
+    room = sum(size for (size,) in sql(path, "SELECT pgsize FROM dbstat WHERE name IN ('outputs', "
+                                              "'sqlite_autoindex_outputs_1')"))
+    assert room <= 1.3 * outputs
