@@ -112,8 +112,9 @@ class Executor:
                 return state, action, Current(call, None, 1, idempotency_key(run_id, call))
             row = self.store.step(run_id, seq)
             if row is None or row.name != call.name:
-                raise StoreDamaged(f"run {run_id} has no recorded step '{call.name}' at {seq} (edited by hand?); "
-                                   "fork the run from an earlier step")
+                found = "nothing" if row is None else f"step {row.name!r}"
+                raise StoreDamaged(f"run {run_id} records {found} where its definition has step '{call.name}' "
+                                   "(edited by hand?); fork the run from an earlier step")
             if row.status != StepStatus.COMPLETED:
                 return state, action, Current(call, seq, row.attempts + 1, row.idempotency_key, row.status)
             _, output = self.store.output_of(run_id, call.name)

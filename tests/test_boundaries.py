@@ -48,14 +48,15 @@ def test_each_step_boundary_is_exactly_one_commit(tmp_path, finished, starts):
     trace: list[str] = []
     flow = marking(Flow("a", "b", "c"), trace)
     with runtime(tmp_path, flow) as rt:
-        rt.store.conn.set_trace_callback(trace.append)
+        rt.store.trace(trace.append)
         rid = rt.start("flow")
     segment = between(trace, f"leave {finished}", f"enter {starts}")
     assert sum(s.strip().upper() == "COMMIT" for s in segment) == 1
     (boundary,) = committed_writes(segment)
     text = "\n".join(boundary)
     # The finished step's output, the checkpoint, the events and the next step's start, together.
-    assert f"status = 'completed', output = '{{\"step\":\"{finished}\"}}'" in text
+    assert "UPDATE steps SET status = 'completed'" in text
+    assert f"INTO outputs (run_id, seq, value) VALUES ('{rid}', {'abc'.index(finished)}, '{{\"step\":\"{finished}\"}}')" in text
     assert "INSERT INTO checkpoints" in text and "'boundary'" in text
     assert "'step_completed'" in text and "'step_started'" in text and f"'{starts}'" in text
     assert "UPDATE steps SET status = 'running'" in text
@@ -66,7 +67,7 @@ def test_an_approval_gate_is_one_commit_with_the_step_output(tmp_path):
     trace: list[str] = []
     flow = marking(Flow("a", ("b", {"approval": True}), "c"), trace)
     with runtime(tmp_path, flow) as rt:
-        rt.store.conn.set_trace_callback(trace.append)
+        rt.store.trace(trace.append)
         rt.start("flow")
     (gate,) = committed_writes(between(trace, "leave b"))
     text = "\n".join(gate)
@@ -83,7 +84,7 @@ def deny_step_reads(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     refused: list[tuple[str, str]] = []
 
     def authorize(action, table, column, db, trigger):
-        if action == sqlite3.SQLITE_READ and (table == "steps" or (table, column) in {("runs", "input"),
+        if action == sqlite3.SQLITE_READ and (table in ("steps", "outputs") or (table, column) in {("runs", "input"),
                                                                                ("runs", "definition")}):
             refused.append((table, column))
             return sqlite3.SQLITE_DENY
@@ -105,7 +106,7 @@ def test_listing_never_reads_steps_even_with_huge_outputs(tmp_path):
     trace: list[str] = []
     with runtime(tmp_path) as rt:
         refused = deny_step_reads(rt.store.conn)
-        rt.store.conn.set_trace_callback(trace.append)
+        rt.store.trace(trace.append)
         listed = rt.list()
         assert [(r.run_id, r.status, r.steps_done, r.steps_total) for r in listed] == [
             (done, "completed", 3, 3), (paused, "awaiting_approval", 2, 3)]
@@ -128,11 +129,11 @@ def plan(db, statement: str) -> list[str]:
 def listing_sql(rt, **filters) -> list[str]:
     """The SELECT statements ``rt.list(**filters)`` runs."""
     trace: list[str] = []
-    rt.store.conn.set_trace_callback(trace.append)
+    rt.store.trace(trace.append)
     try:
         rt.list(**filters)
     finally:
-        rt.store.conn.set_trace_callback(None)
+        rt.store.trace(None)
     return [s for s in trace if s.lstrip().upper().startswith("SELECT") and "FROM runs" in s]
 
 

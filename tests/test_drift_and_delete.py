@@ -239,7 +239,7 @@ def test_resuming_a_run_with_a_step_the_code_does_not_define_is_one_line(tmp_pat
 
 # ---- deletion ------------------------------------------------------------------------------------
 
-TABLES = ("runs", "steps", "checkpoints", "events")
+TABLES = ("runs", "steps", "outputs", "checkpoints", "events")
 
 
 def counts(db: Path, rid: str) -> dict[str, int]:
@@ -264,9 +264,9 @@ def test_delete_removes_every_row_of_the_run_in_one_transaction(two_runs) -> Non
     kept = rows(db, bystander)
     trace: list[str] = []
     with Runtime(str(db), create=False) as rt:
-        rt.store.conn.set_trace_callback(trace.append)
+        rt.store.trace(trace.append)
         assert rt.delete(victim[:5]) == victim  # a unique prefix is enough
-        rt.store.conn.set_trace_callback(None)
+        rt.store.trace(None)
     writes = committed_writes(trace)
     assert len(writes) == 1
     deleted_from = {s.split()[2] for s in writes[0] if s.upper().startswith("DELETE")}
@@ -479,9 +479,9 @@ def test_prune_by_default_deletes_only_old_terminal_runs(tmp_path: Path) -> None
     old_terminal = {made[s] for s in ("completed", "rejected", "cancelled")}
     trace: list[str] = []
     with Runtime(str(db), create=False, clock=clock) as rt:  # clock: 20 days after the old runs
-        rt.store.conn.set_trace_callback(trace.append)
+        rt.store.trace(trace.append)
         assert set(rt.prune(timedelta(days=15))) == old_terminal
-        rt.store.conn.set_trace_callback(None)
+        rt.store.trace(None)
     assert len(committed_writes(trace)) == 1
     assert present(db) == set(made.values()) - old_terminal
     for rid in old_terminal:
