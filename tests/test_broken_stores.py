@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from helpers import snapshot, APP, DB, app_workflows, digest, ids, one_line_error, relaypoint, rows, sql, write_app
+from relaypoint.store.sqlite import SCHEMA_VERSION
 from relaypoint import RefusedTransition, RunStatus, Runtime, StepStatus, StoreError, Workflow
 
 PAD = "p" * 2000  # makes every run take room, so a store spans many pages
@@ -232,9 +233,12 @@ def store(tmp_path: Path) -> Path:
     return db
 
 
+DRAFT = "run_id = 'paused00' AND seq = (SELECT seq FROM steps WHERE run_id = 'paused00' AND name = 'draft')"
+"""Where the output of paused00's first step is."""
+
 DAMAGE = [  # (table, column, where, the damaged text)
     pytest.param("runs", "input", "run_id = 'paused00'", '{"topic": "t', id="runs.input"),
-    pytest.param("steps", "output", "run_id = 'paused00' AND name = 'draft'", '{"text": ', id="steps.output"),
+    pytest.param("outputs", "value", DRAFT, '{"text": ', id="outputs.value"),
     pytest.param("events", "detail", "run_id = 'paused00' AND kind = 'paused'", "{gate: approval}",
                  id="events.detail"),
     pytest.param("checkpoints", "value", "run_id = 'asked000' AND kind = 'input'", "'a title'",
@@ -270,7 +274,7 @@ def test_damaged_json_is_shown_as_an_unreadable_placeholder(store: Path, table: 
         from relaypoint.tui.data import load_detail, load_output
 
         detail = load_detail(rt, rid)
-        if column == "output":
+        if table == "outputs":
             assert load_output(rt, detail.run, detail.run.tasks[0]).value == {"unreadable": text}
         if column == "input":
             assert detail.run.input == {"unreadable": text}
@@ -283,7 +287,7 @@ def test_damaged_json_is_shown_as_an_unreadable_placeholder(store: Path, table: 
         no_traceback(result)
     shown = json.loads(relaypoint(store.parent, "show", rid, "--json").stdout)
     listed_events = json.loads(relaypoint(store.parent, "events", rid, "--json").stdout)
-    if column in ("input", "output"):  # (a decided checkpoint's value is not part of show)
+    if column in ("input", "value") and table != "checkpoints":  # (a decided checkpoint's value is not part of show)
         assert unreadable_in(shown, text)
     if column == "detail":
         assert unreadable_in(listed_events, text)
@@ -296,10 +300,8 @@ WRONG_SHAPES = [  # (table, column, where, text) that json.loads accepts or reje
     pytest.param("runs", "input", "run_id = 'paused00'", "[1, 2]", id="runs.input-a-list"),
     pytest.param("events", "detail", "run_id = 'paused00'", '"text"', id="events.detail-a-string"),
     pytest.param("steps", "options", "run_id = 'paused00'", "[1]", id="steps.options-a-list"),
-    pytest.param("steps", "output", "run_id = 'paused00' AND name = 'draft'", "1" + "0" * 5000,
-                 id="steps.output-int-5001-digits"),
-    pytest.param("steps", "output", "run_id = 'paused00' AND name = 'draft'", "[" * 20000 + "]" * 20000,
-                 id="steps.output-nested-20000"),
+    pytest.param("outputs", "value", DRAFT, "1" + "0" * 5000, id="outputs.value-int-5001-digits"),
+    pytest.param("outputs", "value", DRAFT, "[" * 20000 + "]" * 20000, id="outputs.value-nested-20000"),
     pytest.param("steps", "options", "run_id = 'paused00'", "{broken", id="steps.options-malformed"),
 ]
 
@@ -326,9 +328,12 @@ def test_a_hand_edited_timestamp_does_not_break_listing(store: Path) -> None:
     assert "'yesterday'" in line and "updated_at" in line
 
 
+CHECK = "run_id = 'paused00' AND seq = (SELECT seq FROM steps WHERE run_id = 'paused00' AND name = 'check')"
+"""Where the output of paused00's gated step is (its next step, publish, reads it)."""
+
 DAMAGED_UPSTREAM = [  # (run, what is damaged, statement, the StoreError's words)
-    pytest.param("paused00", "UPDATE steps SET output = '{\"text\":' WHERE run_id = 'paused00' AND name = 'draft'",
-                 "the output of step 'draft'", id="upstream-output"),
+    pytest.param("paused00", f"UPDATE outputs SET value = '{{\"draft\":' WHERE {CHECK}",
+                 "the output of step 'check'", id="upstream-output"),
     pytest.param("paused00", "UPDATE runs SET input = '{\"topic\"' WHERE run_id = 'paused00'",
                  "the input of run paused00", id="run-input"),
     pytest.param("asked000", "UPDATE checkpoints SET value = '\"a tit' WHERE run_id = 'asked000' AND kind = 'input'",
@@ -355,17 +360,38 @@ def test_resuming_over_damaged_json_fails_closed_in_one_line(store: Path, rid: s
         assert run.status != RunStatus.COMPLETED
 
 
-@pytest.mark.parametrize(("rid", "statement", "words"), DAMAGED_UPSTREAM)
-def test_resuming_over_damaged_json_changes_nothing(store: Path, rid: str, statement: str, words: str) -> None:
-    ready(store, rid)
-    sql(store, statement)
-    before = rows(store, rid)
+def test_resuming_over_a_damaged_input_changes_nothing(store: Path) -> None:
+    # The input is read (strictly) before the run is claimed.
+    ready(store, "paused00")
+    sql(store, "UPDATE runs SET input = '{\"topic\"' WHERE run_id = 'paused00'")
+    before = rows(store, "paused00")
     with Runtime(str(store), app_workflows(), create=False) as rt:
         with pytest.raises(StoreError, match="not valid JSON"):
-            rt.resume(rid)
-        assert rows(store, rid) == before
+            rt.resume("paused00")
+        assert rows(store, "paused00") == before
         with pytest.raises(StoreError, match="not valid JSON"):  # and again: not 'being executed by'
-            rt.resume(rid)
+            rt.resume("paused00")
+
+
+@pytest.mark.parametrize(("rid", "statement", "words", "left"), [
+    pytest.param(*DAMAGED_UPSTREAM[0].values, RunStatus.INTERRUPTED, id="upstream-output"),  # read by the step
+    pytest.param(*DAMAGED_UPSTREAM[2].values, RunStatus.QUEUED, id="recorded-answer"),  # read before the claim
+])
+def test_a_damaged_value_a_step_consumes_leaves_the_run_resumable_and_uncharged(
+        store: Path, rid: str, statement: str, words: str, left: RunStatus) -> None:
+    # An output is read when the step uses it: the run was claimed, so it is released interrupted
+    # (not failed, no death charged), with nothing of the step recorded.
+    ready(store, rid)
+    sql(store, statement)
+    outputs = sql(store, "SELECT * FROM outputs WHERE run_id = ? ORDER BY seq", rid)
+    with Runtime(str(store), app_workflows(), create=False) as rt:
+        for _ in range(2):  # and again: not 'being executed by'
+            with pytest.raises(StoreError, match=f"{words}.*not valid JSON"):
+                rt.resume(rid)
+            head = rt.store.run(rid)
+            assert (head.status, head.lease, head.suspect_deaths) == (left, None, 0)
+            assert rt.get(rid).tasks[-1].status != StepStatus.COMPLETED
+    assert sql(store, "SELECT * FROM outputs WHERE run_id = ? ORDER BY seq", rid) == outputs
 
 
 # ---- rows edited by hand: statuses and decisions --------------------------------------------------
@@ -470,11 +496,11 @@ def test_malformed_answer_decision_is_not_taken_as_answered(store: Path) -> None
 
 
 def test_newer_schema_is_refused_in_one_line_and_untouched(store: Path) -> None:
-    sql(store, "UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    sql(store, "UPDATE meta SET value = ? WHERE key = 'schema_version'", str(SCHEMA_VERSION + 1))
     before = snapshot(store)
     for args in (["list"], ["show", "paused00"], ["approve", "paused00"], ["resume", "paused00", "--app", APP]):
         line = one_line_error(relaypoint(store.parent, *args))
-        assert "schema version 3, newer than this relaypoint understands (2)" in line
+        assert f"schema version {SCHEMA_VERSION + 1}, newer than this relaypoint understands ({SCHEMA_VERSION})" in line
     with pytest.raises(StoreError, match="newer"):
         Runtime(str(store), create=False)
     with pytest.raises(StoreError, match="newer"):
