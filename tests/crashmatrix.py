@@ -19,10 +19,10 @@ One trial (:func:`run_trial`), in a fresh directory with its own store:
 A kill trigger is either a seeded instant after the release (anywhere in the work left, or within
 the claim and the first trivial boundaries), or a seeded transaction: the moment the round's n-th
 transaction of a given kind holds the write lock. The app module (:data:`APP_SOURCE`, test
-instrumentation) wraps ``Store.transaction`` to append ``pid thread B|E caller`` around every
+instrumentation) wraps ``SqliteStore.transaction`` to append ``pid thread B|E caller`` around every
 transaction (B once BEGIN IMMEDIATE holds the lock, E after COMMIT or ROLLBACK) and, in most trials,
 to hold the lock a seeded 3-20 ms like a slow disk; so the harness can aim at, and afterwards tell,
-kills inside ``_boundary`` (a step boundary; the last one completes the run), ``_beat`` (a
+kills inside ``commit_boundary`` (a step boundary; the last one completes the run), ``_beat`` (a
 heartbeat renewal), ``resume`` (a claim), ``sweep``, ``start`` and ``_check_and_migrate``.
 
 The workflow has six steps: four trivial ones and two that sleep a seeded fraction of a second.
@@ -99,8 +99,8 @@ def _append(path, line):
 
 
 if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be placed inside one
-    import relaypoint.store as _store
-    _original = _store.Store.transaction
+    from relaypoint.store.sqlite import SqliteStore as _Store
+    _original = _Store.transaction
 
     DWELL = float(os.environ.get("CRASHAPP_TXN_DWELL", "0"))
 
@@ -121,7 +121,7 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
         finally:
             _append(TXN_LOG, f"{tag} E {where} {time.monotonic():.4f}")
 
-    _store.Store.transaction = _traced
+    _Store.transaction = _traced
 
 
 def _begin(ctx):
@@ -209,11 +209,11 @@ class Kill:
     round: int
     pid: int
     role: str                   # start | resume
-    trigger: str                # "at 0.123 s" after the round's release, or "txn _boundary #2"
+    trigger: str                # "at 0.123 s" after the round's release, or "txn commit_boundary #2"
     instant: float              # seconds after the release when the kill was sent
     owner: bool = False         # the process held the run's lease when it died
     step: str | None = None     # the step running under its lease (owner only; None: between steps)
-    txns: tuple[str, ...] = ()  # transactions it was inside ("main:_boundary", "hb:_beat", ...)
+    txns: tuple[str, ...] = ()  # transactions it was inside ("main:commit_boundary", "hb:_beat", ...)
 
 
 @dataclass
@@ -408,7 +408,7 @@ def _trigger(rng: random.Random, role: str, db: Path, run_id: str | None, run_in
              lease: float | None, dwell: float) -> tuple:
     """The seeded kill trigger of one round: ``("at", seconds)`` after the release, or
     ``("txn", caller, n)``: the moment the round's n-th transaction opened by ``caller`` holds the
-    write lock (``_boundary`` a step boundary, the last one completing the run; ``_beat`` a
+    write lock (``commit_boundary`` a step boundary, the last one completing the run; ``_beat`` a
     heartbeat; ``resume`` the claim; ``sweep``; ``start``/``_check_and_migrate`` the start's first
     writes)."""
     done = set(procs.outputs(db, run_id)) if run_id else set()
@@ -419,12 +419,12 @@ def _trigger(rng: random.Random, role: str, db: Path, run_id: str | None, run_in
         return ("at", rng.uniform(0.0, work * 1.15))
     if r < 0.35:  # the claim and the first trivial steps' boundaries
         return ("at", rng.uniform(0.0, 0.02 + 6 * dwell))
-    targets = {"_boundary": 4.0}
+    targets = {"commit_boundary": 4.0}
     targets.update({"start": 1.0, "_check_and_migrate": 0.5} if role == "start" else {"resume": 0.5, "sweep": 0.5})
     if lease is not None and set(left) & set(SLEEPING):
         targets["_beat"] = 3.0
     where = rng.choices(list(targets), weights=list(targets.values()))[0]
-    return ("txn", where, rng.randint(1, max(1, len(left))) if where == "_boundary" else 1)
+    return ("txn", where, rng.randint(1, max(1, len(left))) if where == "commit_boundary" else 1)
 
 
 def _describe(trigger: tuple | None) -> str:
@@ -511,7 +511,7 @@ def _snapshot(db: Path) -> dict[str, list[dict[str, Any]]]:
         if conn is None:
             return {"runs": [], "steps": []}
         return {"runs": [dict(r) for r in conn.execute("SELECT * FROM runs")],
-                "steps": [dict(r) for r in conn.execute("SELECT * FROM steps ORDER BY run_id, seq")]}
+                "steps": [dict(r) for r in conn.execute("SELECT s.*, o.value AS output FROM steps s LEFT JOIN outputs o USING (run_id, seq) ORDER BY run_id, seq")]}
 
 
 def _check_chain(row: dict[str, Any], chain: list[dict[str, Any]], rnd: int, result: TrialResult) -> None:

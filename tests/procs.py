@@ -238,18 +238,21 @@ def run_status(db: Path | str, run_id: str) -> str | None:
 
 
 def steps(db: Path | str, run_id: str) -> list[dict[str, Any]]:
-    return query(db, "SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
+    return query(db, "SELECT s.*, o.value AS output FROM steps s LEFT JOIN outputs o USING (run_id, seq) "
+                     "WHERE s.run_id = ? ORDER BY s.seq", (run_id,))
 
 
 def step_row(db: Path | str, run_id: str, name: str) -> dict[str, Any] | None:
-    rows = query(db, "SELECT * FROM steps WHERE run_id = ? AND name = ?", (run_id, name))
+    rows = query(db, "SELECT s.*, o.value AS output FROM steps s LEFT JOIN outputs o USING (run_id, seq) "
+                     "WHERE s.run_id = ? AND s.name = ?", (run_id, name))
     return rows[0] if rows else None
 
 
 def outputs(db: Path | str, run_id: str) -> dict[str, str]:
     """Stored output text of each completed step (compared as text: not a byte may change)."""
     return {r["name"]: r["output"] for r in query(
-        db, "SELECT name, output FROM steps WHERE run_id = ? AND status = 'completed'", (run_id,))}
+        db, "SELECT s.name, o.value AS output FROM steps s JOIN outputs o USING (run_id, seq) "
+            "WHERE s.run_id = ? AND s.status = 'completed'", (run_id,))}
 
 
 def events(db: Path | str, run_id: str) -> list[dict[str, Any]]:

@@ -240,10 +240,10 @@ FAULT_APP_SOURCE = r'''
 import os, signal, sys, threading, time
 from contextlib import contextmanager
 import relaypoint.lease as _lease
-import relaypoint.store as _store
+from relaypoint.store.sqlite import SqliteStore as _Store
 from relaypoint import StoreError, Workflow
 
-_original = _store.Store.transaction
+_original = _Store.transaction
 _boundaries = 0
 
 
@@ -253,23 +253,23 @@ def _dying(self):
     caller = sys._getframe(2).f_code.co_name
     with _original(self) as conn:
         yield conn
-    if caller == "_boundary":
+    if caller == "commit_boundary":
         _boundaries += 1
         if _boundaries == int(os.environ.get("GAP_KILL_AFTER", "0")):
             os.kill(os.getpid(), signal.SIGKILL)  # the boundary has committed
 
 
-_store.Store.transaction = _dying
-_Store = _lease.Store
+_Store.transaction = _dying
+_open_store = _lease.open_store
 
 
 def _failing_store(*args, **kwargs):
     if os.environ.get("HEARTBEAT_STORE_FAILS") and threading.current_thread().name.startswith("heartbeat"):
         raise StoreError("injected: the store stayed busy for 30 s")
-    return _Store(*args, **kwargs)
+    return _open_store(*args, **kwargs)
 
 
-_lease.Store = _failing_store
+_lease.open_store = _failing_store
 wf = Workflow("pair")
 
 
