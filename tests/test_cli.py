@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from relaypoint import Runtime, Workflow, cli
 from relaypoint.display import PREVIEW_CHARS
-from relaypoint.store import Store
+from relaypoint.store import open_store
 
 LIST_KEYS = {"run_id", "workflow", "status", "parent_run_id", "created_at", "updated_at"}
 SHOW_KEYS = {"run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
@@ -349,7 +349,7 @@ def _random(path):
 
 
 def _newer(path):
-    Store(path, create=True).close()
+    open_store(str(path), create=True).close()
     sql(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'")
 
 
@@ -358,7 +358,7 @@ def _one_byte(path):
 
 
 def _damaged_version(path):
-    Store(path, create=True).close()
+    open_store(str(path), create=True).close()
     sql(path, "UPDATE meta SET value = 'one' WHERE key = 'schema_version'")
 
 
@@ -564,3 +564,32 @@ def test_a_step_waiting_for_input_shows_as_awaiting_input(app):
     (question,) = as_json(app, "show", rid)["tasks"]
     assert (question["status"], question["attempts"]) == ("awaiting_input", 1)
     assert "? question  awaiting_input  attempts 1" in ok(relaypoint(app, "show", rid))
+
+
+# ---- store URLs and durability ----------------------------------------------------------------------
+
+
+def test_db_takes_a_store_url_as_well_as_a_path(app):
+    rid = ok(relaypoint(app, "start", "simple", "--app", APP, "--input", '{"k": 1}')).strip()
+    for url in ("sqlite:///store.db", f"sqlite:///{app / 'store.db'}", str(app / "store.db")):
+        assert json.loads(ok(relaypoint(app, "show", rid, "--json", db=url)))["status"] == "completed"
+    rid2 = ok(relaypoint(app, "start", "simple", "--app", APP, db="sqlite:///other.db")).strip()
+    assert (app / "other.db").is_file() and rid2 in ok(relaypoint(app, "list", db="other.db"))
+
+
+def test_a_postgresql_url_is_refused_in_one_line(app):
+    line = one_line_error(relaypoint(app, "list", db="postgresql://localhost/relay"))
+    assert line == ("Error: the PostgreSQL backend is not available yet in this version of relaypoint; "
+                    "use a SQLite path or sqlite:///path")
+    assert "unknown store URL scheme 'mysql'" in one_line_error(relaypoint(app, "list", db="mysql://x/y"))
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_durability_is_a_group_option_and_an_environment_variable(app, how):
+    args = ["--durability", "normal"] if how == "option" else []
+    env = {"RELAYPOINT_DURABILITY": "normal"} if how == "env" else {}
+    rid = ok(relaypoint(app, *args, "start", "simple", "--app", APP, env=env)).strip()
+    assert as_json(app, "show", rid)["status"] == "completed"
+    bad = relaypoint(app, "list", env={"RELAYPOINT_DURABILITY": "sometimes"})
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1  # a usage error, one line
+    assert "Invalid value for '--durability': 'sometimes' is not one of 'full', 'normal'" in bad.stderr
