@@ -449,3 +449,9 @@ class RunStore(ABC):
     def max_seq(self, run_id: str) -> int:
         """The highest ``seq`` of the run's executions (-1 when it has none): where a driver's
         appended execution goes. Read once per claim, and only when an execution is appended."""
+
+    def head(self, run_id: str) -> RunHead:
+        """The run's own row without its input and definition (both None): what a claim reads, in
+        time independent of the definition's size. Raises as :meth:`run`. Backends should
+        override this default, which reads them."""
+        return self.run(run_id).model_copy(update={"input": None, "definition": None})
