@@ -53,7 +53,7 @@ class Claims:
         with self.store.transaction():
             self.store.insert_run(NewRun(
                 run_id=run_id, workflow=wf.name, status=RunStatus.RUNNING, input=input_text,
-                definition=encoding.dumps(definition), fingerprint=fingerprint(definition), created_at=at,
+                definition=encoding.dumps(definition), fingerprint=wf.fingerprint(), created_at=at,
                 steps_total=len(planned), current_step=planned[0].name if planned else None, lease=lease.lease()))
             self.store.insert_steps(run_id, (
                 NewStep(seq=i, name=s.name, idempotency_key=f"{run_id}/{s.name}", options=encoding.dumps(s.options()))
@@ -87,13 +87,13 @@ class Claims:
         to hold an orphan step)."""
         lease = self.lease(rid)
         with self.store.transaction():
-            head = self.store.run(rid)
+            head = self.store.head(rid)
             owner = head.lease
             if head.status == RunStatus.RUNNING and owner and owner_gone(
                     owner.host, owner.pid, owner.pid_start, owner.expires_at, self.clock()):
                 self.recovery.interrupt_owner(Owner(host=owner.host, pid=owner.pid, pid_start=owner.pid_start,
                                                     expires_at=owner.expires_at))
-                head = self.store.run(rid)
+                head = self.store.head(rid)
             if (refusal := resume_refusal(head)) is not None:
                 raise RefusedTransition(refusal)
             self._refuse_unless_decided(rid)
@@ -166,9 +166,9 @@ class Claims:
         chain is rebuilt in the new order, steps kept by name, and a checkpoint records where the
         run goes on."""
         rid = head.run_id
-        defined = driver.definition()
-        if head.fingerprint == fingerprint(defined):
+        if head.fingerprint == wf.fingerprint():
             return head.steps_done
+        defined = driver.definition()
         recorded = self.store.run_definition(rid) or []
         if recorded == defined:
             return head.steps_done

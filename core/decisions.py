@@ -37,7 +37,7 @@ class Decisions:
         cp = self.store.pending_checkpoint(rid)
         # The open checkpoint decides, not the status column: a pause whose decision cannot be read
         # is open again (fail closed) and can be decided, whatever status a hand edit left.
-        refusal = decision_refusal(self.store.run(rid), cp, kinds, verb)
+        refusal = decision_refusal(self.store.head(rid), cp, kinds, verb)
         if refusal is not None:
             last = self.store.last_pause(rid)
             decided = (f" (its last pause was already decided: {last.decision} by {last.decided_by})"
@@ -69,7 +69,7 @@ class Decisions:
             at = now_of(self.clock)
             self._decide(cp, Decision.APPROVED, by, at, comment, value)
             step = step_named(self.store, rid, cp.step)
-            head = self.store.run(rid)
+            head = self.store.head(rid)
             done, nxt = head.steps_done, cp.seq
             if cp.kind == CheckpointKind.ORPHAN and value is None:
                 self.store.update_step(rid, step.seq, status=StepStatus.PENDING)
@@ -128,7 +128,7 @@ class Decisions:
         self.recovery.sweep()  # a run whose owner died is reported as interrupted, not running
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            head = self.store.run(rid)
+            head = self.store.head(rid)
             if (refusal := cancel_refusal(head)) is not None:
                 raise RefusedTransition(refusal)
             at = now_of(self.clock)

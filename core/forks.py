@@ -35,7 +35,7 @@ class Forks:
         input_text = None if input is None else encoding.dumps(input, "input")
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            parent = self.store.run(rid)
+            parent = self.store.head(rid)
             step = step_named(self.store, rid, from_step)
             upstream = [s for s in self.store.steps(rid) if s.seq < step.seq and s.parent is None]
             missing = [s.name for s in upstream if s.status != StepStatus.COMPLETED]

@@ -67,7 +67,7 @@ class Recovery:
         suspect = co_executing == 1
         cause = {"cause": "released by its owner", "suspect": False} if co_executing is None else {
             "cause": "owner died", "co_executing": co_executing, "suspect": suspect}
-        head = self.store.run(run_id)
+        head = self.store.head(run_id)
         step = self.store.step_named(run_id, head.current_step) if head.current_step else None
         if step is not None and step.status == StepStatus.RUNNING:
             if suspect:  # the poison-pill count, read by one column at resume

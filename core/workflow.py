@@ -61,6 +61,8 @@ class Workflow:
 
     name: str
     steps: list[StepSpec] = field(default_factory=list)
+    _driver: tuple[tuple[StepSpec, ...], ChainDriver, str] | None = field(default=None, init=False, repr=False,
+                                                                           compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -107,9 +109,18 @@ class Workflow:
         """The step named ``step_name``, or None."""
         return next((s for s in self.steps if s.name == step_name), None)
 
+    def _built(self) -> tuple[ChainDriver, str]:
+        # Built once per set of steps: a resume compares fingerprints, which must not cost a pass
+        # over a 10,000-step definition each time.
+        steps = tuple(self.steps)
+        if self._driver is None or self._driver[0] != steps:
+            driver = ChainDriver(self)
+            self._driver = (steps, driver, fingerprint(driver.definition()))
+        return self._driver[1], self._driver[2]
+
     def driver(self) -> ChainDriver:
         """The driver that runs this workflow: its steps in order (see :mod:`relaypoint.drivers`)."""
-        return ChainDriver(self)
+        return self._built()[0]
 
     def definition(self) -> list[dict[str, Any]]:
         """The driver's definition: the ordered step names and options, what a run records to
@@ -118,7 +129,7 @@ class Workflow:
 
     def fingerprint(self) -> str:
         """A short hash of :meth:`definition` (16 hex characters)."""
-        return fingerprint(self.definition())
+        return self._built()[1]
 
 
 def fingerprint(definition: Any) -> str:
