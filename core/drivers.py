@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from .status import CheckpointKind
+
 if TYPE_CHECKING:
     from .models import Checkpoint
     from .workflow import StepSpec, Workflow
@@ -187,7 +189,7 @@ class ChainDriver(Driver):
         gate = state.get("gate")
         if gate is not None:
             spec = self.steps[self._index[gate]]
-            return Pause("approval", gate, f"approve the output of step '{gate}'", spec.timeout)
+            return Pause(CheckpointKind.APPROVAL, gate, f"approve the output of step '{gate}'", spec.timeout)
         i = state["next"]
         if i >= len(self.steps):
             return Finish()

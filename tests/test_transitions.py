@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from helpers import (DB, FakeClock, Flow, asks, die_in, fails, ids, kill_owner, killed_start, returns, rows,
                      runtime, set_owner, sql, with_attempt)
 from relaypoint import (DefinitionError, DriftError, InvalidValue, LeaseLost, RefusedTransition, Runtime,
-                        RunStatus, StepStatus, UnknownRun, UnknownStep, UnknownWorkflow, Workflow)
+                        RunStatus, StepStatus, StoreError, UnknownRun, UnknownStep, UnknownWorkflow, Workflow)
 
 
 def statuses(rt: Runtime, rid: str) -> dict[str, StepStatus]:
@@ -1002,3 +1002,75 @@ def test_delete_of_a_run_a_live_process_executes_is_refused(tmp_path):
         with pytest.raises(RefusedTransition, match="cancel it"):
             rt.delete(rid)
         assert rt.get(rid).status == RunStatus.RUNNING
+
+
+# ---- the driver state and lazy upstream values ------------------------------------------------------
+
+
+def test_each_boundary_commits_the_driver_state_and_a_resume_restores_it(tmp_path):
+    flow = Flow("a", ("b", {"approval": True}), "c")
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        states = [(c.kind, c.seq, c.state) for c in rt.store.checkpoints(rid)]
+        assert states == [("start", 0, {"next": 0}), ("boundary", 1, {"next": 1}),
+                          ("approval", 2, {"next": 2, "gate": "b"})]
+        rt.approve(rid, by="ana")
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert flow.calls == {"a": 1, "b": 1, "c": 1}
+        assert rt.store.checkpoints(rid)[-1].state == {"next": 3}
+
+
+def test_a_resume_follows_the_latest_checkpoint_state_not_the_step_rows(tmp_path):
+    flow = Flow("a", ("b", {"approval": True}), "c", "d")
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        rt.approve(rid, by="ana")
+        # a hand edit of the state (standing for a driver's own bookkeeping) is what the resume follows
+        sql(tmp_path / DB, "UPDATE checkpoints SET state = '{\"next\":3}' WHERE run_id = ? AND kind = 'approval'", rid)
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert (flow.calls["c"], flow.calls["d"]) == (0, 1)
+
+
+def test_a_step_sees_the_driver_state_read_only(tmp_path):
+    def meddle(ctx):
+        with pytest.raises(TypeError):
+            ctx.state["next"] = 99
+        return dict(ctx.state)
+    flow = Flow("a", "b").on("b", meddle)
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        assert rt.get(rid).status == RunStatus.COMPLETED
+        assert rt.step_output(rid, "b") == {"next": 1}
+
+
+def test_a_damaged_upstream_output_releases_the_run_interrupted_without_failing_the_step(tmp_path):
+    swallowed = []
+
+    def reads(ctx):
+        try:
+            return ctx.results["a"]
+        except Exception as e:  # a step that swallows the error does not hide the damage
+            swallowed.append(type(e).__name__)
+            return "made up"
+    flow = Flow("a", ("b", {"approval": True}), "c").on("c", reads)
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        rt.approve(rid, by="ana")
+        sql(tmp_path / DB, "UPDATE outputs SET value = '{\"broken' WHERE run_id = ? AND seq = 0", rid)
+        with pytest.raises(StoreError, match="the output of step 'a'.*not valid JSON"):
+            rt.resume(rid)
+        run = rt.get(rid, with_outputs=False)
+        assert (run.status, statuses(rt, rid)["c"], swallowed) == (RunStatus.INTERRUPTED, "interrupted", ["StoreDamaged"])
+        assert rt.store.head(rid).suspect_deaths == 0  # a release by its owner is never charged
+        released = [e for e in rt.events(rid) if e.kind == "interruption_detected"]
+        assert [e.detail["cause"] for e in released] == ["released by its owner"]
+        assert not any(e.kind == "step_failed" for e in rt.events(rid))
+
+
+def test_a_step_that_reads_no_upstream_output_runs_although_one_is_damaged(tmp_path):
+    flow = Flow("a", ("b", {"approval": True}), "c")
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        rt.approve(rid, by="ana")
+        sql(tmp_path / DB, "UPDATE outputs SET value = '{\"broken' WHERE run_id = ? AND seq = 0", rid)
+        assert rt.resume(rid) == RunStatus.COMPLETED
