@@ -120,7 +120,8 @@ async def test_respond_answers_an_input_request(store):
         await pilot.press("ctrl+s")
         await until(pilot, lambda: run_status(path, runs["awaiting_input"]) == RunStatus.QUEUED)
     with Runtime(path, create=False) as rt:
-        assert rt.store.responses(runs["awaiting_input"], "route") == ["finance"]
+        asking = rt.store.step_named(runs["awaiting_input"], "route")
+        assert rt.store.responses(runs["awaiting_input"], asking.seq) == ["finance"]
 
 
 async def test_a_decision_on_a_stale_view_is_refused_with_one_line(store):

@@ -26,7 +26,7 @@ from textual.widgets import Static
 
 from relaypoint import Runtime
 from relaypoint.clock import to_text
-from relaypoint.store import Store
+from relaypoint.store.sqlite import SqliteStore as Store
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui import screen as screen_module
 from relaypoint.tui.data import PAGE_SIZE
@@ -48,8 +48,9 @@ def fill(path: str, n: int, workflows: tuple[str, ...] = WORKFLOWS) -> list[str]
             conn.execute("INSERT INTO runs (run_id, workflow, status, input, definition, created_at, updated_at, "
                          "steps_done, steps_total) VALUES (?, ?, 'completed', '{}', '[]', ?, ?, 1, 1)",
                          (rid, workflows[i % len(workflows)], at, at))
-            conn.execute("INSERT INTO steps (run_id, position, name, status, attempts, options, output, "
-                         "idempotency_key) VALUES (?, 0, 'only', 'completed', 1, '{}', '1', ?)", (rid, rid))
+            conn.execute("INSERT INTO steps (run_id, seq, name, status, attempts, options, idempotency_key) "
+                         "VALUES (?, 0, 'only', 'completed', 1, '{}', ?)", (rid, rid))
+            conn.execute("INSERT INTO outputs (run_id, seq, value) VALUES (?, 0, '1')", (rid,))
         conn.execute("COMMIT")
     return ids[::-1]
 
@@ -90,7 +91,7 @@ def traced(app: RelaypointConsole) -> list[str]:
     """Record every statement the console's read connection runs from now on."""
     statements: list[str] = []
     with app.reader.runtime() as rt:
-        rt.store.conn.set_trace_callback(statements.append)
+        rt.store.trace(statements.append)
     return statements
 
 
@@ -329,9 +330,9 @@ def test_a_workflow_prefix_search_reads_each_name_in_index_order(tmp_path):
     store = Store(path)
     try:
         statements: list[str] = []
-        store.conn.set_trace_callback(statements.append)
+        store.trace(statements.append)
         found = store.list_runs(search="ingest", limit=50)
-        store.conn.set_trace_callback(None)
+        store.trace(None)
         expected = [rid for rid in ids if int(rid, 16) % 4 != 2]  # not "report"
         assert [r.run_id for r in found] == expected[:50]
         by_name = {s: p for s, p in plans(store, statements).items() if "workflow = " in s}
