@@ -117,8 +117,8 @@ class Claims:
             if cur is not None and cur.status == StepStatus.INTERRUPTED and driver.spec(cur.call).on_orphan == "hold":
                 self._hold(rid, cur, state, at)
                 return RunStatus.AWAITING_APPROVAL
-            self.store.update_run(rid, status=RunStatus.RUNNING, updated_at=at, current_step=cur.call.name if cur else None,
-                                  error=None, lease=lease.lease())
+            self.store.update_run(rid, status=RunStatus.RUNNING, updated_at=at, error=None, lease=lease.lease(),
+                                  current_step=cur.call.name if cur else None)
             self.store.add_event(rid, at, EventKind.RESUMED, pid=lease.pid, host=HOST, previous_status=head.status)
             claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done)
             self._begin(claim, at)

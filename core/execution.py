@@ -257,7 +257,8 @@ class Executor:
                                    state=state_json(claim.state), deadline_at=deadline)
         self.store.commit_boundary(Boundary(
             claim.run_id, at, fence=claim.lease.token, ended=StepEnd(cur.seq, StepStatus.AWAITING_INPUT),
-            checkpoint=checkpoint, run={"status": RunStatus.AWAITING_INPUT, "current_step": cur.call.name, "lease": None},
+            checkpoint=checkpoint,
+            run={"status": RunStatus.AWAITING_INPUT, "current_step": cur.call.name, "lease": None},
             events=[paused_event(CheckpointKind.INPUT, cur.call.name, prompt, deadline)]))
         return RunStatus.AWAITING_INPUT
 

@@ -70,8 +70,8 @@ class Forks:
                 continue
             hold = (s, "not yet decided" if cp is None or cp.decision is None else f"{cp.decision} by {cp.decided_by}")
             break
-        self.store.add_checkpoint(NewCheckpoint(child, CheckpointKind.FORK, cut, from_step, at,
-                                                state=encoding.dumps({"parent_run_id": parent, "from_step": from_step})))
+        origin = encoding.dumps({"parent_run_id": parent, "from_step": from_step})
+        self.store.add_checkpoint(NewCheckpoint(child, CheckpointKind.FORK, cut, from_step, at, state=origin))
         self.store.add_event(child, at, EventKind.FORKED, step=from_step, parent_run_id=parent,
                              input_replaced=input_replaced)
         for s, cp_id, cp in inherited:
@@ -80,11 +80,11 @@ class Forks:
         if hold is None:
             return
         s, why = hold
-        reason = (f"approve the output of step '{s.name}', copied from run {parent}, where its approval was {why}")
-        timeout = s.options.get("timeout")
-        deadline = deadline_of(self.clock, timeout)
+        reason = f"approve the output of step '{s.name}', copied from run {parent}, where its approval was {why}"
+        deadline = deadline_of(self.clock, s.options.get("timeout"))
         cp_id = self.store.add_checkpoint(NewCheckpoint(child, CheckpointKind.APPROVAL, s.seq + 1, s.name, at,
                                                         reason=reason, deadline_at=deadline))
         self.store.update_run(child, status=RunStatus.AWAITING_APPROVAL, updated_at=at, current_step=s.name, lease=None)
-        self.store.add_event(child, at, EventKind.PAUSED, step=s.name, checkpoint_id=cp_id, gate=CheckpointKind.APPROVAL,
-                             reason=reason, deadline_at=None if deadline is None else to_text(deadline))
+        self.store.add_event(child, at, EventKind.PAUSED, step=s.name, checkpoint_id=cp_id,
+                             gate=CheckpointKind.APPROVAL, reason=reason,
+                             deadline_at=None if deadline is None else to_text(deadline))
