@@ -53,7 +53,8 @@ def finish(store: RunStore, run_id: str, seq: int, output, *, fence: str | None 
         checkpoint=NewCheckpoint(run_id=run_id, kind="boundary", seq=seq + 1, step=None, at=at(when),
                                  state=json.dumps({"next": seq + 1})),
         run={"steps_done": seq + 1, "current_step": None},
-        events=[NewEvent("step_completed", step="x", detail={"attempt": 1}), NewEvent("step_started", step="y")]))
+        events=[NewEvent("step_completed", step="x", detail={"attempt": 1}), NewEvent("step_started", step="y"),
+                NewEvent("noted", detail={"why": "x"}, names_checkpoint=True)]))
 
 
 def everything(store: RunStore, run_id: str):
@@ -236,8 +237,9 @@ def test_a_boundary_commits_every_part_together(store):
     assert cp.checkpoint_id == result.checkpoint_id and (cp.kind, cp.seq, cp.state) == ("boundary", 1, {"next": 1})
     head = store.run("r1")
     assert (head.steps_done, head.updated_at, head.current_step) == (1, at(2), None)
-    assert [e.kind for e in store.events("r1")][-2:] == ["step_completed", "step_started"]
-    assert store.events("r1")[-2].detail == {"attempt": 1} and store.events("r1")[-1].detail is None
+    assert [e.kind for e in store.events("r1")][-3:] == ["step_completed", "step_started", "noted"]
+    assert store.events("r1")[-3].detail == {"attempt": 1} and store.events("r1")[-2].detail is None
+    assert list(store.events("r1")[-1].detail.items()) == [("checkpoint_id", result.checkpoint_id), ("why", "x")]
 
 
 def test_a_refused_fence_raises_lease_lost_and_writes_nothing(store):

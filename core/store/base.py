@@ -120,12 +120,15 @@ class NewCheckpoint:
 
 @dataclass(frozen=True)
 class NewEvent:
-    """An audit event of a boundary (its run and time are the boundary's). ``detail``: JSON-able."""
+    """An audit event of a boundary (its run and time are the boundary's). ``detail``: JSON-able.
+    ``names_checkpoint``: the detail starts with ``checkpoint_id``, the id of the checkpoint the same
+    boundary inserts (unknown before the commit)."""
 
     kind: str
     step: str | None = None
     actor: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    names_checkpoint: bool = False
 
 
 @dataclass(frozen=True)

@@ -892,7 +892,9 @@ class SqliteStore(RunStore):
             checkpoint_id = None if b.checkpoint is None else self._insert_checkpoint(b.checkpoint)
             if b.events:
                 self.conn.executemany(self._EVENT_INSERT, [
-                    (b.run_id, at, ev.kind, ev.step, ev.actor, _detail(ev.detail)) for ev in b.events])
+                    (b.run_id, at, ev.kind, ev.step, ev.actor,
+                     _detail({"checkpoint_id": checkpoint_id, **ev.detail} if ev.names_checkpoint else ev.detail))
+                    for ev in b.events])
         return BoundaryResult(checkpoint_id=checkpoint_id)
 
     def _refused(self, run_id: str) -> LeaseLost | UnknownRun:
