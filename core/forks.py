@@ -18,7 +18,7 @@ from .errors import InvalidValue, RefusedTransition
 from .execution import deadline_of
 from .models import StepRecord
 from .recovery import now_of
-from .status import CheckpointKind, Decision, EventKind, RunStatus, StepStatus
+from .status import CheckpointKind, Decision, EventKind, RunStatus
 from .store import NewCheckpoint, NewRun, RunStore
 
 
@@ -37,33 +37,31 @@ class Forks:
             rid = self.store.resolve(run_id)
             parent = self.store.head(rid)
             step = step_named(self.store, rid, from_step)
-            upstream = [s for s in self.store.steps(rid) if s.seq < step.seq and s.parent is None]
-            missing = [s.name for s in upstream if s.status != StepStatus.COMPLETED]
-            if missing:
-                raise RefusedTransition(f"step '{missing[0]}' of run {rid} has not completed, so there is no "
-                                        f"output to reuse; fork from '{missing[0]}' or earlier")
+            missing = self.store.open_before(rid, step.seq)
+            if missing is not None:
+                raise RefusedTransition(f"step '{missing.name}' of run {rid} has not completed, so there is no "
+                                        f"output to reuse; fork from '{missing.name}' or earlier")
             new_id = self.id_factory()
             at = now_of(self.clock)
             self.store.insert_run(NewRun(
                 run_id=new_id, workflow=parent.workflow, status=RunStatus.QUEUED,
                 input=input_text or encoding.dumps(self.store.run_input(rid), "input"),
-                definition=encoding.dumps(self.store.run_definition(rid)), fingerprint=parent.fingerprint or "",
-                created_at=at, steps_total=parent.steps_total, current_step=step.name, steps_done=len(upstream),
+                definition=self.store.definition_text(rid), fingerprint=parent.fingerprint or "",
+                created_at=at, steps_total=parent.steps_total, current_step=step.name, steps_done=step.seq,
                 parent_run_id=rid, forked_from_step=step.name))
             self.store.copy_for_fork(rid, new_id, step.seq)
-            self._carry_gates(rid, new_id, upstream, step.seq, step.name, at, input is not None)
+            self._carry_gates(rid, new_id, self.store.gates_before(rid, step.seq), step.seq, step.name, at,
+                              input is not None)
         return new_id
 
-    def _carry_gates(self, parent: str, child: str, copied: list[StepRecord], cut: int, from_step: str,
+    def _carry_gates(self, parent: str, child: str, gates: list[StepRecord], cut: int, from_step: str,
                      at: datetime, input_replaced: bool) -> None:
         """Inherit the parent's approvals of the copied gates and record the fork; pause the fork
         at the first gate the parent did not approve. The fork's checkpoint comes after the
         inherited ones: a resume goes on from the latest checkpoint."""
         inherited: list[tuple[StepRecord, int, Any]] = []
         hold: tuple[StepRecord, str] | None = None
-        for s in copied:
-            if not s.options.get("approval"):
-                continue
+        for s in gates:
             cp = self.store.latest_approval(parent, s.name)
             if cp is not None and cp.decision == Decision.APPROVED:
                 inherited.append((s, self.store.inherit_approval(cp.checkpoint_id, child, at), cp))

@@ -458,3 +458,22 @@ class RunStore(ABC):
         time independent of the definition's size. Raises as :meth:`run`. Backends should
         override this default, which reads them."""
         return self.run(run_id).model_copy(update={"input": None, "definition": None})
+
+    def definition_text(self, run_id: str) -> str:
+        """The run's recorded definition as stored JSON text, never decoded (a fork copies it).
+        Raises ``UnknownRun``, :class:`StoreDamaged`. Backends should override this default."""
+        from .. import encoding
+
+        return encoding.dumps(self.run_definition(run_id), "definition")
+
+    def open_before(self, run_id: str, seq: int) -> StepRecord | None:
+        """The first top-level execution before ``seq`` that has not completed, or None (a fork
+        reuses the outputs before its cut). Backends should override this default, which reads
+        every step."""
+        return next((s for s in self.steps(run_id) if s.seq < seq and s.parent is None
+                     and s.status != StepStatus.COMPLETED), None)
+
+    def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
+        """The top-level executions before ``seq`` whose options ask for approval, in order (the
+        gates a fork carries over). Backends should override this default, which reads every step."""
+        return [s for s in self.steps(run_id) if s.seq < seq and s.parent is None and s.options.get("approval")]
