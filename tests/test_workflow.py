@@ -209,3 +209,12 @@ def test_json_from_a_person_obeys_the_storage_rules():
     assert parse_json_arg('{"a": [1, "x"]}', "--value") == {"a": [1, "x"]}
     with pytest.raises(InvalidValue, match="--value: nan is not valid JSON"):
         parse_json_arg("NaN", "--value")
+
+
+def test_the_driver_and_fingerprint_follow_steps_added_after_first_use():
+    wf = build(("a", {}))
+    first, driver = wf.fingerprint(), wf.driver()
+    assert wf.driver() is driver  # built once per set of steps
+    wf.step(name="b")(lambda ctx: None)
+    assert wf.fingerprint() != first and wf.fingerprint() == build(("a", {}), ("b", {})).fingerprint()
+    assert [s.name for s in wf.driver().planned()] == ["a", "b"]
