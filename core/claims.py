@@ -41,7 +41,7 @@ class Claims:
 
     # ---- start
 
-    def start(self, run_id: str, wf: Workflow, input: dict, input_text: str) -> Claim:
+    def start(self, run_id: str, wf: Workflow, input_text: str) -> Claim:
         """Record a new run of ``wf`` (its planned steps pending, the first one started) owned by
         this process, in one transaction."""
         driver = wf.driver()
@@ -62,7 +62,8 @@ class Claims:
             self.store.add_checkpoint(NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None,
                                                     at, state=state_json(state)))
             self.store.add_event(run_id, at, EventKind.RUN_STARTED, workflow=wf.name, pid=lease.pid, host=HOST)
-            claim = Claim(run_id, driver, lease, input, state, action, cur, steps_done=0)
+            # what a step sees is the input as stored (a tuple reads back as a list), as on resume
+            claim = Claim(run_id, driver, lease, encoding.loads(input_text), state, action, cur, steps_done=0)
             self._begin(claim, at)
         return claim
 

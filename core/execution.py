@@ -80,11 +80,9 @@ def deadline_of(clock: Clock, timeout: float | None) -> Any:
 
 
 def paused_event(kind: str, step: str, reason: str, deadline: Any) -> NewEvent:
-    """The ``paused`` event of a pause; its ``checkpoint_id`` is filled in by the store with the id
-    of the checkpoint committed in the same boundary."""
-    return NewEvent(EventKind.PAUSED, step=step, detail={
-        "checkpoint_id": None, "gate": kind, "reason": reason,
-        "deadline_at": None if deadline is None else to_text(deadline)})
+    """The ``paused`` event of a pause, naming the checkpoint committed in the same boundary."""
+    return NewEvent(EventKind.PAUSED, step=step, names_checkpoint=True, detail={
+        "gate": kind, "reason": reason, "deadline_at": None if deadline is None else to_text(deadline)})
 
 
 class Executor:
@@ -250,16 +248,19 @@ class Executor:
 
     def _ask(self, claim: Claim, cur: Current, prompt: str, timeout: float | None) -> RunStatus:
         """Pause the run ``awaiting_input`` on the step's ``request_input``: the step waits
-        (re-run from its top once answered), the state stays as it was."""
+        unfinished (re-run from its top once answered), the state stays as it was."""
         at = now_of(self.clock)
         deadline = deadline_of(self.clock, timeout)
-        checkpoint = NewCheckpoint(claim.run_id, CheckpointKind.INPUT, cur.seq, cur.call.name, at, reason=prompt,
-                                   state=state_json(claim.state), deadline_at=deadline)
-        self.store.commit_boundary(Boundary(
-            claim.run_id, at, fence=claim.lease.token, ended=StepEnd(cur.seq, StepStatus.AWAITING_INPUT),
-            checkpoint=checkpoint,
-            run={"status": RunStatus.AWAITING_INPUT, "current_step": cur.call.name, "lease": None},
-            events=[paused_event(CheckpointKind.INPUT, cur.call.name, prompt, deadline)]))
+        with self.store.transaction():
+            if not self.store.update_run(claim.run_id, fence=claim.lease.token, updated_at=at,
+                                         status=RunStatus.AWAITING_INPUT, current_step=cur.call.name, lease=None):
+                raise lease_lost(self.store, claim.run_id)
+            self.store.update_step(claim.run_id, cur.seq, status=StepStatus.AWAITING_INPUT)
+            cp = self.store.add_checkpoint(NewCheckpoint(
+                claim.run_id, CheckpointKind.INPUT, cur.seq, cur.call.name, at, reason=prompt,
+                state=state_json(claim.state), deadline_at=deadline))
+            event = paused_event(CheckpointKind.INPUT, cur.call.name, prompt, deadline)
+            self.store.add_event(claim.run_id, at, event.kind, step=event.step, checkpoint_id=cp, **event.detail)
         return RunStatus.AWAITING_INPUT
 
     def _failed(self, claim: Claim, cur: Current, exc: BaseException, retry: bool) -> bool:

@@ -174,7 +174,7 @@ class Runtime:
         input = {} if input is None else input
         if not isinstance(input, dict):
             raise InvalidValue("the run input must be a JSON object, e.g. '{\"topic\": \"x\"}'")
-        claim = self._claims.start(self.id_factory(), wf, input, encoding.dumps(input, "input"))
+        claim = self._claims.start(self.id_factory(), wf, encoding.dumps(input, "input"))
         if on_created is not None:
             on_created(claim.run_id)
         self._executor.drive(claim)
