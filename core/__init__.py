@@ -16,5 +16,6 @@ from .workflow import Context, Workflow
 __all__ = [
     "AppLoadError", "Checkpoint", "CheckpointKind", "Context", "Decision", "DefinitionError", "DriftError", "Event",
     "EventKind", "InvalidValue", "LeaseLost", "RefusedTransition", "RelaypointError", "Run", "RunStatus",
-    "RunSummary", "Runtime", "StepRecord", "StepStatus", "StoreError", "UnknownRun", "UnknownStep", "UnknownWorkflow", "Workflow",
+    "RunSummary", "Runtime", "StepRecord", "StepStatus", "StoreError", "UnknownRun", "UnknownStep", "UnknownWorkflow",
+    "Workflow",
 ]

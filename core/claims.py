@@ -110,7 +110,8 @@ class Claims:
                 state = driver.restore(checkpoint.state, checkpoint)
                 if checkpoint.kind in PAUSE_KINDS and goes_on(checkpoint.kind, checkpoint.decision):
                     state = driver.decided(state, checkpoint)
-            state, action, cur = self.executor.resolve(rid, driver, state)
+            state, action, cur = self.executor.resolve(rid, driver, state,
+                                                       resume_at=checkpoint.seq if checkpoint else None)
             if head.status == RunStatus.INTERRUPTED and self._poisoned(head, cur, at):
                 return RunStatus.FAILED
             if cur is not None and cur.seq is not None:

@@ -50,7 +50,8 @@ class RunStep:
 @dataclass(frozen=True)
 class RunSteps:
     """Run independent executions, one after another, each recorded at its own boundary (a crash
-    re-runs only those not yet recorded)."""
+    re-runs only those not yet recorded). The executor runs the first call and folds its result;
+    the driver's next state answers with the calls still to run."""
 
     calls: tuple[Call, ...]
 

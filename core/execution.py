@@ -93,10 +93,13 @@ class Executor:
 
     # ---- what comes next
 
-    def resolve(self, run_id: str, driver: Driver, state: State) -> tuple[State, Action, Current | None]:
+    def resolve(self, run_id: str, driver: Driver, state: State, *,
+                resume_at: int | None = None) -> tuple[State, Action, Current | None]:
         """The driver's next action from ``state`` and the execution it starts. A planned
         execution already recorded completed (met again on resume) is folded into the state with
-        its recorded output, and the driver is asked again."""
+        its recorded output, and the driver is asked again. ``resume_at``: on resume, the seq the
+        latest checkpoint continues with; an appended call recorded there (started, never
+        finished) is run again in its own row rather than in a new one."""
         while True:
             action = driver.next(state)
             if isinstance(action, RunStep):
@@ -107,6 +110,10 @@ class Executor:
                 return state, action, None
             seq = driver.seq_of(call)
             if seq is None:
+                row = self.store.step(run_id, resume_at) if resume_at is not None else None
+                if row is not None and (row.name, row.iteration, row.agent) == (call.name, call.iteration, call.agent) \
+                        and row.status != StepStatus.COMPLETED:
+                    return state, action, Current(call, row.seq, row.attempts + 1, row.idempotency_key, row.status)
                 return state, action, Current(call, None, 1, idempotency_key(run_id, call))
             row = self.store.step(run_id, seq)
             if row is None or row.name != call.name:

@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .defaults import RETRIES
-from .drivers import ChainDriver
+from .drivers import ChainDriver, Driver
 from .errors import DefinitionError, UnknownWorkflow
 
 OnOrphan = Literal["retry", "hold"]
@@ -61,7 +61,7 @@ class Workflow:
 
     name: str
     steps: list[StepSpec] = field(default_factory=list)
-    _driver: tuple[tuple[StepSpec, ...], ChainDriver, str] | None = field(default=None, init=False, repr=False,
+    _driver: tuple[tuple[StepSpec, ...], Driver, str] | None = field(default=None, init=False, repr=False,
                                                                            compare=False)
 
     def __post_init__(self) -> None:
@@ -109,17 +109,23 @@ class Workflow:
         """The step named ``step_name``, or None."""
         return next((s for s in self.steps if s.name == step_name), None)
 
-    def _built(self) -> tuple[ChainDriver, str]:
+    def _built(self) -> tuple[Driver, str]:
         # Built once per set of steps: a resume compares fingerprints, which must not cost a pass
         # over a 10,000-step definition each time.
         steps = tuple(self.steps)
         if self._driver is None or self._driver[0] != steps:
-            driver = ChainDriver(self)
+            driver = self.make_driver()
             self._driver = (steps, driver, fingerprint(driver.definition()))
         return self._driver[1], self._driver[2]
 
-    def driver(self) -> ChainDriver:
-        """The driver that runs this workflow: its steps in order (see :mod:`relaypoint.drivers`)."""
+    def make_driver(self) -> Driver:
+        """A new driver for this workflow: a :class:`~relaypoint.drivers.ChainDriver` (its steps in
+        order). A pattern overrides this to return its own driver."""
+        return ChainDriver(self)
+
+    def driver(self) -> Driver:
+        """The driver that runs this workflow (see :mod:`relaypoint.drivers`), built once per set of
+        steps."""
         return self._built()[0]
 
     def definition(self) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
-"""The chain driver, pure: what it asks for from a state, how results and decisions fold into the
-state, how a state is restored from a checkpoint (also one written before drivers existed), and
-that the definition and fingerprint are today's. No store."""
+"""The chain driver, pure (no store): what it asks for from a state, how results and decisions fold
+into the state, how a state is restored from a checkpoint (also one written before drivers
+existed), and that the definition and fingerprint are today's. Then a driver of its own through
+the runtime: a repeated step name, appended executions, independent calls, and a resume."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from relaypoint import Workflow
-from relaypoint.drivers import Call, ChainDriver, Finish, Pause, RunStep, idempotency_key
+from relaypoint import Runtime, Workflow
+from relaypoint.drivers import Call, ChainDriver, Driver, Finish, Pause, RunStep, RunSteps, idempotency_key
 from relaypoint.models import Checkpoint
 
 
@@ -120,3 +121,109 @@ def test_idempotency_keys_keep_the_chain_form_and_name_iterations_and_agents():
     assert idempotency_key("r", Call("a", iteration=3)) == "r/a#3"
     assert idempotency_key("r", Call("a", iteration=2, agent="critic")) == "r/a#2/critic"
     assert idempotency_key("r", Call("a", agent="critic")) == "r/a#1/critic"
+
+
+# ---- a driver of its own, through the runtime: repeated names, appended executions, RunSteps ------
+
+
+class Rounds(Driver):
+    """Three iterations of ``draft``, then one ``review`` per agent still to review (RunSteps)."""
+
+    def __init__(self, wf: Workflow) -> None:
+        self.specs = {s.name: s for s in wf.steps}
+
+    def definition(self):
+        return {"pattern": "rounds", "rounds": 3, "steps": sorted(self.specs)}
+
+    def planned(self):
+        return [self.specs["draft"]]
+
+    def spec(self, call):
+        return self.specs[call.name]
+
+    def seq_of(self, call):
+        return 0 if (call.name, call.iteration, call.agent) == ("draft", 1, None) else None
+
+    def initial_state(self):
+        return {"round": 1, "reviewers": ["ana", "bo"]}
+
+    def next(self, state):
+        if state["round"] <= 3:
+            return RunStep(Call("draft", iteration=state["round"]))
+        if state["reviewers"]:
+            return RunSteps(tuple(Call("review", agent=a) for a in state["reviewers"]))
+        return Finish()
+
+    def fold(self, state, call, output, *, recorded=False):
+        if call.name == "draft":
+            return {**state, "round": state["round"] + 1}
+        return {**state, "reviewers": [a for a in state["reviewers"] if a != call.agent]}
+
+    def decided(self, state, checkpoint):
+        return state
+
+    def restore(self, state, checkpoint):
+        return dict(state)
+
+    def upstream(self, state):
+        return ["draft"]
+
+
+class RoundsFlow(Workflow):
+    def make_driver(self) -> Driver:
+        return Rounds(self)
+
+
+def rounds_flow(interrupt_once: str | None = None) -> tuple[RoundsFlow, list]:
+    seen = []
+    wf = RoundsFlow("rounds")
+
+    @wf.step
+    def draft(ctx):
+        seen.append(("draft", ctx.iteration, ctx.agent, ctx.idempotency_key.split("/", 1)[1], dict(ctx.state)))
+        return {"round": ctx.iteration}
+
+    @wf.step
+    def review(ctx):
+        seen.append(("review", ctx.iteration, ctx.agent, ctx.idempotency_key.split("/", 1)[1], ctx.results["draft"]))
+        if ctx.agent == interrupt_once and ctx.attempt == 1:
+            raise KeyboardInterrupt  # the operator's Ctrl-C: the run is released interrupted
+        return {"by": ctx.agent}
+
+    return wf, seen
+
+
+def test_a_driver_repeats_a_name_appends_executions_and_runs_independent_calls(tmp_path):
+    wf, seen = rounds_flow()
+    with Runtime(str(tmp_path / "r.db"), [wf]) as rt:
+        rid = rt.start("rounds")
+        run = rt.get(rid)
+        assert run.status == "completed" and run.definition == {"pattern": "rounds", "rounds": 3,
+                                                                "steps": ["draft", "review"]}
+        rows = [(t.seq, t.name, t.iteration, t.agent, t.status, t.output) for t in run.tasks]
+        assert rows == [(0, "draft", 1, None, "completed", {"round": 1}),
+                        (1, "draft", 2, None, "completed", {"round": 2}),
+                        (2, "draft", 3, None, "completed", {"round": 3}),
+                        (3, "review", 1, "ana", "completed", {"by": "ana"}),
+                        (4, "review", 1, "bo", "completed", {"by": "bo"})]
+        assert rt.store.checkpoints(rid)[-1].state == {"round": 4, "reviewers": []}
+    assert seen == [("draft", 1, None, "draft", {"round": 1, "reviewers": ["ana", "bo"]}),
+                    ("draft", 2, None, "draft#2", {"round": 2, "reviewers": ["ana", "bo"]}),
+                    ("draft", 3, None, "draft#3", {"round": 3, "reviewers": ["ana", "bo"]}),
+                    ("review", 1, "ana", "review#1/ana", {"round": 3}),   # the latest iteration's output
+                    ("review", 1, "bo", "review#1/bo", {"round": 3})]
+
+
+def test_a_resume_reruns_only_the_appended_call_not_recorded_in_its_own_row(tmp_path):
+    wf, seen = rounds_flow(interrupt_once="bo")
+    with Runtime(str(tmp_path / "r.db"), [wf]) as rt:
+        with pytest.raises(KeyboardInterrupt):
+            rt.start("rounds")
+        (rid,) = [r.run_id for r in rt.list()]
+        assert rt.get(rid).status == "interrupted"
+        seen.clear()
+        assert rt.resume(rid) == "completed"
+        tasks = rt.get(rid).tasks
+    assert [(s[0], s[2]) for s in seen] == [("review", "bo")]  # ana's review was recorded: not run again
+    assert [(t.seq, t.name, t.agent, t.attempts, t.status) for t in tasks][3:] == [
+        (3, "review", "ana", 1, "completed"), (4, "review", "bo", 2, "completed")]
