@@ -59,7 +59,9 @@ def test_a_version_2_store_migrates_in_place_in_one_step(v2):
               "steps": sql(v2, "SELECT run_id, position, name, status, attempts, idempotency_key FROM steps "
                                "ORDER BY run_id, position"),
               "checkpoints": sql(v2, "SELECT checkpoint_id, position, kind, decision FROM checkpoints ORDER BY 1"),
-              "events": sql(v2, "SELECT count(*) FROM events")}
+              "events": sql(v2, "SELECT count(*) FROM events"),
+              "inputs": sql(v2, "SELECT run_id, input FROM runs ORDER BY run_id"),
+              "definitions": sql(v2, "SELECT run_id, fingerprint, definition FROM runs ORDER BY run_id")}
     with open_v2(v2) as rt:
         assert rt.counts() == {s: list(STATUS.values()).count(s) for s in set(STATUS.values())}
     assert dict(sql(v2, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "3"
@@ -70,6 +72,15 @@ def test_a_version_2_store_migrates_in_place_in_one_step(v2):
     assert sql(v2, "SELECT checkpoint_id, seq, kind, decision FROM checkpoints ORDER BY 1") == before["checkpoints"]
     assert sql(v2, "SELECT count(*) FROM events") == before["events"]
     assert "output" not in {c for (_, c, *_) in sql(v2, "PRAGMA table_info(steps)")}
+    # the input and the definition left the runs row for their own tables (one row per definition)
+    assert sql(v2, "SELECT run_id, input FROM run_inputs ORDER BY run_id") == before["inputs"]
+    assert sql(v2, "SELECT run_id, fingerprint, definition FROM runs LEFT JOIN definitions USING (fingerprint) "
+                   "ORDER BY run_id") == before["definitions"]
+    assert sql(v2, "SELECT count(*) FROM definitions") == [(len({f for _, f, _ in before["definitions"]}),)]
+    assert not {"input", "definition"} & {c for (_, c, *_) in sql(v2, "PRAGMA table_info(runs)")}
+    assert {n for (n,) in sql(v2, "SELECT name FROM sqlite_master WHERE tbl_name = 'runs' AND sql IS NOT NULL")} == {
+        "runs", "runs_by_created", "runs_by_status", "runs_by_workflow", "runs_by_parent", "runs_by_fingerprint",
+        "run_counts_insert", "run_counts_delete", "run_counts_update"}
     assert dict(sql(v2, "SELECT run_id, suspect_deaths FROM runs WHERE suspect_deaths > 0")) == {
         IDS["interrupted"]: 1}  # its owner died while executing it alone
     assert sql(v2, "PRAGMA integrity_check") == [("ok",)]
@@ -233,4 +244,7 @@ def test_a_version_1_store_migrates_to_the_current_schema_and_its_runs_behave(tm
         assert [e.step for e in rt.events("dead") if e.kind == "step_started"] == ["b", "c"]
     assert dict(sql(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION)
     assert "lease_pid_start" in {c for (_, c, *_) in sql(path, "PRAGMA table_info(runs)")}
+    assert sql(path, "SELECT run_id, input FROM run_inputs ORDER BY run_id") == [("dead", '{"n": 7}'), ("done", '{"n": 7}')]
+    assert sql(path, "SELECT count(*) FROM definitions") == [(1,)]
     assert sql(path, "PRAGMA integrity_check") == [("ok",)]
+    assert sql(path, "PRAGMA foreign_key_check") == []

@@ -3,6 +3,7 @@ relaypoint stores without changing a byte of them."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import sqlite3
@@ -279,3 +280,20 @@ def test_outputs_take_little_more_room_than_their_bytes(tmp_path):
     room = sum(size for (size,) in sql(path, "SELECT pgsize FROM dbstat WHERE name IN ('outputs', "
                                               "'sqlite_autoindex_outputs_1')"))
     assert room <= 1.3 * outputs
+
+
+def test_the_runs_row_stays_small_whatever_the_definition_and_the_input(tmp_path):
+    # Every boundary rewrites the runs row: a 10,000-step definition or a 10 KB input kept in it
+    # would be rewritten (and read) at every step.
+    path = tmp_path / DB
+    definition = json.dumps([{"name": f"s{i}", "approval": False, "retries": 0} for i in range(10_000)])
+    with open_store(str(path), create=True) as store:
+        with store.transaction():
+            for run_id in ("one", "two"):
+                store.insert_run(NewRun(run_id=run_id, workflow="flow", status=RunStatus.RUNNING,
+                                        input=json.dumps({"big": "x" * 10_000}), definition=definition,
+                                        fingerprint="f" * 16, created_at=T0, steps_total=10_000))
+        assert store.run_definition("two") == json.loads(definition)
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert sql(path, "SELECT sum(pgsize) FROM dbstat WHERE name = 'runs'") == [(4096,)]  # one page, no overflow
+    assert sql(path, "SELECT count(*) FROM definitions") == [(1,)]  # shared by the runs of one definition

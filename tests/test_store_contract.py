@@ -13,6 +13,7 @@ from relaypoint import encoding
 from relaypoint.errors import LeaseLost, StoreError, UnknownRun
 from relaypoint.models import Lease, Owner
 from relaypoint.status import RunStatus, StepStatus
+from relaypoint.workflow import fingerprint
 from relaypoint.store import (BackendUnavailable, Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, RunStore,
                               StepEnd, StepStart, StoreDamaged, StoreMissing, StoreReadOnly, open_store)
 
@@ -32,9 +33,10 @@ def add_run(store: RunStore, run_id: str, *, steps: tuple[str, ...] = ("a", "b",
             status: RunStatus = RunStatus.RUNNING, created: float = 0, owner: Lease | None = None,
             input: dict | None = None) -> str:
     """A run with a pending chain, as the runtime records one at start."""
+    definition = [{"name": s} for s in steps]
     with store.transaction():
         store.insert_run(NewRun(run_id=run_id, workflow=workflow, status=status, input=json.dumps(input or {"k": 1}),
-                                definition=json.dumps([{"name": s} for s in steps]), fingerprint="fp",
+                                definition=json.dumps(definition), fingerprint=fingerprint(definition),
                                 created_at=at(created), steps_total=len(steps), current_step=steps[0] if steps else None,
                                 lease=owner))
         store.insert_steps(run_id, [NewStep(seq=i, name=s, idempotency_key=f"{run_id}/{s}") for i, s in enumerate(steps)])
@@ -118,11 +120,53 @@ def test_a_run_reads_back_with_aware_utc_times_and_its_lease(store):
     assert head.created_at == T0 and head.created_at.tzinfo is not None and head.updated_at == T0
     assert head.input == {"topic": "x", "n": [1, 2]} and store.run_input("r1") == {"topic": "x", "n": [1, 2]}
     assert head.definition == [{"name": "a"}, {"name": "b"}, {"name": "c"}] == store.run_definition("r1")
-    assert head.fingerprint == "fp" and head.suspect_deaths == 0
+    assert head.fingerprint == fingerprint(head.definition) and head.suspect_deaths == 0
     assert head.lease == lease()
     assert store.owner_of("r1") == Owner(host=HOST, pid=4242, pid_start="boot:1", expires_at=at(30))
     with pytest.raises(UnknownRun):
         store.run("nope")
+
+
+def test_head_is_the_run_without_its_input_and_definition(store):
+    add_run(store, "r1", owner=lease(), input={"big": "x" * 10_000})
+    assert store.head("r1") == store.run("r1").model_copy(update={"input": None, "definition": None})
+    with pytest.raises(UnknownRun):
+        store.head("nope")
+
+
+def test_runs_of_one_definition_share_it_and_a_drift_records_the_new_one(store):
+    add_run(store, "r1")
+    add_run(store, "r2")
+    add_run(store, "other", steps=("x",))
+    text = '[ {"name": "a"},  {"name": "b"} ]'  # as stored, never re-encoded
+    with store.transaction():
+        store.update_run("r1", definition=text, fingerprint=fingerprint(json.loads(text)))
+        with pytest.raises(TypeError, match="give both"):
+            store.update_run("r2", definition="[]")
+    assert store.definition_text("r1") == text and store.run_definition("r1") == [{"name": "a"}, {"name": "b"}]
+    assert store.run_definition("r2") == [{"name": s} for s in "abc"] and store.run_definition("other") == [{"name": "x"}]
+    with store.transaction():
+        store.delete_runs(["r2"])
+    add_run(store, "r3")  # its definition was removed with its last run, and is recorded again
+    assert store.run("r3").definition == [{"name": s} for s in "abc"]
+    with pytest.raises(UnknownRun):
+        store.definition_text("nope")
+
+
+def test_open_before_and_gates_before_read_the_top_level_chain_before_a_seq(store):
+    add_run(store, "r1", owner=lease(), steps=())
+    gate = '{"approval": true}'
+    with store.transaction():
+        store.insert_steps("r1", [NewStep(seq=0, name="a", idempotency_key="r1/a", status=StepStatus.COMPLETED),
+                                  NewStep(seq=1, name="b", idempotency_key="r1/b", options=gate),
+                                  NewStep(seq=2, name="c", idempotency_key="r1/c", status=StepStatus.FAILED),
+                                  NewStep(seq=3, name="d", idempotency_key="r1/d", options=gate),
+                                  NewStep(seq=4, name="sub", idempotency_key="r1/sub#1", parent=1, options=gate)])
+    assert store.open_before("r1", 1) is None and store.open_before("r1", 2).name == "b"
+    assert store.open_before("r1", 5).name == "b"
+    assert [s.name for s in store.gates_before("r1", 3)] == ["b"]
+    assert [s.name for s in store.gates_before("r1", 9)] == ["b", "d"]  # never the appended "sub"
+    assert store.gates_before("r1", 0) == []
 
 
 def test_update_run_sets_fields_and_clears_the_lease(store):

@@ -43,7 +43,10 @@ SUMMARY_COLUMNS = (
     "steps_done, steps_total, error, lease_token, lease_pid, lease_host, lease_expires_at, heartbeat_at, "
     "lease_pid_start"
 )
-HEAD_COLUMNS = SUMMARY_COLUMNS + ", input, definition, fingerprint, suspect_deaths"
+# ... with what a claim reads (no input, no definition: those live in their own tables).
+HEAD_COLUMNS = SUMMARY_COLUMNS + ", fingerprint, suspect_deaths"
+INPUT_OF_RUN = "(SELECT input FROM run_inputs i WHERE i.run_id = runs.run_id)"
+DEFINITION_OF_RUN = "(SELECT definition FROM definitions d WHERE d.fingerprint = runs.fingerprint)"
 # A pause is open until one of these decisions is recorded. Anything else in the column (a hand
 # edit, damage) reads as undecided: a decision that cannot be read is never taken as an approval.
 DECISIONS = ("approved", "rejected", "responded", "expired", "cancelled")
@@ -55,8 +58,8 @@ STEP_COLUMNS = (
     "s.started_at, s.finished_at, s.idempotency_key, "
     "EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS has_output"
 )
-RUN_FIELDS = {"status", "updated_at", "current_step", "steps_done", "steps_total", "error", "lease", "definition",
-              "fingerprint", "suspect_deaths"}
+RUN_FIELDS = {"status", "updated_at", "current_step", "steps_done", "steps_total", "error", "lease", "fingerprint",
+              "suspect_deaths"}
 STEP_FIELDS = {"status", "attempts", "error", "traceback", "started_at", "finished_at"}
 TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
 LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
@@ -117,28 +120,42 @@ def _migrate_1(db: sqlite_utils.Database) -> None:
     db["checkpoints"].create_index(["deadline_at"], index_name="checkpoints_by_deadline")
 
 
+# The runs indexes (made by migration 1; remade by 3, which rebuilds runs). They serve the
+# console: newest-first keyset pages, filtered by status or workflow, the orphan sweep (status =
+# running), forks of a run; and the removal of a definition no run uses any more.
+RUN_INDEXES = (
+    "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
+    "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
+    "CREATE INDEX runs_by_workflow ON runs (workflow, created_at, run_id)",
+    "CREATE INDEX runs_by_parent ON runs (parent_run_id)",
+    "CREATE INDEX runs_by_fingerprint ON runs (fingerprint)",
+)
+# Triggers keeping run_counts (made by migration 2; remade by 3, which rebuilds runs).
+RUN_COUNT_TRIGGERS = (
+    """CREATE TRIGGER run_counts_insert AFTER INSERT ON runs BEGIN
+           INSERT INTO run_counts (status, runs) VALUES (new.status, 1)
+               ON CONFLICT (status) DO UPDATE SET runs = runs + 1;
+       END""",
+    """CREATE TRIGGER run_counts_delete AFTER DELETE ON runs BEGIN
+           UPDATE run_counts SET runs = runs - 1 WHERE status = old.status;
+       END""",
+    """CREATE TRIGGER run_counts_update AFTER UPDATE OF status ON runs WHEN old.status IS NOT new.status BEGIN
+           UPDATE run_counts SET runs = runs - 1 WHERE status = old.status;
+           INSERT INTO run_counts (status, runs) VALUES (new.status, 1)
+               ON CONFLICT (status) DO UPDATE SET runs = runs + 1;
+       END""",
+)
+
+
 def _migrate_2(db: sqlite_utils.Database) -> None:
     # The owner process's start (boot id and start time): on its own host a lease belongs to a live
     # process, and a pid reused by another process is told apart from the owner.
     db["runs"].add_column("lease_pid_start", str)
     # Runs per status, kept by triggers in the transaction that changes a run, so the console's
     # status line reads a few rows instead of counting the runs table.
-    for statement in (
-        "CREATE TABLE run_counts (status TEXT PRIMARY KEY, runs INTEGER NOT NULL)",
-        "INSERT INTO run_counts (status, runs) SELECT status, count(*) FROM runs GROUP BY status",
-        """CREATE TRIGGER run_counts_insert AFTER INSERT ON runs BEGIN
-               INSERT INTO run_counts (status, runs) VALUES (new.status, 1)
-                   ON CONFLICT (status) DO UPDATE SET runs = runs + 1;
-           END""",
-        """CREATE TRIGGER run_counts_delete AFTER DELETE ON runs BEGIN
-               UPDATE run_counts SET runs = runs - 1 WHERE status = old.status;
-           END""",
-        """CREATE TRIGGER run_counts_update AFTER UPDATE OF status ON runs WHEN old.status IS NOT new.status BEGIN
-               UPDATE run_counts SET runs = runs - 1 WHERE status = old.status;
-               INSERT INTO run_counts (status, runs) VALUES (new.status, 1)
-                   ON CONFLICT (status) DO UPDATE SET runs = runs + 1;
-           END""",
-    ):
+    db.conn.execute("CREATE TABLE run_counts (status TEXT PRIMARY KEY, runs INTEGER NOT NULL)")
+    db.conn.execute("INSERT INTO run_counts (status, runs) SELECT status, count(*) FROM runs GROUP BY status")
+    for statement in RUN_COUNT_TRIGGERS:
         db.conn.execute(statement)
 
 
@@ -181,12 +198,57 @@ def _migrate_3(db: sqlite_utils.Database) -> None:
         "CREATE INDEX steps_by_name ON steps (run_id, name, iteration)",
         "ALTER TABLE checkpoints RENAME COLUMN position TO seq",
         "CREATE INDEX checkpoints_by_kind ON checkpoints (run_id, kind, seq)",
-        "ALTER TABLE runs ADD COLUMN suspect_deaths INTEGER NOT NULL DEFAULT 0",
+        # The runs row, rewritten at every boundary, keeps only small columns: the input moves to
+        # run_inputs (written once), the definition to definitions, shared by the runs of one
+        # definition (keyed by its fingerprint, a hash of it). Rebuilt rather than altered (DROP
+        # COLUMN needs SQLite 3.35); foreign keys are off during migrations, so the children's
+        # references follow the rebuilt table by name.
+        """CREATE TABLE definitions (
+               fingerprint TEXT PRIMARY KEY,
+               definition TEXT NOT NULL
+           )""",
+        "INSERT OR IGNORE INTO definitions (fingerprint, definition) SELECT fingerprint, definition FROM runs "
+        "WHERE fingerprint IS NOT NULL AND definition IS NOT NULL ORDER BY created_at",
+        """CREATE TABLE run_inputs (
+               run_id TEXT PRIMARY KEY REFERENCES runs(run_id),
+               input TEXT NOT NULL
+           )""",
+        "INSERT INTO run_inputs (run_id, input) SELECT run_id, input FROM runs WHERE input IS NOT NULL",
+        """CREATE TABLE runs_v3 (
+               run_id TEXT PRIMARY KEY,
+               workflow TEXT NOT NULL,
+               status TEXT NOT NULL,
+               parent_run_id TEXT,
+               forked_from_step TEXT,
+               fingerprint TEXT,
+               created_at TEXT NOT NULL,
+               updated_at TEXT NOT NULL,
+               current_step TEXT,
+               steps_done INTEGER NOT NULL DEFAULT 0,
+               steps_total INTEGER NOT NULL DEFAULT 0,
+               suspect_deaths INTEGER NOT NULL DEFAULT 0,
+               error TEXT,
+               lease_token TEXT,
+               lease_pid INTEGER,
+               lease_pid_start TEXT,
+               lease_host TEXT,
+               lease_expires_at TEXT,
+               heartbeat_at TEXT
+           )""",
         # Deaths charged to each run so far: the suspect interruptions its events recorded.
-        """UPDATE runs SET suspect_deaths = (
-               SELECT count(*) FROM events e WHERE e.run_id = runs.run_id AND e.kind = 'interruption_detected'
-               AND CASE WHEN json_valid(e.detail) THEN json_extract(e.detail, '$.suspect') END = 1)
-           WHERE run_id IN (SELECT run_id FROM events WHERE kind = 'interruption_detected')""",
+        """INSERT INTO runs_v3 (run_id, workflow, status, parent_run_id, forked_from_step, fingerprint, created_at,
+                                updated_at, current_step, steps_done, steps_total, suspect_deaths, error, lease_token,
+                                lease_pid, lease_pid_start, lease_host, lease_expires_at, heartbeat_at)
+           SELECT run_id, workflow, status, parent_run_id, forked_from_step, fingerprint, created_at, updated_at,
+                  current_step, steps_done, steps_total,
+                  (SELECT count(*) FROM events e WHERE e.run_id = runs.run_id AND e.kind = 'interruption_detected'
+                   AND CASE WHEN json_valid(e.detail) THEN json_extract(e.detail, '$.suspect') END = 1),
+                  error, lease_token, lease_pid, lease_pid_start, lease_host, lease_expires_at, heartbeat_at
+           FROM runs ORDER BY rowid""",
+        "DROP TABLE runs",
+        "ALTER TABLE runs_v3 RENAME TO runs",
+        *RUN_INDEXES,
+        *RUN_COUNT_TRIGGERS,
     ):
         db.conn.execute(statement)
 
@@ -357,12 +419,15 @@ class SqliteStore(RunStore):
                 raise StoreReadOnly(f"{self.path} needs a schema migration but is open read-only")
             return
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
         # FULL: a committed transaction is on disk when COMMIT returns (survives a power cut);
         # NORMAL in WAL: atomic always, durable from the next checkpoint (survives a process crash).
         self.conn.execute(f"PRAGMA synchronous={'FULL' if self.durability == 'full' else 'NORMAL'}")
-        if version == SCHEMA_VERSION:
-            return
+        if version < SCHEMA_VERSION:
+            self._migrate()
+        # On only after migrating: a migration rebuilding a parent table must not cascade checks.
+        self.conn.execute("PRAGMA foreign_keys=ON")
+
+    def _migrate(self) -> None:
         with self._write():
             # Re-read under the write lock: another process may have migrated meanwhile.
             if "meta" not in self.db.table_names():
@@ -501,13 +566,20 @@ class SqliteStore(RunStore):
 
     @_translated
     def run(self, run_id: str) -> RunHead:
-        r = self._head_row(run_id, HEAD_COLUMNS)
+        r = self._head_row(run_id, f"{HEAD_COLUMNS}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS definition")
         return RunHead(**_summary_fields(r), input=readable(r["input"], dict), definition=readable(r["definition"]),
                        fingerprint=r["fingerprint"], suspect_deaths=r["suspect_deaths"] or 0)
 
     @_translated
+    def head(self, run_id: str) -> RunHead:
+        r = self._head_row(run_id, HEAD_COLUMNS)
+        return RunHead(**_summary_fields(r), input=None, definition=None, fingerprint=r["fingerprint"],
+                       suspect_deaths=r["suspect_deaths"] or 0)
+
+    @_translated
     def run_input(self, run_id: str) -> dict[str, Any]:
-        value = self._strict(self._head_row(run_id, "input")["input"], f"the input of run {run_id}")
+        text = self._head_row(run_id, f"{INPUT_OF_RUN} AS input")["input"]
+        value = self._strict(text, f"the input of run {run_id}")
         if value is not None and not isinstance(value, dict):
             raise StoreDamaged(f"the input of run {run_id} in {self.path} is not a JSON object (damaged or "
                                "edited by hand); fix the row, or fork the run with a new --input")
@@ -515,7 +587,12 @@ class SqliteStore(RunStore):
 
     @_translated
     def run_definition(self, run_id: str) -> Any:
-        return self._strict(self._head_row(run_id, "definition")["definition"], f"the definition of run {run_id}")
+        return self._strict(self.definition_text(run_id), f"the definition of run {run_id}")
+
+    @_translated
+    def definition_text(self, run_id: str) -> str:
+        text = self._head_row(run_id, f"{DEFINITION_OF_RUN} AS definition")["definition"]
+        return "null" if text is None else text
 
     @_translated
     def owner_of(self, run_id: str) -> Owner | None:
@@ -651,6 +728,19 @@ class SqliteStore(RunStore):
         return True, self._strict(r["value"], f"the output of step '{name}' of run {run_id}")
 
     @_translated
+    def open_before(self, run_id: str, seq: int) -> StepRecord | None:
+        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS NULL "
+                      "AND s.status <> ? ORDER BY s.seq LIMIT 1", (run_id, seq, StepStatus.COMPLETED))
+        return None if r is None else step_from_row(r)
+
+    @_translated
+    def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
+        return [step_from_row(r) for r in self._rows(
+            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS NULL "
+            "AND CASE WHEN json_valid(s.options) THEN json_extract(s.options, '$.approval') END = 1 "
+            "ORDER BY s.seq", (run_id, seq))]
+
+    @_translated
     def max_seq(self, run_id: str) -> int:
         return self._row("SELECT coalesce(max(seq), -1) AS seq FROM steps WHERE run_id = ?", (run_id,))["seq"]
 
@@ -705,13 +795,18 @@ class SqliteStore(RunStore):
     def insert_run(self, run: NewRun) -> None:
         at = _text(run.created_at)
         self.conn.execute(
-            "INSERT INTO runs (run_id, workflow, status, input, parent_run_id, forked_from_step, definition, "
-            "fingerprint, created_at, updated_at, current_step, steps_done, steps_total, lease_token, lease_pid, "
-            "lease_pid_start, lease_host, lease_expires_at, heartbeat_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run.run_id, run.workflow, run.status, run.input, run.parent_run_id, run.forked_from_step,
-             run.definition, run.fingerprint, at, at, run.current_step, run.steps_done, run.steps_total,
-             *_lease_values(run.lease)))
+            "INSERT INTO runs (run_id, workflow, status, parent_run_id, forked_from_step, fingerprint, created_at, "
+            "updated_at, current_step, steps_done, steps_total, lease_token, lease_pid, lease_pid_start, lease_host, "
+            "lease_expires_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run.run_id, run.workflow, run.status, run.parent_run_id, run.forked_from_step, run.fingerprint, at, at,
+             run.current_step, run.steps_done, run.steps_total, *_lease_values(run.lease)))
+        self.conn.execute("INSERT INTO run_inputs (run_id, input) VALUES (?, ?)", (run.run_id, run.input))
+        self._keep_definition(run.fingerprint, run.definition)
+
+    def _keep_definition(self, fingerprint: str, definition: str) -> None:
+        # A fingerprint is a hash of its definition: one row serves every run of that definition.
+        self.conn.execute("INSERT OR IGNORE INTO definitions (fingerprint, definition) VALUES (?, ?)",
+                          (fingerprint, definition))
 
     _STEP_INSERT = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
                     "idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
@@ -751,6 +846,10 @@ class SqliteStore(RunStore):
 
     @_translated
     def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
+        if "definition" in fields:
+            if "fingerprint" not in fields:
+                raise TypeError("update_run: a definition is stored under its fingerprint: give both")
+            self._keep_definition(fields["fingerprint"], fields.pop("definition"))
         sets, values = _run_assignments(fields)
         sql = f"UPDATE runs SET {sets} WHERE run_id = ?"
         values.append(run_id)
@@ -816,8 +915,14 @@ class SqliteStore(RunStore):
     @_translated
     def delete_runs(self, run_ids: Iterable[str]) -> None:
         ids = [(i,) for i in run_ids]
-        for table in ("events", "checkpoints", "outputs", "steps", "runs"):
+        fingerprints = [(r["fingerprint"],) for r in self._rows(
+            "SELECT DISTINCT fingerprint FROM runs WHERE run_id IN (SELECT value FROM json_each(?))",
+            (json.dumps([i for (i,) in ids]),))]
+        for table in ("events", "checkpoints", "outputs", "steps", "run_inputs", "runs"):
             self.conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", ids)
+        # A definition goes with the last run of it.
+        self.conn.executemany("DELETE FROM definitions WHERE fingerprint = ? AND NOT EXISTS "
+                              "(SELECT 1 FROM runs WHERE fingerprint = definitions.fingerprint)", fingerprints)
 
     @_translated
     def copy_for_fork(self, parent: str, child: str, cut_seq: int) -> None:
