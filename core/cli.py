@@ -120,7 +120,8 @@ def _runtime(ctx: click.Context, app_spec: str | None = None, *, create: bool = 
 @click.group(cls=_Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", default="relaypoint.db", envvar="RELAYPOINT_DB", show_default=True, metavar="URL",
               help="The store: a file path or sqlite:///path (env RELAYPOINT_DB).")
-@click.option("--durability", type=click.Choice(DURABILITIES), default=DURABILITY, envvar="RELAYPOINT_DURABILITY",
+@click.option("--durability", type=click.Choice(DURABILITIES, case_sensitive=False),
+              default=DURABILITY, envvar="RELAYPOINT_DURABILITY",
               show_default=True, help="full: every recorded step is on disk before the next starts (survives a "
               "power cut); normal: faster, survives a crash of relaypoint but an OS crash or power cut may lose "
               "the last steps (env RELAYPOINT_DURABILITY).")

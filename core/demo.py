@@ -54,8 +54,12 @@ def build_demo(db_url: str, root: str | None = None, progress: Callable[[str], N
                durability: str = DURABILITY) -> dict[str, str]:
     """Create the demo runs in the store at ``db_url`` (created if missing). ``root``: the directory
     audited (default: the installed relaypoint sources, a real and bounded tree). Reports are
-    written to the system temporary directory. Returns label -> run id. Raises ``RelaypointError``."""
+    written to the system temporary directory. Returns label -> run id. Raises ``RelaypointError``
+    (before anything is recorded when ``root`` is not a readable directory)."""
     root = root or str(Path(__file__).resolve().parent)
+    if not os.path.isdir(root) or not os.access(root, os.R_OK | os.X_OK):
+        problem = "is not a readable directory" if os.path.exists(root) else "does not exist"
+        raise RelaypointError(f"demo: the directory to audit, {root!r}, {problem}; give --root an existing directory")
     base = {"root": root}
     with Runtime(db_url, workflows, durability=durability) as rt:
         runs: dict[str, str] = {}

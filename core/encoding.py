@@ -1,8 +1,9 @@
 """The one encoding of stored values (step outputs, inputs, decisions): strict JSON.
 
-Accepted: None, bool, int, finite float, str (valid Unicode), list/tuple, dict with str keys, and
-pydantic models (stored as ``model_dump(mode="json")``). Anything else fails with an
-``InvalidValue`` naming the path, e.g. ``output.obj: object is not JSON serializable``.
+Accepted: None, bool, int, finite float, str (valid Unicode), list/tuple, dict (or any other
+``collections.abc.Mapping``, e.g. ``ctx.results``, read whole) with str keys, and pydantic models
+(stored as ``model_dump(mode="json")``). Anything else fails with an ``InvalidValue`` naming the
+path, e.g. ``output.obj: object is not JSON serializable``.
 Nothing is ever pickled; reading a value never imports or executes anything.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -50,7 +52,7 @@ def _plain(value: Any, path: str, depth: int) -> Any:
         return _plain(value.model_dump(mode="json"), path, depth + 1)
     if isinstance(value, (list, tuple)):
         return [_plain(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):

@@ -394,13 +394,16 @@ def test_a_missing_store_is_refused_by_list_and_not_created(app):
     assert not (app / "absent.db").exists()
 
 
-@pytest.mark.parametrize("args", [
+EVERY_COMMAND = [
     ["list"], ["list", "--json"], ["show", "abc"], ["show", "abc", "--json"], ["show", "abc", "--output", "a"],
     ["events", "abc"], ["start", "simple", "--app", APP], ["resume", "abc", "--app", APP], ["approve", "abc"],
     ["reject", "abc", "--comment", "no"], ["respond", "abc", "--value", "1"], ["fork", "abc", "--from", "a"],
     ["cancel", "abc"], ["delete", "abc"], ["prune", "--days", "1"], ["worker", "--app", APP],
     ["demo", "--no-console"], ["console"],
-])
+]
+
+
+@pytest.mark.parametrize("args", EVERY_COMMAND)
 def test_an_empty_file_is_refused_by_every_command_and_never_adopted(app, args):
     (app / "empty.db").touch()
     line = one_line_error(relaypoint(app, *args, db="empty.db"))
@@ -593,3 +596,77 @@ def test_durability_is_a_group_option_and_an_environment_variable(app, how):
     bad = relaypoint(app, "list", env={"RELAYPOINT_DURABILITY": "sometimes"})
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1  # a usage error, one line
     assert "Invalid value for '--durability': 'sometimes' is not one of 'full', 'normal'" in bad.stderr
+
+
+ACCEPTED = "write a file path, sqlite:///relative/path or sqlite:////absolute/path"
+
+
+@pytest.mark.parametrize("url", ["sqlite:///q.db?mode=ro", "sqlite:///q.db#frag", "sqlite:///q.db?"])
+@pytest.mark.parametrize("args", [["list"], ["start", "simple", "--app", APP], ["demo", "--no-console"]])
+def test_a_store_url_with_a_query_or_fragment_is_refused_and_nothing_is_created(app, url, args):
+    line = one_line_error(relaypoint(app, *args, db=url))
+    assert line == (f"Error: store URL '{url}' has a query string or fragment, which relaypoint does not take; "
+                    f"{ACCEPTED} (a '?' or '#' in the file name is written %3F or %23)")
+    assert not [p for p in app.iterdir() if p.name.startswith("q.db")]
+
+
+def test_a_question_mark_in_a_file_name_is_written_percent_encoded(app):
+    rid = ok(relaypoint(app, "start", "simple", "--app", APP, db="sqlite:///what%3F.db")).strip()
+    assert rid in ok(relaypoint(app, "list", db="what?.db"))
+
+
+@pytest.mark.parametrize("args", EVERY_COMMAND)
+def test_a_nul_character_or_an_empty_url_is_refused_by_every_command(app, args):
+    line = one_line_error(relaypoint(app, *args, db="sqlite:///%00x.db"))
+    assert line == (f"Error: store URL 'sqlite:///%00x.db' names a path with a NUL character, which no file name "
+                    f"can hold; {ACCEPTED}")
+    assert one_line_error(relaypoint(app, *args, db="")) == f"Error: the store URL is empty; {ACCEPTED}"
+    assert sorted(p.name for p in app.iterdir() if p.suffix == ".db") == []
+
+
+def test_a_bad_store_url_is_a_typed_error_from_the_api(tmp_path):
+    from relaypoint import StoreError
+    from relaypoint.store import InvalidStoreURL
+
+    for url in ("", str(tmp_path / "a\x00b.db"), f"sqlite:///{tmp_path}/q.db?mode=ro"):
+        with pytest.raises(InvalidStoreURL) as caught:
+            Runtime(url)
+        assert isinstance(caught.value, StoreError) and "\n" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("root", ["missing", "a-file"])
+def test_demo_refuses_a_root_that_is_not_a_directory_before_recording_anything(app, root):
+    (app / "a-file").write_text("not a directory")
+    line = one_line_error(relaypoint(app, "demo", "--no-console", "--root", str(app / root)))
+    problem = "does not exist" if root == "missing" else "is not a readable directory"
+    assert line == (f"Error: demo: the directory to audit, '{app / root}', {problem}; "
+                    "give --root an existing directory")
+    assert not (app / DB).exists()
+
+
+def test_an_unknown_durability_is_a_typed_one_line_error_from_the_api(tmp_path):
+    from relaypoint import InvalidValue
+
+    with pytest.raises(InvalidValue, match=r"^durability must be one of full, normal, not 'bogus'$"):
+        Runtime(str(tmp_path / DB), durability="bogus")
+    assert not (tmp_path / DB).exists()
+
+
+@pytest.mark.parametrize("given, used", [("FULL", "full"), ("Normal", "normal"), ("normal", "normal")])
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_durability_is_read_in_any_case(app, monkeypatch, given, used, how):
+    seen = []
+
+    class Recording(Runtime):
+        def __init__(self, *args, durability, **kwargs):
+            seen.append(durability)
+            super().__init__(*args, durability=durability, **kwargs)
+
+    (rid,) = prepare(app, "simple")
+    monkeypatch.setattr(cli, "Runtime", Recording)
+    args = ["--durability", given] if how == "option" else []
+    env = {"RELAYPOINT_DURABILITY": given} if how == "env" else {}
+    result = CliRunner().invoke(cli.cli, ["--db", str(app / DB), *args, "list"], env=env)
+    assert result.exit_code == 0, result.output
+    assert rid in result.stdout and seen == [used]

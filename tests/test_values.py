@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
@@ -73,6 +74,7 @@ ROUND_TRIPS = [
     pytest.param(POINT, POINT.model_dump(mode="json"), id="pydantic-as-its-json"),
     pytest.param(None, None, id="none"),
     pytest.param([True, False, "", 0, {}], [True, False, "", 0, {}], id="falsy"),
+    pytest.param(MappingProxyType({"k": [1, "é"]}), {"k": [1, "é"]}, id="mapping-reads-back-as-object"),
 ]
 
 # (id, value, the message after the value's path ``<prefix>.v``; None: not yet known, only the path)
@@ -94,6 +96,7 @@ INVALID = [
     pytest.param("ok \ud800", ": text contains a lone surrogate and is not valid Unicode", id="lone-surrogate"),
     pytest.param(nest(300), "[0]" * 200 + ": nested deeper than 200 levels", id="nested-300"),
     pytest.param({1: "a"}, ": key 1 is not a string (JSON keys are text)", id="int-key"),
+    pytest.param(MappingProxyType({1: "a"}), ": key 1 is not a string (JSON keys are text)", id="mapping-int-key"),
     pytest.param([1, "two", {"three": {3}}], "[2].three: set is not JSON serializable", id="set-deep-in-list"),
     pytest.param(Reading(x=math.nan), ".x: nan is not valid JSON (only finite numbers are)", id="pydantic-with-nan"),
     pytest.param(10**5000, None, id="int-5001-digits"),
@@ -169,6 +172,18 @@ def test_step_output_that_cannot_be_stored_fails_the_step_naming_the_path(
             assert [r for r in after[table] if earlier in r] == [r for r in before[table] if earlier in r]
         flow.on("b", returns({"v": 1}))
         still_usable(rt)
+
+
+def test_a_step_may_return_ctx_results_whole_or_nested_in_its_output(tmp_path: Path) -> None:
+    flow = Flow("a", "b", "c").on("a", returns({"x": [1, "é"]}))
+    flow.on("b", lambda ctx: ctx.results)  # a lazy mapping: stored as the object it reads as
+    flow.on("c", lambda ctx: {"upstream": ctx.results, "names": list(ctx.results)})
+    with runtime(tmp_path, flow) as rt:
+        rid = rt.start("flow")
+        assert rt.get(rid).status == RunStatus.COMPLETED
+        assert rt.step_output(rid, "b") == {"a": {"x": [1, "é"]}}
+        assert rt.step_output(rid, "c") == {"upstream": {"a": {"x": [1, "é"]}, "b": {"a": {"x": [1, "é"]}}},
+                                            "names": ["a", "b"]}
 
 
 def test_ten_megabyte_output_round_trips(tmp_path: Path) -> None:

@@ -5,11 +5,12 @@ Only this package speaks SQL; everything else calls :class:`RunStore` methods.
 
 from __future__ import annotations
 
-from ..defaults import DURABILITY
+from ..defaults import DURABILITIES, DURABILITY
+from ..errors import InvalidValue
 from .base import (BackendUnavailable, Boundary, BoundaryResult, NewCheckpoint, NewEvent, NewRun, NewStep,
                    NotAStore, RunStore, StepEnd, StepStart, StoreBusy, StoreDamaged, StoreFull, StoreMissing,
                    StoreNewer, StoreReadOnly)
-from .url import parse
+from .url import InvalidStoreURL, parse
 
 
 def open_store(url: str, *, create: bool = False, readonly: bool = False,
@@ -20,9 +21,11 @@ def open_store(url: str, *, create: bool = False, readonly: bool = False,
     never write (a console on a file it cannot write). ``durability``: "full" (every commit is on
     disk when it returns: survives a power cut) or "normal" (survives a process crash; an OS crash
     may lose the last commits). Raises the :class:`relaypoint.errors.StoreError` subclasses:
-    ``StoreMissing``, ``NotAStore``, ``StoreNewer``, ``StoreDamaged``, ``BackendUnavailable``...
-    and ``ValueError`` for an unknown durability.
+    ``StoreMissing``, ``NotAStore``, ``StoreNewer``, ``StoreDamaged``, ``BackendUnavailable``,
+    ``InvalidStoreURL``...; ``InvalidValue`` for an unknown durability.
     """
+    if durability not in DURABILITIES:
+        raise InvalidValue(f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}")
     where = parse(url)
     from .sqlite import SqliteStore  # the one backend so far
 
@@ -30,7 +33,7 @@ def open_store(url: str, *, create: bool = False, readonly: bool = False,
 
 
 __all__ = [
-    "BackendUnavailable", "Boundary", "BoundaryResult", "NewCheckpoint", "NewEvent", "NewRun", "NewStep",
-    "NotAStore", "RunStore", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreFull", "StoreMissing",
+    "BackendUnavailable", "Boundary", "BoundaryResult", "InvalidStoreURL", "NewCheckpoint", "NewEvent", "NewRun",
+    "NewStep", "NotAStore", "RunStore", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreFull", "StoreMissing",
     "StoreNewer", "StoreReadOnly", "open_store",
 ]
