@@ -19,8 +19,8 @@ One trial (:func:`run_trial`), in a fresh directory with its own store:
 A kill trigger is either a seeded instant after the release (anywhere in the work left, or within
 the claim and the first trivial boundaries), or a seeded transaction: the moment the round's n-th
 transaction of a given kind holds the write lock. The app module (:data:`APP_SOURCE`, test
-instrumentation) wraps ``SqliteStore.transaction`` to append ``pid thread B|E caller`` around every
-transaction (B once BEGIN IMMEDIATE holds the lock, E after COMMIT or ROLLBACK) and, in most trials,
+instrumentation) gives the store's connections a class that appends ``pid thread B|E caller`` around
+every transaction (B once BEGIN IMMEDIATE holds the lock, E after COMMIT or ROLLBACK) and, in most trials,
 to hold the lock a seeded 3-20 ms like a slow disk; so the harness can aim at, and afterwards tell,
 kills inside ``commit_boundary`` (a step boundary; the last one completes the run), ``_beat`` (a
 heartbeat renewal), ``resume`` (a claim), ``sweep``, ``start`` and ``_check_and_migrate``.
@@ -81,8 +81,6 @@ SHORT_LEASE = 0.6
 APP_SOURCE = r'''
 """The crash-matrix workflow (written by tests/crashmatrix.py)."""
 import hashlib, json, os, sys, threading, time
-from contextlib import contextmanager
-
 from relaypoint import Workflow
 
 EXEC_LOG = os.environ.get("EXEC_LOG")
@@ -99,29 +97,47 @@ def _append(path, line):
 
 
 if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be placed inside one
-    from relaypoint.store.sqlite import SqliteStore as _Store
-    _original = _Store.transaction
+    import sqlite3
 
     DWELL = float(os.environ.get("CRASHAPP_TXN_DWELL", "0"))
+    # frames between a store operation and its BEGIN/COMMIT: named by the operation, not by these
+    _PLUMBING = {"execute", "_write", "transaction", "__enter__", "__exit__", "wrapper", "_translated"}
 
-    @contextmanager
-    def _traced(self):
-        try:
-            where = sys._getframe(2).f_code.co_name
-        except ValueError:
-            where = "?"
-        thread = threading.current_thread().name
-        tag = f"{os.getpid()} {'hb' if thread.startswith('heartbeat') else 'main'}"
-        try:
-            with _original(self) as conn:
-                _append(TXN_LOG, f"{tag} B {where} {time.monotonic():.4f}")
+    def _where():
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_name in _PLUMBING:
+            frame = frame.f_back
+        return frame.f_code.co_name if frame is not None else "?"
+
+    class _Traced(sqlite3.Connection):
+        """Every connection of the store: B once BEGIN IMMEDIATE holds the write lock, E after
+        COMMIT or ROLLBACK, named by the store operation (or runtime function) that wrote."""
+
+        def execute(self, sql, *args):
+            verb = sql.split(None, 1)[0].upper() if isinstance(sql, str) and sql.strip() else ""
+            if verb in ("COMMIT", "ROLLBACK", "END"):
+                try:
+                    return super().execute(sql, *args)
+                finally:
+                    _append(TXN_LOG, f"{_tag()} E {_where()} {time.monotonic():.4f}")
+            cur = super().execute(sql, *args)
+            if verb == "BEGIN":
+                _append(TXN_LOG, f"{_tag()} B {_where()} {time.monotonic():.4f}")
                 if DWELL:  # hold the write lock a little, like a slow disk: kills land inside more often
                     time.sleep(DWELL)
-                yield conn
-        finally:
-            _append(TXN_LOG, f"{tag} E {where} {time.monotonic():.4f}")
+            return cur
 
-    _Store.transaction = _traced
+    def _tag():
+        thread = threading.current_thread().name
+        return f"{os.getpid()} {'hb' if thread.startswith('heartbeat') else 'main'}"
+
+    _connect = sqlite3.connect
+
+    def _traced_connect(*args, **kwargs):
+        kwargs.setdefault("factory", _Traced)
+        return _connect(*args, **kwargs)
+
+    sqlite3.connect = _traced_connect
 
 
 def _begin(ctx):

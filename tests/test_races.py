@@ -237,29 +237,25 @@ workflows = [slow, slowfirst, gated, ask, quick, poison, bail, gil, timed, timed
 # fails to open the heartbeat's store connection (HEARTBEAT_STORE_FAILS=1), as a busy or damaged
 # file would.
 FAULT_APP_SOURCE = r'''
-import os, signal, sys, threading, time
-from contextlib import contextmanager
+import os, signal, threading, time
 import relaypoint.lease as _lease
 from relaypoint.store.sqlite import SqliteStore as _Store
 from relaypoint import StoreError, Workflow
 
-_original = _Store.transaction
+_commit_boundary = _Store.commit_boundary
 _boundaries = 0
 
 
-@contextmanager
-def _dying(self):
+def _dying(self, boundary):
     global _boundaries
-    caller = sys._getframe(2).f_code.co_name
-    with _original(self) as conn:
-        yield conn
-    if caller == "commit_boundary":
-        _boundaries += 1
-        if _boundaries == int(os.environ.get("GAP_KILL_AFTER", "0")):
-            os.kill(os.getpid(), signal.SIGKILL)  # the boundary has committed
+    result = _commit_boundary(self, boundary)
+    _boundaries += 1
+    if _boundaries == int(os.environ.get("GAP_KILL_AFTER", "0")):
+        os.kill(os.getpid(), signal.SIGKILL)  # the boundary has committed
+    return result
 
 
-_Store.transaction = _dying
+_Store.commit_boundary = _dying
 _open_store = _lease.open_store
 
 
