@@ -297,3 +297,40 @@ def test_the_runs_row_stays_small_whatever_the_definition_and_the_input(tmp_path
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     assert sql(path, "SELECT sum(pgsize) FROM dbstat WHERE name = 'runs'") == [(4096,)]  # one page, no overflow
     assert sql(path, "SELECT count(*) FROM definitions") == [(1,)]  # shared by the runs of one definition
+
+
+def test_a_boundary_writes_a_few_pages_whatever_the_length_of_the_run(tmp_path):
+    # Each page a commit changes is written to the WAL (and synced at durability full): a boundary
+    # touches the runs row, two step rows, the outputs, a checkpoint and two events, each table
+    # with at most one index to update (pauses and deadlines live in partial indexes).
+    path = tmp_path / DB
+    with open_store(str(path), create=True, durability="normal") as store:
+        store.conn.execute("PRAGMA wal_autocheckpoint=0")
+        _long_run(store, "warm", 500)
+        frames = []
+        for run_id, steps in (("short", 12), ("long", 5000)):
+            _long_run(store, run_id, steps - 10)
+            with store.transaction():
+                store.insert_steps(run_id, [NewStep(seq=i, name=f"s{i}", idempotency_key=f"{run_id}/s{i}")
+                                            for i in range(steps - 10, steps)])
+            store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            for seq in range(steps - 11, steps - 1):
+                store.commit_boundary(_boundary(run_id, seq))
+            frames.append(((tmp_path / f"{DB}-wal").stat().st_size - 32) / (4096 + 24) / 10)
+    assert max(frames) <= 9, frames  # (page splits vary by a fraction of a page)
+
+
+def test_pause_and_deadline_reads_use_their_partial_indexes(tmp_path):
+    with open_store(str(tmp_path / DB), create=True) as store:
+        trace: list[str] = []
+        store.trace(trace.append)
+        for read in (store.pending_checkpoint, store.last_pause, store.latest_checkpoint):
+            read("r")
+        store.latest_approval("r", "a")
+        store.responses("r", 0)
+        store.due_pauses(T0)
+        store.trace(None)
+        plans = [" | ".join(r[3] for r in store.conn.execute(f"EXPLAIN QUERY PLAN {s}")) for s in trace]
+    assert [p.split(" USING ")[1].split()[1] for p in plans] == [
+        "checkpoints_paused", "checkpoints_paused", "checkpoints_by_run", "checkpoints_paused", "checkpoints_paused",
+        "checkpoints_due"], plans

@@ -52,6 +52,8 @@ DEFINITION_OF_RUN = "(SELECT definition FROM definitions d WHERE d.fingerprint =
 DECISIONS = ("approved", "rejected", "responded", "expired", "cancelled")
 UNDECIDED = f"(decision IS NULL OR decision NOT IN {DECISIONS!r})"
 PAUSE_KINDS = ("approval", "input", "orphan")
+PAUSED = f"kind IN {PAUSE_KINDS!r}"
+NESTED = "a store transaction is already open on this store (transactions do not nest)"
 
 STEP_COLUMNS = (
     "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
@@ -63,6 +65,17 @@ RUN_FIELDS = {"status", "updated_at", "current_step", "steps_done", "steps_total
 STEP_FIELDS = {"status", "attempts", "error", "traceback", "started_at", "finished_at"}
 TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
 LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
+
+# Statements of the hot path and its helpers: fixed texts, so sqlite3 prepares each once.
+_STEP_END = "UPDATE steps SET status = ?, finished_at = ?, error = ?, traceback = ? WHERE run_id = ? AND seq = ?"
+_STEP_START = (f"UPDATE steps SET status = '{StepStatus.RUNNING.value}', attempts = ?, started_at = ?, finished_at = NULL, "
+               "error = NULL, traceback = NULL WHERE run_id = ? AND seq = ?")
+_STEP_APPEND = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
+                f"started_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, '{StepStatus.RUNNING.value}', ?, ?, ?, ?)")
+_OUTPUT_INSERT = "INSERT OR REPLACE INTO outputs (run_id, seq, value) VALUES (?, ?, ?)"
+_CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+_EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)"
 
 
 # ---- schema -------------------------------------------------------------------------------------
@@ -197,7 +210,12 @@ def _migrate_3(db: sqlite_utils.Database) -> None:
         "ALTER TABLE steps_v3 RENAME TO steps",
         "CREATE INDEX steps_by_name ON steps (run_id, name, iteration)",
         "ALTER TABLE checkpoints RENAME COLUMN position TO seq",
-        "CREATE INDEX checkpoints_by_kind ON checkpoints (run_id, kind, seq)",
+        # Every boundary inserts a checkpoint: the indexes it must update are the table's and
+        # checkpoints_by_run; pauses and deadlines are in partial indexes a boundary does not touch
+        # (the queries repeat the indexes' conditions word for word, so SQLite can use them).
+        "DROP INDEX checkpoints_by_deadline",
+        f"CREATE INDEX checkpoints_due ON checkpoints (deadline_at) WHERE deadline_at IS NOT NULL AND {UNDECIDED}",
+        f"CREATE INDEX checkpoints_paused ON checkpoints (run_id, checkpoint_id) WHERE {PAUSED}",
         # The runs row, rewritten at every boundary, keeps only small columns: the input moves to
         # run_inputs (written once), the definition to definitions, shared by the runs of one
         # definition (keyed by its fingerprint, a hash of it). Rebuilt rather than altered (DROP
@@ -485,7 +503,7 @@ class SqliteStore(RunStore):
     def _write(self) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception (sqlite3 errors raw)."""
         if self._in_transaction:
-            raise RuntimeError("a store transaction is already open on this store (transactions do not nest)")
+            raise RuntimeError(NESTED)
         self.conn.execute("BEGIN IMMEDIATE")
         self._in_transaction = True
         try:
@@ -498,11 +516,14 @@ class SqliteStore(RunStore):
         finally:
             self._in_transaction = False
 
+    def _read_only(self) -> StoreReadOnly:
+        return StoreReadOnly(f"{self.path} is read-only ({self._readonly_reason}); actions that record "
+                             "something are unavailable")
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
         if self.readonly:
-            raise StoreReadOnly(f"{self.path} is read-only ({self._readonly_reason}); actions that record "
-                                "something are unavailable")
+            raise self._read_only()
         try:
             with self._write():
                 yield
@@ -756,11 +777,11 @@ class SqliteStore(RunStore):
 
     @_translated
     def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND kind IN {PAUSE_KINDS!r} AND {UNDECIDED}", (run_id,))
+        return self._checkpoint(f"run_id = ? AND {PAUSED} AND {UNDECIDED}", (run_id,))
 
     @_translated
     def last_pause(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND kind IN {PAUSE_KINDS!r}", (run_id,))
+        return self._checkpoint(f"run_id = ? AND {PAUSED}", (run_id,))
 
     @_translated
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
@@ -769,18 +790,19 @@ class SqliteStore(RunStore):
 
     @_translated
     def responses(self, run_id: str, seq: int) -> list[Any]:
-        rows = self._rows("SELECT step, value FROM checkpoints WHERE run_id = ? AND kind = 'input' AND seq = ? "
+        rows = self._rows(f"SELECT step, value FROM checkpoints WHERE run_id = ? AND {PAUSED} AND kind = 'input' AND seq = ? "
                           "AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
         return [self._strict(r["value"], f"a response to step '{r['step']}' of run {run_id}") for r in rows]
 
     @_translated
     def latest_approval(self, run_id: str, step: str) -> Checkpoint | None:
-        return self._checkpoint("run_id = ? AND kind = 'approval' AND step = ?", (run_id, step))
+        return self._checkpoint(f"run_id = ? AND {PAUSED} AND kind = 'approval' AND step = ?", (run_id, step))
 
     @_translated
     def due_pauses(self, now: datetime) -> list[Checkpoint]:
         return [checkpoint_from_row(r) for r in self._rows(
-            f"SELECT * FROM checkpoints WHERE deadline_at <= ? AND {UNDECIDED} ORDER BY checkpoint_id",
+            f"SELECT * FROM checkpoints WHERE deadline_at IS NOT NULL AND deadline_at <= ? AND {UNDECIDED} "
+            "ORDER BY checkpoint_id",
             (_text(now),))]
 
     @_translated
@@ -850,13 +872,9 @@ class SqliteStore(RunStore):
             if "fingerprint" not in fields:
                 raise TypeError("update_run: a definition is stored under its fingerprint: give both")
             self._keep_definition(fields["fingerprint"], fields.pop("definition"))
-        sets, values = _run_assignments(fields)
-        sql = f"UPDATE runs SET {sets} WHERE run_id = ?"
-        values.append(run_id)
-        if fence is not None:
-            sql += " AND lease_token = ?"
-            values.append(fence)
-        return self.conn.execute(sql, values).rowcount == 1
+        names, values = _run_values(fields, None)
+        return self.conn.execute(_run_update(names, fence is not None),
+                                 (*values, run_id) if fence is None else (*values, run_id, fence)).rowcount == 1
 
     @_translated
     def update_step(self, run_id: str, seq: int, **fields: Any) -> None:
@@ -869,14 +887,10 @@ class SqliteStore(RunStore):
 
     @_translated
     def set_output(self, run_id: str, seq: int, json_text: str) -> None:
-        self.conn.execute("INSERT OR REPLACE INTO outputs (run_id, seq, value) VALUES (?, ?, ?)",
-                          (run_id, seq, json_text))
-
-    _CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at) "
-                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+        self.conn.execute(_OUTPUT_INSERT, (run_id, seq, json_text))
 
     def _insert_checkpoint(self, c: NewCheckpoint) -> int:
-        cur = self.conn.execute(self._CHECKPOINT_INSERT, (c.run_id, c.seq, c.step, c.kind, _text(c.at), c.reason,
+        cur = self.conn.execute(_CHECKPOINT_INSERT, (c.run_id, c.seq, c.step, c.kind, _text(c.at), c.reason,
                                                           c.state, _text(c.deadline_at)))
         return int(cur.lastrowid)
 
@@ -896,14 +910,12 @@ class SqliteStore(RunStore):
     def close_pauses(self, run_id: str, decision: str, by: str, at: datetime) -> int:
         return self.conn.execute(
             "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ? "
-            f"WHERE run_id = ? AND {UNDECIDED} AND kind IN {PAUSE_KINDS!r}", (decision, by, _text(at), run_id)).rowcount
-
-    _EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)"
+            f"WHERE run_id = ? AND {PAUSED} AND {UNDECIDED}", (decision, by, _text(at), run_id)).rowcount
 
     @_translated
     def add_event(self, run_id: str, at: datetime, kind: str, *, step: str | None = None,
                   actor: str | None = None, **detail: Any) -> None:
-        self.conn.execute(self._EVENT_INSERT, (run_id, _text(at), kind, step, actor, _detail(detail)))
+        self.conn.execute(_EVENT_INSERT, (run_id, _text(at), kind, step, actor, _detail(detail)))
 
     @_translated
     def cancel_open_steps(self, run_id: str, at: datetime) -> None:
@@ -963,43 +975,51 @@ class SqliteStore(RunStore):
     # ---- the hot path
 
     def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
+        # The hot path: fixed statement texts (prepared once, cached by sqlite3), the boundary's
+        # time converted once, one b-tree page or two per table touched.
         b = boundary
+        if self.readonly:
+            raise self._read_only()
+        if self._in_transaction:
+            raise RuntimeError(NESTED)
         at = _text(b.at)
-        with self.transaction():
-            sets, values = _run_assignments({"updated_at": b.at, **b.run})
-            sql = f"UPDATE runs SET {sets} WHERE run_id = ?"
-            values.append(b.run_id)
-            if b.fence is not None:
-                sql += " AND lease_token = ?"
-                values.append(b.fence)
-            if self.conn.execute(sql, values).rowcount != 1:
-                raise self._refused(b.run_id)
-            if b.ended is not None:
-                e = b.ended
-                self.conn.execute("UPDATE steps SET status = ?, finished_at = ?, error = ?, traceback = ? "
-                                  "WHERE run_id = ? AND seq = ?", (e.status, at, e.error, e.traceback, b.run_id, e.seq))
-                if e.output_json is not None:
-                    self.conn.execute("INSERT OR REPLACE INTO outputs (run_id, seq, value) VALUES (?, ?, ?)",
-                                      (b.run_id, e.seq, e.output_json))
-            if b.started is not None:
-                s = b.started
-                if isinstance(s.step, NewStep):
-                    self.conn.execute(
-                        "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, "
-                        "options, started_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (b.run_id, s.step.seq, s.step.name, s.step.iteration, s.step.agent, s.step.parent,
-                         StepStatus.RUNNING, s.attempt, s.step.options, at, s.step.idempotency_key))
-                else:
-                    self.conn.execute(
-                        "UPDATE steps SET status = ?, attempts = ?, started_at = ?, finished_at = NULL, error = NULL, "
-                        "traceback = NULL WHERE run_id = ? AND seq = ?",
-                        (StepStatus.RUNNING, s.attempt, at, b.run_id, s.step))
-            checkpoint_id = None if b.checkpoint is None else self._insert_checkpoint(b.checkpoint)
-            if b.events:
-                self.conn.executemany(self._EVENT_INSERT, [
-                    (b.run_id, at, ev.kind, ev.step, ev.actor,
-                     _detail({"checkpoint_id": checkpoint_id, **ev.detail} if ev.names_checkpoint else ev.detail))
-                    for ev in b.events])
+        ended, started, cp = b.ended, b.started, b.checkpoint
+        names, values = _run_values({"updated_at": b.at, **b.run}, at)
+        execute = self.conn.execute
+        try:
+            execute("BEGIN IMMEDIATE")
+            try:
+                if execute(_run_update(names, b.fence is not None),
+                           (*values, b.run_id) if b.fence is None else (*values, b.run_id, b.fence)).rowcount != 1:
+                    raise self._refused(b.run_id)
+                if ended is not None:
+                    execute(_STEP_END, (ended.status, at, ended.error, ended.traceback, b.run_id, ended.seq))
+                    if ended.output_json is not None:
+                        execute(_OUTPUT_INSERT, (b.run_id, ended.seq, ended.output_json))
+                if started is not None:
+                    s = started.step
+                    if isinstance(s, NewStep):
+                        execute(_STEP_APPEND, (b.run_id, s.seq, s.name, s.iteration, s.agent, s.parent, started.attempt,
+                                               s.options, at, s.idempotency_key))
+                    else:
+                        execute(_STEP_START, (started.attempt, at, b.run_id, s))
+                checkpoint_id = None
+                if cp is not None:
+                    checkpoint_id = execute(_CHECKPOINT_INSERT, (
+                        cp.run_id, cp.seq, cp.step, cp.kind, at if cp.at == b.at else _text(cp.at), cp.reason,
+                        cp.state, _text(cp.deadline_at))).lastrowid
+                if b.events:
+                    self.conn.executemany(_EVENT_INSERT, [
+                        (b.run_id, at, ev.kind, ev.step, ev.actor,
+                         _detail({"checkpoint_id": checkpoint_id, **ev.detail} if ev.names_checkpoint else ev.detail))
+                        for ev in b.events])
+                execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise self.translate(e) from None
         return BoundaryResult(checkpoint_id=checkpoint_id)
 
     def _refused(self, run_id: str) -> LeaseLost | UnknownRun:
@@ -1039,20 +1059,30 @@ def _lease_values(lease: Lease | None) -> tuple[Any, ...]:
     return (lease.token, lease.pid, lease.pid_start, lease.host, _text(lease.expires_at), _text(lease.heartbeat_at))
 
 
-def _run_assignments(fields: dict[str, Any]) -> tuple[str, list[Any]]:
-    """``SET`` text and values for :meth:`RunStore.update_run` fields. Raises ``TypeError``."""
-    unknown = set(fields) - RUN_FIELDS
+def _run_values(fields: dict[str, Any], at: str | None) -> tuple[tuple[str, ...], list[Any]]:
+    """The ``runs`` columns and values for :meth:`RunStore.update_run` fields (``at``: the store
+    text of ``updated_at`` when the caller has it). Raises ``TypeError`` for an unknown field."""
+    unknown = fields.keys() - RUN_FIELDS
     if unknown or not fields:
         raise TypeError(f"update_run: unknown or no fields {sorted(unknown)} (known: {sorted(RUN_FIELDS)})")
-    columns, values = [], []
+    values = []
     for k, v in fields.items():
         if k == "lease":
-            columns += LEASE_COLUMNS
             values += _lease_values(v)
+        elif k == "updated_at" and at is not None:
+            values.append(at)
         else:
-            columns.append(k)
             values.append(_text(v) if k in TIME_FIELDS else v)
-    return ", ".join(f"{c} = ?" for c in columns), values
+    return tuple(fields), values
+
+
+@functools.lru_cache(maxsize=64)
+def _run_update(names: tuple[str, ...], fenced: bool) -> str:
+    """The ``UPDATE runs`` text setting ``names`` (``lease``: its columns), fenced or not: built
+    once per shape."""
+    columns = [c for k in names for c in (LEASE_COLUMNS if k == "lease" else (k,))]
+    sql = f"UPDATE runs SET {', '.join(f'{c} = ?' for c in columns)} WHERE run_id = ?"
+    return sql + " AND lease_token = ?" if fenced else sql
 
 
 def _writable(path: Path) -> bool:
