@@ -98,7 +98,7 @@ def test_sigkill_mid_step_then_resume_reruns_only_the_interrupted_step(app):
         run = rt.get(run_id)
         assert run.status == RunStatus.INTERRUPTED
         assert [t.status for t in run.tasks] == [StepStatus.COMPLETED, StepStatus.INTERRUPTED, StepStatus.PENDING]
-        rt.store.conn.execute("UPDATE runs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 0}), run_id))
+        rt.store.conn.execute("UPDATE run_inputs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 0}), run_id))
 
     code, out, err = cli(app, "resume", run_id, "--app", "crashapp:workflows")
     assert code == 0, err
@@ -121,7 +121,7 @@ def test_concurrent_resumers_exactly_one_executes(app):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     with sqlite3.connect(app["db"]) as conn:
-        conn.execute("UPDATE runs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 1.5}), run_id))
+        conn.execute("UPDATE run_inputs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 1.5}), run_id))
 
     racers = [cli(app, "resume", run_id, "--app", "crashapp:workflows", wait=False) for _ in range(4)]
     results = [(p.wait(timeout=60), *p.communicate()) for p in racers]
@@ -185,7 +185,7 @@ def test_a_run_released_by_ctrl_c_is_not_charged_as_a_death(app, monkeypatch):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "Traceback" not in err, err
     with sqlite3.connect(app["db"]) as conn:
-        conn.execute("UPDATE runs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 0}), run_id))
+        conn.execute("UPDATE run_inputs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 0}), run_id))
     monkeypatch.setenv("EXEC_LOG", app["log"])
     spec = importlib.util.spec_from_file_location("crashapp_released", Path(app["cwd"]) / "crashapp.py")
     module = importlib.util.module_from_spec(spec)
