@@ -79,13 +79,12 @@ def test_an_approval_gate_is_one_commit_with_the_step_output(tmp_path):
 
 
 def deny_step_reads(conn: sqlite3.Connection) -> list[tuple[str, str]]:
-    """Install an authorizer that refuses any read of ``steps`` (and of runs' input and definition);
+    """Install an authorizer that refuses any read of steps, outputs, inputs and definitions;
     returns the list the refused reads are appended to."""
     refused: list[tuple[str, str]] = []
 
     def authorize(action, table, column, db, trigger):
-        if action == sqlite3.SQLITE_READ and (table in ("steps", "outputs") or (table, column) in {("runs", "input"),
-                                                                               ("runs", "definition")}):
+        if action == sqlite3.SQLITE_READ and table in ("steps", "outputs", "run_inputs", "definitions"):
             refused.append((table, column))
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
