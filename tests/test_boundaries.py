@@ -168,8 +168,8 @@ def fill_runs(db, n: int) -> None:
     start = FakeClock().now
     with sqlite3.connect(db) as conn:
         conn.executemany(
-            "INSERT INTO runs (run_id, workflow, status, input, created_at, updated_at, steps_done, steps_total) "
-            "VALUES (?, ?, ?, '{}', ?, ?, 0, 1)",
+            "INSERT INTO runs (run_id, workflow, status, created_at, updated_at, steps_done, steps_total) "
+            "VALUES (?, ?, ?, ?, ?, 0, 1)",
             [(f"{i:016x}", "w" if i % 2 else "v", ("completed", "failed", "queued")[i % 3],
               to_text(start + timedelta(seconds=i)), to_text(start + timedelta(seconds=i))) for i in range(n)])
     conn.close()
