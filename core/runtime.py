@@ -31,7 +31,7 @@ from .status import TERMINAL, RunStatus
 from .store import open_store
 from .workflow import Workflow, find_workflow
 
-__all__ = ["LEASE_SECONDS", "Runtime", "os_user"]
+__all__ = ["Runtime", "os_user"]
 
 
 def os_user() -> str:
