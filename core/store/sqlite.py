@@ -940,17 +940,19 @@ class SqliteStore(RunStore):
     def copy_for_fork(self, parent: str, child: str, cut_seq: int) -> None:
         # In SQL: upstream outputs move as stored text, never decoded or re-run.
         values = {"child": child, "parent": parent, "cut": cut_seq, "pending": StepStatus.PENDING}
+        # Two inserts, each read in the primary key's order (no sort), appended in seq order.
         self.conn.execute(
             """INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
                                   error, traceback, started_at, finished_at, idempotency_key)
                SELECT :child, seq, name, iteration, agent, parent_seq, status, attempts, options, error, traceback,
                       started_at, finished_at, idempotency_key
-               FROM steps WHERE run_id = :parent AND seq < :cut
-               UNION ALL
-               SELECT :child, seq, name, 1, NULL, NULL, :pending, 0, options, NULL, NULL, NULL, NULL,
-                      :child || '/' || name
+               FROM steps WHERE run_id = :parent AND seq < :cut ORDER BY seq""", values)
+        self.conn.execute(
+            """INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
+                                  idempotency_key)
+               SELECT :child, seq, name, 1, NULL, NULL, :pending, 0, options, :child || '/' || name
                FROM steps WHERE run_id = :parent AND seq >= :cut AND parent_seq IS NULL AND iteration = 1
-               ORDER BY 2""", values)
+               ORDER BY seq""", values)
         self.conn.execute("INSERT INTO outputs (run_id, seq, value) SELECT :child, seq, value FROM outputs "
                           "WHERE run_id = :parent AND seq < :cut ORDER BY seq", values)
 
