@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from relaypoint import encoding
-from relaypoint.errors import LeaseLost, StoreError, UnknownRun
+from relaypoint.errors import InvalidValue, LeaseLost, StoreError, UnknownRun
 from relaypoint.models import Lease, Owner
 from relaypoint.status import RunStatus, StepStatus
 from relaypoint.workflow import fingerprint
@@ -91,7 +91,7 @@ def test_an_unknown_scheme_is_one_line():
 
 
 def test_an_unknown_durability_is_refused(store_url):
-    with pytest.raises(ValueError, match="durability must be one of full, normal"):
+    with pytest.raises(InvalidValue, match="durability must be one of full, normal"):
         open_store(store_url, create=True, durability="sometimes")
 
 

@@ -27,7 +27,7 @@ import sqlite_utils
 from .. import encoding
 from ..clock import from_text, to_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
-from ..errors import LeaseLost, StoreError, UnknownRun
+from ..errors import InvalidValue, LeaseLost, StoreError, UnknownRun
 from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunStore, StoreBusy,
@@ -300,14 +300,15 @@ class SqliteStore(RunStore):
 
     Raises ``StoreMissing``, ``NotAStore`` (a directory, an empty, foreign or corrupt file, tables
     not matching the schema version), ``StoreNewer``, ``StoreDamaged`` (an unreadable schema
-    version); nothing is written to a file that could not be read as a store.
+    version), ``InvalidValue`` (an unknown durability); nothing is written to a file that could
+    not be read as a store.
     """
 
     def __init__(self, path: str | os.PathLike, *, url: str | None = None, create: bool = False,
                  readonly: bool = False, durability: str = DURABILITY,
                  busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
         if durability not in DURABILITIES:
-            raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}")
+            raise InvalidValue(f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}")
         self.path = Path(path)
         self._url = str(path) if url is None else url
         self.durability = durability
