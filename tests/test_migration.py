@@ -244,7 +244,8 @@ def test_a_version_1_store_migrates_to_the_current_schema_and_its_runs_behave(tm
         assert [e.step for e in rt.events("dead") if e.kind == "step_started"] == ["b", "c"]
     assert dict(sql(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION)
     assert "lease_pid_start" in {c for (_, c, *_) in sql(path, "PRAGMA table_info(runs)")}
-    assert sql(path, "SELECT run_id, input FROM run_inputs ORDER BY run_id") == [("dead", '{"n": 7}'), ("done", '{"n": 7}')]
+    assert sql(path, "SELECT run_id, input FROM run_inputs ORDER BY run_id") == [
+        ("dead", '{"n": 7}'), ("done", '{"n": 7}')]
     assert sql(path, "SELECT count(*) FROM definitions") == [(1,)]
     assert sql(path, "PRAGMA integrity_check") == [("ok",)]
     assert sql(path, "PRAGMA foreign_key_check") == []

@@ -68,8 +68,8 @@ LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "l
 
 # Statements of the hot path and its helpers: fixed texts, so sqlite3 prepares each once.
 _STEP_END = "UPDATE steps SET status = ?, finished_at = ?, error = ?, traceback = ? WHERE run_id = ? AND seq = ?"
-_STEP_START = (f"UPDATE steps SET status = '{StepStatus.RUNNING.value}', attempts = ?, started_at = ?, finished_at = NULL, "
-               "error = NULL, traceback = NULL WHERE run_id = ? AND seq = ?")
+_STEP_START = (f"UPDATE steps SET status = '{StepStatus.RUNNING.value}', attempts = ?, started_at = ?, "
+               "finished_at = NULL, error = NULL, traceback = NULL WHERE run_id = ? AND seq = ?")
 _STEP_APPEND = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
                 f"started_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, '{StepStatus.RUNNING.value}', ?, ?, ?, ?)")
 _OUTPUT_INSERT = "INSERT OR REPLACE INTO outputs (run_id, seq, value) VALUES (?, ?, ?)"
@@ -791,8 +791,8 @@ class SqliteStore(RunStore):
 
     @_translated
     def responses(self, run_id: str, seq: int) -> list[Any]:
-        rows = self._rows(f"SELECT step, value FROM checkpoints WHERE run_id = ? AND {PAUSED} AND kind = 'input' AND seq = ? "
-                          "AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
+        rows = self._rows(f"SELECT step, value FROM checkpoints WHERE run_id = ? AND {PAUSED} AND kind = 'input' "
+                          "AND seq = ? AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
         return [self._strict(r["value"], f"a response to step '{r['step']}' of run {run_id}") for r in rows]
 
     @_translated
