@@ -239,7 +239,7 @@ def test_resuming_a_run_with_a_step_the_code_does_not_define_is_one_line(tmp_pat
 
 # ---- deletion ------------------------------------------------------------------------------------
 
-TABLES = ("runs", "steps", "outputs", "checkpoints", "events")
+TABLES = ("runs", "run_inputs", "steps", "outputs", "checkpoints", "events")
 
 
 def counts(db: Path, rid: str) -> dict[str, int]:
@@ -270,11 +270,13 @@ def test_delete_removes_every_row_of_the_run_in_one_transaction(two_runs) -> Non
     writes = committed_writes(trace)
     assert len(writes) == 1
     deleted_from = {s.split()[2] for s in writes[0] if s.upper().startswith("DELETE")}
-    assert deleted_from == set(TABLES)
+    assert deleted_from == {*TABLES, "definitions"}  # a definition goes with the last run that has it
     assert counts(db, victim) == dict.fromkeys(TABLES, 0)
     assert rows(db, bystander) == kept
-    with Runtime(str(db), create=False) as rt, pytest.raises(UnknownRun):
-        rt.get(victim)
+    with Runtime(str(db), create=False) as rt:
+        assert rt.get(bystander).definition == app_workflows()[0].definition()  # shared with the victim: kept
+        with pytest.raises(UnknownRun):
+            rt.get(victim)
 
 
 def test_cli_delete_says_what_it_did(two_runs) -> None:
