@@ -209,8 +209,12 @@ def kill_owner(db: Path | str, run_id: str, step: str, now: datetime | None = No
 
 def rows(db: Path | str, run_id: str) -> dict[str, list[tuple]]:
     """Every row recorded of ``run_id``, table by table."""
-    order = {"runs": "run_id", "steps": "seq", "outputs": "seq", "checkpoints": "checkpoint_id", "events": "event_id"}
-    return {t: sql(db, f"SELECT * FROM {t} WHERE run_id = ? ORDER BY {o}", run_id) for t, o in order.items()}
+    order = {"runs": "run_id", "run_inputs": "run_id", "steps": "seq", "outputs": "seq", "checkpoints": "checkpoint_id",
+             "events": "event_id"}
+    found = {t: sql(db, f"SELECT * FROM {t} WHERE run_id = ? ORDER BY {o}", run_id) for t, o in order.items()}
+    found["definitions"] = sql(db, "SELECT * FROM definitions WHERE fingerprint = "
+                               "(SELECT fingerprint FROM runs WHERE run_id = ?)", run_id)
+    return found
 
 
 def snapshot(db: Path) -> dict[str, list[tuple]]:
@@ -218,7 +222,7 @@ def snapshot(db: Path) -> dict[str, list[tuple]]:
     conn = sqlite3.connect(db)
     try:
         return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
-                for t in ("meta", "runs", "steps", "outputs", "checkpoints", "events")}
+                for t in ("meta", "runs", "run_inputs", "definitions", "steps", "outputs", "checkpoints", "events")}
     finally:
         conn.close()
 

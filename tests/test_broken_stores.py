@@ -42,10 +42,12 @@ def fill(db: Path, n: int, run_ids: list[str] | None = None) -> list[str]:
 # ---- a corrupt file -------------------------------------------------------------------------------
 
 
-def pages_of(db: Path, table: str) -> list[int]:
+def pages_of(db: Path, table: str, kind: str | None = None) -> list[int]:
+    """The page numbers (from 1) of ``table``, of one ``kind`` (leaf, internal, overflow) if given."""
     conn = sqlite3.connect(db)
     try:
-        return [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ? ORDER BY pageno", (table,))]
+        return [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = coalesce(?, pagetype) "
+                                           "ORDER BY pageno", (table, kind))]
     finally:
         conn.close()
 
@@ -66,17 +68,18 @@ def overwrite(db: Path, offset: int, data: bytes) -> None:
 
 @pytest.fixture
 def corrupt_middle(tmp_path: Path) -> tuple[Path, list[str]]:
-    """A valid store whose middle fifth of the file is then overwritten with garbage (it holds pages of
-    the runs table, so listing reads it; the schema page and the meta page are intact)."""
+    """A valid store whose leaf pages of the runs table, all but the first, are then overwritten with
+    garbage: the newest runs (which listing reads first) are damaged, the oldest intact, and the schema
+    page and the meta page are untouched."""
     write_app(tmp_path)
     db = tmp_path / DB
     run_ids = fill(db, 40)
-    size, psize = db.stat().st_size, page_size(db)
-    first, last = (size * 2 // 5) // psize, (size * 3 // 5) // psize  # 0-based page indexes
-    runs_pages = {p - 1 for p in pages_of(db, "runs")}
-    assert runs_pages & set(range(first, last)), "precondition: the middle holds pages of runs"
-    assert first > 2, "precondition: the schema and meta pages stay intact"
-    overwrite(db, first * psize, b"\xff" * ((last - first) * psize))
+    psize = page_size(db)
+    leaves = pages_of(db, "runs", "leaf")
+    assert len(leaves) >= 2, "precondition: the runs rows span several pages"
+    assert not {1, *pages_of(db, "meta")} & set(leaves[1:]), "precondition: the schema and meta pages stay intact"
+    for page in leaves[1:]:  # pageno counts from 1
+        overwrite(db, (page - 1) * psize, b"\xff" * psize)
     return db, run_ids
 
 
@@ -236,8 +239,11 @@ def store(tmp_path: Path) -> Path:
 DRAFT = "run_id = 'paused00' AND seq = (SELECT seq FROM steps WHERE run_id = 'paused00' AND name = 'draft')"
 """Where the output of paused00's first step is."""
 
+PAUSED_DEFINITION = "fingerprint = (SELECT fingerprint FROM runs WHERE run_id = 'paused00')"
+"""Where paused00's definition is (shared by the runs of its fingerprint)."""
+
 DAMAGE = [  # (table, column, where, the damaged text)
-    pytest.param("runs", "input", "run_id = 'paused00'", '{"topic": "t', id="runs.input"),
+    pytest.param("run_inputs", "input", "run_id = 'paused00'", '{"topic": "t', id="run_inputs.input"),
     pytest.param("outputs", "value", DRAFT, '{"text": ', id="outputs.value"),
     pytest.param("events", "detail", "run_id = 'paused00' AND kind = 'paused'", "{gate: approval}",
                  id="events.detail"),
@@ -296,8 +302,8 @@ def test_damaged_json_is_shown_as_an_unreadable_placeholder(store: Path, table: 
 
 
 WRONG_SHAPES = [  # (table, column, where, text) that json.loads accepts or rejects without JSONDecodeError
-    pytest.param("runs", "definition", "run_id = 'paused00'", "[{broken", id="runs.definition-malformed"),
-    pytest.param("runs", "input", "run_id = 'paused00'", "[1, 2]", id="runs.input-a-list"),
+    pytest.param("definitions", "definition", PAUSED_DEFINITION, "[{broken", id="definitions.definition-malformed"),
+    pytest.param("run_inputs", "input", "run_id = 'paused00'", "[1, 2]", id="run_inputs.input-a-list"),
     pytest.param("events", "detail", "run_id = 'paused00'", '"text"', id="events.detail-a-string"),
     pytest.param("steps", "options", "run_id = 'paused00'", "[1]", id="steps.options-a-list"),
     pytest.param("outputs", "value", DRAFT, "1" + "0" * 5000, id="outputs.value-int-5001-digits"),
@@ -309,7 +315,7 @@ WRONG_SHAPES = [  # (table, column, where, text) that json.loads accepts or reje
 @pytest.mark.parametrize(("table", "column", "where", "text"), WRONG_SHAPES)
 def test_hand_edited_json_of_any_kind_never_gives_a_traceback(store: Path, table: str, column: str, where: str,
                                                               text: str) -> None:
-    sql(store, f"UPDATE {table} SET {column} = ? WHERE {where}", text)
+    assert sql(store, f"UPDATE {table} SET {column} = ? WHERE {where} RETURNING 1", text)  # the damage is made
     for args in (["show", "paused00"], ["show", "paused00", "--json"], ["events", "paused00", "--json"]):
         result = relaypoint(store.parent, *args)
         no_traceback(result)
@@ -334,7 +340,7 @@ CHECK = "run_id = 'paused00' AND seq = (SELECT seq FROM steps WHERE run_id = 'pa
 DAMAGED_UPSTREAM = [  # (run, what is damaged, statement, the StoreError's words)
     pytest.param("paused00", f"UPDATE outputs SET value = '{{\"draft\":' WHERE {CHECK}",
                  "the output of step 'check'", id="upstream-output"),
-    pytest.param("paused00", "UPDATE runs SET input = '{\"topic\"' WHERE run_id = 'paused00'",
+    pytest.param("paused00", "UPDATE run_inputs SET input = '{\"topic\"' WHERE run_id = 'paused00'",
                  "the input of run paused00", id="run-input"),
     pytest.param("asked000", "UPDATE checkpoints SET value = '\"a tit' WHERE run_id = 'asked000' AND kind = 'input'",
                  "a response to step 'question'", id="recorded-answer"),
@@ -363,7 +369,7 @@ def test_resuming_over_damaged_json_fails_closed_in_one_line(store: Path, rid: s
 def test_resuming_over_a_damaged_input_changes_nothing(store: Path) -> None:
     # The input is read (strictly) before the run is claimed.
     ready(store, "paused00")
-    sql(store, "UPDATE runs SET input = '{\"topic\"' WHERE run_id = 'paused00'")
+    sql(store, "UPDATE run_inputs SET input = '{\"topic\"' WHERE run_id = 'paused00'")
     before = rows(store, "paused00")
     with Runtime(str(store), app_workflows(), create=False) as rt:
         with pytest.raises(StoreError, match="not valid JSON"):

@@ -45,9 +45,9 @@ def fill(path: str, n: int, workflows: tuple[str, ...] = WORKFLOWS) -> list[str]
         conn.execute("BEGIN")
         for i, rid in enumerate(ids):
             at = to_text(CONSOLE_NOW - timedelta(minutes=n - i))
-            conn.execute("INSERT INTO runs (run_id, workflow, status, input, definition, created_at, updated_at, "
-                         "steps_done, steps_total) VALUES (?, ?, 'completed', '{}', '[]', ?, ?, 1, 1)",
-                         (rid, workflows[i % len(workflows)], at, at))
+            conn.execute("INSERT INTO runs (run_id, workflow, status, created_at, updated_at, steps_done, steps_total) "
+                         "VALUES (?, ?, 'completed', ?, ?, 1, 1)", (rid, workflows[i % len(workflows)], at, at))
+            conn.execute("INSERT INTO run_inputs (run_id, input) VALUES (?, '{}')", (rid,))
             conn.execute("INSERT INTO steps (run_id, seq, name, status, attempts, options, idempotency_key) "
                          "VALUES (?, 0, 'only', 'completed', 1, '{}', ?)", (rid, rid))
             conn.execute("INSERT INTO outputs (run_id, seq, value) VALUES (?, 0, '1')", (rid,))
@@ -75,8 +75,9 @@ def touch_here(path: str, run_id: str) -> None:
 def add_run(path: str, run_id: str) -> None:
     """Insert a run newer than every other, from another process."""
     code = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute(\"INSERT INTO runs (run_id, workflow, "
-            "status, input, definition, created_at, updated_at) VALUES (?, 'report', 'queued', '{}', '[]', "
-            "?, ?)\", (sys.argv[2], sys.argv[3], sys.argv[3])); c.commit()")
+            "status, created_at, updated_at) VALUES (?, 'report', 'queued', ?, ?)\", (sys.argv[2], sys.argv[3], "
+            "sys.argv[3])); c.execute(\"INSERT INTO run_inputs (run_id, input) VALUES (?, '{}')\", (sys.argv[2],)); "
+            "c.commit()")
     subprocess.run([sys.executable, "-c", code, path, run_id, to_text(CONSOLE_NOW)], check=True)
 
 
