@@ -5,16 +5,21 @@ tests/data/make_store_v2.py), with the workflows of tests/data/v2_workflows.py."
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import sqlite_utils
 
-from helpers import relaypoint, sql
+from helpers import digest, one_line_error, relaypoint, sql
 from relaypoint import encoding
 from relaypoint import RefusedTransition, RunStatus, Runtime, StepStatus
+from relaypoint.store import StoreReadOnly
 from relaypoint.store.sqlite import APP_ID, MIGRATIONS, SCHEMA_VERSION
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -85,6 +90,52 @@ def test_a_version_2_store_migrates_in_place_in_one_step(v2):
         IDS["interrupted"]: 1}  # its owner died while executing it alone
     assert sql(v2, "PRAGMA integrity_check") == [("ok",)]
     assert sql(v2, "PRAGMA foreign_key_check") == []
+
+
+UPGRADE_REFUSED = ("{path} has store schema version 2 and needs a one-time upgrade to version 3, which writes to it; "
+                   "open it once as a user who can write it, or copy it somewhere writable")
+
+
+def test_a_version_2_store_opened_read_only_asks_for_the_upgrade_and_is_left_unchanged(v2):
+    before = digest(v2)
+    with pytest.raises(StoreReadOnly) as refused:
+        Runtime(str(v2), WORKFLOWS, create=False, readonly=True)
+    assert str(refused.value) == UPGRADE_REFUSED.format(path=v2)
+    line = one_line_error(relaypoint(v2.parent, "console", "--read-only", db=str(v2)))
+    assert line == "Error: " + UPGRADE_REFUSED.format(path=v2)
+    assert digest(v2) == before
+    assert not Path(f"{v2}-wal").exists() or Path(f"{v2}-wal").stat().st_size == 0  # nothing written beside it
+
+
+@contextmanager
+def unwritable(path: Path) -> Iterator[None]:
+    """``path`` as this user cannot write it: mode 0444, or for root (whom modes do not stop) the
+    immutable attribute."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        try:
+            yield
+        finally:
+            path.chmod(0o600)
+        return
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("root, and this file system has no immutable attribute (chattr +i)")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_version_2_store_this_user_cannot_write_asks_for_the_upgrade_and_is_left_unchanged(v2):
+    before = digest(v2)
+    with unwritable(v2):
+        assert not os.access(v2, os.W_OK)  # precondition: what the store checks
+        line = one_line_error(relaypoint(v2.parent, "list", db=str(v2)))
+        assert line == "Error: " + UPGRADE_REFUSED.format(path=v2)
+    assert digest(v2) == before
+    with open_v2(v2) as rt:  # opened once by a user who can write it, it upgrades
+        assert rt.counts()
+    assert dict(sql(v2, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION)
 
 
 @pytest.mark.parametrize("label", sorted(IDS))

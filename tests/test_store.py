@@ -9,6 +9,7 @@ import re
 import sqlite3
 import stat
 from datetime import UTC, datetime
+from urllib.parse import quote
 
 import pytest
 
@@ -162,6 +163,20 @@ def test_a_read_only_store_reads_but_records_nothing(tmp_path):
     assert digest(tmp_path / DB) == before
     with Runtime(str(tmp_path / DB)) as rw:
         assert rw.get(rid).status == RunStatus.AWAITING_APPROVAL
+
+
+@pytest.mark.parametrize("name", ["what?.db", "a#b.db", "100%.db", "what?mode=rwc.db", "sp ace%3F.db"])
+def test_a_store_whose_name_holds_uri_characters_opens_read_only_as_itself(tmp_path, name):
+    path = tmp_path / name
+    with Runtime(str(path), [Flow(("a", {"approval": True})).wf]) as rt:
+        rid = rt.start("flow")
+    before, files = digest(path), sorted(tmp_path.iterdir())
+    for given in (str(path), f"sqlite:///{quote(str(path), safe='/')}"):
+        with Runtime(given, readonly=True, create=False) as ro:
+            assert [r.run_id for r in ro.list()] == [rid]
+            assert ro.store.readonly_reason == "opened read-only"
+    assert digest(path) == before
+    assert [f for f in sorted(tmp_path.iterdir()) if f.name not in (f"{name}-wal", f"{name}-shm")] == files
 
 
 def _version_1_store(path) -> None:

@@ -363,8 +363,9 @@ class SqliteStore(RunStore):
 
     def _connect(self, uri_query: str | None) -> None:
         if uri_query:
-            self.conn = sqlite3.connect(f"file:{self.path.resolve()}?{uri_query}", uri=True, isolation_level=None,
-                                        timeout=self.busy_timeout, check_same_thread=False)
+            # as_uri() percent-encodes the path: a '?', '#' or '%' in a file name is not read as URI syntax.
+            self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{uri_query}", uri=True,
+                                        isolation_level=None, timeout=self.busy_timeout, check_same_thread=False)
         else:
             self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout,
                                         check_same_thread=False)
@@ -435,7 +436,11 @@ class SqliteStore(RunStore):
                 )
         if self.readonly:
             if version < SCHEMA_VERSION:
-                raise StoreReadOnly(f"{self.path} needs a schema migration but is open read-only")
+                raise StoreReadOnly(
+                    f"{self.path} has store schema version {version} and needs a one-time upgrade to version "
+                    f"{SCHEMA_VERSION}, which writes to it; open it once as a user who can write it, or copy it "
+                    "somewhere writable"
+                )
             return
         self.conn.execute("PRAGMA journal_mode=WAL")
         # FULL: a committed transaction is on disk when COMMIT returns (survives a power cut);
