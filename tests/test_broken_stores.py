@@ -46,8 +46,8 @@ def pages_of(db: Path, table: str, kind: str | None = None) -> list[int]:
     """The page numbers (from 1) of ``table``, of one ``kind`` (leaf, internal, overflow) if given."""
     conn = sqlite3.connect(db)
     try:
-        return [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = coalesce(?, pagetype) "
-                                           "ORDER BY pageno", (table, kind))]
+        return [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ? "
+                                           "AND pagetype = coalesce(?, pagetype) ORDER BY pageno", (table, kind))]
     finally:
         conn.close()
 
