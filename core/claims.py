@@ -14,7 +14,7 @@ from datetime import datetime
 
 from . import encoding
 from .clock import Clock
-from .drivers import Driver
+from .drivers import Call, Driver, idempotency_key
 from .errors import DriftError, RefusedTransition
 from .execution import Claim, Current, Executor, state_json
 from .lease import HOST, LeaseHolder, owner_gone
@@ -56,14 +56,16 @@ class Claims:
                 definition=encoding.dumps(definition), fingerprint=wf.fingerprint(), created_at=at,
                 steps_total=len(planned), current_step=planned[0].name if planned else None, lease=lease.lease()))
             self.store.insert_steps(run_id, (
-                NewStep(seq=i, name=s.name, idempotency_key=f"{run_id}/{s.name}", options=encoding.dumps(s.options()))
+                NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(run_id, Call(s.name)),
+                        options=encoding.dumps(s.options()))
                 for i, s in enumerate(planned)))
-            state, action, cur = self.executor.resolve(run_id, driver, state)
+            state, action, cur = self.executor.resolve(run_id, driver, state, fresh_from=0)
             self.store.add_checkpoint(NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None,
                                                     at, state=state_json(state)))
             self.store.add_event(run_id, at, EventKind.RUN_STARTED, workflow=wf.name, pid=lease.pid, host=HOST)
             # what a step sees is the input as stored (a tuple reads back as a list), as on resume
-            claim = Claim(run_id, driver, lease, encoding.loads(input_text), state, action, cur, steps_done=0)
+            claim = Claim(run_id, driver, lease, encoding.loads(input_text), state, action, cur, steps_done=0,
+                          fresh_from=0)
             self._begin(claim, at)
         return claim
 
@@ -76,6 +78,8 @@ class Claims:
             claim.next_seq = self.store.max_seq(run_id) + 1
             cur.seq, claim.next_seq = claim.next_seq, claim.next_seq + 1
             self.store.insert_steps(run_id, [self.executor.appended(claim.driver, cur)])
+        else:
+            claim.started(cur.seq)
         self.store.update_step(run_id, cur.seq, status=StepStatus.RUNNING, attempts=cur.attempt, started_at=at,
                                finished_at=None, error=None, traceback=None)
         self.store.add_event(run_id, at, EventKind.STEP_STARTED, step=cur.call.name, attempt=cur.attempt)

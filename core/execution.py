@@ -48,7 +48,10 @@ class Current:
 class Claim:
     """What the executor keeps in memory while it holds a run's lease: the input, the driver and
     its state, the execution under way (None when the driver's next action is not a step), the
-    completed-step count, and the next seq for appended executions (read once, when needed)."""
+    completed-step count, the next seq for appended executions (read once, when needed), and
+    ``fresh_from``: planned executions from this seq on are known to be as this claim recorded
+    them (pending, never started, keyed by :func:`idempotency_key`), so starting one reads nothing
+    (None: unknown, read each row; a claim that inserted the rows knows them)."""
 
     run_id: str
     driver: Driver
@@ -59,6 +62,13 @@ class Claim:
     current: Current | None
     steps_done: int
     next_seq: int | None = field(default=None)
+    fresh_from: int | None = field(default=None)
+
+    def started(self, seq: int) -> None:
+        """Planned execution ``seq`` was started: it, and the planned rows before it, are no longer
+        known fresh."""
+        if self.fresh_from is not None and seq >= self.fresh_from:
+            self.fresh_from = seq + 1
 
 
 def lease_lost(store: RunStore, run_id: str) -> LeaseLost:
@@ -93,13 +103,14 @@ class Executor:
 
     # ---- what comes next
 
-    def resolve(self, run_id: str, driver: Driver, state: State, *,
-                resume_at: int | None = None) -> tuple[State, Action, Current | None]:
+    def resolve(self, run_id: str, driver: Driver, state: State, *, resume_at: int | None = None,
+                fresh_from: int | None = None) -> tuple[State, Action, Current | None]:
         """The driver's next action from ``state`` and the execution it starts. A planned
         execution already recorded completed (met again on resume) is folded into the state with
         its recorded output, and the driver is asked again. ``resume_at``: on resume, the seq the
         latest checkpoint continues with; an appended call recorded there (started, never
-        finished) is run again in its own row rather than in a new one."""
+        finished) is run again in its own row rather than in a new one. ``fresh_from``: see
+        :attr:`Claim.fresh_from` (planned rows from that seq on are not read)."""
         while True:
             action = driver.next(state)
             if isinstance(action, RunStep):
@@ -115,6 +126,8 @@ class Executor:
                         and row.status != StepStatus.COMPLETED:
                     return state, action, Current(call, row.seq, row.attempts + 1, row.idempotency_key, row.status)
                 return state, action, Current(call, None, 1, idempotency_key(run_id, call))
+            if fresh_from is not None and seq >= fresh_from:
+                return state, action, Current(call, seq, 1, idempotency_key(run_id, call))
             row = self.store.step(run_id, seq)
             if row is None or row.name != call.name:
                 found = "nothing" if row is None else f"step {row.name!r}"
@@ -136,6 +149,7 @@ class Executor:
     def _start_of(self, claim: Claim, nxt: Current) -> tuple[StepStart, Current]:
         """How a boundary starts ``nxt``: its planned row, or a row appended at the next seq."""
         if nxt.seq is not None:
+            claim.started(nxt.seq)
             return StepStart(nxt.seq, nxt.attempt), nxt
         if claim.next_seq is None:
             claim.next_seq = self.store.max_seq(claim.run_id) + 1
@@ -215,7 +229,7 @@ class Executor:
         starting the next execution. Returns the status the run stopped in, or None to go on."""
         run_id = claim.run_id
         at = now_of(self.clock)
-        state, action, nxt = self.resolve(run_id, claim.driver, state)
+        state, action, nxt = self.resolve(run_id, claim.driver, state, fresh_from=claim.fresh_from)
         done = claim.steps_done + (ended is not None)
         after = ended.seq + 1 if ended is not None else 0
         run: dict[str, Any] = {"steps_done": done}
