@@ -53,11 +53,12 @@ class Claims:
         with self.store.transaction():
             self.store.insert_run(NewRun(
                 run_id=run_id, workflow=wf.name, status=RunStatus.RUNNING, input=input_text,
-                definition=encoding.dumps(definition), fingerprint=wf.fingerprint(), created_at=at,
+                definition=encoding.dumps_trusted(definition, "definition"), fingerprint=wf.fingerprint(),
+                created_at=at,
                 steps_total=len(planned), current_step=planned[0].name if planned else None, lease=lease.lease()))
             self.store.insert_steps(run_id, (
                 NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(run_id, Call(s.name)),
-                        options=encoding.dumps(s.options()))
+                        options=encoding.dumps_trusted(s.options(), "options"))
                 for i, s in enumerate(planned)))
             state, action, cur = self.executor.resolve(run_id, driver, state, fresh_from=0)
             self.store.add_checkpoint(NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None,
@@ -184,11 +185,13 @@ class Claims:
                              "fork the run, or resume with --allow-drift to map completed steps by name")
         planned = driver.planned()
         dropped = self.store.replace_steps(rid, [
-            NewStep(seq=i, name=s.name, idempotency_key=f"{rid}/{s.name}", options=encoding.dumps(s.options()))
+            NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(rid, Call(s.name)),
+                    options=encoding.dumps_trusted(s.options(), "options"))
             for i, s in enumerate(planned)])
         steps = self.store.steps(rid)
         done = sum(s.status == StepStatus.COMPLETED for s in steps)
-        self.store.update_run(rid, definition=encoding.dumps(defined), fingerprint=fingerprint(defined),
+        self.store.update_run(rid, definition=encoding.dumps_trusted(defined, "definition"),
+                              fingerprint=fingerprint(defined),
                               steps_total=len(planned), steps_done=done)
         self.store.add_event(rid, at, EventKind.DRIFT_ALLOWED, change=change, dropped=sorted(dropped))
         # The run goes on at its first step not completed: recorded as a checkpoint, so a resume

@@ -25,11 +25,11 @@ def to_text(dt: datetime) -> str:
 
     Example: ``2026-11-30T07:55:54.123Z``. Naive datetimes are taken as UTC.
     """
-    if dt.tzinfo is not None:
-        dt = dt.astimezone(UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    if dt.tzinfo is None:
+        return dt.isoformat(timespec="milliseconds") + "Z"
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"  # drop "+00:00"
 
 
 def from_text(text: str | None) -> datetime | None:
     """Parse the store form back to an aware UTC datetime (None stays None)."""
-    return None if text is None else datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return None if text is None else datetime.fromisoformat(text)  # reads the "Z" since Python 3.11

@@ -67,7 +67,22 @@ def dumps(value: Any, path: str = "output") -> str:
 
     Raises ``InvalidValue`` naming ``path`` and the offending element.
     """
+    if value is None:
+        return "null"  # a step's most common output, without the walk
     return json.dumps(_plain(value, path, 0), ensure_ascii=False, separators=(",", ":"))
+
+
+def dumps_trusted(value: Any, path: str) -> str:
+    """Encode a value relaypoint's own code built (a driver's state or definition, a step's options:
+    str keys, plain JSON types) without :func:`dumps`'s element walk, which a boundary cannot afford for every state.
+
+    Anything ``json`` itself refuses (a NaN, a pydantic model, a set) falls back to :func:`dumps`,
+    so it fails the same way: ``InvalidValue`` naming ``path``.
+    """
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return dumps(value, path)
 
 
 def loads(text: str | None) -> Any:

@@ -10,12 +10,10 @@ execution's row and, when the step asks, the upstream outputs it uses.
 
 from __future__ import annotations
 
-import copy
 import traceback as tb
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from types import MappingProxyType
 from typing import Any
 
 from . import encoding
@@ -26,7 +24,7 @@ from .lease import HOST, LeaseHolder
 from .recovery import Recovery, now_of
 from .status import CheckpointKind, EventKind, RunStatus, StepStatus
 from .store import Boundary, NewCheckpoint, NewEvent, NewStep, RunStore, StepEnd, StepStart, StoreDamaged
-from .upstream import LazyResponses, LazyResults
+from .upstream import LazyResponses, LazyResults, LazyState
 from .workflow import Context, InputRequested
 
 Stop = Callable[[], bool | str]
@@ -81,7 +79,7 @@ def lease_lost(store: RunStore, run_id: str) -> LeaseLost:
 
 def state_json(state: State) -> str:
     """The driver state as stored in ``checkpoints.state``."""
-    return encoding.dumps(state, "state")
+    return encoding.dumps_trusted(state, "state")
 
 
 def deadline_of(clock: Clock, timeout: float | None) -> Any:
@@ -143,7 +141,7 @@ class Executor:
         """The row of an execution the driver appends (``cur.seq`` assigned)."""
         assert cur.seq is not None
         return NewStep(seq=cur.seq, name=cur.call.name, idempotency_key=cur.key,
-                       options=encoding.dumps(driver.spec(cur.call).options()), iteration=cur.call.iteration,
+                       options=encoding.dumps_trusted(driver.spec(cur.call).options(), "options"), iteration=cur.call.iteration,
                        agent=cur.call.agent, parent=cur.call.parent)
 
     def _start_of(self, claim: Claim, nxt: Current) -> tuple[StepStart, Current]:
@@ -183,7 +181,7 @@ class Executor:
                 ctx = Context(run_id=claim.run_id, step=cur.call.name, attempt=cur.attempt, idempotency_key=cur.key,
                               input=claim.input, results=results, responses=responses,
                               iteration=cur.call.iteration, agent=cur.call.agent,
-                              state=MappingProxyType(copy.deepcopy(claim.state)))
+                              state=LazyState(claim.state))
                 try:
                     value = spec.fn(ctx)
                     damaged(results, responses)

@@ -1,6 +1,6 @@
 """What a step consumes, read from the store only when the step uses it: ``ctx.results`` and
-``ctx.responses``. A step that reads nothing reads nothing; each value is read and strictly decoded
-once, then kept.
+``ctx.responses`` (and ``ctx.state``, copied only when used). A step that reads nothing reads
+nothing; each value is read and strictly decoded once, then kept.
 
 A damaged value raises :class:`relaypoint.store.StoreDamaged` to the step and is also kept in
 ``damage``, so the executor ends the run's claim even if the step swallowed the error.
@@ -8,7 +8,9 @@ A damaged value raises :class:`relaypoint.store.StoreDamaged` to the step and is
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, overload
 
 from .errors import StoreError
@@ -81,3 +83,29 @@ class LazyResponses(Sequence[Any]):
 
     def __len__(self) -> int:
         return len(self._load())
+
+
+class LazyState(Mapping[str, Any]):
+    """A read-only view of the driver's ``state`` for ``ctx.state``: a deep copy, so a step cannot
+    change the run's state through a nested value, made on first use (most steps never look)."""
+
+    def __init__(self, state: Mapping[str, Any]) -> None:
+        self._state = state
+        self._copy: Mapping[str, Any] | None = None
+
+    def _view(self) -> Mapping[str, Any]:
+        if self._copy is None:
+            self._copy = MappingProxyType(copy.deepcopy(dict(self._state)))
+        return self._copy
+
+    def __getitem__(self, key: str) -> Any:
+        return self._view()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view())
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+    def __repr__(self) -> str:
+        return f"LazyState({dict(self._view())!r})"
