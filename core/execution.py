@@ -126,13 +126,13 @@ class Executor:
                 return state, action, Current(call, None, 1, idempotency_key(run_id, call))
             if fresh_from is not None and seq >= fresh_from:
                 return state, action, Current(call, seq, 1, idempotency_key(run_id, call))
-            row = self.store.step(run_id, seq)
-            if row is None or row.name != call.name:
-                found = "nothing" if row is None else f"step {row.name!r}"
+            brief = self.store.step_brief(run_id, seq)
+            if brief is None or brief.name != call.name:
+                found = "nothing" if brief is None else f"step {brief.name!r}"
                 raise StoreDamaged(f"run {run_id} records {found} where its definition has step '{call.name}' "
                                    "(edited by hand?); fork the run from an earlier step")
-            if row.status != StepStatus.COMPLETED:
-                return state, action, Current(call, seq, row.attempts + 1, row.idempotency_key, row.status)
+            if brief.status != StepStatus.COMPLETED:
+                return state, action, Current(call, seq, brief.attempts + 1, brief.idempotency_key, brief.status)
             _, output = self.store.output_of(run_id, call.name)
             state = driver.fold(state, call, output, recorded=True)
 
@@ -141,8 +141,8 @@ class Executor:
         """The row of an execution the driver appends (``cur.seq`` assigned)."""
         assert cur.seq is not None
         return NewStep(seq=cur.seq, name=cur.call.name, idempotency_key=cur.key,
-                       options=encoding.dumps_trusted(driver.spec(cur.call).options(), "options"), iteration=cur.call.iteration,
-                       agent=cur.call.agent, parent=cur.call.parent)
+                       options=encoding.dumps_trusted(driver.spec(cur.call).options(), "options"),
+                       iteration=cur.call.iteration, agent=cur.call.agent, parent=cur.call.parent)
 
     def _start_of(self, claim: Claim, nxt: Current) -> tuple[StepStart, Current]:
         """How a boundary starts ``nxt``: its planned row, or a row appended at the next seq."""

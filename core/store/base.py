@@ -20,7 +20,7 @@ from collections.abc import Hashable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import StoreError
 from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
@@ -170,6 +170,15 @@ class Boundary:
     checkpoint: NewCheckpoint | None = None
     run: dict[str, Any] = field(default_factory=dict)
     events: list[NewEvent] = field(default_factory=list)
+
+
+class StepBrief(NamedTuple):
+    """What starting an execution needs of its row (:meth:`RunStore.step_brief`)."""
+
+    name: str
+    status: StepStatus
+    attempts: int
+    idempotency_key: str
 
 
 @dataclass(frozen=True)
@@ -458,6 +467,13 @@ class RunStore(ABC):
         time independent of the definition's size. Raises as :meth:`run`. Backends should
         override this default, which reads them."""
         return self.run(run_id).model_copy(update={"input": None, "definition": None})
+
+    def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
+        """Execution ``seq``'s name, status, attempts and key, or None: what a resumed run reads
+        at each boundary, without building a :class:`StepRecord`. Raises :class:`StoreDamaged` for
+        a status outside the vocabulary. Backends should override this default, which reads the row."""
+        s = self.step(run_id, seq)
+        return None if s is None else StepBrief(s.name, s.status, s.attempts, s.idempotency_key)
 
     def definition_text(self, run_id: str) -> str:
         """The run's recorded definition as stored JSON text, never decoded (a fork copies it).

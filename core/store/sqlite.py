@@ -30,8 +30,8 @@ from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, LeaseLost, StoreError, UnknownRun
 from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunStore, StoreBusy,
-                   StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
+from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunStore, StepBrief,
+                   StoreBusy, StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
@@ -732,6 +732,15 @@ class SqliteStore(RunStore):
     def step(self, run_id: str, seq: int) -> StepRecord | None:
         r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq = ?", (run_id, seq))
         return None if r is None else step_from_row(r)
+
+    @_translated
+    def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
+        r = self.conn.execute("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = ? AND seq = ?",
+                              (run_id, seq)).fetchone()
+        if r is None:
+            return None
+        self.rows_read += 1
+        return StepBrief(r[0], _vocabulary(StepStatus, r[1], f"step {r[0]!r}"), r[2], r[3])
 
     @_translated
     def step_named(self, run_id: str, name: str) -> StepRecord | None:
