@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,9 +73,10 @@ def relaypoint_series(has_durability: bool) -> list[Series]:
     return [Series("relaypoint default*", "relaypoint", ("default",))]
 
 
-def measure_chains(series: list[Series], sizes: list[int], repeat: int, budget: float,
-                   tmp: Path) -> dict[str, dict[int, Any]]:
-    """µs per step, median of ``repeat`` runs, per series and size; a string when not measured."""
+def per_size(series: list[Series], sizes: list[int], what: str,
+             measure: Callable[[Series, int], Any]) -> dict[str, dict[int, Any]]:
+    """``measure(series, n)`` per series and size; once a size runs over budget, that series'
+    larger sizes are skipped and show the same "over budget" text."""
     out: dict[str, dict[int, Any]] = {}
     for s in series:
         out[s.label] = {}
@@ -83,13 +85,21 @@ def measure_chains(series: list[Series], sizes: list[int], repeat: int, budget: 
             if stopped:
                 out[s.label][n] = stopped
                 continue
-            console.print(f"  chain {s.label} n={n:,}", style="dim")
+            console.print(f"  {what} {s.label} n={n:,}", style="dim")
             try:
-                samples = [call(s.tool, "chain", fresh(tmp, s.tool), n, *s.args, budget=budget) for _ in range(repeat)]
-                out[s.label][n] = statistics.median(samples) / n * 1e6
+                out[s.label][n] = measure(s, n)
             except OverBudget as e:
                 out[s.label][n] = stopped = str(e)
     return out
+
+
+def measure_chains(series: list[Series], sizes: list[int], repeat: int, budget: float,
+                   tmp: Path) -> dict[str, dict[int, Any]]:
+    """µs per step, median of ``repeat`` runs, per series and size; a string when not measured."""
+    def chain(s: Series, n: int) -> float:
+        samples = [call(s.tool, "chain", fresh(tmp, s.tool), n, *s.args, budget=budget) for _ in range(repeat)]
+        return statistics.median(samples) / n * 1e6
+    return per_size(series, sizes, "chain", chain)
 
 
 def measure_storage(series: list[Series], steps: int, budget: float, tmp: Path) -> dict[str, Any]:
@@ -107,21 +117,10 @@ def measure_storage(series: list[Series], steps: int, budget: float, tmp: Path) 
 def measure_resume(series: list[Series], sizes: list[int], repeat: int, budget: float,
                    tmp: Path) -> dict[str, dict[int, Any]]:
     """{"fork": ms, "resume": ms} medians per series and run length, one parent run forked ``repeat`` times."""
-    out: dict[str, dict[int, Any]] = {}
-    for s in series:
-        out[s.label] = {}
-        stopped = None
-        for n in sizes:
-            if stopped:
-                out[s.label][n] = stopped
-                continue
-            console.print(f"  resume {s.label} n={n:,}", style="dim")
-            try:
-                r = call(s.tool, "resume", fresh(tmp, s.tool), n, repeat, *s.args, budget=budget)
-                out[s.label][n] = {k: statistics.median(v) * 1000 for k, v in r.items()}
-            except OverBudget as e:
-                out[s.label][n] = stopped = str(e)
-    return out
+    def resume(s: Series, n: int) -> dict[str, float]:
+        r = call(s.tool, "resume", fresh(tmp, s.tool), n, repeat, *s.args, budget=budget)
+        return {k: statistics.median(v) * 1000 for k, v in r.items()}
+    return per_size(series, sizes, "resume", resume)
 
 
 def machine(tmp: Path) -> dict[str, str]:
