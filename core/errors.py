@@ -35,6 +35,13 @@ class LeaseLost(RelaypointError):
     """This process no longer owns the run (its lease expired, was taken over, or the run was cancelled);
     the fence refused its write and nothing was recorded."""
 
+    @classmethod
+    def of(cls, run_id: str, *, cancelled: bool) -> LeaseLost:
+        """The error for a refused fenced write of ``run_id``, saying why (``cancelled``: the run was
+        cancelled; otherwise its lease expired or another process took it over)."""
+        why = "it was cancelled" if cancelled else "its lease expired or another process took the run over"
+        return cls(f"run {run_id}: this process no longer owns the run ({why}); the step's result was not recorded")
+
 
 class DefinitionError(RelaypointError):
     """A workflow definition is invalid (for example, two steps share a name)."""

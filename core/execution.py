@@ -71,10 +71,7 @@ class Claim:
 
 def lease_lost(store: RunStore, run_id: str) -> LeaseLost:
     """The ``LeaseLost`` saying why this process no longer owns the run."""
-    cancelled = store.head(run_id).status == RunStatus.CANCELLED
-    why = "it was cancelled" if cancelled else "its lease expired or another process took the run over"
-    return LeaseLost(f"run {run_id}: this process no longer owns the run ({why}); "
-                     "the step's result was not recorded")
+    return LeaseLost.of(run_id, cancelled=store.head(run_id).status == RunStatus.CANCELLED)
 
 
 def state_json(state: State) -> str:

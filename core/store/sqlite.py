@@ -1044,15 +1044,7 @@ class SqliteStore(RunStore):
         row = self._row("SELECT status FROM runs WHERE run_id = ?", (run_id,))
         if row is None:
             return self._unknown(run_id)
-        return lease_lost(run_id, row["status"])
-
-
-def lease_lost(run_id: str, status: str | None) -> LeaseLost:
-    """The ``LeaseLost`` a fenced write of ``run_id`` raises, saying why from the run's ``status``."""
-    why = ("it was cancelled" if status == RunStatus.CANCELLED
-           else "its lease expired or another process took the run over")
-    return LeaseLost(f"run {run_id}: this process no longer owns the run ({why}); "
-                     "the step's result was not recorded")
+        return LeaseLost.of(run_id, cancelled=row["status"] == RunStatus.CANCELLED)
 
 
 # ---- conversions --------------------------------------------------------------------------------
