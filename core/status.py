@@ -49,20 +49,24 @@ class StepStatus(StrEnum):
     """Status of one step of a run, as stored in ``steps.status``.
 
     ``pending`` -> ``running`` -> ``completed`` | ``failed`` | ``awaiting_input`` (it called
-    ``request_input``; ``pending`` again once answered) | ``interrupted`` (its process died);
-    open steps (:data:`OPEN_STEPS`) become ``cancelled`` when the run is cancelled or rejected.
+    ``request_input``; ``pending`` again once answered) | ``awaiting_approval`` (a person's turn in a
+    pattern waits for their approval; ``pending`` again once approved) | ``interrupted`` (its
+    process died); open steps (:data:`OPEN_STEPS`) become ``cancelled`` when the run is cancelled or
+    rejected.
     """
 
     PENDING = "pending"
     RUNNING = "running"
     AWAITING_INPUT = "awaiting_input"  # asked with ``request_input``; re-runs once answered
+    AWAITING_APPROVAL = "awaiting_approval"  # a person's turn (``human(kind="approval")``); re-runs once approved
     COMPLETED = "completed"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     CANCELLED = "cancelled"
 
 
-OPEN_STEPS = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.AWAITING_INPUT, StepStatus.INTERRUPTED})
+OPEN_STEPS = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.AWAITING_INPUT,
+                        StepStatus.AWAITING_APPROVAL, StepStatus.INTERRUPTED})
 """Steps that have neither ended nor been cancelled: what cancel, rejection and deadline expiry cancel."""
 
 class CheckpointKind(StrEnum):
@@ -112,6 +116,7 @@ class EventKind(StrEnum):
     FORKED = "forked"
     APPROVAL_INHERITED = "approval_inherited"
     DRIFT_ALLOWED = "drift_allowed"
+    REPLAN_REQUESTED = "replan_requested"
 
 
 PAUSE_KINDS = frozenset({CheckpointKind.APPROVAL, CheckpointKind.INPUT, CheckpointKind.ORPHAN})
@@ -151,6 +156,7 @@ STEP_SYMBOLS: dict[StepStatus, str] = {
     StepStatus.PENDING: "·",
     StepStatus.RUNNING: "▶",
     StepStatus.AWAITING_INPUT: RUN_SYMBOLS[RunStatus.AWAITING_INPUT],
+    StepStatus.AWAITING_APPROVAL: RUN_SYMBOLS[RunStatus.AWAITING_APPROVAL],
     StepStatus.COMPLETED: "✔",
     StepStatus.FAILED: "✖",
     StepStatus.INTERRUPTED: "⚡",

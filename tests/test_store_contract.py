@@ -476,6 +476,176 @@ def test_deleting_runs_removes_everything_of_them(store):
     assert everything(store, "keep") == kept
 
 
+# ---- patterns: a group row and its children ------------------------------------------------------
+
+DEBATE = ("brief", "argue", "verdict")  # 'argue' (seq 1) is a debate's group row; children from seq 3
+
+
+def add_debate(store: RunStore, run_id: str, rounds: int = 3) -> dict[tuple[int, str], int]:
+    """A run whose 'brief' completed and whose debate 'argue' recorded ``rounds`` rounds of pro and
+    con, as the engine appends them: each child completed with its output, after the boundary
+    checkpoint that started it (holding the driver state there). Returns {(round, agent): seq}."""
+    add_run(store, run_id, steps=DEBATE, owner=lease())
+    seqs = {}
+    with store.transaction():
+        store.update_step(run_id, 0, status=StepStatus.COMPLETED, attempts=1, finished_at=at(1))
+        store.set_output(run_id, 0, '"the brief"')
+        for n, (rnd, agent) in enumerate((r, a) for r in range(1, rounds + 1) for a in ("pro", "con")):
+            seq = seqs[rnd, agent] = len(DEBATE) + n
+            store.add_checkpoint(NewCheckpoint(run_id, "boundary", seq, "argue", at(seq), state=json.dumps(
+                {"next": 1, "in": {"round": rnd, "spoken": [] if agent == "pro" else ["pro"]}})))
+            store.insert_steps(run_id, [NewStep(seq=seq, name="argue", iteration=rnd, agent=agent, parent=1,
+                                                status=StepStatus.COMPLETED, attempts=1,
+                                                idempotency_key=f"{run_id}/argue#{rnd}/{agent}")])
+            store.set_output(run_id, seq, encoding.dumps({"round": rnd, "by": agent}))
+        store.update_run(run_id, steps_done=1)
+    return seqs
+
+
+def shape(steps) -> list[tuple]:
+    return [(s.seq, s.name, s.iteration, s.agent, s.parent, s.status) for s in steps]
+
+
+def test_children_and_history_read_one_group_in_seq_order(store):
+    seqs = add_debate(store, "r1", rounds=2)
+    with store.transaction():  # the judge is under way; the verdict step has a child of its own
+        store.insert_steps("r1", [NewStep(seq=7, name="argue", iteration=3, agent="judge", parent=1,
+                                          status=StepStatus.RUNNING, idempotency_key="r1/argue#3/judge"),
+                                  NewStep(seq=8, name="verdict", iteration=1, agent="x", parent=2,
+                                          idempotency_key="r1/verdict#1/x")])
+    children = store.children("r1", 1)
+    assert shape(children) == [(3, "argue", 1, "pro", 1, "completed"), (4, "argue", 1, "con", 1, "completed"),
+                               (5, "argue", 2, "pro", 1, "completed"), (6, "argue", 2, "con", 1, "completed"),
+                               (7, "argue", 3, "judge", 1, "running")]
+    assert [(c.has_output, c.output) for c in children] == [(True, None)] * 4 + [(False, None)]
+    history = store.history("r1", 1)  # completed children only, outputs decoded
+    assert [(h.seq, h.output) for h in history] == [(seqs[r, a], {"round": r, "by": a})
+                                                    for r in (1, 2) for a in ("pro", "con")]
+    assert shape(store.children("r1", 2)) == [(8, "verdict", 1, "x", 2, "pending")]
+    assert store.children("r1", 0) == [] == store.history("r1", 0)
+    assert store.children("r1", 99) == [] == store.children("nope", 1)
+
+
+def test_history_fails_closed_naming_the_execution_whose_output_is_damaged(store):
+    seqs = add_debate(store, "r1", rounds=2)
+    with store.transaction():
+        store.set_output("r1", seqs[2, "con"], "{not json")
+    with pytest.raises(StoreDamaged, match=r"^the output of execution 6 \('argue', iteration 2, agent 'con'\) of run "
+                                           r"r1 in .* is not valid JSON"):
+        store.history("r1", 1)
+    assert store.children("r1", 1)[-1].has_output  # reading without outputs still works
+
+
+def test_steps_are_in_tree_order_each_group_followed_by_its_children(store):
+    add_debate(store, "r1", rounds=1)
+    with store.transaction():
+        store.insert_steps("r1", [NewStep(seq=5, name="verdict", agent="x", parent=2, idempotency_key="r1/verdict/x"),
+                                  NewStep(seq=6, name="argue", iteration=2, agent="judge", parent=1,
+                                          idempotency_key="r1/argue#2/judge")])
+    assert [(s.seq, s.parent) for s in store.steps("r1")] == [(0, None), (1, None), (3, 1), (4, 1), (6, 1), (2, None),
+                                                             (5, 2)]
+
+
+def test_checkpoint_at_is_the_earliest_state_holding_checkpoint_of_an_execution(store):
+    seqs = add_debate(store, "r1", rounds=2)
+    with store.transaction():
+        pause_id = store.add_checkpoint(NewCheckpoint("r1", "input", 9, "argue", at(20), state='{"next": 1}'))
+        store.add_checkpoint(NewCheckpoint("r1", "boundary", seqs[2, "pro"], "argue", at(21), state='{"later": 1}'))
+        store.add_checkpoint(NewCheckpoint("r1", "fork", 10, "argue", at(22), state='{"next": 1, "fork": {}}'))
+    first = store.checkpoint_at("r1", seqs[2, "pro"])
+    assert (first.kind, first.seq, first.created_at) == ("boundary", 5, at(5))
+    assert first.state == {"next": 1, "in": {"round": 2, "spoken": []}}
+    assert store.checkpoint_at("r1", 0).kind == "start"
+    assert store.checkpoint_at("r1", 10).state == {"next": 1, "fork": {}}
+    assert store.checkpoint_at("r1", 9) is None and store.last_pause("r1").checkpoint_id == pause_id  # a pause's
+    assert store.checkpoint_at("r1", 42) is None and store.checkpoint_at("nope", 0) is None
+    with store.transaction():
+        damaged = store.add_checkpoint(NewCheckpoint("r1", "boundary", 11, "argue", at(23), state="{not json"))
+    assert store.checkpoints("r1")[-1].state == {"unreadable": "{not json"}  # lenient for display
+    with pytest.raises(StoreDamaged, match=f"^the driver state of checkpoint {damaged} of run r1 in .* is not valid"):
+        store.checkpoint_at("r1", 11)  # strict for a fork that resumes from it
+
+
+def fork_run(store: RunStore, parent: str, child: str, cut: int, children_before: int | None = None) -> None:
+    with store.transaction():
+        store.insert_run(NewRun(run_id=child, workflow="flow", status=RunStatus.QUEUED, input="{}", definition="[]",
+                                fingerprint="fp", created_at=at(50), steps_total=3, parent_run_id=parent,
+                                forked_from_step=DEBATE[cut]))
+        store.copy_for_fork(parent, child, cut, children_before)
+
+
+def test_a_fork_after_a_pattern_copies_its_group_with_every_child(store):
+    seqs = add_debate(store, "p", rounds=2)
+    with store.transaction():  # the debate ended: its row holds the result
+        store.update_step("p", 1, status=StepStatus.COMPLETED, attempts=1)
+        store.set_output("p", 1, '"pro wins"')
+    fork_run(store, "p", "child", 2)
+    assert shape(store.steps("child")) == [(0, "brief", 1, None, None, "completed"),
+                                           (1, "argue", 1, None, None, "completed"),
+                                           *[(seqs[r, a], "argue", r, a, 1, "completed") for r in (1, 2)
+                                             for a in ("pro", "con")],
+                                           (2, "verdict", 1, None, None, "pending")]
+    assert [h.idempotency_key for h in store.history("child", 1)] == [f"p/argue#{r}/{a}" for r in (1, 2)
+                                                                      for a in ("pro", "con")]
+    assert [h.output for h in store.history("child", 1)] == [h.output for h in store.history("p", 1)]
+    assert store.output_of("child", "argue") == (True, "pro wins")
+    assert store.step("child", 2).idempotency_key == "child/verdict" and not store.step("child", 2).has_output
+
+
+def test_a_fork_inside_a_pattern_copies_the_children_before_the_cut(store):
+    seqs = add_debate(store, "p", rounds=3)
+    with store.transaction():
+        store.update_step("p", 1, status=StepStatus.COMPLETED, attempts=1)
+        store.set_output("p", 1, '"pro wins"')
+    fork_run(store, "p", "child", 1, children_before=seqs[2, "pro"])
+    assert shape(store.steps("child")) == [(0, "brief", 1, None, None, "completed"),
+                                           (1, "argue", 1, None, None, "pending"),
+                                           (3, "argue", 1, "pro", 1, "completed"),
+                                           (4, "argue", 1, "con", 1, "completed"),
+                                           (2, "verdict", 1, None, None, "pending")]
+    assert [h.output for h in store.history("child", 1)] == [{"round": 1, "by": "pro"}, {"round": 1, "by": "con"}]
+    group = store.step("child", 1)
+    assert (group.has_output, group.attempts, group.idempotency_key) == (False, 0, "child/argue")
+    assert store.max_seq("child") == seqs[2, "pro"] - 1  # round 2 is appended there again
+    assert store.output_of("child", "brief") == (True, "the brief")
+    fork_run(store, "p", "bare", 1)  # without children_before: the group starts afresh
+    assert shape(store.steps("bare"))[1:] == [(1, "argue", 1, None, None, "pending"),
+                                              (2, "verdict", 1, None, None, "pending")]
+
+
+def test_replace_steps_moves_children_with_their_group_and_checkpoints_with_their_execution(store):
+    seqs = add_debate(store, "r1", rounds=2)
+    with store.transaction():
+        asked = store.add_checkpoint(NewCheckpoint("r1", "input", seqs[2, "con"], "argue", at(30)))
+        store.decide(asked, "responded", "ann", at(31), value_json='"my point"')
+        store.add_checkpoint(NewCheckpoint("r1", "boundary", 7, "argue", at(32), state='{"next": 1}'))  # next append
+        dropped = store.replace_steps("r1", [NewStep(seq=0, name="intro", idempotency_key="r1/intro"),
+                                             NewStep(seq=1, name="brief", idempotency_key="r1/brief"),
+                                             NewStep(seq=2, name="argue", idempotency_key="r1/argue",
+                                                     options='{"pattern": "debate"}'),
+                                             NewStep(seq=3, name="verdict", idempotency_key="r1/verdict")])
+    assert dropped == []
+    assert shape(store.steps("r1")) == [(0, "intro", 1, None, None, "pending"),
+                                        (1, "brief", 1, None, None, "completed"),
+                                        (2, "argue", 1, None, None, "pending"),
+                                        *[(seqs[r, a] + 1, "argue", r, a, 2, "completed") for r in (1, 2)
+                                          for a in ("pro", "con")],
+                                        (3, "verdict", 1, None, None, "pending")]
+    assert [h.output for h in store.history("r1", 2)] == [{"round": r, "by": a} for r in (1, 2) for a in ("pro", "con")]
+    assert store.step("r1", 4).idempotency_key == "r1/argue#1/pro"
+    assert store.output_of("r1", "brief") == (True, "the brief")
+    assert store.checkpoint_at("r1", seqs[2, "pro"] + 1).state == {"next": 1, "in": {"round": 2, "spoken": []}}
+    assert store.responses("r1", seqs[2, "con"] + 1) == ["my point"]  # the answer stays with the turn that asked
+    assert store.checkpoint_at("r1", 1).kind == "start"  # brief's, moved with it
+    assert [c.seq for c in store.checkpoints("r1")][-1] == -8  # the next-append position names no execution
+    with store.transaction():
+        assert store.replace_steps("r1", [NewStep(seq=0, name="brief", idempotency_key="r1/brief")]) == [
+            "argue", "intro", "verdict"]
+    assert shape(store.steps("r1")) == [(0, "brief", 1, None, None, "completed")]
+    assert store.step_output("r1", 0) == "the brief" and store.max_seq("r1") == 0
+    assert store.responses("r1", 4) == [] and all(c.seq < 0 for c in store.checkpoints("r1") if c.seq != 0)
+
+
 # ---- transactions, versions, read-only ----------------------------------------------------------
 
 

@@ -307,7 +307,8 @@ class RunStore(ABC):
 
     @abstractmethod
     def steps(self, run_id: str) -> list[StepRecord]:
-        """The run's step executions in ``seq`` order, without outputs (``has_output`` set)."""
+        """The run's step executions in tree order, without outputs (``has_output`` set): top-level
+        executions in ``seq`` order, each followed by its children in ``seq`` order."""
 
     @abstractmethod
     def step(self, run_id: str, seq: int) -> StepRecord | None:
@@ -374,9 +375,14 @@ class RunStore(ABC):
 
     @abstractmethod
     def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
-        """Rebuild the run's top-level chain (allowed drift): each new step whose name was recorded
-        keeps its recorded status, attempts, times, idempotency key and output; others are fresh.
-        Returns the names of recorded steps dropped (their outputs go with them)."""
+        """Rebuild the run's top-level chain (allowed drift) from ``steps`` (seq 0..n-1): each new
+        step whose name was recorded keeps its recorded status, attempts, times, idempotency key and
+        output; others are fresh. The children of a kept step move with it: ``parent`` its new seq,
+        their own seqs shifted by (new count - recorded count of top-level steps), so they stay
+        after every top-level step in the same order, with their outputs. Checkpoints follow the
+        execution at their ``seq``; a checkpoint at no kept execution (a dropped one, a position
+        past the last) gets ``seq`` ``-1 - seq``, naming none. Returns the names of recorded
+        top-level steps dropped (their outputs and children go with them)."""
 
     @abstractmethod
     def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
@@ -416,18 +422,21 @@ class RunStore(ABC):
 
     @abstractmethod
     def cancel_open_steps(self, run_id: str, at: datetime) -> None:
-        """Mark every open execution (pending, running, awaiting input, interrupted) cancelled,
-        finished at ``at`` unless it already had a finish time."""
+        """Mark every open execution (:data:`~relaypoint.status.OPEN_STEPS`: pending, running,
+        awaiting input or approval, interrupted) cancelled, finished at ``at`` unless it already had
+        a finish time."""
 
     @abstractmethod
     def delete_runs(self, run_ids: Iterable[str]) -> None:
         """Delete runs with everything of them (steps, outputs, checkpoints, events)."""
 
     @abstractmethod
-    def copy_for_fork(self, parent: str, child: str, cut_seq: int) -> None:
-        """Copy the parent's top-level chain into the child (which must exist): executions before
-        ``cut_seq`` as recorded, with their outputs as stored text (never decoded); from
-        ``cut_seq`` on pending, attempts 0, no output, with the child's idempotency keys."""
+    def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
+        """Copy the parent's executions into the child (which must exist), keeping their seqs:
+        top-level executions before ``cut_seq`` as recorded, with all their children, and their
+        outputs as stored text (never decoded); with ``children_before``, also the children of
+        execution ``cut_seq`` whose seq is below it (a fork inside a pattern); top-level executions
+        from ``cut_seq`` on pending, attempts 0, no output, with the child's idempotency keys."""
 
     @abstractmethod
     def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
@@ -493,3 +502,23 @@ class RunStore(ABC):
         """The top-level executions before ``seq`` whose options ask for approval, in order (the
         gates a fork carries over). Backends should override this default, which reads every step."""
         return [s for s in self.steps(run_id) if s.seq < seq and s.parent is None and s.options.get("approval")]
+
+    # ---- added for patterns
+
+    @abstractmethod
+    def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
+        """The executions whose parent is ``parent_seq`` (a pattern's agent calls and decisions,
+        which carry its name), in seq order, without outputs (``has_output`` set); [] when none."""
+
+    @abstractmethod
+    def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
+        """The completed children of ``parent_seq`` in seq order, each with its ``output`` strictly
+        decoded (what a pattern's next call and its finisher consume). Raises :class:`StoreDamaged`
+        naming the execution whose output cannot be read."""
+
+    @abstractmethod
+    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        """The earliest start, boundary or fork checkpoint whose ``seq`` is ``seq``: the driver
+        state at the boundary that started execution ``seq`` (a fork inside a pattern resumes from
+        it), or None. Its ``state`` is decoded strictly: raises :class:`StoreDamaged` naming the
+        checkpoint when it cannot be read."""

@@ -76,6 +76,13 @@ _OUTPUT_INSERT = "INSERT OR REPLACE INTO outputs (run_id, seq, value) VALUES (?,
 _CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at) "
                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 _EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)"
+# The children of execution ?2 of run ?1, in seq order. A group's children carry its name (the
+# pattern's): steps_by_name reads the group's executions only, not every execution after it (the
+# planner, without statistics, would rather scan the run's primary key to skip the sort).
+_CHILDREN = ("FROM steps s INDEXED BY steps_by_name WHERE s.run_id = ?1 AND s.name = (SELECT g.name FROM steps g "
+             "WHERE g.run_id = ?1 AND g.seq = ?2) AND s.parent_seq = ?2 ORDER BY s.seq")
+# Checkpoints that hold the driver state a run goes on from (not a pause's).
+_STATE_KINDS = ("start", "boundary", "fork")
 
 
 # ---- schema -------------------------------------------------------------------------------------
@@ -725,8 +732,21 @@ class SqliteStore(RunStore):
 
     @_translated
     def steps(self, run_id: str) -> list[StepRecord]:
+        # Tree order: each group's children (appended after every top-level row) right after it.
         return [step_from_row(r) for r in self._rows(
-            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? ORDER BY s.seq", (run_id,))]
+            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? ORDER BY coalesce(s.parent_seq, s.seq), s.seq",
+            (run_id,))]
+
+    @_translated
+    def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
+        return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}", (run_id, parent_seq))]
+
+    @_translated
+    def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
+        rows = self._rows(f"SELECT {STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
+                          f"AND o.seq = s.seq) AS value {_CHILDREN}", (run_id, parent_seq))
+        return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
+                for r in rows if r["status"] == StepStatus.COMPLETED]
 
     @_translated
     def step(self, run_id: str, seq: int) -> StepRecord | None:
@@ -789,6 +809,15 @@ class SqliteStore(RunStore):
     @_translated
     def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
         return self._checkpoint("run_id = ?", (run_id,))
+
+    @_translated
+    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        r = self._row(f"SELECT * FROM checkpoints WHERE run_id = ? AND seq = ? AND kind IN {_STATE_KINDS!r} "
+                      "ORDER BY checkpoint_id LIMIT 1", (run_id, seq))
+        if r is None:
+            return None
+        state = self._strict(r["state"], f"the driver state of checkpoint {r['checkpoint_id']} of run {run_id}")
+        return checkpoint_from_row(r).model_copy(update={"state": state})
 
     @_translated
     def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
@@ -859,26 +888,44 @@ class SqliteStore(RunStore):
 
     @_translated
     def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
-        old = {r["name"]: r for r in self._rows("SELECT * FROM steps WHERE run_id = ? AND parent_seq IS NULL",
-                                                (run_id,))}
-        # Outputs move with their step without being read: park them at negative seqs, move the
-        # kept ones to their new seq, drop the rest.
-        self.conn.execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = ?", (run_id,))
-        self.conn.execute("DELETE FROM steps WHERE run_id = ?", (run_id,))
+        rows = self._rows("SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
+        top = [r for r in rows if r["parent_seq"] is None]
+        old = {r["name"]: r for r in top}
+        shift = len(steps) - len(top)  # children stay after every top-level row, in their order
+        moved: dict[int, int] = {}  # old seq -> new seq of each kept execution
+        kept_rows = []
         for s in steps:
             kept = old.pop(s.name, None)
             if kept is None:
-                self.conn.execute(self._STEP_INSERT, self._step_values(run_id, s))
+                kept_rows.append(self._step_values(run_id, s) + (None, None, None, None))
                 continue
-            self.conn.execute(
-                "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, error, "
-                "traceback, started_at, finished_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, s.seq, s.name, kept["iteration"], kept["agent"], None, kept["status"], kept["attempts"],
-                 s.options, kept["error"], kept["traceback"], kept["started_at"], kept["finished_at"],
-                 kept["idempotency_key"]))
-            self.conn.execute("UPDATE outputs SET seq = ? WHERE run_id = ? AND seq = ?",
-                              (s.seq, run_id, -1 - kept["seq"]))
+            moved[kept["seq"]] = s.seq
+            kept_rows.append((run_id, s.seq, s.name, kept["iteration"], kept["agent"], None, kept["status"],
+                              kept["attempts"], s.options, kept["idempotency_key"], kept["error"], kept["traceback"],
+                              kept["started_at"], kept["finished_at"]))
+        for r in rows:  # in seq order: a parent is placed before its children
+            if r["parent_seq"] is not None and r["parent_seq"] in moved:
+                moved[r["seq"]] = r["seq"] + shift
+                kept_rows.append((run_id, moved[r["seq"]], r["name"], r["iteration"], r["agent"],
+                                  moved[r["parent_seq"]], r["status"], r["attempts"], r["options"],
+                                  r["idempotency_key"], r["error"], r["traceback"], r["started_at"], r["finished_at"]))
+        self.conn.execute("DELETE FROM steps WHERE run_id = ?", (run_id,))
+        self.conn.executemany(
+            "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
+            "idempotency_key, error, traceback, started_at, finished_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", kept_rows)
+        # Outputs move with their execution without being read: park them at negative seqs, move the
+        # kept ones to their new seq, drop the rest.
+        self.conn.execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = ?", (run_id,))
+        self.conn.executemany("UPDATE outputs SET seq = ? WHERE run_id = ? AND seq = ?",
+                              [(new, run_id, -1 - was) for was, new in moved.items()])
         self.conn.execute("DELETE FROM outputs WHERE run_id = ? AND seq < 0", (run_id,))
+        # Checkpoints follow their execution (an answer stays with the step that asked for it); one
+        # at no kept execution names none (negative), so it never matches an execution added later.
+        self.conn.executemany("UPDATE checkpoints SET seq = ? WHERE checkpoint_id = ?", [
+            (moved.get(r["seq"], -1 - r["seq"]), r["checkpoint_id"]) for r in self._rows(
+                "SELECT checkpoint_id, seq FROM checkpoints WHERE run_id = ? AND seq >= 0", (run_id,))
+            if moved.get(r["seq"]) != r["seq"]])
         return sorted(old)
 
     @_translated
@@ -952,24 +999,29 @@ class SqliteStore(RunStore):
                               "(SELECT 1 FROM runs WHERE fingerprint = definitions.fingerprint)", fingerprints)
 
     @_translated
-    def copy_for_fork(self, parent: str, child: str, cut_seq: int) -> None:
+    def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
         # In SQL: upstream outputs move as stored text, never decoded or re-run.
-        values = {"child": child, "parent": parent, "cut": cut_seq, "pending": StepStatus.PENDING}
-        # Two inserts, each read in the primary key's order (no sort), appended in seq order.
+        values = {"child": child, "parent": parent, "cut": cut_seq, "before": children_before,
+                  "pending": StepStatus.PENDING}
+        # Copied as recorded: the top-level rows before the cut with their children, and the cut
+        # group's children before ``children_before`` (none when it is NULL: ``seq < NULL`` is never true).
+        copied = "(coalesce(s.parent_seq, s.seq) < :cut OR (s.parent_seq = :cut AND s.seq < :before))"
+        # Three inserts, each read in the primary key's order (no sort), appended in seq order.
         self.conn.execute(
-            """INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
-                                  error, traceback, started_at, finished_at, idempotency_key)
-               SELECT :child, seq, name, iteration, agent, parent_seq, status, attempts, options, error, traceback,
-                      started_at, finished_at, idempotency_key
-               FROM steps WHERE run_id = :parent AND seq < :cut ORDER BY seq""", values)
+            f"""INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
+                                   error, traceback, started_at, finished_at, idempotency_key)
+                SELECT :child, seq, name, iteration, agent, parent_seq, status, attempts, options, error, traceback,
+                       started_at, finished_at, idempotency_key
+                FROM steps s WHERE run_id = :parent AND {copied} ORDER BY seq""", values)
         self.conn.execute(
             """INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
                                   idempotency_key)
                SELECT :child, seq, name, 1, NULL, NULL, :pending, 0, options, :child || '/' || name
                FROM steps WHERE run_id = :parent AND seq >= :cut AND parent_seq IS NULL AND iteration = 1
                ORDER BY seq""", values)
-        self.conn.execute("INSERT INTO outputs (run_id, seq, value) SELECT :child, seq, value FROM outputs "
-                          "WHERE run_id = :parent AND seq < :cut ORDER BY seq", values)
+        self.conn.execute(f"INSERT INTO outputs (run_id, seq, value) SELECT :child, o.seq, o.value FROM steps s "
+                          "JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
+                          f"WHERE s.run_id = :parent AND {copied} ORDER BY s.seq", values)
 
     @_translated
     def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
@@ -1181,6 +1233,12 @@ def step_from_row(r: dict[str, Any]) -> StepRecord:
         traceback=r["traceback"], started_at=_time(r, "started_at", what), finished_at=_time(r, "finished_at", what),
         idempotency_key=r["idempotency_key"],
     )
+
+
+def _execution(run_id: str, r: dict[str, Any]) -> str:
+    """How a message names an execution of run ``run_id`` given its ``steps`` row."""
+    agent = f", agent '{r['agent']}'" if r["agent"] is not None else ""
+    return f"the output of execution {r['seq']} ('{r['name']}', iteration {r['iteration']}{agent}) of run {run_id}"
 
 
 def checkpoint_from_row(r: dict[str, Any]) -> Checkpoint:
