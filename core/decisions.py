@@ -22,7 +22,7 @@ def step_named(store: RunStore, rid: str, name: str | None) -> StepRecord:
     """The run's top-level step ``name``; ``UnknownStep`` listing its steps otherwise."""
     found = store.step_named(rid, name) if name is not None else None
     if found is None:
-        names = ", ".join(s.name for s in store.steps(rid)) or "none"
+        names = ", ".join(s.name for s in store.steps(rid) if s.parent is None) or "none"
         raise UnknownStep(f"run {rid} has no step {name!r}; its steps are: {names}")
     return found
 
@@ -68,26 +68,46 @@ class Decisions:
             cp = self._pending(rid, APPROVAL_KINDS, "approve", checkpoint_id)
             at = now_of(self.clock)
             self._decide(cp, Decision.APPROVED, by, at, comment, value)
-            step = step_named(self.store, rid, cp.step)
             head = self.store.head(rid)
-            done, nxt = head.steps_done, cp.seq
-            if cp.kind == CheckpointKind.ORPHAN and value is None:
-                self.store.update_step(rid, step.seq, status=StepStatus.PENDING)
-            elif cp.kind == CheckpointKind.ORPHAN:
-                self.store.update_step(rid, step.seq, status=StepStatus.COMPLETED, finished_at=at)
-                self.store.set_output(rid, step.seq, value)
-                done, nxt = done + 1, step.seq + 1
-            elif value is not None:
-                self.store.set_output(rid, step.seq, value)
-            after = self.store.step(rid, nxt)
-            while after is not None and after.status == StepStatus.COMPLETED:  # a fork's copied steps
-                after = self.store.step(rid, after.seq + 1)
-            self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at, steps_done=done,
-                                  current_step=after.name if after is not None else None)
+            own = self._paused_execution(rid, cp)
+            if own is None:  # a chain's gate: the output of step cp.step, approved (or edited)
+                step = step_named(self.store, rid, cp.step)
+                if value is not None:
+                    self.store.set_output(rid, step.seq, value)
+                progress = {"steps_done": head.steps_done, "current_step": self._next_open(rid, cp.seq)}
+            elif cp.kind == CheckpointKind.ORPHAN and value is not None:  # record what the orphan did
+                self.store.update_step(rid, own.seq, status=StepStatus.COMPLETED, finished_at=at)
+                self.store.set_output(rid, own.seq, value)
+                progress = {} if own.parent is not None else {
+                    "steps_done": head.steps_done + 1, "current_step": self._next_open(rid, own.seq + 1)}
+            else:  # re-run it: an orphan, or a person's turn (their decision stays in the checkpoint)
+                self.store.update_step(rid, own.seq, status=StepStatus.PENDING)
+                progress = {} if own.parent is not None else {"current_step": own.name}
+            self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at, **progress)
             self.store.add_event(rid, at, EventKind.APPROVED, step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id,
                                  comment=comment, output_edited=value is not None)
         return cp.model_copy(update={"decision": Decision.APPROVED.value, "decided_by": by, "decided_at": at,
                                      "comment": comment, "value": output})
+
+    def _paused_execution(self, rid: str, cp: Checkpoint) -> StepRecord | None:
+        """The execution a pause holds itself: a held orphan's, or a person's approval turn in a
+        pattern (its row at ``cp.seq`` awaits approval); None for a chain's gate, which holds the
+        run between steps. Raises ``UnknownStep`` when an orphan's row is gone."""
+        row = self.store.step(rid, cp.seq)
+        if cp.kind == CheckpointKind.ORPHAN:
+            if row is None:
+                raise UnknownStep(f"run {rid} has no execution {cp.seq} (step '{cp.step}'), which checkpoint "
+                                  f"{cp.checkpoint_id} holds; delete or fork the run")
+            return row
+        return row if row is not None and row.status == StepStatus.AWAITING_APPROVAL else None
+
+    def _next_open(self, rid: str, seq: int) -> str | None:
+        """The name of the first execution from ``seq`` on that has not completed (a fork's copied
+        steps have), or None."""
+        after = self.store.step(rid, seq)
+        while after is not None and after.status == StepStatus.COMPLETED:
+            after = self.store.step(rid, after.seq + 1)
+        return after.name if after is not None else None
 
     def reject(self, run_id: str, comment: str, by: str, checkpoint_id: int | None) -> Checkpoint:
         """See :meth:`relaypoint.Runtime.reject`."""

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 
-from helpers import DB
-from test_store_contract import DEBATE, add_debate, add_run
+import pytest
+from helpers import DB, FakeClock
+from test_store_contract import DEBATE, add_debate, add_run, at
 
-from relaypoint.status import StepStatus
-from relaypoint.store import NewStep, RunStore, open_store
+from relaypoint import Runtime
+from relaypoint.status import CheckpointKind, RunStatus, StepStatus
+from relaypoint.store import NewCheckpoint, NewStep, RunStore, open_store
 
 # ---- reads: index use and cost ------------------------------------------------------------------
 
@@ -63,3 +65,75 @@ def test_reading_a_groups_children_costs_the_same_however_many_executions_other_
     (few_rows, few_work), (many_rows, many_work) = costs
     assert few_rows == many_rows == 12
     assert many_work < few_work * 1.5, costs  # B-tree depth only, not the other group's 5,000 rows
+
+
+# ---- decisions on a pattern's execution ---------------------------------------------------------
+
+
+def paused_turn(path: str, run_id: str, status: StepStatus, kind: str, deadline: float | None = None) -> int:
+    """A debate run paused on its round-2 execution (seq 5, agent 'ann'), found in ``status`` behind a
+    ``kind`` checkpoint (a person's approval turn, or a held orphan); 'brief' and round 1 completed.
+    Returns the execution's seq."""
+    with open_store(path, create=True) as store:
+        add_debate(store, run_id, rounds=1)
+        with store.transaction():
+            store.insert_steps(run_id, [NewStep(seq=5, name="argue", iteration=2, agent="ann", parent=1, status=status,
+                                                attempts=1, idempotency_key=f"{run_id}/argue#2/ann")])
+            store.add_checkpoint(NewCheckpoint(run_id, kind, 5, "argue", at(9), reason="ann's turn",
+                                               state='{"next": 1, "in": {"round": 2}}',
+                                               deadline_at=None if deadline is None else at(deadline)))
+            store.update_run(run_id, status=RunStatus.AWAITING_APPROVAL, current_step="argue", lease=None)
+    return 5
+
+
+def test_approving_a_persons_turn_re_runs_it_with_the_decision_kept_in_the_checkpoint(tmp_path):
+    path = str(tmp_path / DB)
+    seq = paused_turn(path, "r1", StepStatus.AWAITING_APPROVAL, CheckpointKind.APPROVAL)
+    with Runtime(path) as rt:
+        cp = rt.approve("r1", by="ann", comment="agreed", output={"points": 3})
+        turn, group = rt.store.step("r1", seq), rt.store.step("r1", 1)
+        assert (turn.status, turn.attempts, turn.has_output) == (StepStatus.PENDING, 1, False)
+        assert (group.status, group.has_output) == (StepStatus.PENDING, False)
+        head = rt.store.head("r1")
+        assert (head.status, head.current_step, head.steps_done) == (RunStatus.QUEUED, "argue", 1)
+        decided = rt.store.last_pause("r1")
+        assert decided.checkpoint_id == cp.checkpoint_id and decided.seq == seq
+        assert (decided.decision, decided.decided_by, decided.comment, decided.value) == (
+            "approved", "ann", "agreed", {"points": 3})
+        assert rt.store.pending_checkpoint("r1") is None
+        assert [h.agent for h in rt.store.history("r1", 1)] == ["pro", "con"]  # the turn has no output yet
+        assert rt.events("r1")[-1].kind == "approved"
+
+
+@pytest.mark.parametrize("output", [None, {"said": "pro wins"}], ids=["re-run", "recorded"])
+def test_approving_a_held_orphan_inside_a_pattern_acts_on_its_own_row(tmp_path, output):
+    path = str(tmp_path / DB)
+    seq = paused_turn(path, "r1", StepStatus.INTERRUPTED, CheckpointKind.ORPHAN)
+    with Runtime(path) as rt:
+        rt.approve("r1", by="ops", output=output)
+        orphan, group = rt.store.step("r1", seq), rt.store.step("r1", 1)
+        assert orphan.status == (StepStatus.PENDING if output is None else StepStatus.COMPLETED)
+        assert (group.status, group.has_output) == (StepStatus.PENDING, False)  # not the pattern's row
+        assert [h.output for h in rt.store.history("r1", 1)][2:] == ([] if output is None else [output])
+        head = rt.store.head("r1")
+        assert (head.status, head.current_step, head.steps_done) == (RunStatus.QUEUED, "argue", 1)  # top level only
+
+
+@pytest.mark.parametrize("end", ["reject", "expire", "cancel"])
+def test_ending_a_run_paused_on_a_persons_turn_cancels_the_turn(tmp_path, end):
+    path = str(tmp_path / DB)
+    clock = FakeClock(at(100))
+    seq = paused_turn(path, "r1", StepStatus.AWAITING_APPROVAL, CheckpointKind.APPROVAL, deadline=50)
+    with Runtime(path, clock=clock) as rt:
+        if end == "reject":
+            clock.now = at(10)
+            rt.reject("r1", "not convincing", by="ann")
+        elif end == "expire":
+            assert rt.expire_deadlines() == ["r1"]
+        else:
+            rt.cancel("r1", by="ops")
+        assert [(s.seq, s.status) for s in rt.steps("r1")] == [
+            (0, StepStatus.COMPLETED), (1, StepStatus.CANCELLED), (3, StepStatus.COMPLETED), (4, StepStatus.COMPLETED),
+            (seq, StepStatus.CANCELLED), (2, StepStatus.CANCELLED)]
+        assert rt.store.head("r1").status == {"reject": RunStatus.REJECTED, "expire": RunStatus.REJECTED,
+                                              "cancel": RunStatus.CANCELLED}[end]
