@@ -1,6 +1,7 @@
 """relaypoint: durable, resumable, human-approved multi-step runs on a local SQLite file.
 
-Public API: :class:`Workflow` to define a chain of steps, :class:`Runtime` to start, resume,
+Public API: :class:`Workflow` to define a chain of steps and multi-agent patterns (with
+:func:`human`, a person as an agent), :class:`Runtime` to start, resume,
 approve, reject, respond to, fork and cancel runs, the vocabulary (statuses, checkpoint kinds,
 decisions, event kinds) and the typed errors. Drivers (what a run does next) live in
 :mod:`relaypoint.drivers`.
@@ -9,6 +10,7 @@ decisions, event kinds) and the typed errors. Drivers (what a run does next) liv
 from .errors import (AppLoadError, DefinitionError, DriftError, InvalidValue, LeaseLost, RefusedTransition,
                      RelaypointError, StoreError, UnknownRun, UnknownStep, UnknownWorkflow)
 from .models import Checkpoint, Event, Run, RunSummary, StepRecord
+from .patterns import human
 from .runtime import Runtime
 from .status import CheckpointKind, Decision, EventKind, RunStatus, StepStatus
 from .workflow import Context, Workflow
@@ -17,5 +19,5 @@ __all__ = [
     "AppLoadError", "Checkpoint", "CheckpointKind", "Context", "Decision", "DefinitionError", "DriftError", "Event",
     "EventKind", "InvalidValue", "LeaseLost", "RefusedTransition", "RelaypointError", "Run", "RunStatus",
     "RunSummary", "Runtime", "StepRecord", "StepStatus", "StoreError", "UnknownRun", "UnknownStep", "UnknownWorkflow",
-    "Workflow",
+    "Workflow", "human",
 ]

@@ -14,11 +14,11 @@ from datetime import datetime
 
 from . import encoding
 from .clock import Clock
-from .drivers import Call, Driver, idempotency_key
+from .drivers import Call, Driver, State, idempotency_key
 from .errors import DriftError, RefusedTransition
 from .execution import Claim, Current, Executor, state_json
 from .lease import HOST, LeaseHolder, owner_gone
-from .models import Owner, RunHead
+from .models import Checkpoint, Owner, RunHead
 from .recovery import Recovery, now_of
 from .refusals import resume_refusal
 from .status import PAUSE_KINDS, CheckpointKind, EventKind, RunStatus, StepStatus, goes_on
@@ -60,13 +60,13 @@ class Claims:
                 NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(run_id, Call(s.name)),
                         options=encoding.dumps_trusted(s.options(), "options"))
                 for i, s in enumerate(planned)))
-            state, action, cur = self.executor.resolve(run_id, driver, state, fresh_from=0)
+            # what a step sees is the input as stored (a tuple reads back as a list), as on resume
+            input = encoding.loads(input_text)
+            state, action, cur = self.executor.resolve(run_id, driver, state, input, fresh_from=0)
             self.store.add_checkpoint(NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None,
                                                     at, state=state_json(state)))
             self.store.add_event(run_id, at, EventKind.RUN_STARTED, workflow=wf.name, pid=lease.pid, host=HOST)
-            # what a step sees is the input as stored (a tuple reads back as a list), as on resume
-            claim = Claim(run_id, driver, lease, encoding.loads(input_text), state, action, cur, steps_done=0,
-                          fresh_from=0)
+            claim = Claim(run_id, driver, lease, input, state, action, cur, steps_done=0, fresh_from=0)
             self._begin(claim, at)
         return claim
 
@@ -79,6 +79,9 @@ class Claims:
             claim.next_seq = self.store.max_seq(run_id) + 1
             cur.seq, claim.next_seq = claim.next_seq, claim.next_seq + 1
             self.store.insert_steps(run_id, [self.executor.appended(claim.driver, cur)])
+            # a checkpoint naming the row, so a resume after a crash re-runs it instead of appending
+            self.store.add_checkpoint(NewCheckpoint(run_id, CheckpointKind.BOUNDARY, cur.seq, cur.call.name, at,
+                                                    state=state_json(claim.state)))
         else:
             claim.started(cur.seq)
         self.store.update_step(run_id, cur.seq, status=StepStatus.RUNNING, attempts=cur.attempt, started_at=at,
@@ -87,10 +90,12 @@ class Claims:
 
     # ---- resume
 
-    def resume(self, rid: str, workflow_of: Callable[[str], Workflow], allow_drift: bool) -> Claim | RunStatus:
+    def resume(self, rid: str, workflow_of: Callable[[str], Workflow], allow_drift: bool, *,
+               replan: bool = False) -> Claim | RunStatus:
         """Claim an existing run (see :meth:`relaypoint.Runtime.resume`). Returns the claim, or the
         status the run was left in without executing anything (failed as a poison pill, or paused
-        to hold an orphan step)."""
+        to hold an orphan step). ``replan``: the planner the run is inside decomposes its goal
+        again (the driver refuses, nothing written, when the run is not inside one)."""
         lease = self.lease(rid)
         with self.store.transaction():
             head = self.store.head(rid)
@@ -109,13 +114,11 @@ class Claims:
             steps_done = self._reconcile(head, wf, driver, allow_drift, at)
             input = self.store.run_input(rid)
             checkpoint = self.store.latest_checkpoint(rid)
-            if checkpoint is None:
-                state = driver.initial_state()
-            else:
-                state = driver.restore(checkpoint.state, checkpoint)
-                if checkpoint.kind in PAUSE_KINDS and goes_on(checkpoint.kind, checkpoint.decision):
-                    state = driver.decided(state, checkpoint)
-            state, action, cur = self.executor.resolve(rid, driver, state,
+            state = driver.initial_state() if checkpoint is None else self._restored(driver, checkpoint)
+            if replan:
+                state = driver.replan(state)
+                self.store.add_event(rid, at, EventKind.REPLAN_REQUESTED, step=checkpoint.step if checkpoint else None)
+            state, action, cur = self.executor.resolve(rid, driver, state, input,
                                                        resume_at=checkpoint.seq if checkpoint else None)
             if head.status == RunStatus.INTERRUPTED and self._poisoned(head, cur, at):
                 return RunStatus.FAILED
@@ -130,6 +133,15 @@ class Claims:
             claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done)
             self._begin(claim, at)
         return claim
+
+    @staticmethod
+    def _restored(driver: Driver, checkpoint: Checkpoint) -> State:
+        """The driver state to go on from ``checkpoint``: restored, with the decision of a decided
+        pause applied."""
+        state = driver.restore(checkpoint.state, checkpoint)
+        if checkpoint.kind in PAUSE_KINDS and goes_on(checkpoint.kind, checkpoint.decision):
+            state = driver.decided(state, checkpoint)
+        return state
 
     def _refuse_unless_decided(self, rid: str) -> None:
         """Fail closed: the run's latest pause must carry a readable decision that lets it go on."""

@@ -14,15 +14,17 @@ A driver is pure: it reads nothing and writes nothing; every method returns a ne
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from .errors import RefusedTransition
 from .status import CheckpointKind
 
 if TYPE_CHECKING:
     from .models import Checkpoint
-    from .workflow import StepSpec, Workflow
+    from .patterns.base import Pattern
+    from .workflow import Context, StepSpec, Workflow
 
 State = dict[str, Any]
 
@@ -31,13 +33,15 @@ State = dict[str, Any]
 class Call:
     """One step execution a driver asks for: the step ``name``, its ``iteration`` (1-based: a name
     repeats once per iteration in a pattern), the ``agent`` it runs as (None for a chain step), an
-    ``input`` of its own (JSON, or None) and the seq of the execution that spawned it (``parent``)."""
+    ``input`` of its own (JSON, or None), the seq of the pattern's group row it belongs to
+    (``parent``; None at top level) and, for a planner's subtask, its ``task`` id."""
 
     name: str
     iteration: int = 1
     agent: str | None = None
     input: Any = None
     parent: int | None = None
+    task: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,10 +109,13 @@ class Driver(ABC):
         """What to do now."""
 
     @abstractmethod
-    def fold(self, state: State, call: Call, output: Any, *, recorded: bool = False) -> State:
+    def fold(self, state: State, call: Call, output: Any, *, recorded: bool = False,
+             ctx: Context | None = None) -> State:
         """The state after ``call`` completed with ``output``. ``recorded``: the result was recorded
         before this claim of the run (the executor meets it again on resume), so any pause it led
-        to was decided then."""
+        to was decided then. ``ctx``: the execution's context (``ctx.output`` set), on which a
+        pattern evaluates its own user code, such as a loop's ``until``; an exception raised here
+        fails the execution as if the step had raised it."""
 
     @abstractmethod
     def decided(self, state: State, checkpoint: Checkpoint) -> State:
@@ -124,11 +131,47 @@ class Driver(ABC):
         """The names ``ctx.results`` offers to the execution the driver asks for in ``state``
         (membership should be cheap: it is tested on every read)."""
 
+    def failed(self, state: State, call: Call, error: str) -> State | str:
+        """After ``call`` failed with ``error`` and its retries are used up: the state to go on from
+        (the execution stays recorded ``failed``; a planner re-plans), or the run's failure reason
+        (the default: the run fails)."""
+        return f"step '{call.name}'{where(call)} failed: {error}"
+
+    def view(self, state: State) -> Mapping[str, Any]:
+        """What ``ctx.state`` shows an execution asked for in ``state`` (default: the state)."""
+        return state
+
+    def history_of(self, call: Call) -> tuple[int, frozenset[str]] | None:
+        """Whose recorded results ``ctx.history`` lists for ``call``: the seq of a pattern's group
+        row and the agent labels to leave out (the pattern's own decisions), or None (no history)."""
+        return None
+
+    def replan(self, state: State) -> State:
+        """The state that makes a planner decompose its goal again (``resume --replan``). Raises
+        ``RefusedTransition`` when the run is not inside a planner (the default)."""
+        raise RefusedTransition("this run is not inside a planner, so there is nothing to re-plan; resume it without "
+                                "--replan")
+
+    def remap(self, state: State, recorded: Sequence[str]) -> State | None:
+        """``state`` (recorded when the workflow's nodes were named ``recorded``, in order) for the
+        current definition, after an allowed drift; None when it cannot be carried over."""
+        return None
+
+
+def where(call: Call) -> str:
+    """`` (round 3, agent 'pro')``-style words locating a pattern's execution, '' at top level."""
+    if call.parent is None:
+        return ""
+    parts = [f"iteration {call.iteration}"] + ([f"agent '{call.agent}'"] if call.agent else []) + (
+        [f"subtask '{call.task}'"] if call.task else [])
+    return f" ({', '.join(parts)})"
+
 
 def idempotency_key(run_id: str, call: Call) -> str:
-    """The key a step execution hands to external services: ``run/name`` for a first iteration
-    without an agent (so chain runs keep their keys), else ``run/name#iteration`` and ``/agent``."""
-    if call.iteration == 1 and call.agent is None:
+    """The key a step execution hands to external services: ``run/name`` at top level (so chain
+    runs keep their keys), ``run/name#iteration`` and ``/agent`` inside a pattern (a planner's
+    iteration is its subtask's ordinal, so every execution of a run has its own key)."""
+    if call.parent is None and call.iteration == 1 and call.agent is None:
         return f"{run_id}/{call.name}"
     return f"{run_id}/{call.name}#{call.iteration}" + (f"/{call.agent}" if call.agent else "")
 
@@ -157,12 +200,32 @@ class _Prefix(Sequence[str]):
         return self._index.get(name, self._n) < self._n  # type: ignore[call-overload]
 
 
-class ChainDriver(Driver):
-    """An ordered chain of uniquely named steps (a :class:`relaypoint.Workflow`).
+@dataclass(frozen=True)
+class Turn:
+    """One execution a pattern asks for, within its group: ``iteration`` (round, turn, pass, or
+    the subtask's ordinal), ``agent`` (None for a loop's pass) and, for a planner, the ``task`` id
+    and the subtask's ``input`` (what ``ctx.input`` is for it; None: the run's input)."""
 
-    State: ``{"next": i}``, the index of the next step, plus ``{"gate": name}`` while the approval
-    gate after step ``i - 1`` is open. ``next``: an open gate pauses for approval; ``i`` past the
-    last step finishes; otherwise step ``i`` runs.
+    iteration: int
+    agent: str | None = None
+    task: str | None = None
+    input: Any = None
+
+    @classmethod
+    def of(cls, call: Call) -> Turn:
+        """The turn a pattern's ``call`` runs."""
+        return cls(call.iteration, call.agent, call.task, call.input)
+
+
+class ChainDriver(Driver):
+    """An ordered chain of uniquely named nodes (a :class:`relaypoint.Workflow`): steps, and
+    patterns (:mod:`relaypoint.patterns`), each recorded in its own planned row.
+
+    State: ``{"next": i}``, the index of the next node, plus ``{"gate": name}`` while the approval
+    gate after node ``i - 1`` is open, plus ``{"in": sub}`` while pattern ``i`` is under way (its
+    own state). ``next``: an open gate pauses for approval; ``i`` past the last node finishes; a
+    step runs; a pattern asks for its next executions (children of its row, appended), and once it
+    has nothing left its row runs its finisher, which records the pattern's result.
     """
 
     def __init__(self, workflow: Workflow) -> None:
@@ -171,17 +234,25 @@ class ChainDriver(Driver):
         self._index = {name: i for i, name in enumerate(self._names)}
 
     def definition(self) -> list[dict[str, Any]]:
-        """``[{"name", "approval", "retries", "on_orphan", "timeout"}, ...]`` in chain order."""
+        """``[{"name", "approval", "retries", "on_orphan", "timeout"}, ...]`` in chain order; a
+        pattern's entry adds ``"pattern"`` (its kind) and its parameters."""
         return [{"name": s.name, **s.options()} for s in self.steps]
 
     def planned(self) -> list[StepSpec]:
         return self.steps
 
+    def _pattern(self, call: Call) -> Pattern | None:
+        return self.steps[self._index[call.name]].pattern
+
     def spec(self, call: Call) -> StepSpec:
-        return self.steps[self._index[call.name]]
+        node = self.steps[self._index[call.name]]
+        if call.parent is None:
+            return node
+        assert node.pattern is not None
+        return node.pattern.spec(call.agent)
 
     def seq_of(self, call: Call) -> int | None:
-        return self._index.get(call.name)
+        return None if call.parent is not None else self._index.get(call.name)
 
     def initial_state(self) -> State:
         return {"next": 0}
@@ -194,23 +265,83 @@ class ChainDriver(Driver):
         i = state["next"]
         if i >= len(self.steps):
             return Finish()
-        return RunStep(Call(self.steps[i].name))
+        node = self.steps[i]
+        if node.pattern is None:
+            return RunStep(Call(node.name))
+        turns = node.pattern.next(self._sub(state, node.pattern))
+        calls = tuple(Call(node.name, t.iteration, t.agent, t.input, parent=i, task=t.task) for t in turns)
+        if not calls:
+            return RunStep(Call(node.name))  # the pattern's result, recorded in its own row
+        return RunStep(calls[0]) if len(calls) == 1 else RunSteps(calls)
 
-    def fold(self, state: State, call: Call, output: Any, *, recorded: bool = False) -> State:
+    def fold(self, state: State, call: Call, output: Any, *, recorded: bool = False,
+             ctx: Context | None = None) -> State:
         i = self._index[call.name]
-        if self.steps[i].approval and not recorded:
+        node = self.steps[i]
+        if call.parent is not None:
+            assert node.pattern is not None
+            return {"next": i, "in": node.pattern.fold(self._sub(state, node.pattern), Turn.of(call), output, ctx)}
+        if node.approval and not recorded:
             return {"next": i + 1, "gate": call.name}
         return {"next": i + 1}
 
+    def failed(self, state: State, call: Call, error: str) -> State | str:
+        pattern = self._pattern(call) if call.parent is not None else None
+        if pattern is not None:
+            i = self._index[call.name]
+            sub = pattern.failed(self._sub(state, pattern), Turn.of(call), error)
+            if isinstance(sub, str):
+                return sub
+            if sub is not None:
+                return {"next": i, "in": sub}
+        return super().failed(state, call, error)
+
     def decided(self, state: State, checkpoint: Checkpoint) -> State:
-        return {"next": state["next"]}
+        return {k: v for k, v in state.items() if k != "gate"}
 
     def restore(self, state: Any, checkpoint: Checkpoint) -> State:
         if isinstance(state, dict) and isinstance(state.get("next"), int):
-            return dict(state)
+            return {k: v for k, v in state.items() if k != "fork"}  # a fork's origin is not state
         # Written before drivers: the checkpoint's seq is the step the run continues with (a run
         # is resumed only once its pauses are decided, so no gate is open).
         return {"next": checkpoint.seq}
 
     def upstream(self, state: State) -> Sequence[str]:
         return _Prefix(self._names, self._index, state["next"])
+
+    def view(self, state: State) -> Mapping[str, Any]:
+        i = state["next"]
+        pattern = self.steps[i].pattern if i < len(self.steps) else None
+        return state if pattern is None else self._sub(state, pattern)
+
+    @staticmethod
+    def _sub(state: State, pattern: Pattern) -> dict[str, Any]:
+        """Pattern ``pattern``'s sub-state in ``state`` (its start before its first execution)."""
+        return state["in"] if "in" in state else pattern.start()
+
+    def history_of(self, call: Call) -> tuple[int, frozenset[str]] | None:
+        i = self._index[call.name]
+        pattern = self.steps[i].pattern
+        return None if pattern is None else (i, frozenset(pattern.roles))
+
+    def replan(self, state: State) -> State:
+        i = state.get("next")
+        pattern = self.steps[i].pattern if isinstance(i, int) and i < len(self.steps) else None
+        if pattern is None:
+            return super().replan(state)
+        return {"next": i, "in": pattern.replan(self._sub(state, pattern))}
+
+    def remap(self, state: State, recorded: Sequence[str]) -> State | None:
+        i = state.get("next")
+        if not isinstance(i, int):
+            return None
+        if i >= len(recorded):
+            return {"next": len(self.steps)}
+        j = self._index.get(recorded[i])
+        if j is None:
+            return None
+        moved = {**state, "next": j}
+        pattern = self.steps[j].pattern
+        if "in" in state and (pattern is None or not pattern.fits(state["in"])):
+            return None
+        return moved

@@ -24,7 +24,7 @@ from .lease import HOST, LeaseHolder
 from .recovery import Recovery, now_of
 from .status import CheckpointKind, EventKind, RunStatus, StepStatus
 from .store import Boundary, NewCheckpoint, NewEvent, NewStep, RunStore, StepEnd, StepStart, StoreDamaged
-from .upstream import LazyResponses, LazyResults, LazyState
+from .upstream import LazyHistory, LazyResponses, LazyResults, LazyState
 from .workflow import Context, InputRequested
 
 Stop = Callable[[], bool | str]
@@ -98,14 +98,15 @@ class Executor:
 
     # ---- what comes next
 
-    def resolve(self, run_id: str, driver: Driver, state: State, *, resume_at: int | None = None,
-                fresh_from: int | None = None) -> tuple[State, Action, Current | None]:
-        """The driver's next action from ``state`` and the execution it starts. A planned
-        execution already recorded completed (met again on resume) is folded into the state with
-        its recorded output, and the driver is asked again. ``resume_at``: on resume, the seq the
-        latest checkpoint continues with; an appended call recorded there (started, never
-        finished) is run again in its own row rather than in a new one. ``fresh_from``: see
-        :attr:`Claim.fresh_from` (planned rows from that seq on are not read)."""
+    def resolve(self, run_id: str, driver: Driver, state: State, input: dict[str, Any], *,
+                resume_at: int | None = None, fresh_from: int | None = None) -> tuple[State, Action, Current | None]:
+        """The driver's next action from ``state`` and the execution it starts. An execution
+        already recorded completed (met again on resume: a planned row, or the appended row the
+        latest checkpoint names) is folded into the state with its recorded output, and the driver
+        is asked again. ``resume_at``: on resume, the seq the latest checkpoint continues with; an
+        appended call recorded there (started, never finished) is run again in its own row rather
+        than in a new one. ``fresh_from``: see :attr:`Claim.fresh_from` (planned rows from that seq
+        on are not read). ``input``: the run's input, for the context of a recorded fold."""
         while True:
             action = driver.next(state)
             if isinstance(action, RunStep):
@@ -117,10 +118,17 @@ class Executor:
             seq = driver.seq_of(call)
             if seq is None:
                 row = self.store.step(run_id, resume_at) if resume_at is not None else None
-                if row is not None and (row.name, row.iteration, row.agent) == (call.name, call.iteration, call.agent) \
-                        and row.status != StepStatus.COMPLETED:
-                    return state, action, Current(call, row.seq, row.attempts + 1, row.idempotency_key, row.status)
-                return state, action, Current(call, None, 1, idempotency_key(run_id, call))
+                resume_at = None  # only the first call can be the one the checkpoint names
+                if row is None or (row.name, row.iteration, row.agent) != (call.name, call.iteration, call.agent):
+                    return state, action, Current(call, None, 1, idempotency_key(run_id, call))
+                cur = Current(call, row.seq, row.attempts + 1, row.idempotency_key, row.status)
+                if row.status != StepStatus.COMPLETED:
+                    return state, action, cur
+                # completed while the run waited (an orphan approved with the output it produced)
+                output = self.store.step_output(run_id, row.seq)
+                state = driver.fold(state, call, output, recorded=True,
+                                    ctx=self.context(run_id, driver, state, input, cur).ctx)
+                continue
             if fresh_from is not None and seq >= fresh_from:
                 return state, action, Current(call, seq, 1, idempotency_key(run_id, call))
             brief = self.store.step_brief(run_id, seq)
@@ -133,12 +141,28 @@ class Executor:
             _, output = self.store.output_of(run_id, call.name)
             state = driver.fold(state, call, output, recorded=True)
 
+    def context(self, run_id: str, driver: Driver, state: State, input: dict[str, Any], cur: Current) -> Views:
+        """The context execution ``cur`` runs with, and the lazy views it reads through."""
+        call = cur.call
+        results = LazyResults(self.store, run_id, driver.upstream(state))
+        responses = LazyResponses(self.store, run_id, cur.seq if cur.seq is not None else -1)
+        group = driver.history_of(call)
+        history = LazyHistory(self.store, run_id, *group) if group is not None else None
+        ctx = Context(run_id=run_id, step=call.name, attempt=cur.attempt, idempotency_key=cur.key,
+                      input=input if call.input is None else call.input, results=results, responses=responses,
+                      iteration=call.iteration, agent=call.agent, state=LazyState(driver.view(state)),
+                      history=history if history is not None else (), _approved=responses.approval)
+        return Views(ctx, (results, responses) + ((history,) if history is not None else ()))
+
     @staticmethod
     def appended(driver: Driver, cur: Current) -> NewStep:
         """The row of an execution the driver appends (``cur.seq`` assigned)."""
         assert cur.seq is not None
+        options = driver.spec(cur.call).options()
+        if cur.call.task is not None:
+            options["task"] = cur.call.task
         return NewStep(seq=cur.seq, name=cur.call.name, idempotency_key=cur.key,
-                       options=encoding.dumps_trusted(driver.spec(cur.call).options(), "options"),
+                       options=encoding.dumps_trusted(options, "options"),
                        iteration=cur.call.iteration, agent=cur.call.agent, parent=cur.call.parent)
 
     def _start_of(self, claim: Claim, nxt: Current) -> tuple[StepStart, Current]:
@@ -173,37 +197,35 @@ class Executor:
                 if cur is None:
                     return self._boundary(claim, None, [], claim.state, False)
                 spec = claim.driver.spec(cur.call)
-                results = LazyResults(self.store, claim.run_id, claim.driver.upstream(claim.state))
-                responses = LazyResponses(self.store, claim.run_id, cur.seq)
-                ctx = Context(run_id=claim.run_id, step=cur.call.name, attempt=cur.attempt, idempotency_key=cur.key,
-                              input=claim.input, results=results, responses=responses,
-                              iteration=cur.call.iteration, agent=cur.call.agent,
-                              state=LazyState(claim.state))
+                views = self.context(claim.run_id, claim.driver, claim.state, claim.input, cur)
                 try:
-                    value = spec.fn(ctx)
-                    damaged(results, responses)
+                    value = spec.fn(views.ctx)
+                    views.check()
                     output = encoding.dumps(value, "output")
+                    state = claim.driver.fold(claim.state, cur.call, value, ctx=views.ctx)
+                    views.check()
                 except InputRequested as ask:
-                    damaged(results, responses)
-                    return self._ask(claim, cur, ask.prompt, spec.timeout)
+                    views.check()
+                    return self._ask(claim, cur, ask.prompt, ask.kind, spec.timeout)
                 except KeyboardInterrupt:
                     raise  # the operator's Ctrl-C: release the run (below), not a failed step
                 except StoreError:
                     raise  # a damaged upstream value: release the run (below), nothing charged
                 except BaseException as exc:  # sys.exit() and any other raise in a step fail the step
-                    damaged(results, responses)
+                    views.check()
                     failures[cur.seq] = failures.get(cur.seq, 0) + 1
                     retry = not isinstance(exc, InvalidValue) and failures[cur.seq] <= spec.retries
-                    if self._failed(claim, cur, exc, retry):
+                    status = self._failed(claim, cur, exc, retry, should_stop)
+                    if status is None:
                         continue
-                    return RunStatus.FAILED
+                    return status
                 if lease.lost.is_set():
                     raise lease_lost(self.store, claim.run_id)
                 stop = should_stop is not None and should_stop()
-                state = claim.driver.fold(claim.state, cur.call, value)
-                completed = [NewEvent(EventKind.STEP_COMPLETED, step=cur.call.name, detail={"attempt": cur.attempt})]
+                completed = [NewEvent(EventKind.STEP_COMPLETED, step=cur.call.name,
+                                      detail={"attempt": cur.attempt, **located(cur.call)})]
                 ended = StepEnd(cur.seq, StepStatus.COMPLETED, output_json=output)
-                status = self._boundary(claim, ended, completed, state, stop)
+                status = self._boundary(claim, ended, completed, state, stop, top=cur.call.parent is None)
                 if status is not None:
                     return status
         except LeaseLost:
@@ -217,23 +239,22 @@ class Executor:
     # ---- boundaries
 
     def _boundary(self, claim: Claim, ended: StepEnd | None, events: list[NewEvent], state: State,
-                  stop: bool | str) -> RunStatus | None:
-        """Commit one boundary: ``ended`` (the execution that completed, if any) with ``events``,
+                  stop: bool | str, *, top: bool = False) -> RunStatus | None:
+        """Commit one boundary: ``ended`` (the execution that ended, if any) with ``events``,
         then what the driver asks for from ``state``: start the next execution, or pause, or
-        finish. ``stop`` (true, or the reason as text) releases the run ``queued`` instead of
+        finish. ``top``: ``ended`` is a top-level row that completed (counted in the run's
+        progress). ``stop`` (true, or the reason as text) releases the run ``queued`` instead of
         starting the next execution. Returns the status the run stopped in, or None to go on."""
         run_id = claim.run_id
         at = now_of(self.clock)
-        state, action, nxt = self.resolve(run_id, claim.driver, state, fresh_from=claim.fresh_from)
-        done = claim.steps_done + (ended is not None)
+        state, action, nxt = self.resolve(run_id, claim.driver, state, claim.input, fresh_from=claim.fresh_from)
+        done = claim.steps_done + top
         after = ended.seq + 1 if ended is not None else 0
         run: dict[str, Any] = {"steps_done": done}
         started = None
         status: RunStatus | None = None
         events = list(events)
         if nxt is not None:
-            checkpoint = NewCheckpoint(run_id, CheckpointKind.BOUNDARY, nxt.seq if nxt.seq is not None else after,
-                                       nxt.call.name, at, state=state_json(state))
             run["current_step"] = nxt.call.name
             if stop:
                 run.update(status=RunStatus.QUEUED, lease=None)
@@ -241,8 +262,13 @@ class Executor:
                     "reason": stop if isinstance(stop, str) else "executor stopping"}))
                 status = RunStatus.QUEUED
             else:
+                # the seq first: an appended execution's boundary checkpoint names its row, so a
+                # resume after a crash re-runs that row instead of appending a second one
                 started, nxt = self._start_of(claim, nxt)
-                events.append(NewEvent(EventKind.STEP_STARTED, step=nxt.call.name, detail={"attempt": nxt.attempt}))
+                events.append(NewEvent(EventKind.STEP_STARTED, step=nxt.call.name,
+                                       detail={"attempt": nxt.attempt, **located(nxt.call)}))
+            checkpoint = NewCheckpoint(run_id, CheckpointKind.BOUNDARY, nxt.seq if nxt.seq is not None else after,
+                                       nxt.call.name, at, state=state_json(state))
         elif isinstance(action, Pause):
             deadline = deadline_of(self.clock, action.timeout)
             checkpoint = NewCheckpoint(run_id, action.kind, after, action.step, at, reason=action.reason,
@@ -262,48 +288,75 @@ class Executor:
         claim.state, claim.action, claim.current, claim.steps_done = state, action, nxt, done
         return status
 
-    def _ask(self, claim: Claim, cur: Current, prompt: str, timeout: float | None) -> RunStatus:
-        """Pause the run ``awaiting_input`` on the step's ``request_input``: the step waits
-        unfinished (re-run from its top once answered), the state stays as it was."""
+    def _ask(self, claim: Claim, cur: Current, prompt: str, kind: CheckpointKind, timeout: float | None) -> RunStatus:
+        """Pause the run on the step's ``request_input`` (``kind`` input: ``awaiting_input``) or a
+        person's turn of kind approval (``awaiting_approval``): the step waits unfinished (re-run
+        from its top once decided), the state stays as it was."""
         at = now_of(self.clock)
         deadline = deadline_of(self.clock, timeout)
+        approval = kind == CheckpointKind.APPROVAL
+        status = RunStatus.AWAITING_APPROVAL if approval else RunStatus.AWAITING_INPUT
         with self.store.transaction():
             if not self.store.update_run(claim.run_id, fence=claim.lease.token, updated_at=at,
-                                         status=RunStatus.AWAITING_INPUT, current_step=cur.call.name, lease=None):
+                                         status=status, current_step=cur.call.name, lease=None):
                 raise lease_lost(self.store, claim.run_id)
-            self.store.update_step(claim.run_id, cur.seq, status=StepStatus.AWAITING_INPUT)
+            self.store.update_step(claim.run_id, cur.seq,
+                                   status=StepStatus.AWAITING_APPROVAL if approval else StepStatus.AWAITING_INPUT)
             cp = self.store.add_checkpoint(NewCheckpoint(
-                claim.run_id, CheckpointKind.INPUT, cur.seq, cur.call.name, at, reason=prompt,
+                claim.run_id, kind, cur.seq, cur.call.name, at, reason=prompt,
                 state=state_json(claim.state), deadline_at=deadline))
-            event = paused_event(CheckpointKind.INPUT, cur.call.name, prompt, deadline)
+            event = paused_event(kind, cur.call.name, prompt, deadline)
+            event.detail.update(located(cur.call))
             self.store.add_event(claim.run_id, at, event.kind, step=event.step, checkpoint_id=cp, **event.detail)
-        return RunStatus.AWAITING_INPUT
+        return status
 
-    def _failed(self, claim: Claim, cur: Current, exc: BaseException, retry: bool) -> bool:
-        """Record a failed attempt: start the next attempt (``retry``; returns True) or fail the
-        run (returns False)."""
+    def _failed(self, claim: Claim, cur: Current, exc: BaseException, retry: bool,
+                should_stop: Stop | None) -> RunStatus | None:
+        """Record a failed attempt: start the next attempt (``retry``), or ask the driver (a
+        planner re-plans: the run goes on), or fail the run. Returns None to go on, else the
+        status the run stopped in."""
         message = str(exc) if isinstance(exc, InvalidValue) else (
             f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
         at = now_of(self.clock)
-        name = cur.call.name
+        name, where = cur.call.name, located(cur.call)
         failed = NewEvent(EventKind.STEP_FAILED, step=name, detail={"attempt": cur.attempt, "error": message,
-                                                                   "will_retry": retry})
+                                                                   "will_retry": retry, **where})
         if retry:
             cur.attempt += 1
             self.store.commit_boundary(Boundary(
                 claim.run_id, at, fence=claim.lease.token, started=StepStart(cur.seq, cur.attempt),
-                events=[failed, NewEvent(EventKind.STEP_STARTED, step=name, detail={"attempt": cur.attempt})]))
-            return True
+                events=[failed, NewEvent(EventKind.STEP_STARTED, step=name, detail={"attempt": cur.attempt, **where})]))
+            return None
+        ended = StepEnd(cur.seq, StepStatus.FAILED, error=message, traceback="".join(tb.format_exception(exc)))
+        outcome = claim.driver.failed(claim.state, cur.call, message)
+        if not isinstance(outcome, str):
+            if claim.lease.lost.is_set():
+                raise lease_lost(self.store, claim.run_id)
+            return self._boundary(claim, ended, [failed], outcome, should_stop is not None and should_stop())
         self.store.commit_boundary(Boundary(
-            claim.run_id, at, fence=claim.lease.token,
-            ended=StepEnd(cur.seq, StepStatus.FAILED, error=message, traceback="".join(tb.format_exception(exc))),
-            run={"status": RunStatus.FAILED, "error": f"step '{name}' failed: {message}", "lease": None},
-            events=[failed, NewEvent(EventKind.RUN_FAILED, step=name, detail={"error": message})]))
-        return False
+            claim.run_id, at, fence=claim.lease.token, ended=ended,
+            run={"status": RunStatus.FAILED, "error": outcome, "lease": None},
+            events=[failed, NewEvent(EventKind.RUN_FAILED, step=name, detail={"error": message, **where})]))
+        return RunStatus.FAILED
 
 
-def damaged(results: LazyResults, responses: LazyResponses) -> None:
-    """Raise the damage a step met reading its upstream values, even if it caught it."""
-    for view in (results, responses):
-        if view.damage is not None:
-            raise view.damage
+@dataclass(frozen=True)
+class Views:
+    """An execution's context and the lazy views it reads the store through."""
+
+    ctx: Context
+    views: tuple[LazyResults | LazyResponses | LazyHistory, ...]
+
+    def check(self) -> None:
+        """Raise the damage the execution met reading stored values, even if it caught it."""
+        for view in self.views:
+            if view.damage is not None:
+                raise view.damage
+
+
+def located(call: Call) -> dict[str, Any]:
+    """What an event adds to name a pattern's execution: its ``iteration``, ``agent`` and ``task``
+    (nothing for a top-level step)."""
+    if call.parent is None:
+        return {}
+    return {"iteration": call.iteration, "agent": call.agent, **({"task": call.task} if call.task else {})}

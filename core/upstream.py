@@ -1,5 +1,5 @@
-"""What a step consumes, read from the store only when the step uses it: ``ctx.results`` and
-``ctx.responses`` (and ``ctx.state``, copied only when used). A step that reads nothing reads
+"""What a step consumes, read from the store only when the step uses it: ``ctx.results``,
+``ctx.responses`` and ``ctx.history`` (and ``ctx.state``, copied only when used). A step that reads nothing reads
 nothing; each value is read and strictly decoded once, then kept.
 
 A damaged value raises :class:`relaypoint.store.StoreDamaged` to the step and is also kept in
@@ -14,6 +14,8 @@ from types import MappingProxyType
 from typing import Any, overload
 
 from .errors import StoreError
+from .models import StepRecord
+from .status import CheckpointKind, Decision
 from .store import RunStore
 
 
@@ -77,6 +79,60 @@ class LazyResponses(Sequence[Any]):
     def __getitem__(self, i: int) -> Any: ...
     @overload
     def __getitem__(self, i: slice) -> Sequence[Any]: ...
+
+    def __getitem__(self, i: int | slice) -> Any:
+        return self._load()[i]
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def approval(self) -> dict[str, Any] | None:
+        """The approval recorded for execution ``seq`` (a person's turn of kind approval), as
+        ``{"approved": True, "by", "comment", "value"}``, or None: read from the run's latest
+        pause, which is that turn's while the turn is re-run after the approval."""
+        try:
+            cp = self._store.last_pause(self._run_id)
+        except StoreError as e:
+            self.damage = e
+            raise
+        if cp is None or cp.kind != CheckpointKind.APPROVAL or cp.seq != self._seq or cp.decision != Decision.APPROVED:
+            return None
+        return {"approved": True, "by": cp.decided_by, "comment": cp.comment, "value": cp.value}
+
+
+class LazyHistory(Sequence[dict[str, Any]]):
+    """``ctx.history``: the recorded results of a pattern (the completed children of group row
+    ``parent`` of run ``run_id``, in order) as ``{"iteration", "agent", "output"}`` dicts, plus
+    ``"task"`` for a planner's subtask; the pattern's own decisions (agent labels ``roles``) left
+    out. Read with :meth:`RunStore.history` on first use; a damaged output raises ``StoreDamaged``."""
+
+    def __init__(self, store: RunStore, run_id: str, parent: int, roles: frozenset[str]) -> None:
+        self._store, self._run_id, self._parent, self._roles = store, run_id, parent, roles
+        self._records: list[StepRecord] | None = None
+        self._entries: list[dict[str, Any]] | None = None
+        self.damage: StoreError | None = None
+
+    def records(self) -> list[StepRecord]:
+        """Every completed child, decisions included, as recorded (read once)."""
+        if self._records is None:
+            try:
+                self._records = self._store.history(self._run_id, self._parent)
+            except StoreError as e:
+                self.damage = e
+                raise
+        return self._records
+
+    def _load(self) -> list[dict[str, Any]]:
+        if self._entries is None:
+            self._entries = [{"iteration": r.iteration, "agent": r.agent, "output": r.output,
+                              **({"task": r.options["task"]} if "task" in r.options else {})}
+                             for r in self.records() if r.agent not in self._roles]
+        return self._entries
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[dict[str, Any]]: ...
 
     def __getitem__(self, i: int | slice) -> Any:
         return self._load()[i]

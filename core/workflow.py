@@ -1,4 +1,5 @@
-"""Workflow definitions: an ordered chain of named steps, registered with ``@wf.step``."""
+"""Workflow definitions: an ordered chain of named steps (``@wf.step``) and patterns (``@wf.loop``,
+``wf.debate``, ``wf.vote``, ``wf.supervisor``, ``wf.planner``; see :mod:`relaypoint.patterns`)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .defaults import RETRIES
 from .drivers import ChainDriver, Driver
 from .errors import DefinitionError, UnknownWorkflow
+from .status import CheckpointKind
+
+if TYPE_CHECKING:
+    from .patterns.base import Pattern
 
 OnOrphan = Literal["retry", "hold"]
 MAX_TIMEOUT_SECONDS = 10 * 365 * 86_400
@@ -39,11 +44,31 @@ class StepSpec:
     retries: int = RETRIES
     on_orphan: OnOrphan = "retry"
     timeout: float | None = None
+    pattern: Pattern | None = None
 
     def options(self) -> dict[str, Any]:
-        """The step's options as stored with each run (``steps.options``)."""
-        return {"approval": self.approval, "retries": self.retries, "on_orphan": self.on_orphan,
-                "timeout": self.timeout}
+        """The step's options as stored with each run (``steps.options``); a pattern's row adds
+        ``"pattern"`` (its kind) and its parameters, so changing them is drift."""
+        options = {"approval": self.approval, "retries": self.retries, "on_orphan": self.on_orphan,
+                   "timeout": self.timeout}
+        if self.pattern is not None:
+            options.update(pattern=self.pattern.kind, **self.pattern.parameters())
+        return options
+
+
+def check_options(owner: str, *, approval: bool = False, retries: int = RETRIES, on_orphan: str = "retry",
+                  timeout: float | None = None) -> None:
+    """Refuse invalid step options of ``owner`` (words like "step 'draft'") with ``DefinitionError``."""
+    if on_orphan not in ("retry", "hold"):
+        raise DefinitionError(f"{owner}: on_orphan must be 'retry' or 'hold', not {on_orphan!r}")
+    if not isinstance(approval, bool):
+        raise DefinitionError(f"{owner}: approval must be True or False")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise DefinitionError(f"{owner}: retries must be a whole number >= 0")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout <= MAX_TIMEOUT_SECONDS):
+        raise DefinitionError(f"{owner}: timeout must be a number of seconds > 0 and at most "
+                              f"{MAX_TIMEOUT_SECONDS:,} (ten years)")
 
 
 @dataclass
@@ -86,24 +111,82 @@ class Workflow:
 
         def register(f: StepFn) -> StepFn:
             step_name = f.__name__ if name is None else name
-            if not isinstance(step_name, str) or not step_name.strip():
-                raise DefinitionError(f"workflow {self.name!r}: a step name must be non-empty text, not {step_name!r}")
-            if any(s.name == step_name for s in self.steps):
-                raise DefinitionError(f"workflow {self.name!r} already has a step named {step_name!r}")
-            if on_orphan not in ("retry", "hold"):
-                raise DefinitionError(f"step {step_name!r}: on_orphan must be 'retry' or 'hold', not {on_orphan!r}")
-            if not isinstance(approval, bool):
-                raise DefinitionError(f"step {step_name!r}: approval must be True or False")
-            if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-                raise DefinitionError(f"step {step_name!r}: retries must be a whole number >= 0")
-            if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                        or not 0 < timeout <= MAX_TIMEOUT_SECONDS):
-                raise DefinitionError(f"step {step_name!r}: timeout must be a number of seconds > 0 and at most "
-                                      f"{MAX_TIMEOUT_SECONDS:,} (ten years)")
+            self._check_new(step_name)
+            check_options(f"step {step_name!r}", approval=approval, retries=retries, on_orphan=on_orphan,
+                          timeout=timeout)
             self.steps.append(StepSpec(step_name, f, approval, retries, on_orphan, timeout))
             return f
 
         return register(fn) if fn is not None else register
+
+    def _check_new(self, name: Any) -> None:
+        """Refuse a node name that is not text or is taken, with ``DefinitionError``."""
+        if not isinstance(name, str) or not name.strip():
+            raise DefinitionError(f"workflow {self.name!r}: a step name must be non-empty text, not {name!r}")
+        if any(s.name == name for s in self.steps):
+            raise DefinitionError(f"workflow {self.name!r} already has a step named {name!r}")
+
+    def _add_pattern(self, pattern: Pattern) -> Pattern:
+        self._check_new(pattern.name)
+        o = pattern.options
+        self.steps.append(StepSpec(pattern.name, pattern.finish, False, o.retries, o.on_orphan, o.timeout, pattern))
+        return pattern
+
+    def loop(self, fn: StepFn | None = None, *, max_iterations: int, until: Callable[[Context], Any] | None = None,
+             name: str | None = None, retries: int = RETRIES, on_orphan: OnOrphan = "retry",
+             timeout: float | None = None) -> Any:
+        """Register a loop: ``@wf.loop(max_iterations=5, until=lambda ctx: ...)``. Each pass runs the
+        function (``ctx.iteration`` 1-based, ``ctx.history`` the earlier passes) and is recorded
+        on its own; after each pass ``until(ctx)`` is called with ``ctx.output`` set to that pass's
+        output, and a true answer (or ``max_iterations`` passes) ends the loop. The loop's result
+        is the last pass's output. Raises ``DefinitionError`` for invalid parameters."""
+        from .patterns import Loop
+
+        def register(f: StepFn) -> StepFn:
+            self._add_pattern(Loop(f.__name__ if name is None else name, f, max_iterations=max_iterations,
+                                   until=until, retries=retries, on_orphan=on_orphan, timeout=timeout))
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def debate(self, name: str, *, agents: Mapping[str, Any], rounds: int, judge: StepFn | None = None,
+               retries: int = RETRIES, on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
+        """Register a debate: every agent (``name -> function`` or :func:`relaypoint.human`) speaks
+        once per round, in the given order, for ``rounds`` rounds, then ``judge(ctx)`` decides;
+        the result is the judge's output (without a judge: the last round's outputs by agent)."""
+        from .patterns import Debate
+        self._add_pattern(Debate(name, agents, rounds=rounds, judge=judge, retries=retries, on_orphan=on_orphan,
+                                 timeout=timeout))
+
+    def vote(self, name: str, *, voters: Mapping[str, Any], tally: Any = "majority", retries: int = RETRIES,
+             on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
+        """Register a vote: each voter runs once (independent calls, each recorded on its own),
+        then ``tally`` ("majority", or a function of ``{voter: vote}``) decides; the result is
+        ``{"result": <the tally's output>, "votes": {voter: vote}}``."""
+        from .patterns import Vote
+        self._add_pattern(Vote(name, voters, tally=tally, retries=retries, on_orphan=on_orphan, timeout=timeout))
+
+    def supervisor(self, name: str, *, agents: Mapping[str, Any], route: StepFn, max_turns: int = 20,
+                   max_idle: int = 3, retries: int = RETRIES, on_orphan: OnOrphan = "retry",
+                   timeout: float | None = None) -> None:
+        """Register a supervisor: each turn ``route(ctx)`` names the next agent (or None to stop)
+        and that agent runs; see :class:`relaypoint.patterns.Supervisor` for the counts it keeps
+        and when it stops. The result is the last agent call's output."""
+        from .patterns import Supervisor
+        self._add_pattern(Supervisor(name, agents, route=route, max_turns=max_turns, max_idle=max_idle,
+                                     retries=retries, on_orphan=on_orphan, timeout=timeout))
+
+    def planner(self, name: str, *, plan: StepFn, agents: Mapping[str, Any], replan: StepFn | None = None,
+                max_replans: int = 2, retries: int = RETRIES, on_orphan: OnOrphan = "retry",
+                timeout: float | None = None) -> None:
+        """Register a planner: ``plan(ctx)`` returns subtasks ``[{"id", "agent", "input", "after"}]``
+        run in dependency order; a subtask that fails (after its retries) calls ``replan(ctx)``
+        (``ctx.failed`` set), whose answer replaces the unfinished part of the plan, at most
+        ``max_replans`` times. The result is ``{task id: output}``. See
+        :class:`relaypoint.patterns.Planner`."""
+        from .patterns import Planner
+        self._add_pattern(Planner(name, plan, agents, replan=replan, max_replans=max_replans, retries=retries,
+                                  on_orphan=on_orphan, timeout=timeout))
 
     def get(self, step_name: str) -> StepSpec | None:
         """The step named ``step_name``, or None."""
@@ -151,10 +234,11 @@ class InputRequested(BaseException):
     A BaseException so a step's own ``except Exception`` does not swallow the pause.
     """
 
-    def __init__(self, prompt: str, index: int) -> None:
+    def __init__(self, prompt: str, index: int, kind: CheckpointKind = CheckpointKind.INPUT) -> None:
         super().__init__(prompt)
         self.prompt = prompt
         self.index = index
+        self.kind = kind
 
 
 @dataclass
@@ -166,8 +250,12 @@ class Context:
     use it while the step runs. ``attempt``: 1-based count of executions of this step.
     ``idempotency_key``: stable across attempts of this step of this run, new in a fork; pass it
     to external services so a re-executed step does not repeat a side effect. ``iteration``: which
-    repetition of the step this is (1 for a chain step). ``agent``: the agent the step runs as
-    (None for a chain step). ``state``: a read-only view of the driver's state.
+    repetition of the step this is (1 for a chain step; a pattern's round, turn, pass or subtask
+    ordinal). ``agent``: the agent the step runs as (None for a chain step). ``state``: a read-only
+    view of the driver's state (inside a pattern: the pattern's own state). ``history``: inside a
+    pattern, its recorded results so far, in order, as ``{"iteration", "agent", "output"}`` dicts
+    (plus ``"task"`` for a planner's subtasks), read when first used. ``output``: a loop's pass
+    output, for ``until``. ``failed``: for a planner's ``replan``, ``{"task": {...}, "error": text}``.
     """
 
     run_id: str
@@ -180,7 +268,11 @@ class Context:
     iteration: int = 1
     agent: str | None = None
     state: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    history: Sequence[dict[str, Any]] = ()
+    output: Any = None
+    failed: dict[str, Any] | None = None
     _asked: int = 0
+    _approved: Callable[[], dict[str, Any] | None] = field(default=lambda: None, repr=False)
 
     def request_input(self, prompt: str) -> Any:
         """Return the answer to ``prompt``; if none is recorded yet, pause the run ``awaiting_input``.
@@ -193,6 +285,16 @@ class Context:
         if index < len(self.responses):
             return self.responses[index]
         raise InputRequested(str(prompt), index)
+
+    def request_approval(self, prompt: str) -> dict[str, Any]:
+        """Return the recorded approval of this execution; if none is recorded yet, pause the run
+        ``awaiting_approval`` (a person's turn in a pattern, see :func:`relaypoint.human`). The
+        answer: ``{"approved": True, "by", "comment", "value"}`` (``value``: what the approver
+        recorded with ``approve --output``, else None). A rejection ends the run instead."""
+        answer = self._approved()
+        if answer is not None:
+            return answer
+        raise InputRequested(str(prompt), 0, CheckpointKind.APPROVAL)
 
 
 def find_workflow(workflows: dict[str, Workflow], name: str) -> Workflow:

@@ -154,7 +154,7 @@ class Rounds(Driver):
             return RunSteps(tuple(Call("review", agent=a) for a in state["reviewers"]))
         return Finish()
 
-    def fold(self, state, call, output, *, recorded=False):
+    def fold(self, state, call, output, *, recorded=False, ctx=None):
         if call.name == "draft":
             return {**state, "round": state["round"] + 1}
         return {**state, "reviewers": [a for a in state["reviewers"] if a != call.agent]}

@@ -1,0 +1,12 @@
+"""Multi-agent patterns, each a node of a workflow driven at every agent call: :class:`Loop`,
+:class:`Debate`, :class:`Vote`, :class:`Supervisor`, :class:`Planner`, and :func:`human`, a person
+as an agent. Register them with the :class:`relaypoint.Workflow` methods of the same names."""
+
+from .base import Human, Pattern, human
+from .debate import Debate
+from .loop import Loop
+from .planner import Planner
+from .supervisor import Supervisor
+from .vote import Vote, majority
+
+__all__ = ["Debate", "Human", "Loop", "Pattern", "Planner", "Supervisor", "Vote", "human", "majority"]

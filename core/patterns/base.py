@@ -1,0 +1,176 @@
+"""What every pattern shares: its agents and their options, a person as an agent, and the
+contract the chain driver (:class:`relaypoint.drivers.ChainDriver`) drives a pattern through.
+
+A pattern is a node of a workflow, recorded in its own planned row (the group row). Each agent
+call, and each decision the pattern asks of user code (a judge, a router, a plan), is a child
+execution of that row, appended and recorded at its own boundary. The pattern's state (its
+"sub-state", a small JSON dict) commits with every boundary; it holds counters and decisions,
+never outputs, so it stays the same size however many rounds run. When :meth:`Pattern.next` has
+nothing left, the group row runs :meth:`Pattern.finish`, which records the pattern's result from
+the recorded children.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from ..defaults import RETRIES
+from ..drivers import Turn
+from ..errors import DefinitionError, RefusedTransition
+from ..workflow import StepSpec, check_options
+
+if TYPE_CHECKING:
+    from ..models import StepRecord
+    from ..workflow import Context
+
+Sub = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Human:
+    """An agent that is a person (made by :func:`human`). Its turn pauses the run through the
+    durable pause: ``kind="input"`` waits ``awaiting_input`` for ``relaypoint respond`` (the
+    answer is the agent's output), ``kind="approval"`` waits ``awaiting_approval`` for
+    ``relaypoint approve`` (the output is ``{"approved": True, "by", "comment", "value"}``).
+    ``timeout``: seconds the pause may wait (None: the pattern's ``timeout``)."""
+
+    prompt: str
+    kind: Literal["input", "approval"] = "input"
+    timeout: float | None = None
+
+    def __call__(self, ctx: Context) -> Any:
+        asked = f"{self.prompt} ({ctx.step}, iteration {ctx.iteration}, as '{ctx.agent}')"
+        return ctx.request_input(asked) if self.kind == "input" else ctx.request_approval(asked)
+
+
+def human(prompt: str, *, kind: Literal["input", "approval"] = "input", timeout: float | None = None) -> Human:
+    """A person as a pattern's agent: ``agents={"pro": pro, "con": human("Your rebuttal?")}``.
+    See :class:`Human`. Raises ``DefinitionError`` for an empty prompt, an unknown kind or an
+    invalid timeout."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DefinitionError(f"human: the prompt must be non-empty text, not {prompt!r}")
+    if kind not in ("input", "approval"):
+        raise DefinitionError(f"human: kind must be 'input' or 'approval', not {kind!r}")
+    check_options("human", timeout=timeout)
+    return Human(prompt, kind, timeout)
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """Options every execution of a pattern runs with, as for a step: ``retries``, ``on_orphan``,
+    ``timeout`` (seconds a person's turn may wait)."""
+
+    retries: int = RETRIES
+    on_orphan: Literal["retry", "hold"] = "retry"
+    timeout: float | None = None
+
+
+def whole(value: Any, what: str, *, least: int) -> int:
+    """``value`` if it is a whole number >= ``least``; ``DefinitionError`` naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise DefinitionError(f"{what} must be a whole number >= {least}, not {value!r}")
+    return value
+
+
+class Pattern(ABC):
+    """A multi-agent pattern driven by :class:`relaypoint.drivers.ChainDriver` (see the module
+    docstring). Subclasses set ``kind`` and their ``roles`` (agent labels of the pattern's own
+    decisions, reserved: a user agent may not take one) and implement the state machine.
+
+    Raises ``DefinitionError`` for an invalid name, agents or option.
+    """
+
+    kind: ClassVar[str]
+    roles: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, name: str, agents: Mapping[str, Any], *, retries: int, on_orphan: str,
+                 timeout: float | None, noun: str | None = "agents") -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise DefinitionError(f"a {self.kind}'s name must be non-empty text, not {name!r}")
+        self.name = name
+        owner = f"{self.kind} {name!r}"
+        check_options(owner, retries=retries, on_orphan=on_orphan, timeout=timeout)
+        self.options = AgentOptions(retries, on_orphan, timeout)  # type: ignore[arg-type]
+        if noun is not None and (not isinstance(agents, Mapping) or not agents):
+            raise DefinitionError(f"{owner}: {noun} must be a non-empty dict of name -> function")
+        for label, fn in agents.items():
+            if not isinstance(label, str) or not label.strip():
+                raise DefinitionError(f"{owner}: an agent name must be non-empty text, not {label!r}")
+            if label in self.roles:
+                raise DefinitionError(f"{owner}: the agent name {label!r} is reserved for the {self.kind}'s own "
+                                      "decisions; rename the agent")
+            if not callable(fn):
+                raise DefinitionError(f"{owner}: agent {label!r} must be a function of ctx or human(...), "
+                                      f"not {type(fn).__name__}")
+        self.agents = dict(agents)
+        self._specs: dict[str | None, StepSpec] = {label: self._spec(fn) for label, fn in self.agents.items()}
+
+    def _spec(self, fn: Callable[[Context], Any]) -> StepSpec:
+        o = self.options
+        timeout = fn.timeout if isinstance(fn, Human) and fn.timeout is not None else o.timeout
+        return StepSpec(self.name, fn, False, o.retries, o.on_orphan, timeout)
+
+    def _add(self, label: str | None, fn: Callable[[Context], Any]) -> None:
+        """Register the function run as ``label``: a role, or (None) a loop's pass."""
+        self._specs[label] = self._spec(fn)
+
+    def spec(self, agent: str | None) -> StepSpec:
+        """The step (function and options) an execution as ``agent`` runs. ``KeyError`` for an
+        agent not in this definition (a drifted run)."""
+        return self._specs[agent]
+
+    def parameters(self) -> dict[str, Any]:
+        """The pattern's parameters as recorded in the definition (and so in its fingerprint):
+        its agents in order (persons with their kind and timeout) and its own parameters."""
+        humans = {a: {"kind": fn.kind, "timeout": fn.timeout} for a, fn in self.agents.items()
+                  if isinstance(fn, Human)}
+        return {"agents": list(self.agents), **({"humans": humans} if humans else {}), **self.settings()}
+
+    @abstractmethod
+    def settings(self) -> dict[str, Any]:
+        """This kind's own parameters (rounds, max_turns, ...), for :meth:`parameters`."""
+
+    @abstractmethod
+    def start(self) -> Sub:
+        """The sub-state a pattern starts from."""
+
+    @abstractmethod
+    def next(self, sub: Sub) -> tuple[Turn, ...]:
+        """The executions to run now (several: independent calls, each recorded on its own), or
+        ``()`` when the pattern is done and its result is to be recorded."""
+
+    @abstractmethod
+    def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
+        """The sub-state after ``turn`` completed with ``output`` (``ctx``: its context, when it
+        just ran here). May raise: the execution then fails as if it had raised."""
+
+    def failed(self, sub: Sub, turn: Turn, error: str) -> Sub | str | None:
+        """After ``turn`` failed for good: a sub-state to go on from, the run's failure reason, or
+        None (the run fails with the usual reason; the default)."""
+        return None
+
+    def replan(self, sub: Sub) -> Sub:
+        """The sub-state that decomposes the goal again (``resume --replan``); only a planner can."""
+        raise RefusedTransition(f"'{self.name}' is a {self.kind}, not a planner, so there is nothing to re-plan; "
+                                "resume without --replan")
+
+    def fits(self, sub: Any) -> bool:
+        """True when ``sub`` looks like this kind's sub-state (checked when a drifted run's state
+        is carried over)."""
+        return isinstance(sub, dict) and set(self.start()) <= set(sub)
+
+    @abstractmethod
+    def result(self, records: list[StepRecord]) -> Any:
+        """The pattern's result from its completed children (seq order, roles included)."""
+
+    def finish(self, ctx: Context) -> Any:
+        """The group row's function: records :meth:`result`."""
+        return self.result(ctx.history.records())  # type: ignore[attr-defined]
+
+
+def outputs_by_agent(records: list[StepRecord], roles: tuple[str, ...]) -> dict[str, Any]:
+    """``{agent: output}`` of the agents' records (a later record of an agent wins)."""
+    return {r.agent: r.output for r in records if r.agent is not None and r.agent not in roles}

@@ -1,0 +1,67 @@
+"""The debate: every agent speaks once per round, in order, for ``rounds`` rounds; then a judge.
+
+Children: the agents' turns (iteration = round), then ``judge`` (iteration = rounds + 1).
+Sub-state: ``{"round": r, "turn": k}`` (the next speaker is agent k of round r) plus
+``{"judged": true}`` once the judge has spoken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..drivers import Turn
+from ..errors import DefinitionError
+from .base import Pattern, Sub, outputs_by_agent, whole
+
+if TYPE_CHECKING:
+    from ..models import StepRecord
+    from ..workflow import Context
+
+
+class Debate(Pattern):
+    """``wf.debate("argue", agents={"pro": pro, "con": con}, rounds=3, judge=judge)``: see
+    :meth:`relaypoint.Workflow.debate`."""
+
+    kind = "debate"
+    roles = ("judge",)
+
+    def __init__(self, name: str, agents: Mapping[str, Any], *, rounds: int, judge: Callable[[Context], Any] | None,
+                 retries: int, on_orphan: str, timeout: float | None) -> None:
+        super().__init__(name, agents, retries=retries, on_orphan=on_orphan, timeout=timeout)
+        self.rounds = whole(rounds, f"debate {name!r}: rounds", least=1)
+        if judge is not None and not callable(judge):
+            raise DefinitionError(f"debate {name!r}: judge must be a function of ctx, not {type(judge).__name__}")
+        self.judge = judge
+        if judge is not None:
+            self._add("judge", judge)
+        self.order = list(self.agents)
+
+    def settings(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "judge": self.judge is not None}
+
+    def start(self) -> Sub:
+        return {"round": 1, "turn": 0}
+
+    def next(self, sub: Sub) -> tuple[Turn, ...]:
+        r, k = sub["round"], sub["turn"]
+        if k >= len(self.order):  # fewer agents than when the state was recorded (allowed drift)
+            r, k = r + 1, 0
+        if r <= self.rounds:
+            return (Turn(r, self.order[k]),)
+        if self.judge is not None and not sub.get("judged"):
+            return (Turn(self.rounds + 1, "judge"),)
+        return ()
+
+    def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
+        if turn.agent == "judge":
+            return {**sub, "judged": True}
+        k = self.order.index(turn.agent) + 1 if turn.agent in self.order else len(self.order)
+        return {"round": turn.iteration + 1, "turn": 0} if k >= len(self.order) else {"round": turn.iteration,
+                                                                                        "turn": k}
+
+    def result(self, records: list[StepRecord]) -> Any:
+        if self.judge is not None:
+            return next((r.output for r in reversed(records) if r.agent == "judge"), None)
+        last = max((r.iteration for r in records), default=0)
+        return outputs_by_agent([r for r in records if r.iteration == last], self.roles)

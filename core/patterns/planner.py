@@ -1,0 +1,142 @@
+"""The planner: a plan of subtasks run in dependency order, re-planned when one fails.
+
+Children: ``plan`` (its recorded output is the plan), the subtasks (agent = the subtask's agent,
+iteration = the subtask's ordinal: the k-th subtask run by this planner; ``task`` in its options),
+and ``replan`` after a subtask failed for good (iteration = the ordinal of the subtask it
+precedes). Sub-state: ``{"plan": [{"id", "agent", "input", "after", "status"}], "replans": n,
+"ordinal": k}`` plus ``{"failed": {"task", "error"}}`` until the re-plan is recorded, and
+``{"decompose": true}`` when the operator asked for a new plan (``resume --replan``). The plan
+commits with the ``plan`` record, so a resumed planner never decomposes its goal again unless
+asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..drivers import Turn
+from ..errors import DefinitionError, InvalidValue
+from .base import Pattern, Sub, whole
+
+if TYPE_CHECKING:
+    from ..models import StepRecord
+    from ..workflow import Context
+
+PENDING, COMPLETED, FAILED = "pending", "completed", "failed"
+
+
+class Planner(Pattern):
+    """``wf.planner("build", plan=make_plan, agents={...}, replan=replan, max_replans=2)``.
+
+    ``plan(ctx)`` returns ``[{"id": "t1", "agent": "code", "input": {...}, "after": ["t0"]}, ...]``
+    (``input`` and ``after`` optional). A subtask's agent sees its ``input`` as ``ctx.input`` (the
+    run's input when it has none) and the plan in ``ctx.state["plan"]``. A subtask that fails
+    after its retries calls ``replan(ctx)`` with ``ctx.failed`` = ``{"task": {...}, "error": text}``;
+    its answer (subtasks, same shape) replaces the unfinished part of the plan. At most
+    ``max_replans`` re-plans, then the run fails with the reason. An invalid plan (unknown agent,
+    duplicate or unknown id, a cycle) fails the plan's execution with ``InvalidValue``. The result
+    is ``{task id: output}``.
+    """
+
+    kind = "planner"
+    roles = ("plan", "replan")
+
+    def __init__(self, name: str, plan: Callable[[Context], Any], agents: Mapping[str, Any], *,
+                 replan: Callable[[Context], Any] | None, max_replans: int, retries: int, on_orphan: str,
+                 timeout: float | None) -> None:
+        super().__init__(name, agents, retries=retries, on_orphan=on_orphan, timeout=timeout)
+        for what, fn in (("plan", plan), ("replan", replan)):
+            if fn is not None and not callable(fn):
+                raise DefinitionError(f"planner {name!r}: {what} must be a function of ctx, not {type(fn).__name__}")
+        self.max_replans = whole(max_replans, f"planner {name!r}: max_replans", least=0)
+        self.replans = replan is not None
+        self._add("plan", plan)
+        if replan is not None:
+            self._add("replan", lambda ctx: replan(_with_failed(ctx)))
+
+    def settings(self) -> dict[str, Any]:
+        return {"max_replans": self.max_replans, "replan": self.replans}
+
+    def start(self) -> Sub:
+        return {"plan": None, "replans": 0, "ordinal": 0}
+
+    def next(self, sub: Sub) -> tuple[Turn, ...]:
+        k = sub["ordinal"] + 1
+        if sub.get("failed") is not None:
+            return (Turn(k, "replan"),)
+        if sub["plan"] is None or sub.get("decompose"):
+            return (Turn(k, "plan"),)
+        done = {t["id"] for t in sub["plan"] if t["status"] == COMPLETED}
+        ready = next((t for t in sub["plan"] if t["status"] == PENDING and set(t["after"]) <= done), None)
+        return () if ready is None else (Turn(k, ready["agent"], ready["id"], ready["input"]),)
+
+    def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
+        if turn.agent in self.roles:
+            kept = [t for t in sub["plan"] or [] if t["status"] == COMPLETED]
+            counted = turn.agent == "replan"
+            rest = {k: v for k, v in sub.items() if k not in ("failed", "decompose")}
+            return {**rest, "plan": kept + self._checked(output, kept), "replans": sub["replans"] + counted}
+        plan = [{**t, "status": COMPLETED} if t["id"] == turn.task else t for t in sub["plan"]]
+        return {**sub, "plan": plan, "ordinal": turn.iteration}
+
+    def failed(self, sub: Sub, turn: Turn, error: str) -> Sub | str | None:
+        if turn.task is None:
+            return None
+        if not self.replans:
+            return f"subtask '{turn.task}' of '{self.name}' failed: {error} (no replan function to recover)"
+        if sub["replans"] >= self.max_replans:
+            return (f"subtask '{turn.task}' of '{self.name}' failed: {error}; the plan was already re-planned "
+                    f"{sub['replans']} times (max_replans={self.max_replans})")
+        task = next(t for t in sub["plan"] if t["id"] == turn.task)
+        plan = [{**t, "status": FAILED} if t is task else t for t in sub["plan"]]
+        failed = {"task": {k: task[k] for k in ("id", "agent", "input", "after")}, "error": error}
+        return {**sub, "plan": plan, "ordinal": turn.iteration, "failed": failed}
+
+    def replan(self, sub: Sub) -> Sub:
+        return {**sub, "decompose": True, "failed": None}
+
+    def _checked(self, output: Any, kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The subtasks of a plan answer, normalised, with status pending; ``InvalidValue`` when the
+        answer is not a valid plan given the subtasks already completed (``kept``)."""
+        def bad(why: str) -> InvalidValue:
+            return InvalidValue(f"the plan of '{self.name}' is not valid: {why}")
+
+        if not isinstance(output, list):
+            raise bad(f"it must be a list of subtasks, not {type(output).__name__}")
+        done = {t["id"] for t in kept}
+        tasks: list[dict[str, Any]] = []
+        for i, t in enumerate(output):
+            if not isinstance(t, dict) or not isinstance(t.get("id"), str) or not t["id"]:
+                raise bad(f"subtask {i + 1} must be a dict with a non-empty text 'id'")
+            if t["id"] in done or any(u["id"] == t["id"] for u in tasks):
+                raise bad(f"subtask id {t['id']!r} is used twice")
+            if t.get("agent") not in self.agents:
+                raise bad(f"subtask {t['id']!r} names agent {t.get('agent')!r}, not one of: {', '.join(self.agents)}")
+            after = t.get("after", [])
+            if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+                raise bad(f"subtask {t['id']!r}: 'after' must be a list of subtask ids")
+            tasks.append({"id": t["id"], "agent": t["agent"], "input": t.get("input"), "after": after,
+                          "status": PENDING})
+        known = done | {t["id"] for t in tasks}
+        for t in tasks:
+            unknown = [a for a in t["after"] if a not in known]
+            if unknown:
+                raise bad(f"subtask {t['id']!r} waits on {', '.join(map(repr, unknown))}, not in the plan")
+        ordered, left = set(done), list(tasks)
+        while left:  # a cycle leaves subtasks that can never start
+            ready = [t for t in left if set(t["after"]) <= ordered]
+            if not ready:
+                raise bad(f"subtasks {', '.join(repr(t['id']) for t in left)} wait on each other (a cycle)")
+            ordered |= {t["id"] for t in ready}
+            left = [t for t in left if t not in ready]
+        return tasks
+
+    def result(self, records: list[StepRecord]) -> Any:
+        return {r.options["task"]: r.output for r in records if r.options.get("task") is not None}
+
+
+def _with_failed(ctx: Context) -> Context:
+    """``ctx`` for ``replan``: ``ctx.failed`` is the failed subtask and its error."""
+    ctx.failed = dict(ctx.state["failed"]) if ctx.state.get("failed") else None
+    return ctx
