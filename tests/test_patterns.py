@@ -1,0 +1,319 @@
+"""Patterns through the real runtime on a real store: what each records (one execution per agent
+call and per decision, in order), what agents see (ctx.iteration, agent, history, state,
+idempotency_key, output, failed), each pattern's result and stop rules, a person as an agent,
+definitions refused, parameters in the fingerprint. Durability under SIGKILL is in
+test_pattern_durability.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from relaypoint import DefinitionError, DriftError, Runtime, Workflow, human
+from relaypoint.patterns import majority
+
+
+def rows(rt: Runtime, rid: str) -> list[tuple]:
+    """(name, iteration, agent, status) of each execution, in the order shown."""
+    return [(t.name, t.iteration, t.agent, t.status.value) for t in rt.get(rid).tasks]
+
+
+def children(rt: Runtime, rid: str, name: str) -> list:
+    run = rt.get(rid)
+    group = next(t for t in run.tasks if t.name == name and t.parent is None)
+    return [t for t in run.tasks if t.parent == group.seq]
+
+
+def test_a_debate_records_every_speech_then_the_judge_and_its_result_reaches_later_steps(tmp_path):
+    seen = []
+    wf = Workflow("panel")
+
+    @wf.step
+    def brief(ctx):
+        return {"topic": ctx.input["topic"]}
+
+    def speaker(ctx):
+        seen.append((ctx.iteration, ctx.agent, [(h["iteration"], h["agent"]) for h in ctx.history],
+                     ctx.idempotency_key.split("/", 1)[1], dict(ctx.state), ctx.results["brief"]["topic"]))
+        return f"{ctx.agent} says {ctx.iteration}"
+
+    def judge(ctx):
+        return {"heard": [h["output"] for h in ctx.history], "agent": ctx.agent}
+
+    wf.debate("argue", agents={"pro": speaker, "con": speaker}, rounds=2, judge=judge)
+
+    @wf.step
+    def report(ctx):
+        return ctx.results["argue"]["heard"][-1]
+
+    with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+        rid = rt.start("panel", {"topic": "tests"})
+        run = rt.get(rid)
+        assert run.status == "completed" and (run.steps_done, run.steps_total) == (3, 3)
+        assert rows(rt, rid) == [
+            ("brief", 1, None, "completed"), ("argue", 1, None, "completed"),
+            ("argue", 1, "pro", "completed"), ("argue", 1, "con", "completed"),
+            ("argue", 2, "pro", "completed"), ("argue", 2, "con", "completed"),
+            ("argue", 3, "judge", "completed"), ("report", 1, None, "completed")]
+        assert seen == [
+            (1, "pro", [], "argue#1/pro", {"round": 1, "turn": 0}, "tests"),
+            (1, "con", [(1, "pro")], "argue#1/con", {"round": 1, "turn": 1}, "tests"),
+            (2, "pro", [(1, "pro"), (1, "con")], "argue#2/pro", {"round": 2, "turn": 0}, "tests"),
+            (2, "con", [(1, "pro"), (1, "con"), (2, "pro")], "argue#2/con", {"round": 2, "turn": 1}, "tests")]
+        result = {"heard": ["pro says 1", "con says 1", "pro says 2", "con says 2"], "agent": "judge"}
+        assert rt.step_output(rid, "argue") == result
+        assert rt.step_output(rid, "report") == "con says 2"
+        started = [(e.step, e.detail.get("iteration"), e.detail.get("agent")) for e in rt.events(rid)
+                   if e.kind == "step_started"]
+        assert started[:3] == [("brief", None, None), ("argue", 1, "pro"), ("argue", 1, "con")]
+
+
+def test_a_loop_stops_when_until_says_so_or_at_max_iterations(tmp_path):
+    wf = Workflow("refine")
+    verdicts = []
+
+    def until(ctx):
+        verdicts.append((ctx.iteration, ctx.output))
+        return ctx.output >= 3
+
+    @wf.loop(max_iterations=10, until=until)
+    def draft(ctx):
+        return ctx.iteration + len(ctx.history)  # 1, 3, ...
+
+    capped = Workflow("capped")
+
+    @capped.loop(max_iterations=3)
+    def again(ctx):
+        return [h["output"] for h in ctx.history]
+
+    with Runtime(str(tmp_path / "s.db"), [wf, capped]) as rt:
+        rid = rt.start("refine")
+        assert [(t.iteration, t.output) for t in children(rt, rid, "draft")] == [(1, 1), (2, 3)]
+        assert verdicts == [(1, 1), (2, 3)] and rt.step_output(rid, "draft") == 3
+        rid = rt.start("capped")
+        assert rt.step_output(rid, "again") == [[], [[]]]
+        assert [t.idempotency_key.split("/", 1)[1] for t in children(rt, rid, "again")] == [
+            "again#1", "again#2", "again#3"]
+
+
+def test_a_vote_runs_each_voter_once_and_reports_a_majority_a_tie_or_a_custom_tally(tmp_path):
+    wf = Workflow("vote")
+    wf.vote("decide", voters={"a": lambda c: "x", "b": lambda c: {"pick": 1}, "c": lambda c: "x"})
+    tie = Workflow("tie")
+    tie.vote("decide", voters={"a": lambda c: "x", "b": lambda c: "y"})
+    custom = Workflow("custom")
+    custom.vote("decide", voters={"a": lambda c: 2, "b": lambda c: 5}, tally=lambda votes: sum(votes.values()))
+    with Runtime(str(tmp_path / "s.db"), [wf, tie, custom]) as rt:
+        rid = rt.start("vote")
+        assert [(t.agent, t.output) for t in children(rt, rid, "decide")] == [("a", "x"), ("b", {"pick": 1}),
+                                                                                ("c", "x")]
+        assert rt.step_output(rid, "decide") == {
+            "result": {"winner": "x", "tie": False, "majority": True, "counts": [["x", 2], [{"pick": 1}, 1]]},
+            "votes": {"a": "x", "b": {"pick": 1}, "c": "x"}}
+        result = rt.step_output(rt.start("tie"), "decide")["result"]
+        assert (result["winner"], result["tie"], result["majority"]) == (None, True, False)
+        rid = rt.start("custom")
+        assert rt.step_output(rid, "decide") == {"result": 7, "votes": {"a": 2, "b": 5}}
+        assert [t.agent for t in children(rt, rid, "decide")] == ["a", "b", "tally"]
+    assert majority({}) == {"winner": None, "tie": False, "majority": False, "counts": []}
+
+
+def supervised(route, *, max_turns=20, max_idle=2, search=lambda c: None):
+    wf = Workflow("sup")
+    wf.supervisor("triage", agents={"search": search, "code": lambda c: f"patch {c.iteration}"}, route=route,
+                  max_turns=max_turns, max_idle=max_idle)
+    return wf
+
+
+def test_a_supervisor_records_each_routing_decision_and_keeps_activation_and_idle_counts(tmp_path):
+    states = []
+
+    def route(ctx):
+        states.append(dict(ctx.state))
+        return ["search", "search", "code", "search", None][ctx.state["turn"]]
+
+    with Runtime(str(tmp_path / "s.db"), [supervised(route)]) as rt:
+        rid = rt.start("sup")
+        kids = children(rt, rid, "triage")
+        assert [(t.iteration, t.agent) for t in kids] == [
+            (1, "route"), (1, "search"), (2, "route"), (2, "search"), (3, "route"), (3, "code"), (4, "route"),
+            (4, "search"), (5, "route")]
+        assert [t.output for t in kids if t.agent == "route"][2] == {"turn": 3, "candidates": ["code"],
+                                                                      "choice": "code"}
+        assert states[2] == {"turn": 2, "activations": {"search": 2, "code": 0}, "idle": {"search": 2, "code": 0}}
+        assert states[3] == {"turn": 3, "activations": {"search": 2, "code": 1}, "idle": {"search": 2, "code": 0}}
+        assert states[4]["idle"] == {"search": 3, "code": 0}  # a non-candidate may still be chosen
+        assert rt.step_output(rid, "triage") is None  # the last agent call was an idle turn
+
+
+def test_a_supervisor_stops_at_max_turns_and_when_every_agent_is_idle(tmp_path):
+    always_code = supervised(lambda ctx: "code", max_turns=3)
+    always_code.name = "turns"
+    idle = Workflow("idle")
+    idle.supervisor("triage", agents={"a": lambda c: None, "b": lambda c: None},
+                    route=lambda ctx: "a" if ctx.state["turn"] % 2 == 0 else "b", max_idle=2)
+    with Runtime(str(tmp_path / "s.db"), [always_code, idle]) as rt:
+        rid = rt.start("turns")
+        assert [t.agent for t in children(rt, rid, "triage")] == ["route", "code"] * 3
+        assert rt.step_output(rid, "triage") == "patch 3"
+        rid = rt.start("idle")
+        assert [t.agent for t in children(rt, rid, "triage") if t.agent != "route"] == ["a", "b", "a", "b"]
+
+
+def test_a_router_naming_an_unknown_agent_fails_the_run_with_one_line(tmp_path):
+    with Runtime(str(tmp_path / "s.db"), [supervised(lambda ctx: "nobody")]) as rt:
+        rid = rt.start("sup")
+        run = rt.get(rid)
+        assert run.status == "failed"
+        assert run.error == ("step 'triage' (iteration 1, agent 'route') failed: the router of 'triage' returned "
+                             "'nobody' for turn 1, not one of its agents (search, code) or None to stop")
+
+
+def planner_flow(fail: set[str], *, max_replans: int = 2, replan=True):
+    calls = {"plan": 0, "replan": []}
+    wf = Workflow("plan")
+
+    def make_plan(ctx):
+        calls["plan"] += 1
+        return [{"id": "t1", "agent": "code", "input": {"file": "a.py"}},
+                {"id": "t2", "agent": "test", "after": ["t1"]},
+                {"id": "t3", "agent": "code", "input": {"file": "b.py"}, "after": ["t2"]}]
+
+    def redo(ctx):
+        calls["replan"].append((ctx.failed, [t["status"] for t in ctx.state["plan"]]))
+        return [{"id": f"{ctx.failed['task']['id']}b", "agent": "code", "input": {"file": "fixed.py"}}]
+
+    def code(ctx):
+        if ctx.input["file"] in fail:
+            raise RuntimeError(f"cannot edit {ctx.input['file']}")
+        return f"edited {ctx.input['file']} as subtask {ctx.iteration}"
+
+    wf.planner("build", plan=make_plan, agents={"code": code, "test": lambda c: "green"},
+               replan=redo if replan else None, max_replans=max_replans)
+    return wf, calls
+
+
+def test_a_planner_runs_subtasks_in_dependency_order_with_their_own_input(tmp_path):
+    wf, calls = planner_flow(set())
+    with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+        rid = rt.start("plan")
+        kids = children(rt, rid, "build")
+        assert [(t.iteration, t.agent, t.options.get("task")) for t in kids] == [
+            (1, "plan", None), (1, "code", "t1"), (2, "test", "t2"), (3, "code", "t3")]
+        assert rt.step_output(rid, "build") == {"t1": "edited a.py as subtask 1", "t2": "green",
+                                                 "t3": "edited b.py as subtask 3"}
+        assert calls["plan"] == 1
+
+
+def test_a_failed_subtask_is_re_planned_and_max_replans_is_enforced(tmp_path):
+    wf, calls = planner_flow({"b.py"})
+    with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+        rid = rt.start("plan")
+        assert rt.get(rid).status == "completed"
+        kids = children(rt, rid, "build")
+        assert [(t.iteration, t.agent, t.status.value) for t in kids] == [
+            (1, "plan", "completed"), (1, "code", "completed"), (2, "test", "completed"), (3, "code", "failed"),
+            (4, "replan", "completed"), (4, "code", "completed")]
+        failed, statuses = calls["replan"][0]
+        assert failed == {"task": {"id": "t3", "agent": "code", "input": {"file": "b.py"}, "after": ["t2"]},
+                          "error": "RuntimeError: cannot edit b.py"}
+        assert statuses == ["completed", "completed", "failed"]
+        assert rt.step_output(rid, "build")["t3b"] == "edited fixed.py as subtask 4"
+
+    wf, _ = planner_flow({"b.py", "fixed.py"}, max_replans=1)
+    with Runtime(str(tmp_path / "t.db"), [wf]) as rt:
+        run = rt.get(rt.start("plan"))
+        assert run.status == "failed"
+        assert run.error == ("subtask 't3b' of 'build' failed: RuntimeError: cannot edit fixed.py; the plan was "
+                             "already re-planned 1 times (max_replans=1)")
+
+
+def test_an_invalid_plan_fails_its_execution_with_the_reason(tmp_path):
+    for plan, why in [
+        ([{"id": "t1", "agent": "deploy"}], "subtask 't1' names agent 'deploy', not one of: code"),
+        ([{"id": "t1", "agent": "code"}, {"id": "t1", "agent": "code"}], "subtask id 't1' is used twice"),
+        ([{"id": "t1", "agent": "code", "after": ["t0"]}], "subtask 't1' waits on 't0', not in the plan"),
+        ([{"id": "a", "agent": "code", "after": ["b"]}, {"id": "b", "agent": "code", "after": ["a"]}],
+         "subtasks 'a', 'b' wait on each other (a cycle)"),
+        ({"id": "t1"}, "it must be a list of subtasks, not dict"),
+    ]:
+        wf = Workflow("bad")
+        wf.planner("build", plan=lambda ctx, p=plan: p, agents={"code": lambda c: 1})
+        with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+            run = rt.get(rt.start("bad"))
+            assert run.status == "failed"
+            assert run.error == f"step 'build' (iteration 1, agent 'plan') failed: the plan of 'build' is not valid: {why}"
+
+
+def test_a_person_in_a_debate_pauses_on_their_turn_and_their_answer_is_their_output(tmp_path):
+    wf = Workflow("human")
+    wf.debate("argue", agents={"pro": lambda c: f"pro {c.iteration}", "me": human("Your rebuttal?", timeout=600)},
+              rounds=2, judge=lambda c: [h["output"] for h in c.history])
+    approving = Workflow("approving")
+    approving.supervisor("triage", agents={"ok": human("Sign off?", kind="approval"), "work": lambda c: "done"},
+                         route=lambda c: [None, "work", "ok"][min(c.iteration, 2)] if c.iteration < 3 else None)
+    with Runtime(str(tmp_path / "s.db"), [wf, approving]) as rt:
+        rid = rt.start("human")
+        run = rt.get(rid)
+        assert run.status == "awaiting_input" and run.pending.kind == "input"
+        assert run.pending.reason == "Your rebuttal? (argue, iteration 1, as 'me')"
+        assert run.pending.deadline_at is not None
+        rt.respond(rid, {"text": "no"})
+        assert rt.resume(rid) == "awaiting_input"
+        rt.respond(rid, None)  # an idle turn is an answer too
+        assert rt.resume(rid) == "completed"
+        assert rt.step_output(rid, "argue") == ["pro 1", {"text": "no"}, "pro 2", None]
+        assert [t.status.value for t in children(rt, rid, "argue") if t.agent == "me"] == ["completed"] * 2
+
+        rid = rt.start("approving")
+        run = rt.get(rid)
+        assert run.status == "awaiting_approval"
+        assert [t.status.value for t in children(rt, rid, "triage")][-1] == "awaiting_approval"
+        rt.approve(rid, by="ana", comment="fine", output={"note": "ship it"})
+        assert rt.resume(rid) == "completed"
+        assert [t.output for t in children(rt, rid, "triage") if t.agent == "ok"] == [
+            {"approved": True, "by": "ana", "comment": "fine", "value": {"note": "ship it"}}]
+
+
+def test_definitions_are_refused_with_one_line(tmp_path):
+    wf = Workflow("w")
+    wf.step(name="argue")(lambda c: 1)
+    cases = [
+        (lambda: wf.debate("argue", agents={"a": print}, rounds=1), "already has a step named 'argue'"),
+        (lambda: wf.debate("d", agents={"judge": print}, rounds=1), "the agent name 'judge' is reserved"),
+        (lambda: wf.debate("d", agents={}, rounds=1), "agents must be a non-empty dict"),
+        (lambda: wf.debate("d", agents={"a": "nope"}, rounds=1), "agent 'a' must be a function of ctx"),
+        (lambda: wf.debate("d", agents={"a": print}, rounds=0), "rounds must be a whole number >= 1"),
+        (lambda: wf.vote("v", voters={"a": print}, tally="plurality"), "tally must be 'majority' or a function"),
+        (lambda: wf.supervisor("s", agents={"route": print}, route=print), "'route' is reserved"),
+        (lambda: wf.supervisor("s", agents={"a": print}, route=print, max_idle=0), "max_idle must be"),
+        (lambda: wf.planner("p", plan=print, agents={"a": print}, max_replans=-1), "max_replans must be"),
+        (lambda: wf.loop(max_iterations=0)(print), "max_iterations must be a whole number >= 1"),
+        (lambda: wf.debate("d", agents={"a": print}, rounds=1, retries=-1), "retries must be a whole number"),
+        (lambda: human(""), "the prompt must be non-empty text"),
+        (lambda: human("x", kind="vote"), "kind must be 'input' or 'approval'"),
+    ]
+    for make, message in cases:
+        with pytest.raises(DefinitionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            make()
+    assert [s.name for s in wf.steps] == ["argue"]  # nothing half-registered
+
+
+def test_pattern_parameters_are_part_of_the_fingerprint_and_a_change_is_drift(tmp_path):
+    def panel(rounds: int, gate: bool) -> Workflow:
+        wf = Workflow("panel")
+        agents = {"pro": lambda c: 1, "con": human("?") if gate else (lambda c: 2)}
+        wf.debate("argue", agents=agents, rounds=rounds, judge=lambda c: "j")
+        return wf
+
+    base = panel(3, True)
+    assert base.definition() == [{"name": "argue", "approval": False, "retries": 0, "on_orphan": "retry",
+                                  "timeout": None, "pattern": "debate", "agents": ["pro", "con"],
+                                  "humans": {"con": {"kind": "input", "timeout": None}}, "rounds": 3,
+                                  "judge": True}]
+    assert len({panel(3, True).fingerprint(), panel(4, True).fingerprint(), panel(3, False).fingerprint()}) == 3
+    with Runtime(str(tmp_path / "s.db"), [base]) as rt:
+        rid = rt.start("panel")
+        rt.respond(rid, "x")
+    with Runtime(str(tmp_path / "s.db"), [panel(4, True)]) as rt:
+        with pytest.raises(DriftError, match="options changed for argue"):
+            rt.resume(rid)
