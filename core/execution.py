@@ -18,8 +18,8 @@ from typing import Any
 
 from . import encoding
 from .clock import Clock, to_text
-from .drivers import Action, Call, Driver, Finish, Pause, RunStep, RunSteps, State, idempotency_key
-from .errors import InvalidValue, LeaseLost, StoreError
+from .drivers import Action, Call, Driver, Finish, Pause, RunStep, RunSteps, State, idempotency_key, where
+from .errors import DriftError, InvalidValue, LeaseLost, StoreError
 from .lease import HOST, LeaseHolder
 from .recovery import Recovery, now_of
 from .status import CheckpointKind, EventKind, RunStatus, StepStatus
@@ -115,6 +115,12 @@ class Executor:
                 call = action.calls[0]
             else:
                 return state, action, None
+            try:
+                driver.spec(call)
+            except KeyError:
+                raise DriftError(f"run {run_id} goes on with '{call.name}'{where(call)}, which the loaded definition "
+                                 "does not have (an allowed drift removed it); restore it, or fork the run from an "
+                                 "earlier step") from None
             seq = driver.seq_of(call)
             if seq is None:
                 row = self.store.step(run_id, resume_at) if resume_at is not None else None

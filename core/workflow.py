@@ -307,7 +307,8 @@ def find_workflow(workflows: dict[str, Workflow], name: str) -> Workflow:
 
 def describe_drift(recorded: list[dict[str, Any]], defined: list[dict[str, Any]]) -> str:
     """One line listing how a definition changed: steps added, removed, renamed (a removed and an
-    added step at the same position), and steps whose options changed."""
+    added step at the same position), and steps whose options (a pattern's parameters included)
+    changed, each with its old and new values, e.g. ``options changed for argue (rounds: 3 -> 5)``."""
     old = [d["name"] for d in recorded]
     new = [d["name"] for d in defined]
     renamed = [(o, n) for o, n in zip(old, new) if o != n and o not in new and n not in old]
@@ -315,9 +316,19 @@ def describe_drift(recorded: list[dict[str, Any]], defined: list[dict[str, Any]]
     added = [n for n in new if n not in old and n not in gone]
     removed = [o for o in old if o not in new and o not in gone]
     before = {d["name"]: d for d in recorded}
-    changed = [d["name"] for d in defined if d["name"] in before and before[d["name"]] != d]
+    changed = [f"{d['name']} ({changes(before[d['name']], d)})" for d in defined
+               if d["name"] in before and before[d["name"]] != d]
     parts = [f"added {', '.join(added)}" if added else "",
              f"removed {', '.join(removed)}" if removed else "",
              f"renamed {', '.join(f'{o} -> {n}' for o, n in renamed)}" if renamed else "",
              f"options changed for {', '.join(changed)}" if changed else ""]
     return "; ".join(p for p in parts if p) or "steps reordered"
+
+
+def changes(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """``key: old -> new`` for each key whose value differs (JSON values; ``-`` for absent)."""
+    def shown(d: dict[str, Any], key: str) -> str:
+        return json.dumps(d[key], sort_keys=True) if key in d else "-"
+
+    keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k, ...) != new.get(k, ...)]
+    return ", ".join(f"{k}: {shown(old, k)} -> {shown(new, k)}" for k in keys)

@@ -315,5 +315,24 @@ def test_pattern_parameters_are_part_of_the_fingerprint_and_a_change_is_drift(tm
         rid = rt.start("panel")
         rt.respond(rid, "x")
     with Runtime(str(tmp_path / "s.db"), [panel(4, True)]) as rt:
-        with pytest.raises(DriftError, match="options changed for argue"):
+        with pytest.raises(DriftError, match=r"options changed for argue \(rounds: 3 -> 4\)"):
             rt.resume(rid)
+
+
+def test_resuming_past_an_agent_an_allowed_drift_removed_is_refused_with_one_line(tmp_path):
+    def flow(agents):
+        wf = Workflow("p")
+        wf.planner("build", plan=lambda c: [{"id": "t1", "agent": "code"}, {"id": "t2", "agent": "ask",
+                                                                           "after": ["t1"]}], agents=agents)
+        return wf
+
+    with Runtime(str(tmp_path / "s.db"), [flow({"code": lambda c: 1, "ask": human("?")})]) as rt:
+        rid = rt.start("p")
+        rt.respond(rid, "x")
+    with Runtime(str(tmp_path / "s.db"), [flow({"code": lambda c: 1, "other": lambda c: 2})]) as rt:
+        with pytest.raises(DriftError, match=r'agents: \["code", "ask"\] -> \["code", "other"\]'):
+            rt.resume(rid)
+        with pytest.raises(DriftError, match=r"goes on with 'build' \(iteration 2, agent 'ask', subtask 't2'\), "
+                                             "which the loaded definition does not have"):
+            rt.resume(rid, allow_drift=True)
+        assert rt.get(rid).status == "queued"  # nothing written
