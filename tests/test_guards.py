@@ -157,3 +157,38 @@ def test_listing_touches_no_step_and_no_output(tmp_path, filters):
     assert len(listed) == 5 and meter.statements
     assert not any(re.search(r"\b(steps|outputs|output)\b", s) for s in meter.statements), meter.statements
     assert meter.rows <= 5 + len(meter.statements)
+
+
+def debate_boundary_cost(tmp_path: Path, rounds: int, k: int) -> tuple[Meter, list[int]]:
+    """What the boundary after ``pro``'s speech in round ``k`` of a ``rounds``-round debate costs
+    (agents that read no history), and the size of every checkpoint state the run wrote (bytes)."""
+    meter: Meter | None = None
+
+    def pro(ctx):
+        if ctx.iteration == k:
+            meter.on()
+        return "p"
+
+    def con(ctx):
+        if ctx.iteration == k:
+            meter.off()
+        return "c"
+
+    wf = Workflow("debate")
+    wf.debate("argue", agents={"pro": pro, "con": con}, rounds=rounds, judge=lambda ctx: "j")
+    with Runtime(str(tmp_path / f"d{rounds}.db"), [wf], durability="normal") as rt:
+        meter = Meter(rt)
+        rid = rt.start("debate")
+        sizes = [len(str(cp.state)) for cp in rt.store.checkpoints(rid)]
+    return meter, sizes
+
+
+def test_a_boundary_inside_a_debate_costs_the_same_in_round_5_of_10_and_round_2000_of_2500(tmp_path):
+    (small, small_sizes), (large, large_sizes) = (debate_boundary_cost(tmp_path, 10, 5),
+                                                  debate_boundary_cost(tmp_path, 2_500, 2_000))
+    assert small.statements and [shape(s) for s in small.statements] == [shape(s) for s in large.statements]
+    assert small.rows == large.rows
+    assert large.instructions <= small.instructions * 1.25, (small.instructions, large.instructions)
+    assert small.outputs_read() == [] == large.outputs_read()
+    # the pattern's state is counters, never results: it does not grow with the rounds
+    assert max(large_sizes) - max(small_sizes) <= 4, (max(small_sizes), max(large_sizes))
