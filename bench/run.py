@@ -3,7 +3,9 @@
     pip install -e '.[bench]'
     python bench/run.py [--sizes 10,100,1000,10000] [--repeat 3] [--budget 120] [--quick] [--json FILE]
 
-Measures in one run: µs per step of chains of no-op steps, bytes on disk per byte of ~10 KB outputs,
+Measures in one run: µs per step of chains of no-op steps (for relaypoint also µs per agent call of a
+two-agent debate of n/2 rounds, each call recorded at its own boundary with the pattern's state),
+bytes on disk per byte of ~10 KB outputs,
 and the time to fork a run at its last step and resume the fork. Every measurement runs in its own
 subprocess on a fresh store in a temporary directory and times the run itself (not interpreter start-up
 or imports); figures are medians of ``--repeat`` runs. A measurement that takes longer than
@@ -35,11 +37,13 @@ console = Console()
 
 @dataclass(frozen=True)
 class Series:
-    """One measured configuration: ``tool`` names bench/tool_<tool>.py, ``args`` its extra arguments."""
+    """One measured configuration: ``tool`` names bench/tool_<tool>.py, ``args`` its extra arguments,
+    ``task`` what it runs for the per-step figure (a chain; relaypoint also a debate)."""
 
     label: str
     tool: str
     args: tuple[str, ...] = ()
+    task: str = "chain"
 
 
 class OverBudget(Exception):
@@ -69,7 +73,8 @@ def fresh(tmp: Path, tag: str) -> Path:
 def relaypoint_series(has_durability: bool) -> list[Series]:
     if has_durability:
         return [Series("relaypoint full", "relaypoint", ("full",)),
-                Series("relaypoint normal", "relaypoint", ("normal",))]
+                Series("relaypoint normal", "relaypoint", ("normal",)),
+                Series("relaypoint debate full", "relaypoint", ("full",), "debate")]
     return [Series("relaypoint default*", "relaypoint", ("default",))]
 
 
@@ -97,7 +102,7 @@ def measure_chains(series: list[Series], sizes: list[int], repeat: int, budget: 
                    tmp: Path) -> dict[str, dict[int, Any]]:
     """µs per step, median of ``repeat`` runs, per series and size; a string when not measured."""
     def chain(s: Series, n: int) -> float:
-        samples = [call(s.tool, "chain", fresh(tmp, s.tool), n, *s.args, budget=budget) for _ in range(repeat)]
+        samples = [call(s.tool, s.task, fresh(tmp, s.tool), n, *s.args, budget=budget) for _ in range(repeat)]
         return statistics.median(samples) / n * 1e6
     return per_size(series, sizes, "chain", chain)
 

@@ -1,4 +1,5 @@
-"""relaypoint: a chain of n steps run by ``Runtime.start``; a fork at the last step resumed.
+"""relaypoint: a chain of n steps (or a debate of n agent calls) run by ``Runtime.start``; a fork at
+the last step resumed.
 
 ``durability`` is "full", "normal" or "default" (the engine's own default, for an engine that
 does not take the keyword yet).
@@ -35,6 +36,17 @@ def _workflow(n: int, output) -> Workflow:
 def chain(path: Path, n: int, durability: str = "full") -> float:
     """Seconds of ``Runtime.start`` of an n-step chain of no-op steps."""
     with _runtime(path, _workflow(n, lambda i: None), durability) as rt:
+        t = time.perf_counter()
+        rt.start("bench")
+        return time.perf_counter() - t
+
+
+def debate(path: Path, n: int, durability: str = "full") -> float:
+    """Seconds of ``Runtime.start`` of a debate of two no-op agents and n/2 rounds (n agent calls;
+    no judge), each call an execution recorded at its own boundary."""
+    wf = Workflow("bench")
+    wf.debate("argue", agents={"pro": lambda ctx: None, "con": lambda ctx: None}, rounds=max(1, n // 2))
+    with _runtime(path, wf, durability) as rt:
         t = time.perf_counter()
         rt.start("bench")
         return time.perf_counter() - t
