@@ -18,7 +18,7 @@ from .drivers import Call, Driver, State, idempotency_key
 from .errors import DriftError, RefusedTransition
 from .execution import Claim, Current, Executor, state_json
 from .lease import HOST, LeaseHolder, owner_gone
-from .models import Checkpoint, Owner, RunHead
+from .models import Checkpoint, Owner, RunHead, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import resume_refusal
 from .status import PAUSE_KINDS, CheckpointKind, EventKind, RunStatus, StepStatus, goes_on
@@ -182,8 +182,8 @@ class Claims:
     def _reconcile(self, head: RunHead, wf: Workflow, driver: Driver, allow_drift: bool, at: datetime) -> int:
         """Check the run against the loaded definition (fingerprints first); returns the run's
         completed-step count. Refuses drift with ``DriftError`` unless ``allow_drift``: then the
-        chain is rebuilt in the new order, steps kept by name, and a checkpoint records where the
-        run goes on."""
+        chain is rebuilt in the new order, steps kept by name (a pattern's executions with it),
+        and a checkpoint records where the run goes on."""
         rid = head.run_id
         if head.fingerprint == wf.fingerprint():
             return head.steps_done
@@ -195,23 +195,43 @@ class Claims:
         if not allow_drift:
             raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}); "
                              "fork the run, or resume with --allow-drift to map completed steps by name")
+        latest = self.store.latest_checkpoint(rid)
         planned = driver.planned()
         dropped = self.store.replace_steps(rid, [
             NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(rid, Call(s.name)),
                     options=encoding.dumps_trusted(s.options(), "options"))
             for i, s in enumerate(planned)])
-        steps = self.store.steps(rid)
-        done = sum(s.status == StepStatus.COMPLETED for s in steps)
+        top = [s for s in self.store.steps(rid) if s.parent is None]
+        done = sum(s.status == StepStatus.COMPLETED for s in top)
         self.store.update_run(rid, definition=encoding.dumps_trusted(defined, "definition"),
                               fingerprint=fingerprint(defined),
                               steps_total=len(planned), steps_done=done)
         self.store.add_event(rid, at, EventKind.DRIFT_ALLOWED, change=change, dropped=sorted(dropped))
-        # The run goes on at its first step not completed: recorded as a checkpoint, so a resume
-        # after a crash restores it from there (the old checkpoints' positions are stale).
-        first = next((s for s in steps if s.status != StepStatus.COMPLETED), None)
-        seq = first.seq if first is not None else len(steps)
-        mark = NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, first.name if first else None, at)
-        state = driver.restore(None, mark)
-        self.store.add_checkpoint(NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, mark.step, at,
-                                                state=state_json(state)))
+        # The run goes on at its first top-level step not completed, recorded as a checkpoint, so a
+        # resume after a crash restores it from there. When that step is where the latest state
+        # went on (a pattern under way), that state is carried over, so the pattern keeps its progress.
+        first = next((s for s in top if s.status != StepStatus.COMPLETED), None)
+        carried = self._carried(rid, driver, latest, first, [d["name"] for d in recorded])
+        if carried is not None:
+            state, seq, step = carried
+        else:
+            seq = first.seq if first is not None else len(top)
+            step = first.name if first is not None else None
+            state = driver.restore(None, NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, step, at))
+        self.store.add_checkpoint(NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, step, at, state=state_json(state)))
         return done
+
+    def _carried(self, rid: str, driver: Driver, latest: Checkpoint | None, first: StepRecord | None,
+                 recorded: list[str]) -> tuple[State, int, str | None] | None:
+        """After an allowed drift: the state of ``latest`` (the latest checkpoint, read before the
+        chain was rebuilt; nodes then named ``recorded``) carried over to the new definition, with
+        the seq and step it goes on at, when it went on at ``first`` (the first top-level step not
+        completed) or inside it; None otherwise, or when the driver cannot carry it over."""
+        moved = self.store.latest_checkpoint(rid)  # ``latest``, its seq moved with its execution
+        if latest is None or first is None or moved is None or moved.seq < 0:
+            return None
+        row = self.store.step(rid, moved.seq)
+        if row is None or first.seq not in (row.seq, row.parent):
+            return None
+        state = driver.remap(self._restored(driver, latest), recorded)
+        return None if state is None else (state, moved.seq, moved.step)

@@ -314,8 +314,8 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
             "run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
             "updated_at", "current_step", "steps_done", "steps_total", "error", "forks", "lease"})
         data["tasks"] = [t.model_dump(mode="json", include={
-            "name", "status", "attempts", "output", "error", "traceback", "started_at", "finished_at"})
-            for t in run.tasks]
+            "name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback", "started_at",
+            "finished_at"}) for t in run.tasks]  # in tree order: a pattern's executions follow its row
         data["pending"] = run.pending.model_dump(mode="json") if run.pending else None
         _dump(data)
         return
@@ -359,15 +359,17 @@ def _bounded(out: Console, shown: Preview, whole: str, style: str = "") -> None:
 @click.argument("run_id")
 @APP_OPTION
 @click.option("--allow-drift", is_flag=True, help="Resume even if the workflow's steps changed (maps completed steps by name).")
+@click.option("--replan", is_flag=True, help="The planner the run is inside decomposes its goal again (its recorded "
+              "plan is kept otherwise).")
 @click.pass_context
-def resume(ctx: click.Context, run_id: str, app_spec: str | None, allow_drift: bool) -> None:
+def resume(ctx: click.Context, run_id: str, app_spec: str | None, allow_drift: bool, replan: bool) -> None:
     """Continue a queued, interrupted or failed run at its first non-completed step."""
     if not app_spec:
         raise click.UsageError("resume needs --app MODULE:ATTR (or RELAYPOINT_APP) to run the steps")
     rt = _runtime(ctx, app_spec)
     try:
         with _steps_print_to_stderr():
-            status = rt.resume(run_id, allow_drift=allow_drift)
+            status = rt.resume(run_id, allow_drift=allow_drift, replan=replan)
     except KeyboardInterrupt:
         raise click.ClickException(f"run {run_id} interrupted; continue it with "
                                    f"`relaypoint resume {run_id} --app {app_spec}`") from None
@@ -424,13 +426,16 @@ def respond(ctx: click.Context, run_id: str, value_json: str, by: str | None, ch
 @cli.command()
 @click.argument("run_id")
 @click.option("--from", "from_step", required=True, metavar="STEP", help="First step the fork re-runs.")
+@click.option("--iteration", type=int, metavar="N",
+              help="With a pattern as STEP: fork from the boundary before its iteration N (round, turn, pass, "
+              "subtask), reusing the iterations before it.")
 @click.option("--input", "input_json", metavar="JSON", help="A new input for the fork (a JSON object).")
 @click.pass_context
-def fork(ctx: click.Context, run_id: str, from_step: str, input_json: str | None) -> None:
-    """Fork a run from the boundary before STEP; prints the new run id."""
+def fork(ctx: click.Context, run_id: str, from_step: str, iteration: int | None, input_json: str | None) -> None:
+    """Fork a run from the boundary before STEP (or before an iteration of it); prints the new run id."""
     data = _input_arg(input_json)
     rt = _runtime(ctx)
-    new_id = rt.fork(run_id, from_step, data)
+    new_id = rt.fork(run_id, from_step, data, iteration=iteration)
     _say(new_id)
     run = rt.get(new_id, with_outputs=False)
     if run.pending is not None:  # a copied gate the parent did not approve

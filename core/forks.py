@@ -1,6 +1,9 @@
-"""Forks: a new run from the boundary before one of a run's steps, reusing the outputs upstream.
+"""Forks: a new run from the boundary before one of a run's steps, or before an iteration of one of
+its patterns, reusing the outputs upstream.
 
-Upstream executions are copied as stored (never decoded, never re-run). A fork never turns an
+Upstream executions are copied as stored (never decoded, never re-run). A fork from an iteration
+of a pattern copies the pattern's executions before that iteration too, and starts from the driver
+state recorded at the boundary that began the iteration, so it goes on mid-pattern. A fork never turns an
 unapproved gated output into an approved one: a copied gate the parent approved stays approved (the
 decided checkpoint is copied, naming the parent's), and at the first copied gate the parent did not
 approve the fork pauses ``awaiting_approval`` before anything downstream runs.
@@ -8,7 +11,6 @@ approve the fork pauses ``awaiting_approval`` before anything downstream runs.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from . import encoding
@@ -16,9 +18,9 @@ from .clock import Clock, IdFactory, to_text
 from .decisions import step_named
 from .errors import InvalidValue, RefusedTransition
 from .execution import deadline_of
-from .models import StepRecord
+from .models import Checkpoint, StepRecord
 from .recovery import now_of
-from .status import CheckpointKind, Decision, EventKind, RunStatus
+from .status import CheckpointKind, Decision, EventKind, RunStatus, StepStatus
 from .store import NewCheckpoint, NewRun, RunStore
 
 
@@ -28,7 +30,7 @@ class Forks:
     def __init__(self, store: RunStore, clock: Clock, id_factory: IdFactory) -> None:
         self.store, self.clock, self.id_factory = store, clock, id_factory
 
-    def fork(self, run_id: str, from_step: str, input: dict[str, Any] | None) -> str:
+    def fork(self, run_id: str, from_step: str, input: dict[str, Any] | None, iteration: int | None = None) -> str:
         """See :meth:`relaypoint.Runtime.fork`."""
         if input is not None and not isinstance(input, dict):
             raise InvalidValue("the fork input must be a JSON object, e.g. '{\"topic\": \"x\"}'")
@@ -41,24 +43,63 @@ class Forks:
             if missing is not None:
                 raise RefusedTransition(f"step '{missing.name}' of run {rid} has not completed, so there is no "
                                         f"output to reuse; fork from '{missing.name}' or earlier")
+            origin: dict[str, Any] = {"parent_run_id": rid, "from_step": step.name}
+            if iteration is None:
+                cut, state = step.seq, origin
+            else:
+                boundary = self._iteration_boundary(rid, step, iteration)
+                origin["iteration"] = iteration
+                cut, state = boundary.seq, {**boundary.state, "fork": origin}
             new_id = self.id_factory()
             at = now_of(self.clock)
             self.store.insert_run(NewRun(
                 run_id=new_id, workflow=parent.workflow, status=RunStatus.QUEUED,
                 input=input_text or encoding.dumps(self.store.run_input(rid), "input"),
                 definition=self.store.definition_text(rid), fingerprint=parent.fingerprint or "",
-                created_at=at, steps_total=parent.steps_total, current_step=step.name, steps_done=step.seq,
+                created_at=at, steps_total=parent.steps_total, current_step=step.name,
+                steps_done=step.seq,  # every top-level execution before it completed (else refused above)
                 parent_run_id=rid, forked_from_step=step.name))
-            self.store.copy_for_fork(rid, new_id, step.seq)
-            self._carry_gates(rid, new_id, self.store.gates_before(rid, step.seq), step.seq, step.name, at,
-                              input is not None)
+            self.store.copy_for_fork(rid, new_id, step.seq, None if iteration is None else cut)
+            fork = NewCheckpoint(new_id, CheckpointKind.FORK, cut, step.name, at, state=encoding.dumps(state, "state"))
+            self._carry_gates(rid, self.store.gates_before(rid, step.seq), fork, input is not None, iteration)
         return new_id
 
-    def _carry_gates(self, parent: str, child: str, gates: list[StepRecord], cut: int, from_step: str,
-                     at: datetime, input_replaced: bool) -> None:
-        """Inherit the parent's approvals of the copied gates and record the fork; pause the fork
-        at the first gate the parent did not approve. The fork's checkpoint comes after the
-        inherited ones: a resume goes on from the latest checkpoint."""
+    def _iteration_boundary(self, rid: str, group: StepRecord, iteration: int) -> Checkpoint:
+        """The boundary that began ``iteration`` of pattern ``group``: its checkpoint, whose ``seq``
+        is the iteration's first execution and ``state`` the driver state there. Refuses (one line)
+        a step that is not a pattern, an iteration it has not begun, an execution before it that
+        neither completed nor failed (a failure the pattern went on from is copied as recorded),
+        and a boundary with no recorded state."""
+        where = f"'{group.name}' of run {rid}"
+        if "pattern" not in group.options:
+            raise RefusedTransition(f"step {where} is not a pattern, so it has no iterations; "
+                                    f"fork from it without --iteration")
+        children = self.store.children(rid, group.seq)
+        first = next((c for c in children if c.iteration == iteration), None)
+        if first is None:
+            began = sorted({c.iteration for c in children})
+            raise RefusedTransition(f"pattern {where} has no iteration {iteration}; " + (
+                f"its iterations are {', '.join(map(str, began))}" if began else "it has not begun any"))
+        for c in children:
+            if c.seq >= first.seq:
+                break
+            if c.status not in (StepStatus.COMPLETED, StepStatus.FAILED):
+                raise RefusedTransition(
+                    f"execution {c.seq} of pattern {where} (iteration {c.iteration}"
+                    f"{f', agent {c.agent!r}' if c.agent else ''}) is {c.status}, so there is no output to reuse; "
+                    f"fork from iteration {c.iteration} or earlier")
+        boundary = self.store.checkpoint_at(rid, first.seq)
+        if boundary is None or not isinstance(boundary.state, dict):
+            raise RefusedTransition(f"run {rid} recorded no driver state where iteration {iteration} of '{group.name}' "
+                                    "began (its earlier iterations were copied from another run); fork that run")
+        return boundary
+
+    def _carry_gates(self, parent: str, gates: list[StepRecord], fork: NewCheckpoint, input_replaced: bool,
+                     iteration: int | None) -> None:
+        """Inherit the parent's approvals of the copied gates and record the fork (its checkpoint
+        ``fork`` and events); pause the fork at the first gate the parent did not approve. The
+        fork's checkpoint comes after the inherited ones: a resume goes on from the latest checkpoint."""
+        child, from_step, at = fork.run_id, fork.step, fork.at
         inherited: list[tuple[StepRecord, int, Any]] = []
         hold: tuple[StepRecord, str] | None = None
         for s in gates:
@@ -68,10 +109,9 @@ class Forks:
                 continue
             hold = (s, "not yet decided" if cp is None or cp.decision is None else f"{cp.decision} by {cp.decided_by}")
             break
-        origin = encoding.dumps({"parent_run_id": parent, "from_step": from_step})
-        self.store.add_checkpoint(NewCheckpoint(child, CheckpointKind.FORK, cut, from_step, at, state=origin))
+        self.store.add_checkpoint(fork)
         self.store.add_event(child, at, EventKind.FORKED, step=from_step, parent_run_id=parent,
-                             input_replaced=input_replaced)
+                             input_replaced=input_replaced, **({} if iteration is None else {"iteration": iteration}))
         for s, cp_id, cp in inherited:
             self.store.add_event(child, at, EventKind.APPROVAL_INHERITED, step=s.name, checkpoint_id=cp_id,
                                  parent_run_id=parent, parent_checkpoint_id=cp.checkpoint_id, decided_by=cp.decided_by)

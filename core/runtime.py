@@ -188,7 +188,7 @@ class Runtime:
             raise RefusedTransition(refusal)
         return run
 
-    def resume(self, run_id: str, *, allow_drift: bool = False,
+    def resume(self, run_id: str, *, allow_drift: bool = False, replan: bool = False,
                should_stop: Callable[[], bool | str] | None = None) -> RunStatus:
         """Continue a queued, interrupted or failed run at its next step, in this process, until it
         completes, pauses or fails; returns the status it ends in.
@@ -198,7 +198,9 @@ class Runtime:
         ``awaiting_approval`` for a person to approve a re-run or record the output.
 
         ``allow_drift``: resume even though the workflow's definition changed, mapping completed steps
-        by name. ``should_stop``: checked at each boundary; when it returns something true the
+        by name. ``replan``: the planner the run is inside decomposes its goal again (its recorded
+        plan is otherwise kept across resumes); a ``replan_requested`` event records it.
+        ``should_stop``: checked at each boundary; when it returns something true the
         finished step is recorded and the run is released ``queued`` for another executor (a worker's
         graceful stop), with the returned text, if any, as the reason in the ``released`` event.
         With ``max_recoveries`` set, an interrupted run whose executor has died more than that many
@@ -206,13 +208,14 @@ class Runtime:
         :mod:`relaypoint.recovery`).
 
         Raises ``UnknownRun``, ``RefusedTransition`` (paused, terminal, or owned by a live process,
-        however long its step holds it — exactly one of several concurrent resumers executes),
+        however long its step holds it — exactly one of several concurrent resumers executes; with
+        ``replan``, not inside a planner),
         ``UnknownWorkflow``, ``DriftError``, ``LeaseLost``, ``StoreDamaged`` (a value the run needs
         cannot be read).
         """
         self.sweep()
         rid = self.store.resolve(run_id)
-        claim = self._claims.resume(rid, self._workflow_of, allow_drift)
+        claim = self._claims.resume(rid, self._workflow_of, allow_drift, replan=replan)
         if isinstance(claim, RunStatus):
             return claim
         return self._executor.drive(claim, should_stop)
@@ -291,11 +294,18 @@ class Runtime:
 
     # ---- forks ----------------------------------------------------------------------------------
 
-    def fork(self, run_id: str, from_step: str, input: dict[str, Any] | None = None) -> str:
+    def fork(self, run_id: str, from_step: str, input: dict[str, Any] | None = None, *,
+             iteration: int | None = None) -> str:
         """Create a new ``queued`` run from the boundary before ``from_step``: steps before it are
         completed with the parent's outputs (copied, never re-run), ``from_step`` onward pending.
         ``input`` replaces the parent's input when given. The parent is untouched.
         Returns the new run id.
+
+        ``iteration``: fork from the boundary before that iteration of pattern ``from_step`` (a
+        debate's round, a supervisor's turn, a loop's pass, a planner's subtask ordinal): the
+        pattern's executions before it are copied too (with their outputs, as recorded), and the
+        fork starts from the driver state recorded where that iteration began, so resuming it runs
+        that iteration onward and nothing before it again.
 
         A fork never turns an unapproved gated output into an approved one: a copied approval gate
         whose latest decision in the parent is ``approved`` stays approved (the decided checkpoint
@@ -306,6 +316,7 @@ class Runtime:
         downstream runs.
 
         Raises ``UnknownRun``, ``UnknownStep``, ``RefusedTransition`` (an upstream step has no output
-        to reuse), ``InvalidValue``.
+        to reuse; with ``iteration``: ``from_step`` is not a pattern, or has not begun that
+        iteration), ``InvalidValue``.
         """
-        return self._forks.fork(run_id, from_step, input)
+        return self._forks.fork(run_id, from_step, input, iteration)

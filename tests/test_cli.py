@@ -25,7 +25,8 @@ from relaypoint.store import open_store
 LIST_KEYS = {"run_id", "workflow", "status", "parent_run_id", "created_at", "updated_at"}
 SHOW_KEYS = {"run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
              "updated_at", "tasks"}
-TASK_KEYS = {"name", "status", "attempts", "output", "error", "traceback", "started_at", "finished_at"}
+TASK_KEYS = {"name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback",
+             "started_at", "finished_at"}
 EVENT_KEYS = {"event_id", "run_id", "at", "kind", "step", "actor", "detail"}
 
 

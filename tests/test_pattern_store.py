@@ -6,12 +6,14 @@ from an iteration boundary refuse what they cannot copy, in one line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from helpers import DB, FakeClock
+from helpers import APP, DB, FakeClock, app_workflows, digest, ids, one_line_error, relaypoint, write_app
 from test_store_contract import DEBATE, add_debate, add_run, at
 
 from relaypoint import Runtime
+from relaypoint.errors import RefusedTransition
 from relaypoint.status import CheckpointKind, RunStatus, StepStatus
 from relaypoint.store import NewCheckpoint, NewStep, RunStore, open_store
 
@@ -137,3 +139,85 @@ def test_ending_a_run_paused_on_a_persons_turn_cancels_the_turn(tmp_path, end):
             (seq, StepStatus.CANCELLED), (2, StepStatus.CANCELLED)]
         assert rt.store.head("r1").status == {"reject": RunStatus.REJECTED, "expire": RunStatus.REJECTED,
                                               "cancel": RunStatus.CANCELLED}[end]
+
+
+# ---- forks from an iteration boundary -----------------------------------------------------------
+
+
+def debate_store(tmp_path: Path) -> str:
+    """A store holding run 'r1': 'brief' completed, debate 'argue' through round 3 (seqs 3..8)."""
+    path = str(tmp_path / DB)
+    with open_store(path, create=True) as store:
+        add_debate(store, "r1", rounds=3)
+    return path
+
+
+def test_a_fork_from_a_round_copies_the_rounds_before_it_and_starts_from_the_state_there(tmp_path):
+    with Runtime(debate_store(tmp_path), id_factory=ids("f1")) as rt:
+        assert rt.fork("r1", "argue", {"topic": "new"}, iteration=2) == "f1"
+        run = rt.get("f1")
+        assert (run.status, run.parent_run_id, run.forked_from_step, run.current_step, run.steps_done,
+                run.steps_total, run.input) == (RunStatus.QUEUED, "r1", "argue", "argue", 1, 3, {"topic": "new"})
+        assert [(t.seq, t.iteration, t.agent, t.status, t.output) for t in run.tasks] == [
+            (0, 1, None, StepStatus.COMPLETED, "the brief"), (1, 1, None, StepStatus.PENDING, None),
+            (3, 1, "pro", StepStatus.COMPLETED, {"round": 1, "by": "pro"}),
+            (4, 1, "con", StepStatus.COMPLETED, {"round": 1, "by": "con"}), (2, 1, None, StepStatus.PENDING, None)]
+        fork = rt.store.latest_checkpoint("f1")
+        assert (fork.kind, fork.seq, fork.step) == ("fork", 5, "argue")  # round 2's first execution is appended there
+        assert fork.state == {"next": 1, "in": {"round": 2, "spoken": []},
+                              "fork": {"parent_run_id": "r1", "from_step": "argue", "iteration": 2}}
+        forked = rt.events("f1")[0]
+        assert (forked.kind, forked.step, forked.detail) == ("forked", "argue", {
+            "parent_run_id": "r1", "input_replaced": True, "iteration": 2})
+        assert rt.store.max_seq("f1") + 1 == fork.seq
+
+
+def test_forking_a_fork_from_an_iteration_it_copied_names_the_run_that_recorded_it(tmp_path):
+    with Runtime(debate_store(tmp_path), id_factory=ids("f1", "f2")) as rt:
+        rt.fork("r1", "argue", iteration=2)
+        with pytest.raises(RefusedTransition, match="^run f1 recorded no driver state where iteration 1 of 'argue' "
+                                                    r"began \(its earlier iterations were copied from another run\); "
+                                                    "fork that run$"):
+            rt.fork("f1", "argue", iteration=1)
+        assert rt.store.forks("f1") == []
+
+
+@pytest.mark.parametrize(("args", "refusal"), [
+    (("--from", "brief", "--iteration", "1"),
+     "step 'brief' of run r1 is not a pattern, so it has no iterations; fork from it without --iteration"),
+    (("--from", "argue", "--iteration", "7"), "pattern 'argue' of run r1 has no iteration 7; its iterations are 1, 2, 3"),
+    (("--from", "verdict", "--iteration", "1"),
+     "step 'argue' of run r1 has not completed, so there is no output to reuse; fork from 'argue' or earlier"),
+], ids=["not-a-pattern", "no-such-iteration", "pattern-not-completed"])
+def test_a_fork_from_an_iteration_it_cannot_copy_is_refused_in_one_line(tmp_path, args, refusal):
+    path = debate_store(tmp_path)
+    before = digest(Path(path))
+    assert one_line_error(relaypoint(tmp_path, "fork", "r1", *args)) == f"Error: {refusal}"
+    assert digest(Path(path)) == before
+
+
+def test_a_fork_from_a_round_after_an_unfinished_execution_is_refused(tmp_path):
+    path = debate_store(tmp_path)
+    with open_store(path) as store, store.transaction():
+        store.update_step("r1", 6, status=StepStatus.INTERRUPTED)
+    assert one_line_error(relaypoint(tmp_path, "fork", "r1", "--from", "argue", "--iteration", "3")) == (
+        "Error: execution 6 of pattern 'argue' of run r1 (iteration 2, agent 'con') is interrupted, so there is no "
+        "output to reuse; fork from iteration 2 or earlier")
+    with open_store(path) as store, store.transaction():  # a failure the pattern went on from is copied as recorded
+        store.update_step("r1", 6, status=StepStatus.FAILED, error="boom")
+    new_id = relaypoint(tmp_path, "fork", "r1", "--from", "argue", "--iteration", "3").stdout.strip()
+    with open_store(path) as store:
+        assert (store.step(new_id, 6).status, store.step(new_id, 6).error) == (StepStatus.FAILED, "boom")
+
+
+# ---- resume --replan ----------------------------------------------------------------------------
+
+
+def test_replanning_a_run_that_is_not_inside_a_planner_is_refused_in_one_line_and_writes_nothing(tmp_path):
+    write_app(tmp_path)
+    with Runtime(str(tmp_path / DB), app_workflows(), clock=FakeClock()) as rt:
+        rid = rt.start("boom")  # fails at its second step: resumable
+    before = digest(tmp_path / DB)
+    assert one_line_error(relaypoint(tmp_path, "resume", rid, "--app", APP, "--replan")) == (
+        "Error: this run is not inside a planner, so there is nothing to re-plan; resume it without --replan")
+    assert digest(tmp_path / DB) == before

@@ -31,15 +31,17 @@ def lease(token: str = "tok", pid: int = 4242, expires: float = 30) -> Lease:
 
 def add_run(store: RunStore, run_id: str, *, steps: tuple[str, ...] = ("a", "b", "c"), workflow: str = "flow",
             status: RunStatus = RunStatus.RUNNING, created: float = 0, owner: Lease | None = None,
-            input: dict | None = None) -> str:
-    """A run with a pending chain, as the runtime records one at start."""
+            input: dict | None = None, options: dict[str, str] | None = None) -> str:
+    """A run with a pending chain, as the runtime records one at start (``options``: JSON text of
+    the options of the steps it names)."""
     definition = [{"name": s} for s in steps]
     with store.transaction():
         store.insert_run(NewRun(run_id=run_id, workflow=workflow, status=status, input=json.dumps(input or {"k": 1}),
                                 definition=json.dumps(definition), fingerprint=fingerprint(definition),
                                 created_at=at(created), steps_total=len(steps), current_step=steps[0] if steps else None,
                                 lease=owner))
-        store.insert_steps(run_id, [NewStep(seq=i, name=s, idempotency_key=f"{run_id}/{s}") for i, s in enumerate(steps)])
+        store.insert_steps(run_id, [NewStep(seq=i, name=s, idempotency_key=f"{run_id}/{s}",
+                                            options=(options or {}).get(s, "{}")) for i, s in enumerate(steps)])
         store.add_checkpoint(NewCheckpoint(run_id=run_id, kind="start", seq=0, step=steps[0] if steps else None,
                                            at=at(created)))
         store.add_event(run_id, at(created), "run_started", workflow=workflow)
@@ -485,7 +487,7 @@ def add_debate(store: RunStore, run_id: str, rounds: int = 3) -> dict[tuple[int,
     """A run whose 'brief' completed and whose debate 'argue' recorded ``rounds`` rounds of pro and
     con, as the engine appends them: each child completed with its output, after the boundary
     checkpoint that started it (holding the driver state there). Returns {(round, agent): seq}."""
-    add_run(store, run_id, steps=DEBATE, owner=lease())
+    add_run(store, run_id, steps=DEBATE, owner=lease(), options={"argue": '{"pattern": "debate"}'})
     seqs = {}
     with store.transaction():
         store.update_step(run_id, 0, status=StepStatus.COMPLETED, attempts=1, finished_at=at(1))
