@@ -1,18 +1,22 @@
 """What the store and the operations around it do for patterns, on real SQLite files: the reads of a
 group's children use an index and cost the same however many executions other groups have;
 decisions on a pattern's execution (a held orphan, a person's approval turn) act on that row; forks
-from an iteration boundary refuse what they cannot copy, in one line."""
+from an iteration boundary copy what came before it and refuse what they cannot copy, in one line;
+and, end to end with real pattern runs: a debate forked from round 3 and a supervisor from turn 3
+end as their parents without re-running what came before, ``resume --replan`` asks a planner for a
+new plan, an allowed drift keeps a debate under way with a person's pending answer."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from helpers import APP, DB, FakeClock, app_workflows, digest, ids, one_line_error, relaypoint, write_app
 from test_store_contract import DEBATE, add_debate, add_run, at
 
-from relaypoint import Runtime
+from relaypoint import Runtime, Workflow, human
 from relaypoint.errors import RefusedTransition
 from relaypoint.status import CheckpointKind, RunStatus, StepStatus
 from relaypoint.store import NewCheckpoint, NewStep, RunStore, open_store
@@ -185,7 +189,8 @@ def test_forking_a_fork_from_an_iteration_it_copied_names_the_run_that_recorded_
 @pytest.mark.parametrize(("args", "refusal"), [
     (("--from", "brief", "--iteration", "1"),
      "step 'brief' of run r1 is not a pattern, so it has no iterations; fork from it without --iteration"),
-    (("--from", "argue", "--iteration", "7"), "pattern 'argue' of run r1 has no iteration 7; its iterations are 1, 2, 3"),
+    (("--from", "argue", "--iteration", "7"),
+     "pattern 'argue' of run r1 has no iteration 7; its iterations are 1, 2, 3"),
     (("--from", "verdict", "--iteration", "1"),
      "step 'argue' of run r1 has not completed, so there is no output to reuse; fork from 'argue' or earlier"),
 ], ids=["not-a-pattern", "no-such-iteration", "pattern-not-completed"])
@@ -221,3 +226,155 @@ def test_replanning_a_run_that_is_not_inside_a_planner_is_refused_in_one_line_an
     assert one_line_error(relaypoint(tmp_path, "resume", rid, "--app", APP, "--replan")) == (
         "Error: this run is not inside a planner, so there is nothing to re-plan; resume it without --replan")
     assert digest(tmp_path / DB) == before
+
+
+# ---- end to end: real pattern runs --------------------------------------------------------------
+
+
+def debate_flow(calls: Counter, rounds: int = 5) -> Workflow:
+    """A deterministic debate between steps: each speech names its round and what it heard; the
+    judge returns every speech; ``calls`` counts each function's executions."""
+    wf = Workflow("panel")
+
+    @wf.step
+    def brief(ctx):
+        calls["brief"] += 1
+        return {"topic": ctx.input["topic"]}
+
+    def speaker(ctx):
+        calls[ctx.agent, ctx.iteration] += 1
+        return f"{ctx.agent} {ctx.iteration} on {ctx.results['brief']['topic']} after {len(ctx.history)}"
+
+    def judge(ctx):
+        calls["judge"] += 1
+        return [h["output"] for h in ctx.history]
+
+    wf.debate("argue", agents={"pro": speaker, "con": speaker}, rounds=rounds, judge=judge)
+
+    @wf.step
+    def report(ctx):
+        calls["report"] += 1
+        return {"speeches": len(ctx.results["argue"]), "last": ctx.results["argue"][-1]}
+
+    return wf
+
+
+def shown(rt: Runtime, rid: str) -> list[tuple]:
+    return [(t.name, t.iteration, t.agent, t.parent, t.status, t.output) for t in rt.get(rid).tasks]
+
+
+def test_a_debate_forked_from_round_3_re_runs_round_3_onward_and_ends_as_its_parent(tmp_path):
+    calls: Counter = Counter()
+    with Runtime(str(tmp_path / DB), [debate_flow(calls)], id_factory=ids("parent", "fork")) as rt:
+        rt.start("panel", {"topic": "tests"})
+        calls.clear()
+        assert rt.fork("parent", "argue", iteration=3) == "fork"
+        assert rt.resume("fork") == RunStatus.COMPLETED
+        assert shown(rt, "fork") == shown(rt, "parent")
+        assert calls == Counter({**{(a, r): 1 for r in (3, 4, 5) for a in ("pro", "con")}, "judge": 1, "report": 1})
+        keys = [t.idempotency_key for t in rt.get("fork").tasks if t.parent is not None]
+        assert keys == [f"parent/argue#{r}/{a}" for r in (1, 2) for a in ("pro", "con")] + [
+            f"fork/argue#{r}/{a}" for r in (3, 4, 5) for a in ("pro", "con")] + ["fork/argue#6/judge"]
+        run = rt.get("fork")
+        assert (run.steps_done, run.steps_total) == (3, 3)
+
+
+def test_a_debate_forked_from_a_round_with_a_new_input_keeps_the_rounds_before_it(tmp_path):
+    calls: Counter = Counter()
+    with Runtime(str(tmp_path / DB), [debate_flow(calls, rounds=3)], id_factory=ids("parent", "fork")) as rt:
+        rt.start("panel", {"topic": "cats"})
+        rt.fork("parent", "argue", {"topic": "dogs"}, iteration=2)
+        assert rt.resume("fork") == RunStatus.COMPLETED
+        assert rt.step_output("fork", "argue") == [
+            "pro 1 on cats after 0", "con 1 on cats after 1",  # copied: brief's output is the parent's
+            "pro 2 on cats after 2", "con 2 on cats after 3", "pro 3 on cats after 4", "con 3 on cats after 5"]
+        assert rt.get("fork").input == {"topic": "dogs"} and calls["brief"] == 1
+
+
+def test_a_supervisor_forked_from_turn_3_routes_as_its_parent_without_asking_turns_1_and_2_again(tmp_path):
+    calls: Counter = Counter()
+    wf = Workflow("sup")
+
+    def route(ctx):
+        calls["route", ctx.iteration] += 1
+        return ["search", "code", "search", "code", None][ctx.state["turn"]]
+
+    def agent(ctx):
+        calls[ctx.agent, ctx.iteration] += 1
+        return None if ctx.agent == "search" and ctx.state["activations"]["search"] else f"{ctx.agent} {ctx.iteration}"
+
+    wf.supervisor("triage", agents={"search": agent, "code": agent}, route=route, max_turns=10, max_idle=3)
+    with Runtime(str(tmp_path / DB), [wf], id_factory=ids("parent", "fork")) as rt:
+        rt.start("sup")
+        calls.clear()
+        rt.fork("parent", "triage", iteration=3)
+        fork = rt.store.latest_checkpoint("fork")
+        assert fork.state["in"] == {"turn": 2, "activations": {"search": 1, "code": 1},
+                                    "idle": {"search": 0, "code": 0}}
+        assert rt.resume("fork") == RunStatus.COMPLETED
+        assert shown(rt, "fork") == shown(rt, "parent")
+        assert calls == Counter({("route", 3): 1, ("search", 3): 1, ("route", 4): 1, ("code", 4): 1, ("route", 5): 1})
+
+
+def test_resume_replan_asks_the_planner_for_a_new_plan_keeping_the_completed_subtasks(tmp_path):
+    calls: Counter = Counter()
+    wf = Workflow("plan")
+
+    def make_plan(ctx):
+        calls["plan"] += 1
+        if ctx.state["plan"] is None:
+            return [{"id": "t1", "agent": "code", "input": {"file": "a.py"}},
+                    {"id": "t2", "agent": "code", "input": {"file": "b.py"}, "after": ["t1"]}]
+        return [{"id": "t2-alt", "agent": "code", "input": {"file": "c.py"}}]
+
+    def code(ctx):
+        calls[ctx.input["file"]] += 1
+        if ctx.input["file"] == "b.py":
+            raise RuntimeError("cannot edit b.py")
+        return f"edited {ctx.input['file']}"
+
+    wf.planner("build", plan=make_plan, agents={"code": code})  # no replan function: a failed subtask fails the run
+    with Runtime(str(tmp_path / DB), [wf], id_factory=ids("r1")) as rt:
+        rt.start("plan")
+        assert rt.get("r1").error == ("subtask 't2' of 'build' failed: RuntimeError: cannot edit b.py (no replan "
+                                      "function to recover)")
+        calls.clear()
+        assert rt.resume("r1", replan=True) == RunStatus.COMPLETED
+        assert calls == Counter({"plan": 1, "c.py": 1})  # t1 kept, t2 not retried
+        assert rt.step_output("r1", "build") == {"t1": "edited a.py", "t2-alt": "edited c.py"}
+        assert [(t.agent, t.status) for t in rt.get("r1").tasks if t.parent is not None] == [
+            ("plan", "completed"), ("code", "completed"), ("code", "failed"), ("plan", "completed"),
+            ("code", "completed")]
+        kinds = [(e.kind, e.step) for e in rt.events("r1")]
+        assert kinds.index(("replan_requested", "build")) == kinds.index(("resumed", None)) - 1
+
+
+def test_an_allowed_drift_keeps_a_debate_under_way_and_the_answer_of_a_person_waiting_in_it(tmp_path):
+    calls: Counter = Counter()
+
+    def panel(with_report: bool) -> Workflow:
+        wf = Workflow("panel")
+
+        def pro(ctx):
+            calls["pro", ctx.iteration] += 1
+            return f"pro {ctx.iteration}"
+
+        wf.debate("argue", agents={"pro": pro, "me": human("Your point?")}, rounds=2,
+                  judge=lambda ctx: [h["output"] for h in ctx.history])
+        if with_report:
+            wf.step(name="report")(lambda ctx: len(ctx.results["argue"]))
+        return wf
+
+    with Runtime(str(tmp_path / DB), [panel(False)], id_factory=ids("r1")) as rt:
+        rt.start("panel")
+        rt.respond("r1", "mine 1")
+        assert rt.resume("r1") == RunStatus.AWAITING_INPUT  # round 2: my turn again
+        rt.respond("r1", "mine 2")
+    with Runtime(str(tmp_path / DB), [panel(True)]) as rt:  # a step added after the debate: children shift by 1
+        assert rt.resume("r1", allow_drift=True) == RunStatus.COMPLETED
+        assert calls == Counter({("pro", 1): 1, ("pro", 2): 1})
+        assert rt.step_output("r1", "argue") == ["pro 1", "mine 1", "pro 2", "mine 2"]
+        assert rt.step_output("r1", "report") == 4
+        assert [(t.seq, t.iteration, t.agent, t.parent) for t in rt.get("r1").tasks] == [
+            (0, 1, None, None), (2, 1, "pro", 0), (3, 1, "me", 0), (4, 2, "pro", 0), (5, 2, "me", 0),
+            (6, 3, "judge", 0), (1, 1, None, None)]
