@@ -1,8 +1,11 @@
-"""``relaypoint demo``: fill a store with real runs of the bundled ``repo-audit`` example.
+"""``relaypoint demo``: fill a store with real runs of the bundled examples, ``repo-audit`` and
+``panel`` (multi-agent patterns over the audit's findings).
 
-Every run is really executed, including one whose process is SIGKILLed mid-step, so the console
-shows each state a run can rest in: completed, awaiting approval, awaiting input, interrupted,
-failed, rejected, cancelled, and a queued fork of the completed run.
+Every run is really executed, including two whose processes are SIGKILLed (an audit mid-step, a
+panel mid-debate), so the console shows each state a run can rest in: completed, awaiting
+approval, awaiting input, interrupted, failed, rejected, cancelled, and a queued fork of the
+completed audit; and a panel completed, interrupted in round 2 of its debate, and waiting for a
+person's turn in its debate.
 """
 
 from __future__ import annotations
@@ -18,18 +21,24 @@ from pathlib import Path
 
 from .defaults import DURABILITY
 from .errors import RelaypointError
-from .examples.audit import workflows
+from .examples import audit, panel
+from .models import StepRecord
 from .runtime import Runtime
 from .status import RunStatus, StepStatus
 
-DEMO_APP = "relaypoint.examples.audit:workflows"
+workflows = [*audit.workflows, *panel.workflows]
+"""Every workflow the demo's runs use: the app the demo's console resumes with (:data:`DEMO_APP`)."""
+DEMO_APP = "relaypoint.demo:workflows"
 KILL_WAIT_SECONDS = 60.0
 
 
-def _kill_mid_step(db_url: str, input: dict, step: str, durability: str) -> str:
-    """Start a run in a child process, SIGKILL it while ``step`` runs; returns the run id."""
+def _kill_while(db_url: str, workflow: str, input: dict, durability: str, where: str,
+                running: Callable[[StepRecord], bool]) -> str:
+    """Start a run of ``workflow`` in a child process and SIGKILL it as soon as an execution that
+    ``running`` picks is running (``where`` names it in the error); returns the run id once the run
+    is marked interrupted. Raises ``RelaypointError`` if the child never gets there."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "relaypoint", "--db", db_url, "--durability", durability, "start", "repo-audit",
+        [sys.executable, "-m", "relaypoint", "--db", db_url, "--durability", durability, "start", workflow,
          "--app", DEMO_APP, "--input", json.dumps(input)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
@@ -37,17 +46,19 @@ def _kill_mid_step(db_url: str, input: dict, step: str, durability: str) -> str:
     deadline = time.monotonic() + KILL_WAIT_SECONDS
     with Runtime(db_url, create=False, durability=durability) as rt:
         while run_id and time.monotonic() < deadline:
-            if any(s.name == step and s.status == StepStatus.RUNNING for s in rt.steps(run_id)):
+            if any(s.status == StepStatus.RUNNING and running(s) for s in rt.steps(run_id)):
                 child.send_signal(signal.SIGKILL)
                 child.wait()
                 rt.sweep()
+                if (status := rt.get(run_id, with_outputs=False).status) != RunStatus.INTERRUPTED:
+                    raise RelaypointError(f"demo: the killed run shows {status}, expected interrupted")
                 return run_id
             if child.poll() is not None:
                 break
             time.sleep(0.05)
     child.kill()
     child.wait()
-    raise RelaypointError(f"demo: the child run never reached step '{step}' (exit code {child.returncode})")
+    raise RelaypointError(f"demo: the child run never reached {where} (exit code {child.returncode})")
 
 
 def build_demo(db_url: str, root: str | None = None, progress: Callable[[str], None] = lambda line: None,
@@ -92,10 +103,18 @@ def build_demo(db_url: str, root: str | None = None, progress: Callable[[str], N
         progress("fork: the completed run, forked from its draft with a new title")
         runs["fork"] = rt.fork(runs["completed"], "draft", {**base, "title": "Audit (forked draft)"})
 
+        progress("panel: the audit's findings debated, ranked, triaged, planned and summarised, to the end")
+        runs["panel_completed"] = rt.start("panel", base)
+
+        progress("panel with a person: the debate waits for the skeptic's answer")
+        runs["panel_awaiting_input"] = rt.start("panel-with-person", base)
+
     progress("interrupted: a child process SIGKILLed during its analyze step")
-    runs["interrupted"] = _kill_mid_step(db_url, {**base, "delay": 30}, "analyze", durability)
-    with Runtime(db_url, create=False, durability=durability) as rt:
-        status = rt.get(runs["interrupted"]).status
-    if status != RunStatus.INTERRUPTED:
-        raise RelaypointError(f"demo: the killed run shows {status}, expected interrupted")
+    runs["interrupted"] = _kill_while(db_url, "repo-audit", {**base, "delay": 30}, durability, "step 'analyze'",
+                                      lambda s: s.name == "analyze")
+
+    progress("panel interrupted: a child process SIGKILLed in round 2 of the debate, as the skeptic speaks")
+    runs["panel_interrupted"] = _kill_while(
+        db_url, "panel", {**base, "delay": 30}, durability, "round 2 of the debate",
+        lambda s: s.name == "argue" and s.iteration == 2 and s.agent == "skeptic")
     return runs
