@@ -30,6 +30,7 @@ from rich.table import Table
 from .apploader import load_workflows
 from .clock import to_text
 from .display import Preview, clean, literal, preview, preview_json
+from .drivers import Call, where
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
 from .defaults import DURABILITIES, DURABILITY, LEASE_SECONDS
@@ -337,11 +338,13 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
     if run.error:
         _bounded(out, preview(f"error: {run.error}"), whole_run, "red")
     _bounded(out, preview(f"input: {json.dumps(run.input, ensure_ascii=False)}"), whole_run)
-    for t in run.tasks:
+    for t in run.tasks:  # in tree order: a pattern's executions, indented, follow its row
         out.print()
-        out.print(literal(f"{STEP_SYMBOLS[t.status]} {t.name}  {t.status}  attempts {t.attempts}", "bold"))
+        inside = where(Call(t.name, t.iteration, t.agent, parent=t.parent, task=t.options.get("task")))
+        out.print(literal(f"{'  ' if inside else ''}{STEP_SYMBOLS[t.status]} {t.name}{inside}  {t.status}  "
+                          f"attempts {t.attempts}", "bold"))
         if t.has_output:
-            whole = f"relaypoint show {run.run_id} --output {shlex.quote(t.name)}"
+            whole = whole_run if inside else f"relaypoint show {run.run_id} --output {shlex.quote(t.name)}"
             _bounded(out, preview_json(t.output), whole)
         if t.error:
             _bounded(out, preview(t.traceback or t.error), whole_run, "red")

@@ -378,3 +378,18 @@ def test_an_allowed_drift_keeps_a_debate_under_way_and_the_answer_of_a_person_wa
         assert [(t.seq, t.iteration, t.agent, t.parent) for t in rt.get("r1").tasks] == [
             (0, 1, None, None), (2, 1, "pro", 0), (3, 1, "me", 0), (4, 2, "pro", 0), (5, 2, "me", 0),
             (6, 3, "judge", 0), (1, 1, None, None)]
+
+
+def test_show_lists_a_patterns_executions_after_its_row_naming_iteration_and_agent(tmp_path):
+    debate_store(tmp_path)
+    shown_text = relaypoint(tmp_path, "show", "r1").stdout
+    lines = [line for line in shown_text.splitlines() if "attempts" in line]
+    assert lines == ["✔ brief  completed  attempts 1", "· argue  pending  attempts 0",
+                     *[f"  ✔ argue (iteration {r}, agent '{a}')  completed  attempts 1" for r in (1, 2, 3)
+                       for a in ("pro", "con")],
+                     "· verdict  pending  attempts 0"]
+    tasks = json.loads(relaypoint(tmp_path, "show", "r1", "--json").stdout)["tasks"]
+    assert [(t["name"], t["iteration"], t["agent"], t["parent"]) for t in tasks] == [
+        ("brief", 1, None, None), ("argue", 1, None, None),
+        *[("argue", r, a, 1) for r in (1, 2, 3) for a in ("pro", "con")], ("verdict", 1, None, None)]
+    assert tasks[2]["output"] == {"round": 1, "by": "pro"}
