@@ -53,8 +53,9 @@ MAX_FIXES = 8
 """The most findings triage takes: 2 turns each, 3 more to finish, within its 20 turns."""
 SECTIONS = ("findings", "debate", "ranking", "triage", "plan")
 SECTIONS_PER_PASS = 2
-SKEPTIC_PROMPT = ('Skeptic: strike the weakest finding still standing (answer its id, e.g. "F4", or '
-                  '{"strike": "F4", "says": "why"}), or answer null to concede')
+SKEPTIC_PROMPT = 'Strike the weakest finding still standing: answer its id (e.g. "F5"), or null to concede'
+"""What the person in ``panel-with-person`` is asked each round; ``{"strike": "F5", "says": "why"}``
+also strikes F5, with the reason."""
 
 Finding = dict[str, Any]
 
@@ -141,9 +142,9 @@ def advocate(ctx: Context) -> dict[str, Any]:
     found = _findings(ctx)
     left, struck = standing(found, ctx.history)
     if not left:
-        return {"keep": [], "says": "nothing left to defend"}
+        return {"says": "nothing left to defend", "keep": []}
     lost = f"{struck[-1]['id']} is struck; " if struck else ""
-    return {"keep": left, "says": f"{lost}{len(left)} findings stand. {left[0]} first: {found[left[0]]['says']}"}
+    return {"says": f"{lost}{len(left)} findings stand. {left[0]} first: {found[left[0]]['says']}", "keep": left}
 
 
 def _why_weak(f: Finding) -> str:
