@@ -91,6 +91,7 @@ MOVE_KEYS: tuple[tuple[str, str], ...] = (
     ("j / down", "Next row of the runs table or the step chain"),
     ("k / up", "Previous row of the runs table or the step chain"),
     ("enter", "From the runs table: go to the run's step chain"),
+    ("→ / ←", "Expand / collapse a pattern in the step chain (enter, space: either)"),
     ("tab", "Switch between the runs table and the step chain"),
     ("shift+tab", "The same, the other way round"),
     ("pgdn", "In the step chain: scroll the step's output down (pgup: up)"),

@@ -36,10 +36,16 @@ def respond(run: Run, response: Response, rt: Runtime) -> str:
 
 
 def fork(run: Run, request: ForkRequest, rt: Runtime) -> str:
-    """Fork the run from the chosen step, with the new input if any (the summary says which)."""
-    new_id = rt.fork(run.run_id, request.step, request.input)
+    """Fork the run from the chosen step, or from an iteration of a pattern, with the new input if
+    any (the summary says which)."""
+    if request.iteration is None:
+        new_id = rt.fork(run.run_id, request.step, request.input)
+        where = f"step {request.step!r}"
+    else:
+        new_id = rt.fork(run.run_id, request.step, request.input, iteration=request.iteration)
+        where = f"{request.at} of {request.step!r}"
     given = "the parent's input" if request.input is None else "a new input"
-    return (f"forked run {short_id(run.run_id)} from step {request.step!r} with {given} as {short_id(new_id)} "
+    return (f"forked run {short_id(run.run_id)} from {where} with {given} as {short_id(new_id)} "
             "(queued: select it and press r to resume it)")
 
 

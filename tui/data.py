@@ -5,7 +5,9 @@ These functions run in thread workers on the console's one long-lived connection
 listing read a page at a time (keyset pages, at either end, or the oldest page at once) and never
 reads outputs; a live refresh reads nothing but the store's version unless it changed, and then
 only the rows on screen, the runs added above them, the counts and the selected run. A run's detail
-reads its chain without outputs, and one output is read only when a step is selected.
+reads its chain without outputs (and, for a run with a pattern, its latest driver state), and one
+output is read only when a step is selected: for a pattern's group row, the outputs its summary
+uses (see :func:`relaypoint.patterns_view.wanted_outputs`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from rich.console import RenderableType
 from relaypoint.clock import to_text
 from relaypoint.errors import StoreError, UnknownRun, UnknownStep
 from relaypoint.models import Event, Run, RunSummary, StepRecord
+from relaypoint.patterns_view import PatternSummary, kind_of, summary, wanted_outputs, with_outputs
 from relaypoint.runtime import Runtime
 
-from .output import editor_json, output_view
+from .output import editor_json, output_view, show_command
 
 PAGE_SIZE = 50
 NEWER_LIMIT = 500
@@ -197,10 +200,13 @@ class StoreReader:
 
 @dataclass(frozen=True)
 class RunDetail:
-    """A run with its chain (outputs not loaded), pending checkpoint, forks, and its events."""
+    """A run with its chain (outputs not loaded), pending checkpoint, forks, and its events;
+    ``state``: the driver state of its latest checkpoint when it has a pattern (its progress
+    reads it), else None."""
 
     run: Run
     events: list[Event]
+    state: Any = None
 
 
 @dataclass(frozen=True)
@@ -215,45 +221,72 @@ def load_detail(rt: Runtime, run_id: str) -> RunDetail | None:
     """The run's header, chain without outputs, pending checkpoint, forks and events; None when
     the run no longer exists (deleted by another process)."""
     try:
-        return RunDetail(rt.get(run_id, with_outputs=False), rt.events(run_id))
+        run = rt.get(run_id, with_outputs=False)
+        return RunDetail(run, rt.events(run_id), _state(rt, run))
     except UnknownRun:
         return None
 
 
+def _state(rt: Runtime, run: Run) -> Any:
+    """The driver state of the run's latest checkpoint, read only when the run has a pattern."""
+    if not any(kind_of(s) for s in run.tasks):
+        return None
+    checkpoint = rt.store.latest_checkpoint(run.run_id)
+    return None if checkpoint is None else checkpoint.state
+
+
 @dataclass(frozen=True)
 class StepOutput:
-    """One step's output as read while the run was at ``version`` (its ``updated_at``): any later
-    change to the run may have changed it. ``value`` is meaningful only when ``recorded``.
-    ``view``: what the output box shows, ``pages`` pages of it (bounded; see
-    :mod:`relaypoint.tui.output`); ``more``: the output goes on past what ``view`` shows;
-    ``editor``: the output as JSON for the approve form (None: not recorded, or too long to edit)."""
+    """One execution's output as read while the run was at ``version`` (its ``updated_at``): any
+    later change to the run may have changed it. ``step``: the execution's name, ``seq`` its
+    sequence number (what identifies it: a pattern's calls share its name). ``value`` is
+    meaningful only when ``recorded``. ``summary``: for a pattern's group row, what its records
+    say (rounds, counts, votes, plan...), shown above its result. ``view``: what the output box
+    shows, ``pages`` pages of it (bounded; see :mod:`relaypoint.tui.output`); ``more``: the output
+    goes on past what ``view`` shows; ``editor``: the output as JSON for the approve form (None:
+    not recorded, or too long to edit); ``whole``: the command that prints it whole."""
 
     run_id: str
     step: str
+    seq: int
     version: datetime
     recorded: bool
     value: Any
+    summary: PatternSummary | None = None
     view: RenderableType = ""
     pages: int = 1
     more: bool = False
     editor: str | None = None
+    whole: str = ""
 
     def paged(self, db: str, step: StepRecord, pages: int) -> StepOutput:
         """This output with ``pages`` pages of it formatted for ``step`` (its error and traceback
         included) of a run in store ``db`` (named in the command that prints it whole). Costly for
         a big output: call it in a thread worker, never on the UI thread."""
-        view, more = output_view(db, self.run_id, step, self.recorded, self.value, pages)
+        view, more = output_view(db, self.run_id, step, self.recorded, self.value, pages, self.summary)
         editor = editor_json(self.value) if self.recorded else None
-        return replace(self, view=view, pages=pages, more=more, editor=editor)
+        return replace(self, view=view, pages=pages, more=more, editor=editor,
+                       whole=show_command(db, self.run_id, step))
 
 
-def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1) -> StepOutput | None:
-    """Read one step's output (only when the chain says one is recorded) and format ``pages``
-    pages of it; None when the run or the step no longer exists (deleted, or the chain rebuilt by
-    a drift-allowed resume)."""
+def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: Any = None) -> StepOutput | None:
+    """Read one execution's output (only when the chain says one is recorded) and format ``pages``
+    pages of it; for a pattern's group row, also the outputs its summary uses, which it builds
+    with ``state`` (the run's latest driver state, :attr:`RunDetail.state`). None when the run or
+    the execution no longer exists (deleted, or the chain rebuilt by a drift-allowed resume)."""
     try:
-        value = rt.step_output(run.run_id, step.name) if step.has_output else None
+        if step.parent is None:
+            value = rt.step_output(run.run_id, step.name) if step.has_output else None
+        elif rt.store.step_brief(run.run_id, step.seq) is None:
+            return None
+        else:
+            value = rt.store.step_output(run.run_id, step.seq) if step.has_output else None
+        found = None
+        if kind_of(step):
+            children = [c for c in run.tasks if c.parent == step.seq]
+            outputs = {seq: rt.store.step_output(run.run_id, seq) for seq in wanted_outputs(step, children)}
+            found = summary(step, with_outputs(children, outputs), state, (step.has_output, value))
     except (UnknownRun, UnknownStep):
         return None
-    return StepOutput(run.run_id, step.name, run.updated_at, step.has_output, value).paged(
+    return StepOutput(run.run_id, step.name, step.seq, run.updated_at, step.has_output, value, found).paged(
         rt.store.url, step, pages)

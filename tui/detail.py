@@ -4,6 +4,8 @@ error, and the run's events. It only displays; every change is asked of the scre
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -18,11 +20,13 @@ from textual.widgets.data_table import ColumnKey
 
 from relaypoint.display import clean, json_text, literal
 from relaypoint.models import Event, Run, StepRecord
+from relaypoint.patterns_view import describe, kind_of, paused_execution, progress, shown_status, tree
 from relaypoint.status import StepStatus
 
 from . import format as fmt
 from .actions import RUN_ACTIONS
 from .data import RunDetail, StepOutput
+from .patterns import call_name, group_name
 from .tables import KeyedTable
 
 STATUS_WIDTH = max(fmt.step_status(status).cell_len for status in StepStatus)
@@ -31,6 +35,32 @@ STEP_COLUMNS = (("step", "Step", None), ("status", "Status", STATUS_WIDTH), ("at
 """The step chain's columns. The step name takes the width the others leave (see
 :meth:`StepsTable.fit_columns`), so a long name is cut, never pushing Tries and Took out of view."""
 MIN_STEP_WIDTH = 8
+
+
+@dataclass(frozen=True)
+class CallKey:
+    """The step chain's row id of a pattern's call: the pattern's name, the call's iteration and
+    agent (unique in a run, and unchanged when a drift-allowed resume renumbers the executions).
+    A top-level step's row id is its name; a ``CallKey`` never equals a name."""
+
+    pattern: str
+    iteration: int
+    agent: str | None
+
+    @classmethod
+    def of(cls, call: StepRecord) -> CallKey:
+        """The row id of ``call`` (a pattern's child)."""
+        return cls(call.name, call.iteration, call.agent)
+
+
+StepKey = str | CallKey
+"""A step chain row id: a top-level step's name, or a pattern call's :class:`CallKey`."""
+
+
+def key_of(step: StepRecord) -> StepKey:
+    """The step chain row id of an execution."""
+    return step.name if step.parent is None else CallKey.of(step)
+
 
 def _grid() -> Table:
     grid = Table.grid(padding=(0, 1))
@@ -65,8 +95,10 @@ def run_header(run: Run, now: datetime) -> RenderableType:
     grid.add_row("run", Text.assemble(literal(run.run_id), "  ", fmt.run_status(run.status)))
     if run.pending is not None:
         cp = run.pending
+        paused = paused_execution(run.tasks, cp)
         grid.add_row("waiting", Text.assemble(
-            literal(cp.kind, "bold yellow"), " at step ", literal(cp.step or "?", "bold"),
+            literal(cp.kind, "bold yellow"), " at step ",
+            literal(describe(paused, run.tasks) if paused is not None else cp.step or "?", "bold"),
             f" (checkpoint {cp.checkpoint_id}, {fmt.ago(cp.created_at, now)})"))
         label = "prompt" if cp.kind == "input" else "reason"
         grid.add_row(label, literal((cp.reason or "")[:HEADER_CHARS], multiline=True))
@@ -80,7 +112,7 @@ def run_header(run: Run, now: datetime) -> RenderableType:
         then = ("pauses for a person to decide" if orphan.options.get("on_orphan") == "hold"
                 else f"re-runs it as attempt {orphan.attempts + 1}")
         grid.add_row("not done", Text.assemble(
-            "step ", literal(orphan.name, "bold"), f" was running (attempt {orphan.attempts}) when its process "
+            "step ", literal(describe(orphan, run.tasks), "bold"), f" was running (attempt {orphan.attempts}) when its process "
             "died; its output was never recorded, so it did not complete. Resume ", then, "."))
     grid.add_row("input", one_line_json(run.input))
     grid.add_row("progress", Text(f"{run.steps_done}/{run.steps_total} steps"
@@ -101,14 +133,46 @@ def run_header(run: Run, now: datetime) -> RenderableType:
     return grid
 
 
-def step_cells(step: StepRecord, now: datetime) -> list[Text]:
-    """The cells of one step row: name (cut with an ellipsis where its column ends), status,
-    attempts, duration (running: so far)."""
+def step_cells(step: StepRecord, now: datetime, name: Text | None = None) -> list[Text]:
+    """The cells of one step row: name (``name``: drawn otherwise; cut with an ellipsis where its
+    column ends), status, attempts, duration (running: so far)."""
     end = now if step.status == StepStatus.RUNNING else step.finished_at
-    name = literal(step.name)
+    name = literal(step.name) if name is None else name
     name.no_wrap, name.overflow = True, "ellipsis"
     return [name, fmt.step_status(step.status), Text(str(step.attempts), justify="right"),
             Text(fmt.duration(step.started_at, end), justify="right")]
+
+
+def group_cells(group: StepRecord, kind: str, calls: list[StepRecord], state: Any, expanded: bool,
+                now: datetime) -> list[Text]:
+    """The cells of a pattern's row: ``▸ name  kind · progress``, the status it shows (see
+    :func:`~relaypoint.patterns_view.shown_status`), its result's attempts, and the time from its
+    first call to its result (so far, while a call runs)."""
+    status = shown_status(group, calls)
+    start = calls[0].started_at if calls and calls[0].started_at else group.started_at
+    end = group.finished_at if group.status == StepStatus.COMPLETED else (
+        now if status == StepStatus.RUNNING else (calls[-1].finished_at if calls else None))
+    name = group_name(group, kind, progress(group, calls, state), expanded)
+    name.no_wrap, name.overflow = True, "ellipsis"
+    return [name, fmt.step_status(status), Text(str(group.attempts), justify="right"),
+            Text(fmt.duration(start, end), justify="right")]
+
+
+def chain_rows(run: Run, state: Any, expanded: set[str], now: datetime) -> dict[Hashable, list[Text]]:
+    """The step chain's rows, keyed by :func:`key_of`, in order: each top-level step, and each
+    pattern with, when its name is in ``expanded``, its calls under it. ``state``: the run's
+    latest driver state (a planner's progress reads it)."""
+    rows: dict[Hashable, list[Text]] = {}
+    for top, calls in tree(run.tasks):
+        kind = kind_of(top)
+        if kind is None:
+            rows[top.name] = step_cells(top, now)
+            continue
+        rows[top.name] = group_cells(top, kind, calls, state, top.name in expanded, now)
+        if top.name in expanded:
+            for n, call in enumerate(calls):
+                rows[CallKey.of(call)] = step_cells(call, now, call_name(kind, call, n == len(calls) - 1))
+    return rows
 
 
 def _cut(text: str) -> str:
@@ -156,29 +220,43 @@ def events_view(events: list[Event]) -> RenderableType:
     return table
 
 
-def default_step(run: Run) -> str | None:
-    """The step to show first: the one the run waits at (the pending checkpoint's: the output a
-    reviewer approves, the step asking for input, the orphan to decide), else the one it works on,
-    else the failed one, else the last step with a recorded output, else the first."""
-    if not run.tasks:
+def default_step(run: Run) -> StepKey | None:
+    """The row to show first: the execution the run waits at (the pending checkpoint's: the
+    output a reviewer approves, the step asking for input, a person's turn in a pattern, the
+    orphan to decide), else the step or pattern it works on, else the failed one, else the last
+    one with a recorded output, else the first."""
+    tops = [s for s in run.tasks if s.parent is None]
+    if not tops:
         return None
-    wanted = run.pending.step if run.pending else run.current_step
-    names = [s.name for s in run.tasks]
-    if wanted in names:
-        return wanted
-    failed = [s.name for s in run.tasks if s.status == StepStatus.FAILED]
-    done = [s.name for s in run.tasks if s.has_output]
+    paused = paused_execution(run.tasks, run.pending) if run.pending is not None else None
+    if paused is not None:
+        return key_of(paused)
+    names = [s.name for s in tops]
+    if run.current_step in names:
+        return run.current_step
+    failed = [s.name for s in tops if s.status == StepStatus.FAILED]
+    done = [s.name for s in tops if s.has_output]
     return (failed or done[-1:] or names)[0]
 
 
 class StepsTable(KeyedTable):
-    """The step chain. Besides moving in it, ``pgdn``/``pgup`` scroll the selected step's output,
-    so a long output can be read without leaving the chain."""
+    """The step chain, keyed by :data:`StepKey`. Besides moving in it, ``pgdn``/``pgup`` scroll
+    the selected step's output, so a long output can be read without leaving the chain; on a
+    pattern, ``enter``/``space`` expand or collapse it, ``right`` expands it, ``left`` collapses
+    it (from one of its calls too, moving to it)."""
 
     BINDINGS = [
         Binding("pagedown", "scroll_output(1)", "Scroll output down", show=False),
         Binding("pageup", "scroll_output(-1)", "Scroll output up", show=False),
+        Binding("enter,space", "expand(None)", "Expand or collapse", show=False),
+        Binding("right", "expand(True)", "Expand", show=False),
+        Binding("left", "expand(False)", "Collapse", show=False),
     ]
+
+    def action_expand(self, expand: bool | None) -> None:
+        """Expand (True), collapse (False) or toggle (None) the pattern under the cursor, or the
+        one whose call is under it (collapsing it moves the cursor to its row)."""
+        self.query_ancestor(DetailPane).expand(self.selected_key(), expand)
 
     def on_resize(self) -> None:
         self.fit_columns()
@@ -210,11 +288,15 @@ class DetailPane(Vertical):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run: Run | None = None
+        self.state: Any = None
         self.output: StepOutput | None = None
+        self.expanded: set[str] = set()
+        self._rows: dict[Hashable, StepRecord] = {}
+        self._shown_at: datetime | None = None
         self._output_key: object = None
-        self._output_step: str | None = None
+        self._output_step: int | None = None
         self._events_key: object = None
-        self._auto_step: str | None = None
+        self._auto_step: StepKey | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="detail-run"):
@@ -240,20 +322,50 @@ class DetailPane(Vertical):
 
     @property
     def steps(self) -> StepsTable:
-        """The step chain table (keyed by step name)."""
+        """The step chain table (keyed by :data:`StepKey`)."""
         return self.query_one("#steps", StepsTable)
 
     def selected_step(self) -> StepRecord | None:
-        """The step under the steps cursor."""
-        name = self.steps.selected_key()
-        if self.run is None or name is None:
-            return None
-        return next((s for s in self.run.tasks if s.name == name), None)
+        """The execution under the steps cursor (a step, a pattern's row, or one of its calls)."""
+        key = self.steps.selected_key()
+        return None if self.run is None or key is None else self._rows.get(key)
+
+    def kind_of_group(self, step: StepRecord) -> str | None:
+        """The pattern kind of ``step`` (a pattern's row) or of its pattern (one of its calls,
+        which share its name); None for a chain step."""
+        group = self._rows.get(step.name)
+        return kind_of(group) if group is not None else None
+
+    def label(self, step: StepRecord) -> str:
+        """``step`` in words (see :func:`~relaypoint.patterns_view.describe`)."""
+        return describe(step, self.run.tasks if self.run is not None else ())
+
+    def expand(self, key: Hashable | None, expand: bool | None) -> None:
+        """Expand (True), collapse (False) or toggle (None) the pattern whose row has row id
+        ``key``; from one of its calls, collapse it (False) and move the cursor to its row.
+        Anything else is left alone."""
+        step = self._rows.get(key) if key is not None else None
+        if self.run is None or step is None or self.kind_of_group(step) is None:
+            return
+        name = step.name
+        if step.parent is not None and expand is not False:
+            return  # a call: its pattern is expanded already
+        if expand is None:
+            expand = name not in self.expanded
+        if expand:
+            self.expanded.add(name)
+        else:
+            self.expanded.discard(name)
+        self._patch_chain()
+        if not expand:
+            self.steps.move_cursor(row=self.steps.index_of(name), scroll=True)
 
     def show_empty(self, message: str) -> None:
         """No run to show (empty store or nothing matches the filters)."""
         self.run = None
         self.output = None
+        self.expanded = set()
+        self._rows = {}
         self._auto_step = None
         self.border_title = "Run"
         self.query_one("#run-header", Static).update(Text(message, style="dim"))
@@ -265,32 +377,42 @@ class DetailPane(Vertical):
         self.enable_actions(set())
 
     def show(self, detail: RunDetail, now: datetime) -> None:
-        """Show a run (freshly read). A different run starts at its :func:`default_step`; the same
-        run moves there too when its default changed and the user left the cursor where it was put."""
+        """Show a run (freshly read). A different run starts at its :func:`default_step` (its
+        patterns collapsed but the one holding that row); the same run moves there too when its
+        default changed and the user left the cursor where it was put."""
         run, events = detail.run, detail.events
         switched = self.run is None or self.run.run_id != run.run_id
-        self.run = run
+        self.run, self.state, self._shown_at = run, detail.state, now
+        self._rows = {key_of(s): s for s in run.tasks}
         self.border_title = Text.assemble("Run ", literal(fmt.short_id(run.run_id)), " · ", literal(run.workflow))
         self.query_one("#run-header", Static).update(run_header(run, now))
-        self.steps.patch({s.name: step_cells(s, now) for s in run.tasks})
         if switched:
             self.output = None
+            self.expanded = set()
             for box in self.query("#output-box, #events-box").results(VerticalScroll):
                 box.scroll_home(animate=False)
-        if switched or self.steps.selected_key() == self._auto_step:
+        follow = switched or self.steps.selected_key() == self._auto_step
+        if follow:
             self._auto_step = default_step(run)
-            if self._auto_step is not None and self._auto_step != self.steps.selected_key():
-                self.steps.move_cursor(row=self.steps.get_row_index(self._auto_step), scroll=True)
+            if isinstance(self._auto_step, CallKey):
+                self.expanded.add(self._auto_step.pattern)
+        self._patch_chain()
+        if follow and self._auto_step is not None and self._auto_step != self.steps.selected_key():
+            self.steps.move_cursor(row=self.steps.index_of(self._auto_step), scroll=True)
         events_key = (run.run_id, len(events), events[-1].event_id if events else None)
         if events_key != self._events_key:
             self._events_key = events_key
             self.query_one("#events", Static).update(events_view(events))
         self._render_output()
 
+    def _patch_chain(self) -> None:
+        assert self.run is not None and self._shown_at is not None
+        self.steps.patch(chain_rows(self.run, self.state, self.expanded, self._shown_at))
+
     def show_output(self, output: StepOutput) -> None:
         """Show a step output just read, if it is still the selected step's."""
         step = self.selected_step()
-        if self.run is None or step is None or (output.run_id, output.step) != (self.run.run_id, step.name):
+        if self.run is None or step is None or (output.run_id, output.seq) != (self.run.run_id, step.seq):
             return
         self.output = output
         self._render_output()
@@ -301,37 +423,38 @@ class DetailPane(Vertical):
         step = self.selected_step()
         if step is None:
             return "no step is selected"
+        what = self.label(step)
         if not self.output_is_current():
-            return f"the output of step {step.name} is still being read"
+            return f"the output of step {what} is still being read"
         assert self.output is not None
         if not self.output.recorded:
-            return f"step {step.name} has no output recorded"
+            return f"step {what} has no output recorded"
         if more and not self.output.more:
-            return f"the output of step {step.name} is shown whole"
+            return f"the output of step {what} is shown whole"
         return None
 
     def output_is_current(self) -> bool:
         """True when the output box holds the selected step's output as of the run's last change."""
         step = self.selected_step()
         return (step is not None and self.output is not None and self.run is not None
-                and (self.output.run_id, self.output.step, self.output.version)
-                == (self.run.run_id, step.name, self.run.updated_at))
+                and (self.output.run_id, self.output.seq, self.output.version)
+                == (self.run.run_id, step.seq, self.run.updated_at))
 
     def _render_output(self) -> None:
         step = self.selected_step()
-        current = self.output if step and self.output and self.output.step == step.name else None
+        current = self.output if step and self.output and self.output.seq == step.seq else None
         if (step, current) == self._output_key:
             return
         self._output_key = (step, current)
         box = self.query_one("#output-box", VerticalScroll)
-        if (step and step.name) != self._output_step:
-            self._output_step = step and step.name
+        if (step and step.seq) != self._output_step:
+            self._output_step = step and step.seq
             box.scroll_home(animate=False)
         if step is None:
             box.border_title = "Output"
             self.query_one("#output", Static).update("")
             return
-        box.border_title = Text.assemble("Output of ", literal(step.name))
+        box.border_title = Text.assemble("Output of ", literal(self.label(step)))
         view = current.view if current is not None else Text("loading…", style="dim")
         self.query_one("#output", Static).update(view)
 

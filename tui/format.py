@@ -26,6 +26,7 @@ STEP_COLORS: dict[StepStatus, str] = {
     StepStatus.PENDING: "bright_black",
     StepStatus.RUNNING: "cyan",
     StepStatus.AWAITING_INPUT: "magenta",
+    StepStatus.AWAITING_APPROVAL: "yellow",
     StepStatus.COMPLETED: "green",
     StepStatus.FAILED: "red",
     StepStatus.INTERRUPTED: "dark_orange",

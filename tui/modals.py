@@ -23,11 +23,27 @@ from relaypoint.display import clean, json_text, literal
 from relaypoint.encoding import parse_json_arg
 from relaypoint.errors import InvalidValue
 from relaypoint.models import Run
+from relaypoint.patterns_view import describe, paused_execution, shown_status, tree
 from relaypoint.status import StepStatus
 
 from . import format as fmt
 from .actions import CLOSE_HELP
 from .output import EDITABLE_CHARS
+
+
+def _paused_at(run: Run) -> Text:
+    """The execution the run's pending checkpoint is about, in words (``argue, round 2 · con``
+    for a person's turn in a pattern)."""
+    cp = run.pending
+    assert cp is not None
+    paused = paused_execution(run.tasks, cp)
+    return literal(describe(paused, run.tasks) if paused is not None else cp.step or "?", "bold")
+
+
+def _in_pattern(run: Run) -> bool:
+    """True when the run's pending checkpoint is a turn of a pattern's call (a person's turn)."""
+    paused = paused_execution(run.tasks, run.pending) if run.pending is not None else None
+    return paused is not None and paused.parent is not None
 
 
 def _run_line(run: Run) -> Text:
@@ -200,12 +216,13 @@ class ApproveScreen(_Form):
     def body(self) -> ComposeResult:
         cp = self.run.pending
         assert cp is not None
-        yield Static(Text.assemble(("step ", "dim"), literal(cp.step or "?", "bold"),
+        yield Static(Text.assemble(("step ", "dim"), _paused_at(self.run),
                                    ("  checkpoint ", "dim"), str(cp.checkpoint_id)))
         yield Static(literal(cp.reason, multiline=True), classes="reason")
         yield Label("Comment (optional)")
         yield Input(placeholder="why you approve", id="comment")
-        yield Label("Output (JSON; edit to replace the step's output, leave as is to keep it)")
+        yield Label("Value (JSON, optional; the pattern gets it with the approval as its \"value\")"
+                    if _in_pattern(self.run) else "Output (JSON; edit to replace the step's output, leave as is to keep it)")
         yield JsonEditor(self._editor_text(), id="output-json", placeholder=self._placeholder(),
                          disabled=not self.loaded or self.too_long)
         yield _editor_hint("approve")
@@ -264,7 +281,7 @@ class RespondScreen(_Form):
     def body(self) -> ComposeResult:
         cp = self.run.pending
         assert cp is not None
-        yield Static(Text.assemble(("step ", "dim"), literal(cp.step or "?", "bold"), (" asks:", "dim")))
+        yield Static(Text.assemble(("step ", "dim"), _paused_at(self.run), (" asks:", "dim")))
         yield Static(literal(cp.reason, multiline=True), classes="reason")
         yield Label('Answer (JSON, e.g. "yes", 3 or {"title": "..."})')
         yield JsonEditor("", id="value-json")
@@ -279,35 +296,75 @@ class RespondScreen(_Form):
 
 @dataclass(frozen=True)
 class ForkRequest:
-    """What the fork form collected: the step to start from and a new input (None: the parent's)."""
+    """What the fork form collected: the step to start from, a new input (None: the parent's),
+    and, for a fork inside a pattern, the ``iteration`` to start from and ``at``, that iteration
+    in words (``round 3``)."""
 
     step: str
     input: Any
+    iteration: int | None = None
+    at: str | None = None
+
+
+@dataclass(frozen=True)
+class ForkPoint:
+    """An iteration of a pattern to fork from: its ``pattern`` (name), ``iteration`` and ``at``
+    (the iteration in words, see :func:`~relaypoint.patterns_view.fork_point`)."""
+
+    pattern: str
+    iteration: int
+    at: str
 
 
 class ForkScreen(_Form):
     """Fork the run from a step: steps before it keep their outputs, it and later ones run again.
-    The step starts as the one highlighted in the step chain and can be changed here. The input
+    The step starts as the one highlighted in the step chain and can be changed here. From one of
+    a pattern's calls (``point``), the fork starts at that call's iteration of the pattern: the
+    form says so (``fork from round 3 of argue``) while that pattern is the chosen step. The input
     is shown as JSON and has the focus when the form opens; left as is, the parent's input is used."""
 
     SUBMIT_LABEL = "Fork"
     AUTO_FOCUS = "#input-json"
 
-    def __init__(self, run: Run, step: str) -> None:
+    def __init__(self, run: Run, step: str, point: ForkPoint | None = None) -> None:
         super().__init__("Fork", run)
         self.step = step
+        self.point = point
+        self.tops = [top for top, _ in tree(run.tasks)]
+        self._shown = {top.name: shown_status(top, calls) for top, calls in tree(run.tasks)}
 
     def body(self) -> ComposeResult:
         yield Label("Start from step (earlier steps keep their outputs; it and the later ones run again)")
-        yield Select([(Text.assemble(literal(s.name), "  ", fmt.step_status(s.status)), s.name)
-                      for s in self.run.tasks], value=self.step, allow_blank=False, id="from-step")
+        yield Select([(Text.assemble(literal(s.name), "  ", fmt.step_status(self._shown[s.name])), s.name)
+                      for s in self.tops], value=self.step, allow_blank=False, id="from-step")
+        yield Static(self._where(), id="fork-point", classes="reason")
         yield Label("Input (JSON object; leave as is to reuse the run's input)")
         yield JsonEditor(json_text(self.run.input), id="input-json")
         yield _editor_hint("fork")
 
+    def on_mount(self) -> None:
+        self.query_one("#fork-point", Static).display = self._inside(self.step)
+
+    def _inside(self, step: Any) -> bool:
+        """True when a fork from ``step`` starts inside the pattern at :attr:`point`."""
+        return self.point is not None and step == self.point.pattern
+
+    def _where(self) -> Text:
+        """What a fork from the iteration at :attr:`point` keeps and runs again, in words."""
+        point = self.point
+        if point is None:
+            return Text()
+        return Text.assemble(("fork from ", "bold"), literal(point.at, "bold"), (" of ", "bold"),
+                             literal(point.pattern, "bold"), ": what came before ", literal(point.at),
+                             " keeps its results (and the pattern its state there); ", literal(point.at),
+                             " onward runs again")
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        self.query_one("#fork-point", Static).display = self._inside(event.value)
+
     def collect(self) -> ForkRequest:
         step = str(self.query_one("#from-step", Select).value)
-        for earlier in self.run.tasks:
+        for earlier in self.tops:
             if earlier.name == step:
                 break
             if earlier.status != StepStatus.COMPLETED:
@@ -320,7 +377,10 @@ class ForkScreen(_Form):
         if not isinstance(value, dict):
             raise InvalidValue('the fork input must be a JSON object such as {"topic": "x"}, '
                                f"not {_json_kind(value)}")
-        return ForkRequest(step, None if value == self.run.input else value)
+        new_input = None if value == self.run.input else value
+        if self.point is not None and self._inside(step):
+            return ForkRequest(step, new_input, self.point.iteration, self.point.at)
+        return ForkRequest(step, new_input)
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -17,8 +17,10 @@ from rich.text import Text
 from relaypoint.display import (PREVIEW_CHARS, PREVIEW_LINES, Preview, clean, human_size, json_text, literal, preview,
                                 preview_json)
 from relaypoint.models import StepRecord
+from relaypoint.patterns_view import PatternSummary
 
 from . import format as fmt
+from .patterns import summary_view
 
 _json = JSONHighlighter()
 
@@ -58,9 +60,12 @@ def pager_text(value: Any) -> str:
     return clean(whole_text(value), multiline=True)
 
 
-def show_command(db: str, run_id: str, step: str) -> str:
-    """The command that prints a step's output raw (as JSON), quoted for a shell and safe to show."""
-    return clean(f"relaypoint --db {shlex.quote(db)} show {fmt.short_id(run_id)} --output {shlex.quote(step)}")
+def show_command(db: str, run_id: str, step: StepRecord) -> str:
+    """The command that prints an execution's output raw (as JSON), quoted for a shell and safe to
+    show: ``show RUN --output STEP`` for a top-level step (a pattern's result), ``show RUN --json``
+    (every execution, in order) for a pattern's call."""
+    what = f"--output {shlex.quote(step.name)}" if step.parent is None else "--json"
+    return clean(f"relaypoint --db {shlex.quote(db)} show {fmt.short_id(run_id)} {what}")
 
 
 def _rest(left: int, what: str) -> Text:
@@ -68,14 +73,18 @@ def _rest(left: int, what: str) -> Text:
 
 
 def output_view(db: str, run_id: str, step: StepRecord, recorded: bool, value: Any,
-                pages: int) -> tuple[RenderableType, bool]:
-    """What the output box shows: ``pages`` pages of the output (with, when it is cut, its size
-    and the keys and command that show the rest), its multi-line text fields, then the step's
-    error and traceback; and whether the output goes on past them."""
+                pages: int, summary: PatternSummary | None = None) -> tuple[RenderableType, bool]:
+    """What the output box shows: for a pattern, its ``summary`` first, then (as for a step)
+    ``pages`` pages of the output (with, when it is cut, its size and the keys and command that
+    show the rest), its multi-line text fields, then the step's error and traceback; and whether
+    the output goes on past them."""
     parts: list[RenderableType] = []
     more = False
+    if summary is not None:
+        parts += [summary_view(summary), Text("\nresult", style="bold")]
     if not recorded:
-        parts.append(Text("no output recorded", style="dim"))
+        parts.append(Text("no output recorded" if summary is None else "none yet: the pattern has not finished",
+                          style="dim"))
     else:
         head = page(value, pages)
         more = head.cut
@@ -87,7 +96,7 @@ def output_view(db: str, run_id: str, step: StepRecord, recorded: bool, value: A
         if more:
             parts.append(Text.assemble(("… the rest is not shown: ", "italic"), ("m", "bold"), " shows more, ",
                                        ("p", "bold"), " opens it all in $PAGER, ",
-                                       (show_command(db, run_id, step.name), "bold"), " prints it raw", style="dim"))
+                                       (show_command(db, run_id, step), "bold"), " prints it raw", style="dim"))
         parts += _text_fields(value, pages * PREVIEW_CHARS)
     if step.error:
         error = preview(step.error)

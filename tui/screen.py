@@ -25,6 +25,7 @@ from relaypoint.background import failure_reason, log_size, resume_log, spawn_re
 from relaypoint.display import clean, literal
 from relaypoint.errors import RelaypointError
 from relaypoint.models import Run
+from relaypoint.patterns_view import fork_point, paused_execution
 from relaypoint.runtime import Runtime
 from relaypoint.status import RUN_SYMBOLS, RunStatus
 
@@ -37,8 +38,8 @@ from .detail import DetailPane
 from .footer import ConsoleFooter
 from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded, PagerReady,
                        RefreshFailed, Refreshed, ResumeStarted)
-from .output import pager_text, show_command
-from .modals import ApproveScreen, ConfirmScreen, ForkScreen, HelpScreen, RejectScreen, RespondScreen
+from .output import pager_text
+from .modals import ApproveScreen, ConfirmScreen, ForkPoint, ForkScreen, HelpScreen, RejectScreen, RespondScreen
 from .runs_table import AGO_PERIOD, RunsTable
 
 if TYPE_CHECKING:
@@ -323,13 +324,15 @@ class ConsoleScreen(Screen[None]):
         run = self.detail.run
         if run is not None and step is not None and not self.detail.output_is_current():
             shown = self.detail.output
-            self._read_output(run, step, shown.pages if shown is not None and shown.step == step.name else 1)
+            pages = shown.pages if shown is not None and shown.seq == step.seq else 1
+            self._read_output(run, step, pages, self.detail.state)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="output")
-    def _read_output(self, run: Run, step: Any, pages: int) -> None:
-        """Read and format (here, off the UI thread) ``pages`` pages of a step's output."""
+    def _read_output(self, run: Run, step: Any, pages: int, state: Any) -> None:
+        """Read and format (here, off the UI thread) ``pages`` pages of a step's output (with, for
+        a pattern, its summary; ``state``: the run's latest driver state, as read with it)."""
         with self.app.open_runtime() as rt:
-            output = load_output(rt, run, step, pages)
+            output = load_output(rt, run, step, pages, state)
         if output is not None and not get_current_worker().is_cancelled:
             self.post_message(OutputLoaded(output))
 
@@ -340,7 +343,7 @@ class ConsoleScreen(Screen[None]):
         """``m``: show another page of the selected step's output (read and formatted in a worker)."""
         output, step, run = self.detail.output, self.detail.selected_step(), self.detail.run
         if self.why_not("more_output") is None and output is not None and step is not None and run is not None:
-            self._read_output(run, step, output.pages + 1)
+            self._read_output(run, step, output.pages + 1, self.detail.state)
 
     def action_pager(self) -> None:
         """``p``: open the selected step's whole output in ``$PAGER`` (formatted in a worker)."""
@@ -362,7 +365,7 @@ class ConsoleScreen(Screen[None]):
                 subprocess.run(command, input=message.text, check=False)
         except SuspendNotSupported:
             self.notify(clean(f"no terminal to open a pager in; "
-                              f"{show_command(self.app.db_url, output.run_id, output.step)} prints the whole output"),
+                              f"{output.whole} prints the whole output"),
                         severity="warning", markup=False)
         except OSError as e:
             self.notify(clean(f"could not start the pager {command[0]!r} ({e.strerror}); set $PAGER"),
@@ -482,8 +485,9 @@ class ConsoleScreen(Screen[None]):
             return
         output = self.detail.output
         step = self.detail.selected_step()
-        if (output is not None and step is not None and run.pending is not None
-                and step.name == run.pending.step and self.detail.output_is_current()):
+        paused = paused_execution(run.tasks, run.pending) if run.pending is not None else None
+        if (output is not None and step is not None and paused is not None
+                and step.seq == paused.seq and self.detail.output_is_current()):
             form = ApproveScreen(run, output.value, output.recorded, output.editor)
         else:
             form = ApproveScreen(run)
@@ -494,7 +498,7 @@ class ConsoleScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="prepare")
     def _read_gated_output(self, run: Run) -> None:
         assert run.pending is not None
-        step = next((s for s in run.tasks if s.name == run.pending.step), None)
+        step = paused_execution(run.tasks, run.pending)
         with self.app.open_runtime() as rt:
             output = load_output(rt, run, step) if step is not None else None
         self.post_message(ApprovalReady(run.run_id, output))
@@ -516,10 +520,16 @@ class ConsoleScreen(Screen[None]):
             self._decide(RespondScreen(run), partial(changes.respond, run))
 
     def action_fork(self) -> None:
+        """Open the fork form from the highlighted step; from a pattern's call, from that call's
+        iteration of the pattern."""
         run = self._actionable("fork")
         step = self.detail.selected_step()
-        if run is not None and step is not None:
-            self._decide(ForkScreen(run, step.name), partial(changes.fork, run))
+        if run is None or step is None:
+            return
+        point = None
+        if step.parent is not None:
+            point = ForkPoint(step.name, step.iteration, fork_point(self.detail.kind_of_group(step), step))
+        self._decide(ForkScreen(run, step.name, point), partial(changes.fork, run))
 
     def action_cancel(self) -> None:
         if (run := self._actionable("cancel")) is None:

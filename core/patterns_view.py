@@ -1,0 +1,443 @@
+"""What a pattern's records say, for the console: labels, progress and the per-kind summaries
+(rounds, routing decisions and per-agent counts, votes and tally, the judge's decision, the plan as
+a tree), computed from its executions. Pure functions over :class:`~relaypoint.models.StepRecord`
+values and driver state: no I/O, no UI.
+
+A pattern is one top-level execution, its **group row**, whose options hold ``"pattern"`` (its
+kind: debate, vote, loop, supervisor or planner) and its parameters; its **children**
+(``parent`` = the group's seq, in seq order) are its agent calls and its own decisions (agents
+``judge``, ``tally``, ``route``, ``plan``, ``replan``). The group row's output is the pattern's
+result. While the run is inside the pattern, the driver state of its latest checkpoint is
+``{"next": <group seq>, "in": <the pattern's state>}``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .models import Checkpoint, StepRecord
+from .status import StepStatus
+
+JUDGE, TALLY, ROUTE, PLAN, REPLAN = "judge", "tally", "route", "plan", "replan"
+"""The agent names of a pattern's own decisions (reserved: no user agent has them)."""
+
+ITERATION_WORDS = {"debate": "round", "loop": "pass", "supervisor": "turn", "vote": "vote", "planner": "subtask"}
+"""What one iteration of each pattern kind is called."""
+
+SHOWN_ITERATIONS = 12
+"""Most iterations (the latest) a pattern's summary lists with their calls' outputs; the earlier
+ones are counted, and each is still a row of the step chain."""
+
+
+def kind_of(step: StepRecord) -> str | None:
+    """The pattern kind of a group row (``"debate"``, ...), None for a chain step or a child."""
+    kind = step.options.get("pattern") if step.parent is None else None
+    return kind if isinstance(kind, str) else None
+
+
+def tree(tasks: Iterable[StepRecord]) -> list[tuple[StepRecord, list[StepRecord]]]:
+    """The run's executions as (top-level execution, its children in seq order), top-level ones in
+    seq order. Children whose group row is missing are left out (a damaged store)."""
+    tops: list[StepRecord] = []
+    children: dict[int, list[StepRecord]] = defaultdict(list)
+    for step in tasks:
+        if step.parent is None:
+            tops.append(step)
+        else:
+            children[step.parent].append(step)
+    return [(top, sorted(children.get(top.seq, ()), key=lambda s: s.seq)) for top in sorted(tops, key=lambda s: s.seq)]
+
+
+def paused_execution(tasks: Sequence[StepRecord], checkpoint: Checkpoint) -> StepRecord | None:
+    """The execution a pending ``checkpoint`` is about, among the run's ``tasks``: the one at the
+    checkpoint's seq when it is a pattern's child (a person's turn) or awaits input; else the
+    top-level step the checkpoint names (an approval gate is recorded at the step after the gated
+    one). None when neither is in ``tasks``."""
+    at = next((s for s in tasks if s.seq == checkpoint.seq), None)
+    if at is not None and (at.parent is not None or at.status == StepStatus.AWAITING_INPUT):
+        return at
+    return next((s for s in tasks if s.parent is None and s.name == checkpoint.step), None)
+
+
+def inner_state(group: StepRecord, state: Any) -> Mapping[str, Any] | None:
+    """The pattern's own state in the driver ``state`` of the run's latest checkpoint when the run
+    is inside this pattern, else None."""
+    if isinstance(state, Mapping) and state.get("next") == group.seq and isinstance(state.get("in"), Mapping):
+        return state["in"]
+    return None
+
+
+def _task(child: StepRecord) -> str | None:
+    task = child.options.get("task")
+    return task if isinstance(task, str) else None
+
+
+def call_label(kind: str | None, child: StepRecord) -> str:
+    """A child's row label in the step chain: ``round 2 · pro``, ``judge``, ``turn 4 · route``,
+    ``pass 3``, ``vote · a``, ``tally``, ``plan``, ``subtask 3 · t3 · code``, ``re-plan 1``."""
+    agent = child.agent or ""
+    if agent in (JUDGE, TALLY, PLAN):
+        return agent
+    if agent == REPLAN:
+        return f"re-plan after subtask {child.iteration - 1}"
+    word = ITERATION_WORDS.get(kind or "", "iteration")
+    if kind == "vote":
+        return f"vote · {agent}"
+    if kind == "planner":
+        return " · ".join(p for p in (f"subtask {child.iteration}", _task(child), agent) if p)
+    return f"{word} {child.iteration}" + (f" · {agent}" if agent else "")
+
+
+def describe(step: StepRecord, tasks: Iterable[StepRecord]) -> str:
+    """An execution in words: a step's (or a pattern's) name, or a pattern's call as
+    ``argue, round 2 · pro`` (``tasks``: the run's executions, where its pattern's row is)."""
+    if step.parent is None:
+        return step.name
+    group = next((t for t in tasks if t.seq == step.parent), None)
+    return f"{step.name}, {call_label(kind_of(group) if group is not None else None, step)}"
+
+
+def fork_point(kind: str | None, child: StepRecord) -> str:
+    """Where a fork from ``child``'s iteration starts, in words: ``round 3``, ``the judge``,
+    ``turn 4``, ``pass 2``, ``subtask 3 (t3)``, ``the plan``, ``the re-plan after subtask 2``,
+    ``the vote``."""
+    agent = child.agent or ""
+    if agent == JUDGE:
+        return "the judge"
+    if agent == PLAN:
+        return "the plan"
+    if agent == REPLAN:
+        return f"the re-plan after subtask {child.iteration - 1}"
+    if kind == "vote":
+        return "the vote"
+    word = ITERATION_WORDS.get(kind or "", "iteration")
+    task = _task(child) if kind == "planner" else None
+    return f"{word} {child.iteration}" + (f" ({task})" if task else "")
+
+
+def shown_status(group: StepRecord, children: Sequence[StepRecord]) -> StepStatus:
+    """The status a pattern shows: its group row's, except while the row is pending with a call
+    under way or stopped (running, awaiting a person, failed, interrupted): that call's status."""
+    if group.status == StepStatus.PENDING and children and children[-1].status != StepStatus.COMPLETED:
+        return children[-1].status
+    return group.status
+
+
+def _size(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (list, tuple, dict)):
+        return len(value)
+    return None
+
+
+def progress(group: StepRecord, children: Sequence[StepRecord], state: Any = None) -> str:
+    """How far the pattern got, from its records: ``round 3/5``, ``5/5 rounds · judge``,
+    ``pass 2/4``, ``turn 7``, ``2/3 votes``, ``4/6 subtasks · 1 re-plan``. ``state``: the driver
+    state of the run's latest checkpoint (a planner's current plan is in it while the run is
+    inside the planner). Parameters missing from the row's options are left out."""
+    kind = kind_of(group)
+    options = group.options
+    done = [c for c in children if c.status == StepStatus.COMPLETED]
+    if kind == "debate":
+        rounds = _size(options.get("rounds"))
+        of = f"/{rounds}" if rounds is not None else ""
+        if any(c.agent == JUDGE for c in children):
+            return f"{rounds if rounds is not None else max(c.iteration for c in children) - 1}{of} rounds · judge"
+        reached = max((c.iteration for c in children), default=0)
+        return f"round {reached}{of}"
+    if kind == "loop":
+        limit = _size(options.get("max_iterations"))
+        return f"pass {max((c.iteration for c in children), default=0)}" + (f"/{limit}" if limit is not None else "")
+    if kind == "supervisor":
+        return f"turn {max((c.iteration for c in children), default=0)}"
+    if kind == "vote":
+        voters = _size(options.get("agents"))
+        votes = sum(1 for c in done if c.agent != TALLY)
+        tally = " · tally" if any(c.agent == TALLY for c in children) else ""
+        return f"{votes}/{voters if voters is not None else len([c for c in children if c.agent != TALLY])} votes{tally}"
+    if kind == "planner":
+        subtasks = [c for c in children if c.agent not in (PLAN, REPLAN)]
+        finished = {_task(c) for c in subtasks if c.status == StepStatus.COMPLETED}
+        inner = inner_state(group, state)
+        plan = inner.get("plan") if inner is not None else None
+        if isinstance(plan, list):  # the current plan: completed subtasks and those still to run
+            planned = len(plan)
+        elif group.status == StepStatus.COMPLETED:
+            planned = len(finished)
+        else:
+            planned = len({_task(c) for c in subtasks})
+        replans = sum(1 for c in children if c.agent == REPLAN)
+        return f"{len(finished)}/{max(planned, len(finished))} subtasks" + (
+            f" · {replans} re-plan{'s' if replans != 1 else ''}" if replans else "")
+    return f"{len(done)}/{len(children)} calls"
+
+
+# ---- the summary shown for a selected pattern --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One round, turn, pass or vote: its ``number``, ``label`` (``round 3``) and ``calls`` (the
+    children of that iteration, in seq order; outputs loaded when the summary asked for them)."""
+
+    number: int
+    label: str
+    calls: list[StepRecord]
+
+
+@dataclass(frozen=True)
+class AgentCounts:
+    """A supervisor agent's ``activations`` (times called) and ``idle`` (its idle turns in a row:
+    calls that returned None since its last other output)."""
+
+    agent: str
+    activations: int
+    idle: int
+
+
+@dataclass(frozen=True)
+class Route:
+    """A supervisor's routing decision of ``turn``: the ``candidates`` it chose from and its
+    ``choice`` (None: stop); ``status`` of the route execution (its output is unknown until it
+    completed: ``candidates`` empty, ``choice`` None)."""
+
+    turn: int
+    candidates: list[str]
+    choice: str | None
+    status: StepStatus
+
+
+@dataclass
+class PlanNode:
+    """One subtask of a planner's plan: ``task`` id, ``agent``, ``after`` (the ids it waits for),
+    ``replan`` (0: in the first plan; k: added by re-plan k), ``runs`` (its executions, in order),
+    ``dropped_by`` (the re-plan that replaced it before it completed; None: not replaced), and the
+    subtasks placed under it (those whose last dependency it is)."""
+
+    task: str
+    agent: str | None
+    after: list[str]
+    replan: int = 0
+    runs: list[StepRecord] = field(default_factory=list)
+    dropped_by: int | None = None
+    children: list[PlanNode] = field(default_factory=list)
+
+    @property
+    def status(self) -> StepStatus | None:
+        """The status of its latest execution; None when it has not run (planned, or dropped)."""
+        return self.runs[-1].status if self.runs else None
+
+
+@dataclass(frozen=True)
+class Replan:
+    """Change ``number`` of a planner's plan, by execution ``step``: a ``replan`` after
+    ``failed`` (the task id of the subtask that failed, if known), or a ``plan`` made again
+    (``resume --replan``; ``failed`` None)."""
+
+    number: int
+    failed: str | None
+    step: StepRecord
+
+
+@dataclass(frozen=True)
+class PatternSummary:
+    """What the console shows for a selected pattern. Every kind: ``kind``, ``progress``,
+    ``status``, ``iterations`` (the latest :data:`SHOWN_ITERATIONS`; ``earlier``: how many more
+    before them). Supervisor: ``counts`` (from the state while the run is inside it, else computed
+    from the calls) and ``routes``. Vote: ``votes`` (voter, vote) and ``tally`` (recorded, value).
+    Debate: ``judge`` (the judge's execution, output loaded). Planner: ``plan`` (the roots of the
+    plan tree), ``replans`` and ``plan_step`` (the first ``plan`` execution). ``parameters``: the
+    group row's options (the pattern's parameters: ``rounds``, ``judge``, ``agents``...)."""
+
+    kind: str
+    progress: str
+    status: StepStatus
+    iterations: list[Iteration]
+    earlier: int = 0
+    counts: list[AgentCounts] = field(default_factory=list)
+    counts_live: bool = False
+    routes: list[Route] = field(default_factory=list)
+    votes: list[tuple[str, Any]] = field(default_factory=list)
+    tally: tuple[bool, Any] = (False, None)
+    judge: StepRecord | None = None
+    plan: list[PlanNode] = field(default_factory=list)
+    replans: list[Replan] = field(default_factory=list)
+    plan_step: StepRecord | None = None
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+
+_DECISIONS = frozenset({JUDGE, TALLY, ROUTE, PLAN, REPLAN})
+
+
+def _iterations(kind: str, children: Sequence[StepRecord]) -> list[Iteration]:
+    by_number: dict[int, list[StepRecord]] = defaultdict(list)
+    for child in children:
+        if child.agent not in _DECISIONS:
+            by_number[child.iteration].append(child)
+    word = ITERATION_WORDS.get(kind, "iteration")
+    if kind == "vote":
+        return [Iteration(1, "votes", by_number[1])] if by_number else []
+    if kind == "planner":  # one iteration per subtask, labelled with its task
+        return [Iteration(n, call_label(kind, calls[0]), calls) for n, calls in sorted(by_number.items())]
+    return [Iteration(n, f"{word} {n}", calls) for n, calls in sorted(by_number.items())]
+
+
+def wanted_outputs(group: StepRecord, children: Sequence[StepRecord]) -> list[int]:
+    """The seqs of the completed children whose outputs :func:`summary` uses: the calls of the
+    iterations it lists, and every decision (route, plan, re-plan, judge, tally) and, for a
+    supervisor (idle counts) or a vote, every call. Read them, then call :func:`summary`."""
+    kind = kind_of(group) or ""
+    shown = {c.seq for it in _iterations(kind, children)[-SHOWN_ITERATIONS:] for c in it.calls}
+    every = kind in ("supervisor", "vote")
+    return [c.seq for c in children if c.status == StepStatus.COMPLETED and c.has_output
+            and (every or c.seq in shown or c.agent in _DECISIONS)]
+
+
+def with_outputs(children: Sequence[StepRecord], outputs: Mapping[int, Any]) -> list[StepRecord]:
+    """``children`` with the outputs read (``outputs``: seq -> value) set on them."""
+    return [c.model_copy(update={"output": outputs[c.seq]}) if c.seq in outputs else c for c in children]
+
+
+def summary(group: StepRecord, children: Sequence[StepRecord], state: Any = None,
+            result: tuple[bool, Any] = (False, None)) -> PatternSummary:
+    """The summary of pattern ``group`` from its ``children`` (with the outputs of
+    :func:`wanted_outputs` set, see :func:`with_outputs`), the driver ``state`` of the run's
+    latest checkpoint, and ``result``: (recorded, value) of the group row's output."""
+    kind = kind_of(group) or ""
+    iterations = _iterations(kind, children)
+    shown = iterations[-SHOWN_ITERATIONS:]
+    base = PatternSummary(kind, progress(group, children, state), shown_status(group, children), shown,
+                          earlier=len(iterations) - len(shown), parameters=group.options)
+    if kind == "supervisor":
+        counts, live = _counts(group, children, state)
+        routes = [_route(c) for c in children if c.agent == ROUTE]
+        return replace(base, counts=counts, counts_live=live, routes=routes)
+    if kind == "vote":
+        return replace(base, **_votes(children, result))
+    if kind == "debate":
+        judge = next((c for c in reversed(children) if c.agent == JUDGE), None)
+        return replace(base, judge=judge)
+    if kind == "planner":
+        plan, replans = plan_tree(children)
+        plan_step = next((c for c in children if c.agent == PLAN), None)
+        return replace(base, plan=plan, replans=replans, plan_step=plan_step)
+    return base
+
+
+def _counts(group: StepRecord, children: Sequence[StepRecord], state: Any) -> tuple[list[AgentCounts], bool]:
+    """Per-agent counts: the pattern's own (``activations``, ``idle``) while the run is inside it,
+    else computed from the completed calls (an idle call is one whose output is None)."""
+    inner = inner_state(group, state)
+    if inner is not None and isinstance(inner.get("activations"), Mapping):
+        activations, idle = inner["activations"], inner.get("idle") or {}
+        if isinstance(idle, Mapping):
+            agents = list(dict.fromkeys([*activations, *idle]))
+            return [AgentCounts(str(a), _int(activations.get(a)), _int(idle.get(a))) for a in agents], True
+    calls: dict[str, list[StepRecord]] = defaultdict(list)
+    for child in children:
+        if child.agent is not None and child.agent != ROUTE and child.status == StepStatus.COMPLETED:
+            calls[child.agent].append(child)
+    counts = []
+    for agent, made in calls.items():
+        idle = 0
+        for call in reversed(made):
+            if call.output is not None:
+                break
+            idle += 1
+        counts.append(AgentCounts(agent, len(made), idle))
+    return counts, False
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _route(child: StepRecord) -> Route:
+    out = child.output if isinstance(child.output, Mapping) else {}
+    candidates = out.get("candidates")
+    choice = out.get("choice")
+    return Route(_int(out.get("turn")) or child.iteration,
+                 [str(c) for c in candidates] if isinstance(candidates, list) else [],
+                 None if choice is None else str(choice), child.status)
+
+
+def _votes(children: Sequence[StepRecord], result: tuple[bool, Any]) -> dict[str, Any]:
+    """The votes (from the group's result once recorded, else from the voters' recorded calls)
+    and the tally (the result's ``"result"``, else a tally call's output)."""
+    recorded, value = result
+    if recorded and isinstance(value, Mapping) and isinstance(value.get("votes"), Mapping):
+        votes = list(value["votes"].items())
+        return {"votes": [(str(v), vote) for v, vote in votes], "tally": (True, value.get("result"))}
+    votes = [(c.agent or "?", c.output) for c in children
+             if c.agent != TALLY and c.status == StepStatus.COMPLETED]
+    tally = next((c for c in children if c.agent == TALLY and c.status == StepStatus.COMPLETED), None)
+    return {"votes": votes, "tally": (True, tally.output) if tally is not None else (False, None)}
+
+
+def plan_tree(children: Sequence[StepRecord]) -> tuple[list[PlanNode], list[Replan]]:
+    """A planner's plan as a tree, from its children in seq order (outputs of ``plan`` and
+    ``replan`` loaded): every subtask planned, each with its executions; a re-plan (or a plan made
+    again) replaces the subtasks not yet completed (they are kept, marked ``dropped_by``, unless
+    they ran: a failed one stays, failed). Each subtask sits under its last dependency (``after``) that is in the
+    tree; one that has none is a root. A subtask executed but absent from the recorded plans
+    (a drifted definition) is a root of its own."""
+    nodes: list[PlanNode] = []
+    current: dict[str, PlanNode] = {}
+    replans: list[Replan] = []
+    last_failed: str | None = None
+
+    def add(subtasks: Any, origin: int) -> None:
+        for entry in subtasks if isinstance(subtasks, list) else []:
+            if not isinstance(entry, Mapping) or entry.get("id") is None:
+                continue
+            after = entry.get("after")
+            node = PlanNode(str(entry["id"]), None if entry.get("agent") is None else str(entry["agent"]),
+                            [str(a) for a in after] if isinstance(after, list) else [], origin)
+            nodes.append(node)
+            current[node.task] = node
+
+    planned = False
+    for child in children:
+        if child.agent == PLAN and not planned:
+            planned = child.status == StepStatus.COMPLETED
+            add(child.output if planned else None, 0)
+        elif child.agent in (PLAN, REPLAN):
+            replans.append(Replan(len(replans) + 1, last_failed if child.agent == REPLAN else None, child))
+            last_failed = None
+            if child.status != StepStatus.COMPLETED:
+                continue
+            for node in list(current.values()):
+                if node.status != StepStatus.COMPLETED:
+                    if not node.runs:
+                        node.dropped_by = len(replans)
+                    del current[node.task]
+            add(child.output, len(replans))
+        else:
+            task = _task(child) or f"#{child.iteration}"
+            node = current.get(task)
+            if node is None:
+                node = PlanNode(task, child.agent, [], len(replans))
+                nodes.append(node)
+                current[task] = node
+            node.runs.append(child)
+            if child.status == StepStatus.FAILED:
+                last_failed = task
+    return _arrange(nodes), replans
+
+
+def _arrange(nodes: list[PlanNode]) -> list[PlanNode]:
+    """Place each node under its last dependency that precedes it (the latest node with that id
+    before it); the others are roots. Order is kept."""
+    roots: list[PlanNode] = []
+    latest: dict[str, PlanNode] = {}
+    for node in nodes:
+        parent = next((latest[a] for a in reversed(node.after) if a in latest), None)
+        (parent.children if parent is not None else roots).append(node)
+        latest[node.task] = node
+    return roots
