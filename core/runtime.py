@@ -236,7 +236,9 @@ class Runtime:
         worker continues it; approving never continues past a later gate).
 
         ``output`` (not None) replaces the gated step's output (an edited output), or for a held
-        orphan step records it as the step's output instead of re-running it. ``checkpoint_id``: the
+        orphan step records it as the step's output instead of re-running it. A person's approval
+        turn in a pattern (``human(kind="approval")``) re-runs when resumed and returns the
+        decision, with ``output`` as its ``value``; nothing is written to its output meanwhile. ``checkpoint_id``: the
         checkpoint the person looked at; if the run has moved on, the approval is refused.
         ``by`` defaults to the OS user. Returns the decided checkpoint.
 
