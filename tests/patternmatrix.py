@@ -1,0 +1,256 @@
+"""Patterns under real kills: the test app whose agents log every call, and the crash matrix's
+pattern scenario (:data:`PATTERNS`), run by tests/test_pattern_crash_matrix.py with the harness of
+tests/crashmatrix.py (random SIGKILLs, racing resumers, the same invariants).
+
+The app (:data:`APP`, written as ``patternapp.py`` into a test's directory) defines:
+
+- ``patterns``: every kind of node in one workflow: a step, a loop, a debate (3 rounds and a
+  judge), a vote (3 voters, majority), a supervisor (a router over two agents, one of which goes
+  idle), a planner (3 subtasks) and a step that reports on them all;
+- ``debate``: a 5-round debate of ``pro`` and ``con`` with a judge;
+- ``supervise``: the supervisor alone; ``plan``: a planner with a re-plan function and
+  ``max_replans=1`` (a subtask fails when its id is in the input's ``fail`` list);
+- ``person``, ``consent``, ``hurry``: debates in which ``con`` is a person (:func:`relaypoint.human`):
+  answering (kind input), approving (kind approval), and with a 1-second deadline.
+
+Every execution of user code appends one line to the executions log (``EXEC_LOG``): ``label attempt
+pid run_id state``, the label being the execution's idempotency key without the run id
+(``argue#3/con``: debate ``argue``, round 3, agent ``con``; a step's label is its name) and state
+what ``ctx.state`` showed it (compact JSON). Each agent's output is a digest of everything it saw
+(input, history, state, iteration), so a resume that restored anything wrongly changes every output
+after it. Two environment variables aim a process at one execution: ``PATTERNAPP_HOLD=label`` makes
+it wait there (to be killed), ``PATTERNAPP_FAIL=label`` makes it raise there.
+
+Soak: ``RELAYPOINT_PATTERN_TRIALS=100 python -m pytest tests/test_pattern_crash_matrix.py -q -s``, or
+``python tests/patternmatrix.py --trials 100 [--seed N]`` for a line per trial.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import crashmatrix  # (tests/ is not a package)
+import procs
+
+APP_SOURCE = '"""The pattern test app (written by tests/patternmatrix.py)."""\n' + crashmatrix.INSTRUMENTATION + r'''
+from relaypoint import human
+
+HOLD = os.environ.get("PATTERNAPP_HOLD")
+FAIL = os.environ.get("PATTERNAPP_FAIL")
+
+
+def _call(ctx):
+    """Log this execution, then nap, wait to be killed, or raise, as the test asks."""
+    _begin(ctx, ctx.run_id, json.dumps(dict(ctx.state), separators=(",", ":"), sort_keys=True))
+    if label(ctx) == HOLD:
+        time.sleep(300)
+    if label(ctx) == FAIL:
+        raise RuntimeError(f"{label(ctx)} failed as asked")
+    _nap(ctx)
+
+
+def _digest(*parts):
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def said(ctx):
+    """An agent: its label and a digest of everything it saw."""
+    _call(ctx)
+    return f"{label(ctx)}:{_digest(ctx.input, list(ctx.history), dict(ctx.state), ctx.agent, ctx.iteration)}"
+
+
+def judged(ctx):
+    _call(ctx)
+    return {"winner": "pro" if int(_digest(list(ctx.history)), 16) % 2 else "con", "heard": len(ctx.history),
+            "digest": _digest(list(ctx.history), dict(ctx.state))}
+
+
+def voted(ctx):
+    _call(ctx)
+    return "yes" if int(_digest(ctx.results["argue"], ctx.agent), 16) % 3 else "no"
+
+
+def route(ctx):
+    """The router: stop after 4 turns; else the agent called least (search first)."""
+    _call(ctx)
+    made = ctx.state["activations"]
+    return None if ctx.state["turn"] >= 4 else "search" if made["search"] <= made["code"] else "code"
+
+
+def search(ctx):
+    """Finds something once, then nothing: idle turns."""
+    return said(ctx) if ctx.state["activations"]["search"] == 0 else _call(ctx)
+
+
+def make_plan(ctx):
+    _call(ctx)
+    fail = ctx.input.get("fail", [])
+    return [{"id": "t1", "agent": "code", "input": {"task": "t1", "fail": "t1" in fail}},
+            {"id": "t2", "agent": "test", "input": {"task": "t2", "fail": "t2" in fail}, "after": ["t1"]},
+            {"id": "t3", "agent": "code", "input": {"task": "t3", "fail": "t3" in fail}, "after": ["t2"]}]
+
+
+def replan(ctx):
+    """The failed subtask again, as ``<id>r`` (run by ``code``), and the rest waiting on it."""
+    _call(ctx)
+    old = ctx.failed["task"]["id"]
+    new = f"{old}r"
+    rest = [{"id": t["id"], "agent": t["agent"], "input": t["input"],
+             "after": [new if a == old else a for a in t["after"]]}
+            for t in ctx.state["plan"] if t["status"] == "pending"]
+    return [{"id": new, "agent": "code", "input": {"task": new, "fail": new in ctx.input.get("fail", [])},
+             "after": ctx.failed["task"]["after"]}] + rest
+
+
+def work(ctx):
+    """A subtask: fails when its input says so."""
+    if ctx.input.get("fail"):
+        _call(ctx)
+        raise RuntimeError(f"subtask {ctx.input['task']} cannot be done")
+    return said(ctx)
+
+
+def _debate(wf, rounds, con=said):
+    wf.debate("argue", agents={"pro": said, "con": con}, rounds=rounds, judge=judged)
+
+
+def _supervisor(wf):
+    wf.supervisor("triage", agents={"search": search, "code": said}, route=route, max_turns=6, max_idle=2)
+
+
+def _planner(wf, **options):
+    wf.planner("build", plan=make_plan, agents={"code": work, "test": work}, **options)
+
+
+patterns = Workflow("patterns")
+
+
+@patterns.step
+def brief(ctx):
+    _call(ctx)
+    return {"words": ctx.input["text"].split(), "n": ctx.input["n"]}
+
+
+@patterns.loop(max_iterations=4, until=lambda ctx: ctx.output["score"] >= 3)
+def refine(ctx):
+    _call(ctx)
+    return {"score": ctx.iteration + ctx.results["brief"]["n"] % 2, "seen": _digest(list(ctx.history))}
+
+
+_debate(patterns, 3)
+patterns.vote("decide", voters={"a": voted, "b": voted, "c": voted})
+_supervisor(patterns)
+_planner(patterns)
+
+
+@patterns.step
+def report(ctx):
+    _call(ctx)
+    return _digest({name: ctx.results[name] for name in ("brief", "refine", "argue", "decide", "triage", "build")})
+
+
+debate = Workflow("debate")
+_debate(debate, 5)
+supervise = Workflow("supervise")
+_supervisor(supervise)
+plan = Workflow("plan")
+_planner(plan, replan=replan, max_replans=1)
+person = Workflow("person")
+_debate(person, 2, con=human("Your rebuttal?"))
+consent = Workflow("consent")
+_debate(consent, 1, con=human("Do you concede?", kind="approval"))
+hurry = Workflow("hurry")
+_debate(hurry, 1, con=human("Quick, your rebuttal?", timeout=1))
+
+workflows = [patterns, debate, supervise, plan, person, consent, hurry]
+'''
+
+APP = crashmatrix.App("patternapp", APP_SOURCE)
+WORKFLOW = "patterns"
+NODES = ("brief", "refine", "argue", "decide", "triage", "build", "report")
+NAPPING = ("refine#2", "argue#2/con", "decide#1/b", "triage#2/code", "build#2/test")
+
+
+@dataclass(frozen=True)
+class Logged:
+    """One line of the executions log of the pattern app."""
+
+    label: str
+    attempt: int
+    pid: int
+    run_id: str
+    state: dict[str, Any]
+
+
+def ledger(path: Path) -> list[Logged]:
+    """The executions the pattern app logged at ``path``, in order."""
+    return [Logged(label, int(attempt), int(pid), run_id, json.loads(state))
+            for label, attempt, pid, run_id, state in procs.read_lines(path)]
+
+
+# ---- the crash-matrix scenario ---------------------------------------------------------------------
+
+def make_input(rng: random.Random) -> dict[str, Any]:
+    return {"text": " ".join(rng.choice(crashmatrix.WORDS) for _ in range(rng.randint(2, 6))),
+            "n": rng.randint(0, 10**6),
+            "sleeps": {s: round(rng.uniform(0.05, 0.3), 3) for s in rng.sample(NAPPING, 3)}}
+
+
+def work_left(db: Path, run_id: str | None, run_input: dict[str, Any], dwell: float) -> tuple[float, int, bool]:
+    """The executions not completed yet (by the reference run's list): seconds of naps and
+    boundaries, boundaries, and whether a nap is left."""
+    ref = crashmatrix.reference(APP, WORKFLOW, run_input)
+    done = {crashmatrix.row_label(s["idempotency_key"]) for s in procs.steps(db, run_id)
+            if s["status"] == "completed"} if run_id else set()
+    left = [label for label in ref.outputs if label not in done]
+    naps = [run_input["sleeps"][label] for label in left if label in run_input["sleeps"]]
+    return 0.02 + sum(naps) + (0.003 + 2 * dwell) * (len(left) + 2), len(left), bool(naps)
+
+
+def check_round(row: dict[str, Any], steps: list[dict[str, Any]], rnd: int, result: crashmatrix.TrialResult) -> None:
+    """The store's shape after a round: the nodes read completed* open? pending* (a pattern under
+    way is pending while its executions run), its executions follow the planned rows in the order
+    they ran, all completed but the last, group by group; at most one execution is open
+    (running or interrupted), and it agrees with the run's status; ``steps_done`` counts the
+    completed nodes."""
+    v = result.violations
+    code = {"completed": "c", "running": "r", "interrupted": "i", "pending": "p"}
+    top = [s for s in steps if s["parent_seq"] is None]
+    children = [s for s in steps if s["parent_seq"] is not None]
+    nodes = "".join(code.get(s["status"], "?") for s in top)
+    inner = "".join(code.get(s["status"], "?") for s in children)
+    if [s["name"] for s in top] != list(NODES) or not re.fullmatch(r"c*[ri]?p*", nodes):
+        v.append(f"round {rnd}: the nodes read {nodes!r} ({[s['name'] for s in top]})")
+    if [s["seq"] for s in children] != list(range(len(NODES), len(NODES) + len(children))) \
+            or not re.fullmatch(r"c*[ri]?", inner):
+        v.append(f"round {rnd}: the pattern executions read {inner!r} at seqs {[s['seq'] for s in children]}")
+    groups = [s["parent_seq"] for s in children]
+    under_way = next((s["seq"] for s in top if s["status"] != "completed"), None)
+    if groups != sorted(groups) or any(top[g]["status"] != "completed" for g in groups if g != under_way):
+        v.append(f"round {rnd}: executions of groups {groups} while node {under_way} is under way")
+    if row["steps_done"] != nodes.count("c"):
+        v.append(f"round {rnd}: steps_done is {row['steps_done']} but {nodes.count('c')} nodes are completed")
+    open_ = [s for s in steps if s["status"] in ("running", "interrupted")]
+    statuses = sorted(s["status"] for s in open_)
+    if row["status"] == "interrupted" and statuses == ["running"] and open_[0]["parent_seq"] is not None:
+        crashmatrix.flag(result, crashmatrix.GAP_CHILD_ORPHAN, f"round {rnd}: run interrupted with execution "
+                          f"{crashmatrix.row_label(open_[0]['idempotency_key'])} running")
+        return
+    expected = {"completed": [], "running": ["running"], "interrupted": ["interrupted"]}.get(row["status"])
+    if statuses != expected or (row["status"] == "completed" and (nodes + inner).strip("c")):
+        v.append(f"round {rnd}: run status {row['status']} with nodes {nodes!r} and executions {inner!r}")
+
+
+PATTERNS = crashmatrix.Scenario(APP, WORKFLOW, make_input, work_left, check_round)
+"""The ``patterns`` workflow of :data:`APP` in the crash matrix."""
+
+
+if __name__ == "__main__":
+    sys.exit(crashmatrix.main(scenario=PATTERNS))
