@@ -138,12 +138,15 @@ def _size(value: Any) -> int | None:
 
 def progress(group: StepRecord, children: Sequence[StepRecord], state: Any = None) -> str:
     """How far the pattern got, from its records: ``round 3/5``, ``5/5 rounds · judge``,
-    ``pass 2/4``, ``turn 7``, ``2/3 votes``, ``4/6 subtasks · 1 re-plan``. ``state``: the driver
+    ``pass 2/4``, ``turn 7``, ``2/3 votes``, ``4/6 subtasks · 1 re-plan`` (before its first call,
+    what it will do: ``3 rounds``, ``up to 20 turns``...). ``state``: the driver
     state of the run's latest checkpoint (a planner's current plan is in it while the run is
     inside the planner). Parameters missing from the row's options are left out."""
     kind = kind_of(group)
     options = group.options
     done = [c for c in children if c.status == StepStatus.COMPLETED]
+    if not children and group.status != StepStatus.COMPLETED:
+        return _not_started(kind, options)
     if kind == "debate":
         rounds = _size(options.get("rounds"))
         of = f"/{rounds}" if rounds is not None else ""
@@ -176,6 +179,18 @@ def progress(group: StepRecord, children: Sequence[StepRecord], state: Any = Non
         return f"{len(finished)}/{max(planned, len(finished))} subtasks" + (
             f" · {replans} re-plan{'s' if replans != 1 else ''}" if replans else "")
     return f"{len(done)}/{len(children)} calls"
+
+
+def _not_started(kind: str | None, options: Mapping[str, Any]) -> str:
+    """What a pattern that has not started will do: ``3 rounds``, ``3 voters``, ``up to 5
+    passes``, ``up to 20 turns``, ``not planned yet``."""
+    sizes = {"debate": ("rounds", "{} rounds"), "vote": ("agents", "{} voters"),
+             "loop": ("max_iterations", "up to {} passes"), "supervisor": ("max_turns", "up to {} turns")}
+    key, words = sizes.get(kind or "", ("", ""))
+    size = _size(options.get(key)) if key else None
+    if size is not None:
+        return words.format(size)
+    return "not planned yet" if kind == "planner" else "not started"
 
 
 # ---- the summary shown for a selected pattern --------------------------------------------------

@@ -75,8 +75,13 @@ def call_name(kind: str, call: StepRecord, last: bool) -> Text:
 
 
 def _output(call: StepRecord) -> Text:
+    """A call's output on one line; until it completed, its status (and error) instead."""
     if call.status != StepStatus.COMPLETED:
-        return Text(call.error or "", style="red") if call.error else Text("")
+        shown = Text(call.status.value, style=fmt.STEP_COLORS[call.status])  # its symbol is beside it
+        if call.error:
+            shown.append_text(Text.assemble("  ", literal(call.error[:PREVIEW], "red")))
+        shown.no_wrap, shown.overflow = True, "ellipsis"
+        return shown
     if not call.has_output:
         return Text("no output", style="dim")
     return inline(call.output)
@@ -95,34 +100,38 @@ def _table(rows: list[list[Text]], caps: tuple[int, ...]) -> Table:
     return grid
 
 
-def _call_status(status: StepStatus) -> Text:
-    """A call's status in a summary: its symbol once completed, else symbol and name (what needs
-    attention stands out)."""
-    return _symbol(status) if status == StepStatus.COMPLETED else fmt.step_status(status)
-
-
 def _heading(text: str) -> Text:
     return Text(f"\n{text}", style="bold")
 
 
 def _iterations(s: PatternSummary) -> list[RenderableType]:
     word = {"debate": "rounds", "loop": "passes", "supervisor": "turns"}.get(s.kind, "calls")
-    rows = [[Text(it.label if n == 0 else "", style="dim"), literal(call.agent or ""), _call_status(call.status),
-             _output(call)] for it in s.iterations for n, call in enumerate(it.calls)]
+    calls = [(n, it, call) for it in s.iterations for n, call in enumerate(it.calls)]
+    agents = any(call.agent for _, _, call in calls)  # a loop's passes have none
+    persons = s.parameters.get("humans")
+    persons = persons if isinstance(persons, Mapping) else {}
+    rows = [[Text(it.label if n == 0 else "", style="dim"),
+             *([_agent(call.agent or "", call.agent in persons)] if agents else []),
+             _symbol(call.status), _output(call)] for n, it, call in calls]
     parts: list[RenderableType] = [_heading(word)]
     if s.earlier:
         parts.append(Text(f"… {s.earlier} earlier {word} (each is a row of the step chain)", style="dim italic"))
-    parts.append(_table(rows, (10, 16, 20)) if rows else Text("none yet", style="dim"))
+    parts.append(_table(rows, (10, 24, 1) if agents else (10, 1)) if rows else Text("none yet", style="dim"))
     return parts
 
 
+def _agent(name: str, person: bool) -> Text:
+    """An agent's name, marked when the agent is a person (:func:`relaypoint.human`)."""
+    return Text.assemble(literal(name), (" (person)", "dim") if person else "")
+
+
 def _counts(counts: list[AgentCounts], live: bool) -> list[RenderableType]:
-    rows = [[Text("agent", style="dim"), Text("calls", style="dim"), Text("idle in a row", style="dim")]]
-    rows += [[literal(c.agent), Text(str(c.activations), justify="right"), Text(str(c.idle), justify="right")]
-             for c in counts]
+    rows = [[Text("agent", style="dim"), Text("calls", style="dim"), Text("idle in a row", style="dim"), Text()]]
+    rows += [[literal(c.agent), Text(str(c.activations), justify="right"), Text(str(c.idle), justify="right"),
+              Text()] for c in counts]
     source = "from the supervisor's state" if live else "counted from its calls"
     return [Text.assemble(_heading("agents"), (f"  ({source})", "dim")),
-            _table(rows, (16, 11)) if counts else Text("none yet", style="dim")]
+            _table(rows, (24, 5, 13)) if counts else Text("none yet", style="dim")]
 
 
 def _routes(routes: list[Route]) -> list[RenderableType]:
@@ -194,6 +203,7 @@ def _plan_label(node: PlanNode) -> Text:
         label.append_text(Text.assemble("  ", literal(node.runs[-1].error[:PREVIEW], "red")))
     if len(node.runs) > 1:
         label.append(f"  ({len(node.runs)} executions)", style="dim")
+    label.no_wrap, label.overflow = True, "ellipsis"
     return label
 
 
@@ -210,7 +220,7 @@ def _plan(s: PatternSummary) -> list[RenderableType]:
             add(branch.add(_plan_label(node)), node.children)
 
     add(tree, s.plan)
-    parts: list[RenderableType] = [Text(""), tree]
+    parts: list[RenderableType] = [tree]
     if not s.plan and (s.plan_step is None or s.plan_step.status == StepStatus.COMPLETED):
         parts.append(Text("no subtasks planned yet", style="dim"))
     for r in s.replans:
@@ -221,10 +231,9 @@ def _plan(s: PatternSummary) -> list[RenderableType]:
 
 
 def summary_view(s: PatternSummary) -> RenderableType:
-    """The summary of a selected pattern: its kind, progress and status, then what its kind
-    records (see :class:`~relaypoint.patterns_view.PatternSummary`)."""
-    parts: list[RenderableType] = [Text.assemble((s.kind, "bold"), " · ", literal(s.progress), "  ",
-                                                 fmt.step_status(s.status))]
+    """The summary of a selected pattern (its kind, progress and status are on its row, just
+    above): what its kind records (see :class:`~relaypoint.patterns_view.PatternSummary`)."""
+    parts: list[RenderableType] = []
     if s.kind == "vote":
         parts += _votes(s)
     elif s.kind == "planner":
@@ -235,5 +244,7 @@ def summary_view(s: PatternSummary) -> RenderableType:
         parts += _counts(s.counts, s.counts_live) + _routes(s.routes)
     if s.kind == "debate":
         parts += _judge(s.judge, s.parameters.get("judge") is not False)
+    first = parts[0]
+    if isinstance(first, Text) and first.plain.startswith("\n"):  # no blank line at the top
+        parts[0] = first[1:]
     return Group(*parts)
-

@@ -1,0 +1,263 @@
+"""Patterns in the console, on real stores filled by running real pattern workflows: a pattern is
+one expandable row of the step chain; its calls, their outputs and its summary (rounds, per-agent
+counts and routing decisions, votes and tally, the judge's decision, the plan as a tree); fork
+from the highlighted round or turn; a person's turn answered and approved from the console, then
+resumed in another process; hostile names and outputs shown literally; snapshots of a debate, a
+supervisor, a vote and a planner at fixed sizes. Also the pure functions behind the summaries
+(:mod:`relaypoint.patterns_view`).
+
+Update the snapshots after an intended change with ``pytest tests/test_console_patterns.py
+--snapshot-update`` and look at them before committing the SVGs under ``tests/__snapshots__/``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from console_pilot import detail, main_screen, press_to_run, screen_lines, select_run, settle, until
+from fixtures import CONSOLE_NOW, FixtureClock, counter_ids, fixed_clock
+from textual.geometry import Region
+from textual.pilot import Pilot
+from textual.widgets import Input, Select, Static, TextArea
+
+from relaypoint import Runtime, RunStatus, StepStatus, Workflow, human
+from relaypoint.models import StepRecord
+from relaypoint.patterns_view import kind_of, plan_tree, progress, summary, wanted_outputs, with_outputs
+from relaypoint.tui import RelaypointConsole
+from relaypoint.tui.detail import CallKey
+from relaypoint.tui.modals import ApproveScreen, ForkScreen, RespondScreen
+
+SIZE = (160, 45)
+SMALL = (80, 24)
+CLOCK = FixtureClock()
+
+# ---- the workflows and the store -------------------------------------------------------------------
+
+
+def speaker(words: str, seconds: float = 2) -> Any:
+    """An agent that takes ``seconds`` on the fixture clock and says ``words`` (formatted with
+    ``iteration``)."""
+
+    def speak(ctx: Any) -> Any:
+        CLOCK.advance(seconds=seconds)
+        return words.format(iteration=ctx.iteration)
+
+    return speak
+
+
+debate = Workflow("debate")
+
+
+@debate.step
+def topic(ctx: Any) -> Any:
+    CLOCK.advance(seconds=1)
+    return {"topic": "which findings matter"}
+
+
+debate.debate("argue", agents={
+    "pro": speaker("round {iteration}: F1 matters, the store rewrites 96 lines at once"),
+    "con": lambda ctx: (CLOCK.advance(seconds=3), {"strike": f"F{ctx.iteration + 3}", "score": 0.25 * ctx.iteration})[1],
+}, rounds=3, judge=lambda ctx: (CLOCK.advance(seconds=1), {"keep": ["F1", "F2"], "why": "pro's evidence held"})[1])
+
+vote = Workflow("vote")
+vote.vote("decide", voters={"impact": speaker("F1"), "effort": speaker("F2"), "reach": speaker("F1")})
+
+
+def router(ctx: Any) -> Any:
+    CLOCK.advance(seconds=0.5)
+    return [None, "search", "fix", "search", "ops"][ctx.iteration] if ctx.iteration < 5 else None
+
+
+def search(ctx: Any) -> Any:
+    CLOCK.advance(seconds=2)
+    return {"finding": "F1", "where": "store/sqlite.py"} if ctx.iteration == 1 else None  # then idle
+
+
+supervisor = Workflow("triage")
+supervisor.supervisor("triage", agents={"search": search, "fix": speaker("patched store/sqlite.py"),
+                                        "ops": human("Deploy the fix?", kind="approval")},
+                      route=router, max_turns=8, max_idle=2)
+
+
+def make_plan(ctx: Any) -> Any:
+    CLOCK.advance(seconds=1)
+    return [{"id": "edit-F1", "agent": "edit", "input": {"lines": "182-278"}},
+            {"id": "check-F1", "agent": "check", "after": ["edit-F1"]},
+            {"id": "edit-F2", "agent": "edit", "input": {"lines": "40-52"}},
+            {"id": "check-F2", "agent": "check", "after": ["edit-F2"]}]
+
+
+def edit(ctx: Any) -> Any:
+    CLOCK.advance(seconds=2)
+    if ctx.input["lines"] == "182-278":
+        raise ValueError("lines 182-278 are more than one edit rewrites; split the edit")
+    return {"edited": ctx.input["lines"]}
+
+
+def replan(ctx: Any) -> Any:
+    CLOCK.advance(seconds=1)
+    return [{"id": "edit-F1a", "agent": "edit", "input": {"lines": "182-230"}},
+            {"id": "edit-F1b", "agent": "edit", "input": {"lines": "231-278"}, "after": ["edit-F1a"]},
+            {"id": "check-F1", "agent": "check", "after": ["edit-F1b"]},
+            {"id": "edit-F2", "agent": "edit", "input": {"lines": "40-52"}},
+            {"id": "check-F2", "agent": "check", "after": ["edit-F2"]}]
+
+
+planner = Workflow("plan")
+planner.planner("fixes", plan=make_plan, agents={"edit": edit, "check": speaker("ok")}, replan=replan,
+                max_replans=2, retries=0)
+
+person = Workflow("debate-with-a-person")
+person.debate("argue", agents={"pro": speaker("F1 matters"), "con": human("Your rebuttal?")}, rounds=2,
+              judge=lambda ctx: {"heard": len(ctx.history)})
+
+WORKFLOWS = [debate, vote, supervisor, planner, person]
+
+
+def build_pattern_store(path: str) -> dict[str, str]:
+    """Fill a new store at ``path`` with one run per pattern view, each really executed, with a
+    clock that moves only when the agents take time and run ids from a counter, so what the
+    console shows is the same on every build. Returns run ids by role: ``debate`` (completed),
+    ``vote`` (completed), ``supervisor`` (paused inside, on the person's approval turn: its counts
+    come from its state), ``planner`` (completed after a re-plan), ``person`` (a debate waiting for
+    the person's rebuttal in round 1)."""
+    CLOCK.now = CONSOLE_NOW - timedelta(hours=1)
+    runs: dict[str, str] = {}
+    with Runtime(path, WORKFLOWS, clock=CLOCK, id_factory=counter_ids("patterns")) as rt:
+        for role, workflow in (("debate", "debate"), ("vote", "vote"), ("planner", "plan"),
+                               ("supervisor", "triage"), ("person", "debate-with-a-person")):
+            runs[role] = rt.start(workflow)
+            CLOCK.advance(minutes=5)
+    with sqlite3.connect(path) as conn:  # as tests/fixtures.py: the executor's pid and host vary
+        conn.execute("UPDATE events SET detail = json_set(detail, '$.pid', 4242, '$.host', 'fixture-host') "
+                     "WHERE json_extract(detail, '$.pid') IS NOT NULL")
+    conn.close()
+    return runs
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    path = str(tmp_path / "store.db")
+    return path, build_pattern_store(path)
+
+
+def tasks(path: str, run_id: str) -> list[StepRecord]:
+    with Runtime(path, create=False) as rt:
+        return rt.get(run_id).tasks
+
+
+def group_and_calls(path: str, run_id: str, name: str) -> tuple[StepRecord, list[StepRecord]]:
+    """A pattern's row and its calls (outputs loaded)."""
+    every = tasks(path, run_id)
+    group = next(t for t in every if t.name == name and t.parent is None)
+    with Runtime(path, create=False) as rt:
+        calls = [t.model_copy(update={"output": rt.store.step_output(run_id, t.seq)}) for t in every
+                 if t.parent == group.seq]
+    return group, calls
+
+
+def latest_state(path: str, run_id: str) -> Any:
+    with Runtime(path, create=False) as rt:
+        return rt.store.latest_checkpoint(run_id).state
+
+
+def rendered(widget: Any) -> str:
+    """What ``widget`` draws, as text, with all whitespace removed (wrapping does not matter)."""
+    lines = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
+    return "".join("".join(strip.text for strip in lines).split())
+
+
+def squash(text: str) -> str:
+    return "".join(text.split())
+
+
+def output_text(pilot: Pilot) -> str:
+    return rendered(detail(pilot).query_one("#output"))
+
+
+def chain_keys(pilot: Pilot) -> list[Any]:
+    return detail(pilot).steps.keys()
+
+
+# ---- what the records say (pure functions) ------------------------------------------------------------
+
+
+def test_each_patterns_progress_and_summary_come_from_its_records(store):
+    path, runs = store
+    group, calls = group_and_calls(path, runs["debate"], "argue")
+    assert kind_of(group) == "debate" and progress(group, calls) == "3/3 rounds · judge"
+    debate_view = summary(group, calls)
+    assert [(it.label, [c.agent for c in it.calls]) for it in debate_view.iterations] == [
+        ("round 1", ["pro", "con"]), ("round 2", ["pro", "con"]), ("round 3", ["pro", "con"])]
+    assert debate_view.judge.output == {"keep": ["F1", "F2"], "why": "pro's evidence held"}
+
+    group, calls = group_and_calls(path, runs["vote"], "decide")
+    with Runtime(path, create=False) as rt:
+        result = rt.step_output(runs["vote"], "decide")
+    vote_view = summary(group, calls, result=(True, result))
+    assert progress(group, calls) == "3/3 votes"
+    assert vote_view.votes == [("impact", "F1"), ("effort", "F2"), ("reach", "F1")]
+    assert vote_view.tally == (True, {"winner": "F1", "tie": False, "majority": True, "counts": [["F1", 2], ["F2", 1]]})
+
+    group, calls = group_and_calls(path, runs["supervisor"], "triage")
+    state = latest_state(path, runs["supervisor"])
+    live = summary(group, calls, state)
+    assert progress(group, calls, state) == "turn 4" and live.status == StepStatus.AWAITING_APPROVAL
+    assert live.counts_live
+    assert [(c.agent, c.activations, c.idle) for c in live.counts] == [("search", 2, 1), ("fix", 1, 0), ("ops", 0, 0)]
+    assert [(r.turn, r.choice) for r in live.routes] == [(1, "search"), (2, "fix"), (3, "search"), (4, "ops")]
+    assert live.routes[0].candidates == ["search", "fix", "ops"]
+
+    group, calls = group_and_calls(path, runs["planner"], "fixes")
+    assert progress(group, calls) == "5/5 subtasks · 1 re-plan"
+    roots, replans = plan_tree(calls)
+    assert [(r.number, r.failed) for r in replans] == [(1, "edit-F1")]
+
+    def shape(nodes: list) -> list:
+        return [(n.task, n.status and n.status.value, n.replan, n.dropped_by, shape(n.children)) for n in nodes]
+
+    assert shape(roots) == [
+        ("edit-F1", "failed", 0, None, [("check-F1", None, 0, 1, [])]),
+        ("edit-F2", None, 0, 1, [("check-F2", None, 0, 1, [])]),
+        ("edit-F1a", "completed", 1, None, [("edit-F1b", "completed", 1, None, [("check-F1", "completed", 1, None, [])])]),
+        ("edit-F2", "completed", 1, None, [("check-F2", "completed", 1, None, [])])]
+
+
+def test_after_a_supervisor_finished_its_counts_are_computed_from_its_calls_as_its_state_had_them(store):
+    path, runs = store
+    rid = runs["supervisor"]
+    with Runtime(path, WORKFLOWS) as rt:
+        rt.approve(rid, by="ana")
+        assert rt.resume(rid) == "completed"
+        inside = [c.state["in"] for c in rt.store.checkpoints(rid) if isinstance(c.state, dict) and "in" in c.state]
+    group, calls = group_and_calls(path, rid, "triage")
+    state = latest_state(path, rid)
+    assert "in" not in state  # the run has left the pattern: nothing to read the counts from
+    counted = summary(group, calls, state)
+    assert not counted.counts_live
+    assert {c.agent: c.activations for c in counted.counts} == {a: n for a, n in inside[-1]["activations"].items() if n}
+    assert {c.agent: c.idle for c in counted.counts} == {a: n for a, n in inside[-1]["idle"].items()
+                                                         if inside[-1]["activations"][a]}
+
+
+def test_a_summary_reads_only_the_outputs_it_shows(store):
+    """A long debate lists its latest rounds; the outputs of the earlier rounds are not read."""
+    path, _ = store
+    long = Workflow("long")
+    long.debate("argue", agents={"a": speaker("a{iteration}"), "b": speaker("b{iteration}")}, rounds=30,
+                judge=lambda ctx: "done")
+    with Runtime(path, [long]) as rt:
+        rid = rt.start("long")
+    group, calls = group_and_calls(path, rid, "argue")
+    wanted = wanted_outputs(group, calls)
+    assert {c.iteration for c in calls if c.seq in wanted} == set(range(19, 32))  # 12 rounds, and the judge
+    view = summary(group, with_outputs([c.model_copy(update={"output": None}) for c in calls],
+                                       {c.seq: c.output for c in calls if c.seq in wanted}))
+    assert view.earlier == 18 and [it.label for it in view.iterations][0] == "round 19"
