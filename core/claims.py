@@ -16,7 +16,7 @@ from . import encoding
 from .clock import Clock
 from .drivers import Call, Driver, State, idempotency_key
 from .errors import DriftError, RefusedTransition
-from .execution import Claim, Current, Executor, state_json
+from .execution import Claim, Current, Executor, located, state_json
 from .lease import HOST, LeaseHolder, owner_gone
 from .models import Checkpoint, Owner, RunHead, StepRecord
 from .recovery import Recovery, now_of
@@ -86,7 +86,8 @@ class Claims:
             claim.started(cur.seq)
         self.store.update_step(run_id, cur.seq, status=StepStatus.RUNNING, attempts=cur.attempt, started_at=at,
                                finished_at=None, error=None, traceback=None)
-        self.store.add_event(run_id, at, EventKind.STEP_STARTED, step=cur.call.name, attempt=cur.attempt)
+        self.store.add_event(run_id, at, EventKind.STEP_STARTED, step=cur.call.name, attempt=cur.attempt,
+                             **located(cur.call))
 
     # ---- resume
 
@@ -215,6 +216,12 @@ class Claims:
         if carried is not None:
             state, seq, step = carried
         else:
+            under_way = next((s for s in top if s.options.get("pattern") and s.status != StepStatus.COMPLETED
+                              and self.store.children(rid, s.seq)), None)
+            if under_way is not None:  # rolled back with the rest of the claim
+                raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}), and the "
+                                 f"change would restart pattern '{under_way.name}', whose recorded executions would "
+                                 "run again; fork the run instead")
             seq = first.seq if first is not None else len(top)
             step = first.name if first is not None else None
             state = driver.restore(None, NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, step, at))

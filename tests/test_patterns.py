@@ -336,3 +336,33 @@ def test_resuming_past_an_agent_an_allowed_drift_removed_is_refused_with_one_lin
                                              "which the loaded definition does not have"):
             rt.resume(rid, allow_drift=True)
         assert rt.get(rid).status == "queued"  # nothing written
+
+
+def test_an_allowed_drift_that_would_restart_a_pattern_under_way_is_refused(tmp_path):
+    def flow(before: bool) -> Workflow:
+        wf = Workflow("p")
+        if before:
+            wf.step(name="new")(lambda c: 1)
+        wf.debate("argue", agents={"pro": lambda c: 1, "me": human("?")}, rounds=2)
+        return wf
+
+    with Runtime(str(tmp_path / "s.db"), [flow(False)]) as rt:
+        rid = rt.start("p")
+        rt.respond(rid, "x")
+    with Runtime(str(tmp_path / "s.db"), [flow(True)]) as rt:
+        with pytest.raises(DriftError, match="would restart pattern 'argue', whose recorded executions would run "
+                                             "again; fork the run instead"):
+            rt.resume(rid, allow_drift=True)
+        assert rt.get(rid).status == "queued" and [t.name for t in rt.get(rid).tasks if t.parent is None] == ["argue"]
+
+
+def test_re_planning_by_the_operator_never_reuses_an_idempotency_key(tmp_path):
+    wf, calls = planner_flow({"b.py"}, max_replans=0)
+    with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+        rid = rt.start("plan")
+        assert rt.get(rid).status == "failed"
+        assert rt.resume(rid, replan=True) == "failed"  # the new plan's t3 fails again
+        keys = [t.idempotency_key for t in rt.get(rid).tasks]
+        assert len(keys) == len(set(keys)) and calls["plan"] == 2
+        assert [(t.iteration, t.agent, t.status.value) for t in children(rt, rid, "build")][3:] == [
+            (3, "code", "failed"), (4, "plan", "completed"), (4, "code", "failed")]

@@ -33,7 +33,8 @@ class Planner(Pattern):
     (``input`` and ``after`` optional). A subtask's agent sees its ``input`` as ``ctx.input`` (the
     run's input when it has none) and the plan in ``ctx.state["plan"]``. A subtask that fails
     after its retries calls ``replan(ctx)`` with ``ctx.failed`` = ``{"task": {...}, "error": text}``;
-    its answer (subtasks, same shape) replaces the unfinished part of the plan. At most
+    its answer (subtasks, same shape; ids already completed are kept, not run again) replaces the
+    unfinished part of the plan. At most
     ``max_replans`` re-plans, then the run fails with the reason. An invalid plan (unknown agent,
     duplicate or unknown id, a cycle) fails the plan's execution with ``InvalidValue``. The result
     is ``{task id: output}``.
@@ -94,11 +95,14 @@ class Planner(Pattern):
         return {**sub, "plan": plan, "ordinal": turn.iteration, "failed": failed}
 
     def replan(self, sub: Sub) -> Sub:
-        return {**sub, "decompose": True, "failed": None}
+        # past the execution the run stopped at (started, maybe failed for good): its ordinal, and
+        # so its idempotency key, is never given to another subtask
+        return {**sub, "decompose": True, "failed": None, "ordinal": sub["ordinal"] + 1}
 
     def _checked(self, output: Any, kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The subtasks of a plan answer, normalised, with status pending; ``InvalidValue`` when the
-        answer is not a valid plan given the subtasks already completed (``kept``)."""
+        """The subtasks of a plan answer not completed already (``kept``: a re-plan may repeat them;
+        they are never run again), normalised, with status pending; ``InvalidValue`` when the
+        answer is not a valid plan."""
         def bad(why: str) -> InvalidValue:
             return InvalidValue(f"the plan of '{self.name}' is not valid: {why}")
 
@@ -109,7 +113,9 @@ class Planner(Pattern):
         for i, t in enumerate(output):
             if not isinstance(t, dict) or not isinstance(t.get("id"), str) or not t["id"]:
                 raise bad(f"subtask {i + 1} must be a dict with a non-empty text 'id'")
-            if t["id"] in done or any(u["id"] == t["id"] for u in tasks):
+            if t["id"] in done:
+                continue  # completed already: kept, never run again
+            if any(u["id"] == t["id"] for u in tasks):
                 raise bad(f"subtask id {t['id']!r} is used twice")
             if t.get("agent") not in self.agents:
                 raise bad(f"subtask {t['id']!r} names agent {t.get('agent')!r}, not one of: {', '.join(self.agents)}")
