@@ -148,6 +148,7 @@ def advocate(ctx: Context) -> dict[str, Any]:
 
 
 def _why_weak(f: Finding) -> str:
+    """The skeptic's one-line reason for striking ``f``."""
     if f["kind"] == "long_function":
         return f"{f['lines']} lines is within {f['severity'] - 1:.0%} of the limit; splitting buys little"
     if f["kind"] == "todo":
