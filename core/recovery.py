@@ -12,7 +12,7 @@ from datetime import datetime
 
 from .clock import Clock, from_text, to_text
 from .lease import owner_gone
-from .models import Owner
+from .models import Owner, StepRecord
 from .status import EventKind, RunStatus, StepStatus
 from .store import RunStore
 
@@ -68,14 +68,26 @@ class Recovery:
         cause = {"cause": "released by its owner", "suspect": False} if co_executing is None else {
             "cause": "owner died", "co_executing": co_executing, "suspect": suspect}
         head = self.store.head(run_id)
-        step = self.store.step_named(run_id, head.current_step) if head.current_step else None
-        if step is not None and step.status == StepStatus.RUNNING:
+        step = self.running_step(run_id, head.current_step)
+        if step is not None:
             if suspect:  # the poison-pill count, read by one column at resume
                 self.store.update_run(run_id, suspect_deaths=head.suspect_deaths + 1)
             self.store.update_step(run_id, step.seq, status=StepStatus.INTERRUPTED)
             self.store.add_event(run_id, at, EventKind.INTERRUPTION_DETECTED, step=step.name, pid=pid, host=host,
                                  attempt=step.attempts, **cause)
         return True
+
+    def running_step(self, run_id: str, current_step: str | None) -> StepRecord | None:
+        """The execution that was running: the one the latest checkpoint names (an execution is
+        started with the boundary that checkpoints it, and a pattern's executions share its name),
+        else the top-level step ``current_step`` (a resume that went past copied steps); None when
+        neither is running."""
+        checkpoint = self.store.latest_checkpoint(run_id)
+        for step in (self.store.step(run_id, checkpoint.seq) if checkpoint is not None else None,
+                     self.store.step_named(run_id, current_step) if current_step else None):
+            if step is not None and step.status == StepStatus.RUNNING:
+                return step
+        return None
 
     def release(self, run_id: str, token: str, pid: int, host: str) -> None:
         """Show a run interrupted now rather than when its lease expires: something outside the

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def section(title: str) -> str:
+    """The README's ``## title`` section, up to the next ``## `` heading."""
+    return README.read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
 def test_the_python_examples_run_as_written(tmp_path, monkeypatch):
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = python_blocks(README.read_text().split("\n## Patterns\n", 1)[0])
     assert len(blocks) == 2, "expected the workflow definition and the API tour"
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
@@ -20,6 +30,23 @@ def test_the_python_examples_run_as_written(tmp_path, monkeypatch):
     assert run.status == "completed"
     assert run.tasks[-1].output["title"] == "Final title"
     assert rt.get(namespace["new_id"]).status == "cancelled"
+
+
+def test_the_pattern_examples_run_as_written(tmp_path, monkeypatch):
+    """The Patterns section's blocks, in order in one namespace: every pattern in one workflow, whose
+    report is the JSON the section shows, then a debate with a person answering two rounds."""
+    text = section("Patterns")
+    blocks = python_blocks(text)
+    assert len(blocks) == 2, "expected the patterns tour and a person as an agent"
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(blocks[0], str(README), "exec"), namespace)
+    (shown,) = re.findall(r"```json\n(.*?)```", text, flags=re.S)
+    assert namespace["result"] == json.loads(shown)
+    exec(compile(blocks[1], str(README), "exec"), namespace)
+    run = namespace["rt"].get(namespace["run_id"])
+    assert run.status == "completed"
+    assert [t.output for t in run.tasks if t.agent == "con"] == ["Caching hides bugs.", "Still not convinced."]
 
 
 def run_sh_block(marker: str, cwd: Path):
