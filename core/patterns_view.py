@@ -137,36 +137,32 @@ def _size(value: Any) -> int | None:
 
 
 def progress(group: StepRecord, children: Sequence[StepRecord], state: Any = None) -> str:
-    """How far the pattern got, from its records: ``round 3/5``, ``5/5 rounds · judge``,
-    ``pass 2/4``, ``turn 7``, ``2/3 votes``, ``4/6 subtasks · 1 re-plan`` (before its first call,
-    what it will do: ``3 rounds``, ``up to 20 turns``...). ``state``: the driver
-    state of the run's latest checkpoint (a planner's current plan is in it while the run is
-    inside the planner). Parameters missing from the row's options are left out."""
+    """How far the pattern got, from its records, in a few words (it fits a narrow column):
+    ``round 3/5``, ``judging`` (the judge's call not finished), ``pass 2/4``, ``turn 7``, ``2/3
+    votes``, ``tallying``, ``4/6 subtasks``; before its first call, what it will do: ``3
+    rounds``, ``up to 20 turns``... ``state``: the driver state of the run's latest checkpoint (a
+    planner's current plan is in it while the run is inside the planner). Parameters missing from
+    the row's options are left out."""
     kind = kind_of(group)
     options = group.options
     done = [c for c in children if c.status == StepStatus.COMPLETED]
     if not children and group.status != StepStatus.COMPLETED:
         return _not_started(kind, options)
-    if kind == "debate":
-        rounds = _size(options.get("rounds"))
-        of = f"/{rounds}" if rounds is not None else ""
-        if any(c.agent == JUDGE for c in children):
-            return f"{rounds if rounds is not None else max(c.iteration for c in children) - 1}{of} rounds · judge"
-        reached = max((c.iteration for c in children), default=0)
-        return f"round {reached}{of}"
-    if kind == "loop":
-        limit = _size(options.get("max_iterations"))
-        return f"pass {max((c.iteration for c in children), default=0)}" + (f"/{limit}" if limit is not None else "")
+    decision = next((c for c in reversed(children) if c.agent in (JUDGE, TALLY)), None)
+    if decision is not None and decision.status != StepStatus.COMPLETED:
+        return "judging" if decision.agent == JUDGE else "tallying"
+    calls = [c for c in children if c.agent not in _DECISIONS]
+    reached = max((c.iteration for c in calls), default=0)
+    if kind in ("debate", "loop"):
+        limit = _size(options.get("rounds" if kind == "debate" else "max_iterations"))
+        return f"{'round' if kind == 'debate' else 'pass'} {reached}" + (f"/{limit}" if limit is not None else "")
     if kind == "supervisor":
         return f"turn {max((c.iteration for c in children), default=0)}"
     if kind == "vote":
         voters = _size(options.get("agents"))
-        votes = sum(1 for c in done if c.agent != TALLY)
-        tally = " · tally" if any(c.agent == TALLY for c in children) else ""
-        return f"{votes}/{voters if voters is not None else len([c for c in children if c.agent != TALLY])} votes{tally}"
+        return f"{sum(1 for c in done if c.agent != TALLY)}/{voters if voters is not None else len(calls)} votes"
     if kind == "planner":
-        subtasks = [c for c in children if c.agent not in (PLAN, REPLAN)]
-        finished = {_task(c) for c in subtasks if c.status == StepStatus.COMPLETED}
+        finished = {_task(c) for c in calls if c.status == StepStatus.COMPLETED}
         inner = inner_state(group, state)
         plan = inner.get("plan") if inner is not None else None
         if isinstance(plan, list):  # the current plan: completed subtasks and those still to run
@@ -174,10 +170,8 @@ def progress(group: StepRecord, children: Sequence[StepRecord], state: Any = Non
         elif group.status == StepStatus.COMPLETED:
             planned = len(finished)
         else:
-            planned = len({_task(c) for c in subtasks})
-        replans = sum(1 for c in children if c.agent == REPLAN)
-        return f"{len(finished)}/{max(planned, len(finished))} subtasks" + (
-            f" · {replans} re-plan{'s' if replans != 1 else ''}" if replans else "")
+            planned = len({_task(c) for c in calls})
+        return f"{len(finished)}/{max(planned, len(finished))} subtasks"
     return f"{len(done)}/{len(children)} calls"
 
 

@@ -178,6 +178,11 @@ def squash(text: str) -> str:
     return "".join(text.split())
 
 
+def form_text(screen: Any) -> str:
+    """The text of a form's labels and lines (whitespace removed)."""
+    return squash(" ".join(str(w.content) for w in screen.query(Static)))
+
+
 def output_text(pilot: Pilot) -> str:
     return rendered(detail(pilot).query_one("#output"))
 
@@ -186,13 +191,19 @@ def chain_keys(pilot: Pilot) -> list[Any]:
     return detail(pilot).steps.keys()
 
 
+def names(pilot: Pilot) -> list[str]:
+    """The step chain's first column, row by row (scrolled into view or not)."""
+    steps = detail(pilot).steps
+    return [steps.get_row_at(i)[0].plain for i in range(steps.row_count)]
+
+
 # ---- what the records say (pure functions) ------------------------------------------------------------
 
 
 def test_each_patterns_progress_and_summary_come_from_its_records(store):
     path, runs = store
     group, calls = group_and_calls(path, runs["debate"], "argue")
-    assert kind_of(group) == "debate" and progress(group, calls) == "3/3 rounds · judge"
+    assert kind_of(group) == "debate" and progress(group, calls) == "round 3/3"
     debate_view = summary(group, calls)
     assert [(it.label, [c.agent for c in it.calls]) for it in debate_view.iterations] == [
         ("round 1", ["pro", "con"]), ("round 2", ["pro", "con"]), ("round 3", ["pro", "con"])]
@@ -216,7 +227,7 @@ def test_each_patterns_progress_and_summary_come_from_its_records(store):
     assert live.routes[0].candidates == ["search", "fix", "ops"]
 
     group, calls = group_and_calls(path, runs["planner"], "fixes")
-    assert progress(group, calls) == "5/5 subtasks · 1 re-plan"
+    assert progress(group, calls) == "5/5 subtasks"
     roots, replans = plan_tree(calls)
     assert [(r.number, r.failed) for r in replans] == [(1, "edit-F1")]
 
@@ -261,3 +272,223 @@ def test_a_summary_reads_only_the_outputs_it_shows(store):
     view = summary(group, with_outputs([c.model_copy(update={"output": None}) for c in calls],
                                        {c.seq: c.output for c in calls if c.seq in wanted}))
     assert view.earlier == 18 and [it.label for it in view.iterations][0] == "round 19"
+
+
+# ---- the step chain: expand, collapse, a call's output -------------------------------------------------
+
+
+async def test_a_pattern_is_one_row_that_expands_into_its_calls_and_collapses_again(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["debate"])
+        steps = detail(pilot).steps
+        assert chain_keys(pilot) == ["topic", "argue"]
+        assert "▸ argue  round 3/3 · debate" in "\n".join(screen_lines(steps))
+        await pilot.press("enter")  # to the step chain, on the pattern (the last step with an output)
+        assert steps.has_focus and steps.selected_key() == "argue"
+        await pilot.press("enter")
+        calls = [CallKey("argue", r, a) for r in (1, 2, 3) for a in ("pro", "con")] + [CallKey("argue", 4, "judge")]
+        assert chain_keys(pilot) == ["topic", "argue", *calls]
+        assert names(pilot) == ["topic", "▾ argue  round 3/3 · debate", "  ├ round 1 · pro", "  ├ round 1 · con",
+                                "  ├ round 2 · pro", "  ├ round 2 · con", "  ├ round 3 · pro", "  ├ round 3 · con",
+                                "  └ judge"]
+        await pilot.press("j", "j", "j")
+        assert steps.selected_key() == CallKey("argue", 2, "pro")
+        await pilot.press("right", "enter", "space")  # on a call: nothing to expand or collapse
+        assert steps.selected_key() == CallKey("argue", 2, "pro") and len(chain_keys(pilot)) == 9
+        await pilot.press("left")  # from a call: its pattern collapses, the cursor on its row
+        assert chain_keys(pilot) == ["topic", "argue"] and steps.selected_key() == "argue"
+        await pilot.press("right")
+        assert len(chain_keys(pilot)) == 9
+        await pilot.press("space")
+        assert chain_keys(pilot) == ["topic", "argue"]
+        await pilot.press("k", "right", "enter")  # a chain step: nothing to expand
+        assert chain_keys(pilot) == ["topic", "argue"] and steps.selected_key() == "topic"
+
+
+async def test_a_calls_output_shows_when_it_is_selected_and_the_patterns_summary_above_its_result(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["debate"])
+        await pilot.press("enter")
+        await until(pilot, detail(pilot).output_is_current)
+        shown = output_text(pilot)
+        for part in ("rounds", "round1pro✔round1:F1matters", 'con✔{"strike":"F4","score":0.25}',
+                     "judge'sdecision✔completed", '{"keep":["F1","F2"],"why":"pro\'sevidenceheld"}', "result"):
+            assert part in shown, part
+        assert shown.index("judge'sdecision") < shown.index("result")
+        await pilot.press("enter", "j", "j")  # round 1, con
+        await until(pilot, detail(pilot).output_is_current)
+        assert detail(pilot).output.seq == detail(pilot).selected_step().seq
+        assert str(detail(pilot).query_one("#output-box").border_title) == "Output of argue, round 1 · con"
+        assert output_text(pilot) == squash('{"strike": "F4", "score": 0.25}')
+        await pilot.press(*"jjjjj")  # the judge, the last row
+        assert detail(pilot).steps.selected_key() == CallKey("argue", 4, "judge")
+        await until(pilot, detail(pilot).output_is_current)
+        assert output_text(pilot) == squash('{"keep": ["F1", "F2"], "why": "pro\'s evidence held"}')
+
+
+async def test_each_patterns_summary_is_shown_for_its_row(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["vote"])
+        assert all(p in output_text(pilot) for p in ("impactF1", "effortF2", "reachF1", "tallywinnerF1F1×2,F2×1"))
+        await press_to_run(pilot, runs["planner"])
+        shown = output_text(pilot)
+        for part in ("planre-planned1time", "✖edit-F1·editValueError:lines182-278", "·check-F1·checkdroppedbyre-plan1",
+                     "✔edit-F1a·editre-plan1", "1.re-planafteredit-F1failed✔completed"):
+            assert part in shown, part
+        await press_to_run(pilot, runs["supervisor"])
+        await pilot.press("enter", "left")  # the person's turn is shown first; go to the pattern's row
+        await until(pilot, lambda: detail(pilot).output_is_current() and detail(pilot).output.step == "triage"
+                    and detail(pilot).output.summary is not None)
+        shown = output_text(pilot)
+        for part in ("turn4ops(person)⏸awaiting_approval", "agents(fromthesupervisor'sstate)",
+                     "search21", "fix10", "ops00", "routingdecisions", "turn1→searchofsearch,fix,ops",
+                     "turn4→opsofsearch,fix,ops"):
+            assert part in shown, part
+
+
+# ---- fork from an iteration ----------------------------------------------------------------------------
+
+
+def recorded_notifications(app: RelaypointConsole) -> list[tuple[str, str]]:
+    notes: list[tuple[str, str]] = []
+    app.notify = lambda message, **kw: notes.append((message, kw.get("severity", "information")))  # type: ignore[method-assign]
+    return notes
+
+
+async def fork_from(pilot: Pilot, path: str, run_id: str, keys: tuple[str, ...], says: str) -> str:
+    """With the step chain focused on ``run_id``, press ``keys`` to a call, fork from it (checking
+    the form says ``says``), and return the new run's id."""
+    await pilot.press(*keys)
+    await pilot.press("f")
+    await until(pilot, lambda: isinstance(pilot.app.screen, ForkScreen))
+    await settle(pilot)
+    point = pilot.app.screen.query_one("#fork-point", Static)
+    assert point.display and squash(says) in rendered(point)
+    await pilot.press("ctrl+s")
+    with Runtime(path, create=False) as rt:
+        await until(pilot, lambda: len(rt.get(run_id).forks) == 1)
+        return rt.get(run_id).forks[0]
+
+
+async def test_fork_from_the_highlighted_round_copies_the_rounds_before_it(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["debate"])
+        new_id = await fork_from(pilot, path, runs["debate"], ("enter", "enter", "j", "j", "j"),
+                                 "fork from round 2 of argue")
+    assert any(f"from round 2 of 'argue' with the parent's input as {new_id[:8]}" in m for m, _ in notes)
+    with Runtime(path, WORKFLOWS) as rt:
+        fork = rt.get(new_id)
+        assert (fork.parent_run_id, fork.forked_from_step, fork.status) == (runs["debate"], "argue", RunStatus.QUEUED)
+        copied = [(t.iteration, t.agent, t.status) for t in fork.tasks if t.parent is not None]
+        assert copied == [(1, "pro", StepStatus.COMPLETED), (1, "con", StepStatus.COMPLETED)]
+        assert rt.resume(new_id) == "completed"  # round 2 onward runs; the result is the parent's
+        assert rt.step_output(new_id, "argue") == rt.step_output(runs["debate"], "argue")
+
+
+async def test_fork_from_a_supervisor_turn_and_the_form_can_go_back_to_a_whole_step(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, runs["supervisor"])  # paused on turn 4: the pattern is expanded
+        await pilot.press("enter")
+        assert detail(pilot).steps.selected_key() == CallKey("triage", 4, "ops")
+        new_id = await fork_from(pilot, path, runs["supervisor"], ("k", "k", "k"), "fork from turn 3 of triage")
+        with Runtime(path, create=False) as rt:
+            fork = rt.get(new_id)
+        assert [(t.iteration, t.agent) for t in fork.tasks if t.parent is not None] == [
+            (1, "route"), (1, "search"), (2, "route"), (2, "fix")]
+
+        await select_run(pilot, runs["debate"])  # a form that starts inside a pattern...
+        assert detail(pilot).steps.has_focus
+        await pilot.press("enter", "j")
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        form = app.screen
+        select, point = form.query_one("#from-step", Select), form.query_one("#fork-point", Static)
+        assert select.value == "argue" and point.display
+        select.value = "topic"  # ...forks from a whole step when another step is chosen
+        await settle(pilot)
+        assert not point.display
+        await pilot.press("ctrl+s")
+        with Runtime(path, create=False) as rt:
+            await until(pilot, lambda: len(rt.get(runs["debate"]).forks) == 1)
+            fork = rt.get(rt.get(runs["debate"]).forks[0])
+        assert fork.forked_from_step == "topic" and all(t.parent is None for t in fork.tasks)
+
+
+# ---- a person's turn, from the console ------------------------------------------------------------------
+
+PERSON_APP = '''
+from relaypoint import Workflow, human
+
+person = Workflow("debate-with-a-person")
+person.debate("argue", agents={"pro": lambda ctx: f"pro {ctx.iteration}", "con": human("Your rebuttal?")}, rounds=2,
+              judge=lambda ctx: [h["output"] for h in ctx.history])
+workflows = [person]
+'''
+
+
+async def test_respond_to_a_persons_turn_then_resume_it_in_another_process(tmp_path, monkeypatch):
+    (tmp_path / "personapp.py").write_text(textwrap.dedent(PERSON_APP))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    import personapp
+
+    path = str(tmp_path / "store.db")
+    with Runtime(path, personapp.workflows) as rt:
+        rid = rt.start("debate-with-a-person")
+    app = RelaypointConsole(path, "personapp:workflows")
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, rid)
+        header = rendered(detail(pilot).query_one("#run-header"))
+        assert "waitinginputatstepargue,round1·con" in header
+        assert detail(pilot).steps.selected_key() == CallKey("argue", 1, "con")  # the person's turn, shown
+        await pilot.press("i")
+        await until(pilot, lambda: isinstance(app.screen, RespondScreen))
+        assert "stepargue,round1·conasks:" in form_text(app.screen)
+        app.screen.query_one("#value-json", TextArea).load_text('"F4 is noise"')
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: detail(pilot).run.status == RunStatus.QUEUED)
+        await pilot.press("r")  # a real process resumes it: round 2 asks the person again
+        await until(pilot, lambda: detail(pilot).run.status == RunStatus.AWAITING_INPUT
+                    and detail(pilot).run.pending.seq != 2, timeout=30)
+        await until(pilot, lambda: detail(pilot).steps.selected_key() == CallKey("argue", 2, "con"))
+    with Runtime(path, create=False) as rt:
+        calls = [t for t in rt.get(rid).tasks if t.parent is not None]
+        assert [(t.iteration, t.agent, t.status.value) for t in calls] == [
+            (1, "pro", "completed"), (1, "con", "completed"), (2, "pro", "completed"), (2, "con", "awaiting_input")]
+        assert rt.store.step_output(rid, calls[1].seq) == "F4 is noise"
+
+
+async def test_approve_a_persons_approval_turn_with_a_value(store):
+    path, runs = store
+    rid = runs["supervisor"]
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, rid)
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+        form = app.screen
+        await until(pilot, lambda: form.loaded)
+        shown = form_text(form)
+        assert "steptriage,turn4·ops" in shown and "Deploythefix?(triage,iteration4,as'ops')" in shown
+        assert squash("Value (JSON, optional; the pattern gets it with the approval") in shown
+        form.query_one("#comment", Input).value = "ship it"
+        form.query_one("#output-json", TextArea).load_text('{"window": "tonight"}')
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: detail(pilot).run.status == RunStatus.QUEUED)
+        await until(pilot, lambda: "·pending" in squash(detail(pilot).steps.get_row_at(
+            detail(pilot).steps.index_of(CallKey("triage", 4, "ops")))[1].plain))
+    with Runtime(path, WORKFLOWS) as rt:
+        assert rt.resume(rid) == "completed"
+        ops = next(t for t in rt.get(rid).tasks if t.agent == "ops")
+        assert ops.output == {"approved": True, "by": ops.output["by"], "comment": "ship it", "value": {"window": "tonight"}}
