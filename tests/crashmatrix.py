@@ -232,15 +232,11 @@ LOSER_LINES = (
 # (for a known bug awaiting its fix).
 GAP_COMPLETION = "the owner died between the last boundary and the completion"
 # A gap in core the pattern matrix found (/tmp/lead/durability_notes.md, bug 1; the failing test is
-# test_pattern_durability.py::test_a_held_agent_killed_mid_call_pauses_for_a_person): a process
-# killed inside a pattern's execution leaves that execution ``running`` in an interrupted run, with
-# no ``interruption_detected`` event (recovery looks for the running step among top-level rows only).
-GAP_CHILD_ORPHAN = "an execution inside a pattern was left running by its dead owner"
-# Another (bug 4 of the notes; test_pattern_durability.py::test_events_of_a_resumed_execution_name_its_iteration):
-# the ``step_started`` event of a pattern's execution started by a resume's claim names the pattern
-# only, not the iteration and agent, so it cannot be told from the pattern's own row's events.
-GAP_CLAIM_EVENT = "a resumed execution inside a pattern started with an event naming no iteration"
-TOLERATED_GAPS: set[str] = {GAP_CHILD_ORPHAN, GAP_CLAIM_EVENT}
+# test_pattern_durability.py::test_the_interruption_of_a_call_names_its_iteration_and_agent): the
+# ``interruption_detected`` event of a pattern's execution names the pattern only, not the
+# iteration and agent, so it is told here by the kill of its pid.
+GAP_EVENT_UNLOCATED = "the interruption of an execution inside a pattern was recorded without its iteration"
+TOLERATED_GAPS: set[str] = {GAP_EVENT_UNLOCATED}
 
 
 @dataclass
@@ -311,12 +307,13 @@ class App:
 @dataclass(frozen=True)
 class Reference:
     """What an uninterrupted run recorded: each execution's output by label (in the store's
-    order), the checkpoints as ``(kind, seq, state)``, and the labels the executions logged, in
-    order (an execution of the engine's own, such as a pattern's result, logs nothing)."""
+    order), the checkpoints as ``(kind, seq, state)``, and the lines its executions logged, in
+    order, split on whitespace (``label attempt pid ...``; an execution of the engine's own, such
+    as a pattern's result, logs nothing)."""
 
     outputs: dict[str, Any]
     checkpoints: list[tuple[str, int, Any]]
-    logged: list[str]
+    logged: list[tuple[str, ...]]
 
 
 def row_label(key: str) -> str:
@@ -359,8 +356,7 @@ def reference(app: App, workflow: str, run_input: dict[str, Any]) -> Reference:
                                for c in procs.checkpoints(work / "reference.db", rid)]
         finally:
             module.EXEC_LOG = None
-        logged = [line[0] for line in procs.read_lines(work / "exec.log")]
-        _reference_cache[key] = Reference(outputs, checkpoints, logged)
+        _reference_cache[key] = Reference(outputs, checkpoints, procs.read_lines(work / "exec.log"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return _reference_cache[key]
@@ -651,30 +647,17 @@ def _detail(event: dict[str, Any]) -> dict[str, Any]:
     return json.loads(event["detail"]) if event["detail"] else {}
 
 
+def label_of(name: str, iteration: int | None = None, agent: str | None = None) -> str:
+    """The label (see :func:`row_label`) of step ``name``, or, with its ``iteration``, of an
+    execution inside pattern ``name`` (as ``agent``)."""
+    return name if iteration is None else f"{name}#{iteration}" + (f"/{agent}" if agent else "")
+
+
 def event_label(event: dict[str, Any]) -> str:
-    """The label (see :func:`row_label`) of the execution an event is about: its step, plus the
-    iteration and agent that the events of a pattern's executions carry."""
+    """The label of the execution an event is about: its step, plus the iteration and agent that
+    the events of a pattern's executions carry."""
     d = _detail(event)
-    if "iteration" not in d:
-        return event["step"]
-    return f"{event['step']}#{d['iteration']}" + (f"/{d['agent']}" if d.get("agent") else "")
-
-
-def _labels(evs: list[dict[str, Any]], groups: set[str], result: TrialResult) -> list[str]:
-    """The label of each event (:func:`event_label`). A ``step_started`` event of a pattern (one
-    of ``groups``) without an iteration takes the label of the next event of that pattern that is
-    not one too: the execution it started, if that is inside the pattern (GAP_CLAIM_EVENT)."""
-    labels = [event_label(e) for e in evs]
-    bare = [e["kind"] == "step_started" and e["step"] in groups and "iteration" not in _detail(e) for e in evs]
-    moved = 0
-    for i, e in enumerate(evs):
-        if bare[i]:
-            j = next((j for j in range(i + 1, len(evs)) if evs[j]["step"] == e["step"] and not bare[j]), None)
-            if j is not None and "iteration" in _detail(evs[j]):
-                labels[i], moved = labels[j], moved + 1
-    if moved:
-        flag(result, GAP_CLAIM_EVENT, f"{moved} step_started events told by the events after them")
-    return labels
+    return label_of(event["step"], d.get("iteration"), d.get("agent"))
 
 
 def _final_checks(box: procs.Sandbox, sc: Scenario, run_id: str, run_input: dict[str, Any], killed: set[int],
@@ -691,7 +674,13 @@ def _final_checks(box: procs.Sandbox, sc: Scenario, run_id: str, run_input: dict
     result.executions = dict(Counter(line[0] for line in log))
     result.attempts = {row_label(s["idempotency_key"]): s["attempts"] for s in chain}
     evs = procs.events(box.db, run_id)
-    labels = _labels(evs, {s["name"] for s in chain if s["parent_seq"] is not None}, result)
+    labels = [event_label(e) for e in evs]
+    killed_in = {pid: step for pid, step in owner_kills if step is not None}
+    for i, e in enumerate(evs):
+        cut = killed_in.get(_detail(e).get("pid"), "")
+        if e["kind"] == "interruption_detected" and "iteration" not in _detail(e) and cut.startswith(f"{e['step']}#"):
+            labels[i] = cut
+            flag(result, GAP_EVENT_UNLOCATED, f"the interruption of {cut} (pid {_detail(e)['pid']})")
 
     # One executor at a time: the log reads as blocks of one process each, every block but the
     # last of a process that was killed.
@@ -707,20 +696,16 @@ def _final_checks(box: procs.Sandbox, sc: Scenario, run_id: str, run_input: dict
     from_kills = Counter({k: n for k, n in interrupted.items() if k[0] in killed})
     in_steps = Counter({k: n for k, n in owner_kills.items() if k[1] is not None})
     between = sum(n for k, n in owner_kills.items() if k[1] is None)
-    unseen = in_steps - from_kills  # kills inside a pattern's execution no event names: a known gap
     result.takeovers = [(step, pid) for (pid, step), n in interrupted.items() if pid not in killed
                         for _ in range(n)]
-    if from_kills - in_steps or any("#" not in step for _, step in unseen):
+    if from_kills != in_steps:
         v.append(f"interruption_detected events {dict(from_kills)} do not match the kills of the owner "
                  f"inside steps {dict(in_steps)}")
-    elif unseen:
-        flag(result, GAP_CHILD_ORPHAN, f"no interruption_detected event for the kills inside {sorted(unseen)}")
     if result.takeovers:
         v.append(f"a live owner was declared interrupted (step, pid): {result.takeovers}")
 
     kills_in = Counter(step for (_, step), n in in_steps.items() for _ in range(n))
-    logged = Counter(ref.logged)
-    unnamed = {step for _, step in unseen}
+    logged = Counter(line[0] for line in ref.logged)
     for s in ref.outputs:
         n = result.executions.get(s, 0)
         if not logged[s] <= n <= logged[s] + kills_in[s]:
@@ -735,7 +720,7 @@ def _final_checks(box: procs.Sandbox, sc: Scenario, run_id: str, run_input: dict
             "step_started", "interruption_detected", "step_completed")]
         want = [x for a in range(1, attempts) for x in (("step_started", a), ("interruption_detected", a))]
         want += [("step_started", attempts), ("step_completed", attempts)]
-        if seq != want and not (s in unnamed and seq == [x for x in want if x[0] != "interruption_detected"]):
+        if seq != want:
             v.append(f"step {s}: events {seq} but with {attempts} attempts expected {want}")
 
     kinds = [e["kind"] for e in evs]
@@ -744,7 +729,7 @@ def _final_checks(box: procs.Sandbox, sc: Scenario, run_id: str, run_input: dict
             or kinds.count("run_completed") != 1 or set(kinds) - allowed:
         v.append(f"run events out of shape: {dict(Counter(kinds))}, first {kinds[:1]}, last {kinds[-1:]}")
     resumed, interruptions = kinds.count("resumed"), kinds.count("interruption_detected")
-    if resumed != interruptions + between + sum(unseen.values()):
+    if resumed != interruptions + between:
         v.append(f"{resumed} resumed events for {interruptions} interruptions and {between} owners killed "
                  "between steps")
     elif between:
