@@ -303,6 +303,16 @@ class App:
     def write(self, directory: Path) -> None:
         (directory / f"{self.module}.py").write_text(self.source)
 
+    def load(self, directory: Path) -> Any:
+        """The module, written into ``directory`` and imported in this process (its workflows, for
+        a runtime here; its instrumentation reads the environment as it is now)."""
+        self.write(directory)
+        spec = importlib.util.spec_from_file_location(f"_crashmatrix_{self.module}_{time.monotonic_ns()}",
+                                                      directory / f"{self.module}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
 
 @dataclass(frozen=True)
 class Reference:
@@ -338,11 +348,7 @@ def reference(app: App, workflow: str, run_input: dict[str, Any]) -> Reference:
     try:
         module = _reference_modules.get(app.module)
         if module is None:
-            app.write(work)
-            spec = importlib.util.spec_from_file_location(f"_crashmatrix_reference_{app.module}",
-                                                          work / f"{app.module}.py")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            module = app.load(work)
             module.NO_SLEEP = True
             _reference_modules[app.module] = module
         module.EXEC_LOG = str(work / "exec.log")

@@ -202,6 +202,35 @@ def test_the_interruption_of_a_call_names_its_iteration_and_agent(debate_killed_
     assert crashmatrix.event_label(event) == "argue#3/con"
 
 
+@pytest.fixture(scope="module")
+def poison_pill(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Any, list]:
+    """A debate whose process was killed twice inside the same call (``argue#2/con``: the first
+    run, then the resume), resumed by a runtime that allows 1 recovery: the run, its events."""
+    tmp = tmp_path_factory.mktemp("poison")
+    APP.write(tmp)
+    box = procs.Sandbox(tmp, APP.spec)
+    run_id = started(box, "debate", "argue#2/con")
+    assert killed_in(box, "argue#2/con", "resume", run_id, "--app", APP.spec) == run_id
+    with Runtime(str(box.db), APP.load(tmp).workflows, max_recoveries=1) as rt:
+        assert rt.resume(run_id) == "failed"
+        return run_id, rt.get(run_id), [(e.kind, e.step, e.detail) for e in rt.events(run_id)]
+
+
+def test_a_call_that_keeps_killing_its_process_fails_the_run_as_a_poison_pill(poison_pill):
+    _, run, events = poison_pill
+    assert [(t.iteration, t.agent, t.status) for t in run.tasks][-1:] == [(2, "con", "failed")]
+    assert "died 2 times" in run.error and "more than the 1 recoveries allowed" in run.error
+    assert [detail["attempt"] for kind, _, detail in events if kind == "interruption_detected"] == [1, 2]
+
+
+@pytest.mark.xfail(strict=True, reason="durability_notes.md bug 6: the poison pill's reason names the pattern only")
+def test_a_poison_pill_inside_a_pattern_names_the_call(poison_pill):
+    _, run, events = poison_pill
+    assert "in step 'argue' (iteration 2, agent 'con')" in run.error
+    (failed,) = [detail for kind, _, detail in events if kind == "run_failed"]
+    assert (failed.get("iteration"), failed.get("agent")) == (2, "con")
+
+
 # ---- the supervisor -----------------------------------------------------------------------------
 
 def test_a_supervisor_killed_twice_routes_and_counts_as_an_uninterrupted_run(box):
@@ -331,6 +360,29 @@ def test_a_decomposition_asked_by_resume_replan_has_its_own_idempotency_key(box)
     assert done.code == 0, done.text
     keys = [s["idempotency_key"] for s in procs.steps(box.db, run_id) if s["agent"] == "plan"]
     assert len(keys) == 2 and len(set(keys)) == 2, keys
+
+
+# ---- forks from an iteration of a killed run -------------------------------------------------------
+
+@pytest.mark.parametrize(("workflow", "cut", "pattern", "iteration"), [
+    ("debate", "argue#4/pro", "argue", 3),      # from round 3 of a debate killed in round 4
+    ("supervise", "triage#4/code", "triage", 3),  # from turn 3 of a supervisor killed in turn 4
+])
+def test_a_fork_from_an_iteration_of_a_killed_run_runs_that_iteration_onward_only(box, workflow, cut, pattern,
+                                                                                  iteration):
+    parent = started(box, workflow, cut)
+    forked = box.run("fork", parent, "--from", pattern, "--iteration", str(iteration))
+    assert forked.code == 0, forked.text
+    fork_id = forked.out.split()[0]
+    done = resume(box, fork_id)
+    assert done.code == 0 and done.out.strip() == f"run {fork_id} is completed", done.text
+    ref = reference(workflow)
+    run = shown(box, fork_id)
+    assert [(label_of(t), t["output"]) for t in run["tasks"]] == list(ref.outputs.items())
+    labels = [line[0] for line in ref.logged]
+    first = next(i for i, label in enumerate(labels) if label.startswith(f"{pattern}#{iteration}/"))
+    assert [c.label for c in calls(box) if c.run_id == fork_id] == labels[first:]  # nothing before it again
+    assert shown(box, parent)["status"] == "interrupted"  # the parent is left as it was
 
 
 # ---- a person as a participant ------------------------------------------------------------------
