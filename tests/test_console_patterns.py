@@ -492,3 +492,119 @@ async def test_approve_a_persons_approval_turn_with_a_value(store):
         assert rt.resume(rid) == "completed"
         ops = next(t for t in rt.get(rid).tasks if t.agent == "ops")
         assert ops.output == {"approved": True, "by": ops.output["by"], "comment": "ship it", "value": {"window": "tonight"}}
+
+
+# ---- hostile text --------------------------------------------------------------------------------------
+
+HOSTILE = "[bold red]X[/] [link=http://e]y[/link] \x1b[31mred \x1b]52;c;SGVsbG8=\x07 \x9b2J"
+
+
+def hostile_store(path: str) -> dict[str, str]:
+    agent = f"pro {HOSTILE}"
+    wf = Workflow(f"wf {HOSTILE}")
+    wf.debate(f"argue {HOSTILE}", agents={agent: lambda ctx: f"said\n{HOSTILE}", "con": lambda ctx: {"t": HOSTILE}},
+              rounds=1, judge=lambda ctx: HOSTILE)
+    wf.vote("decide", voters={agent: lambda ctx: HOSTILE, "b": lambda ctx: HOSTILE})
+    wf.supervisor("triage", agents={agent: lambda ctx: HOSTILE}, route=lambda ctx: agent if ctx.iteration == 1 else None)
+    wf.planner("fixes", plan=lambda ctx: [{"id": f"t {HOSTILE}", "agent": agent}], agents={agent: lambda ctx: HOSTILE})
+    with Runtime(path, [wf]) as rt:
+        return {"run": rt.start(wf.name)}
+
+
+def literally(shown: str) -> bool:
+    """True when :data:`HOSTILE` reads on the screen as stored: markup as typed, no terminal
+    control, the escape character made visible (``\\x1b`` as text, ``\\u001b`` in JSON)."""
+    return (not any(c in shown for c in "\x1b\x07\x9b") and "[boldred]X[/]" in shown
+            and ("\\x1b[31mred" in shown or "\\u001b[31mred" in shown))
+
+
+async def test_hostile_pattern_agent_and_task_names_and_outputs_are_shown_literally(tmp_path):
+    path = str(tmp_path / "store.db")
+    rid = hostile_store(path)["run"]
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, rid)
+        pane = detail(pilot)
+        for group in (f"argue {HOSTILE}", "decide", "triage", "fixes"):
+            pane.steps.move_cursor(row=pane.steps.index_of(group))
+            pane.expand(group, True)
+            await until(pilot, lambda: pane.output_is_current() and pane.output.summary is not None)
+            await settle(pilot)
+            assert literally(output_text(pilot)), group
+        chain = squash("".join(names(pilot)))
+        assert squash(f"▾ argue {HOSTILE[:15]}") in chain and squash(f"round 1 · pro {HOSTILE[:15]}") in chain
+        assert not any(c in chain for c in "\x1b\x07\x9b")
+        pane.steps.move_cursor(row=pane.steps.index_of(CallKey(f"argue {HOSTILE}", 1, f"pro {HOSTILE}")))
+        await until(pilot, pane.output_is_current)
+        await settle(pilot)
+        assert literally(output_text(pilot))
+        title = squash(screen_lines(pane.query_one("#output-box"))[0])  # the border, as drawn
+        assert title.startswith("─Outputofargue[boldred]X[/][link=http://e]y[/link]\\x1b[31m")
+        await pilot.press("f")  # the fork form names the round and the pattern
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        await settle(pilot)
+        assert literally(form_text(app.screen))
+        svg = app.export_screenshot()
+    assert not any(c in svg for c in "\x1b\x07\x9b") and "&#27;" not in svg
+
+
+# ---- snapshots -----------------------------------------------------------------------------------------
+
+
+def showing(run_id: str, *keys: str, form: type | None = None) -> Any:
+    """A ``run_before``: select ``run_id``, press ``keys``, wait for ``form`` if given."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await select_run(pilot, run_id)
+        await pilot.press(*keys)
+        if form is not None:
+            await until(pilot, lambda: isinstance(pilot.app.screen, form))
+        await settle(pilot)
+        for widget in pilot.app.screen.query("Input, TextArea"):
+            widget.cursor_blink = False
+        await pilot.pause()
+
+    return run_before
+
+
+@pytest.fixture
+def console(store: tuple[str, dict[str, str]]) -> tuple[RelaypointConsole, dict[str, str]]:
+    path, runs = store
+    return RelaypointConsole(path, clock=fixed_clock()), runs
+
+
+def test_snapshot_of_a_debate_expanded_into_its_rounds(snap_compare, console):
+    """Its row, its calls under it, and its summary: rounds with what each agent said, the judge."""
+    app, runs = console
+    assert snap_compare(app, terminal_size=SIZE, run_before=showing(runs["debate"], "tab", "enter"))
+
+
+def test_snapshot_of_a_supervisor_paused_on_a_persons_turn(snap_compare, console):
+    """Turns, per-agent counts from its state, routing decisions; the person's approval awaited."""
+    app, runs = console
+    assert snap_compare(app, terminal_size=SIZE, run_before=showing(runs["supervisor"], "tab", "left"))
+
+
+def test_snapshot_of_a_vote(snap_compare, console):
+    """The votes and the majority tally."""
+    app, runs = console
+    assert snap_compare(app, terminal_size=SIZE, run_before=showing(runs["vote"]))
+
+
+def test_snapshot_of_a_planner_after_a_replan(snap_compare, console):
+    """The plan as a tree: the failed subtask, the ones the re-plan dropped, the ones it added."""
+    app, runs = console
+    assert snap_compare(app, terminal_size=SIZE, run_before=showing(runs["planner"]))
+
+
+def test_snapshot_of_a_persons_turn_at_80x24(snap_compare, console):
+    """A small terminal shows what the run waits for, the pattern expanded on the person's turn."""
+    app, runs = console
+    assert snap_compare(app, terminal_size=SMALL, run_before=showing(runs["person"]))
+
+
+def test_snapshot_of_the_fork_form_from_a_round(snap_compare, console):
+    app, runs = console
+    assert snap_compare(app, terminal_size=(100, 30),
+                        run_before=showing(runs["debate"], "tab", "enter", "j", "j", "j", "f", form=ForkScreen))

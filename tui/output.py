@@ -18,6 +18,7 @@ from relaypoint.display import (PREVIEW_CHARS, PREVIEW_LINES, Preview, clean, hu
                                 preview_json)
 from relaypoint.models import StepRecord
 from relaypoint.patterns_view import PatternSummary
+from relaypoint.status import StepStatus
 
 from . import format as fmt
 from .patterns import summary_view
@@ -83,8 +84,7 @@ def output_view(db: str, run_id: str, step: StepRecord, recorded: bool, value: A
     if summary is not None:
         parts += [summary_view(summary), Text("\nresult", style="bold")]
     if not recorded:
-        parts.append(Text("no output recorded" if summary is None else "none yet: the pattern has not finished",
-                          style="dim"))
+        parts.append(Text(_unrecorded(step, summary is not None), style="dim"))
     else:
         head = page(value, pages)
         more = head.cut
@@ -111,6 +111,18 @@ def output_view(db: str, run_id: str, step: StepRecord, recorded: bool, value: A
                               "not shown", style="dim italic"))
         parts.append(literal(tail, "dim", multiline=True))
     return Group(*parts), more
+
+
+WAITING = {StepStatus.AWAITING_INPUT: "it waits for an answer (i: respond)",
+           StepStatus.AWAITING_APPROVAL: "it waits for a person's approval (a: approve, x: reject)"}
+
+
+def _unrecorded(step: StepRecord, pattern: bool) -> str:
+    """Why an execution shows no output: a pattern that has not finished, a pause waiting for a
+    person (and the key that answers it), or nothing recorded."""
+    if pattern:
+        return "none yet: the pattern has not finished"
+    return "no output recorded" + (f": {WAITING[step.status]}" if step.status in WAITING else "")
 
 
 def _text_fields(value: Any, budget: int) -> list[RenderableType]:
