@@ -259,10 +259,11 @@ class PatternSummary:
     """What the console shows for a selected pattern. Every kind: ``kind``, ``progress``,
     ``status``, ``iterations`` (the latest :data:`SHOWN_ITERATIONS`; ``earlier``: how many more
     before them). Supervisor: ``counts`` (from the state while the run is inside it, else computed
-    from the calls) and ``routes``. Vote: ``votes`` (voter, vote) and ``tally`` (recorded, value).
-    Debate: ``judge`` (the judge's execution, output loaded). Planner: ``plan`` (the roots of the
-    plan tree), ``replans`` and ``plan_step`` (the first ``plan`` execution). ``parameters``: the
-    group row's options (the pattern's parameters: ``rounds``, ``judge``, ``agents``...)."""
+    from the calls) and ``routes`` (the routing decisions of the turns listed). Vote: ``votes``
+    (voter, vote) and ``tally`` (recorded, value). Debate: ``judge`` (the judge's execution,
+    output loaded). Planner: ``plan`` (the roots of the plan tree), ``replans`` and ``plan_step``
+    (the first ``plan`` execution). ``parameters``: the group row's options (the pattern's
+    parameters: ``rounds``, ``judge``, ``agents``...)."""
 
     kind: str
     progress: str
@@ -297,15 +298,22 @@ def _iterations(kind: str, children: Sequence[StepRecord]) -> list[Iteration]:
     return [Iteration(n, f"{word} {n}", calls) for n, calls in sorted(by_number.items())]
 
 
-def wanted_outputs(group: StepRecord, children: Sequence[StepRecord]) -> list[int]:
-    """The seqs of the completed children whose outputs :func:`summary` uses: the calls of the
-    iterations it lists, and every decision (route, plan, re-plan, judge, tally) and, for a
-    supervisor (idle counts) or a vote, every call. Read them, then call :func:`summary`."""
+def _first_shown(iterations: list[Iteration]) -> int:
+    """The number of the first iteration a summary lists (0: it lists them all)."""
+    return iterations[-SHOWN_ITERATIONS].number if len(iterations) > SHOWN_ITERATIONS else 0
+
+
+def wanted_outputs(group: StepRecord, children: Sequence[StepRecord], state: Any = None) -> list[int]:
+    """The seqs of the completed children whose outputs :func:`summary` uses, so that reading
+    them stays bounded however long the pattern ran: the calls of the iterations it lists, their
+    routing decisions, the plans and re-plans, the judge, the tally, every vote; and every call of
+    a supervisor the run has left (its idle counts are computed from them; inside it, the state
+    has them). Read them, then call :func:`summary` (``state``: as for it)."""
     kind = kind_of(group) or ""
-    shown = {c.seq for it in _iterations(kind, children)[-SHOWN_ITERATIONS:] for c in it.calls}
-    every = kind in ("supervisor", "vote")
+    first = _first_shown(_iterations(kind, children))
+    every = kind == "vote" or (kind == "supervisor" and inner_state(group, state) is None)
     return [c.seq for c in children if c.status == StepStatus.COMPLETED and c.has_output
-            and (every or c.seq in shown or c.agent in _DECISIONS)]
+            and (every or c.iteration >= first or c.agent in (PLAN, REPLAN, JUDGE, TALLY))]
 
 
 def with_outputs(children: Sequence[StepRecord], outputs: Mapping[int, Any]) -> list[StepRecord]:
@@ -325,7 +333,8 @@ def summary(group: StepRecord, children: Sequence[StepRecord], state: Any = None
                           earlier=len(iterations) - len(shown), parameters=group.options)
     if kind == "supervisor":
         counts, live = _counts(group, children, state)
-        routes = [_route(c) for c in children if c.agent == ROUTE]
+        first = _first_shown(iterations)
+        routes = [_route(c) for c in children if c.agent == ROUTE and c.iteration >= first]
         return replace(base, counts=counts, counts_live=live, routes=routes)
     if kind == "vote":
         return replace(base, **_votes(children, result))

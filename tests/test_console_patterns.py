@@ -63,7 +63,8 @@ def topic(ctx: Any) -> Any:
 
 debate.debate("argue", agents={
     "pro": speaker("round {iteration}: F1 matters, the store rewrites 96 lines at once"),
-    "con": lambda ctx: (CLOCK.advance(seconds=3), {"strike": f"F{ctx.iteration + 3}", "score": 0.25 * ctx.iteration})[1],
+    "con": lambda ctx: (CLOCK.advance(seconds=3),
+                        {"strike": f"F{ctx.iteration + 3}", "score": 0.25 * ctx.iteration})[1],
 }, rounds=3, judge=lambda ctx: (CLOCK.advance(seconds=1), {"keep": ["F1", "F2"], "why": "pro's evidence held"})[1])
 
 vote = Workflow("vote")
@@ -237,7 +238,8 @@ def test_each_patterns_progress_and_summary_come_from_its_records(store):
     assert shape(roots) == [
         ("edit-F1", "failed", 0, None, [("check-F1", None, 0, 1, [])]),
         ("edit-F2", None, 0, 1, [("check-F2", None, 0, 1, [])]),
-        ("edit-F1a", "completed", 1, None, [("edit-F1b", "completed", 1, None, [("check-F1", "completed", 1, None, [])])]),
+        ("edit-F1a", "completed", 1, None,
+         [("edit-F1b", "completed", 1, None, [("check-F1", "completed", 1, None, [])])]),
         ("edit-F2", "completed", 1, None, [("check-F2", "completed", 1, None, [])])]
 
 
@@ -357,7 +359,8 @@ async def test_each_patterns_summary_is_shown_for_its_row(store):
 
 def recorded_notifications(app: RelaypointConsole) -> list[tuple[str, str]]:
     notes: list[tuple[str, str]] = []
-    app.notify = lambda message, **kw: notes.append((message, kw.get("severity", "information")))  # type: ignore[method-assign]
+    app.notify = lambda message, **kw: notes.append(  # type: ignore[method-assign]
+        (message, kw.get("severity", "information")))
     return notes
 
 
@@ -491,7 +494,8 @@ async def test_approve_a_persons_approval_turn_with_a_value(store):
     with Runtime(path, WORKFLOWS) as rt:
         assert rt.resume(rid) == "completed"
         ops = next(t for t in rt.get(rid).tasks if t.agent == "ops")
-        assert ops.output == {"approved": True, "by": ops.output["by"], "comment": "ship it", "value": {"window": "tonight"}}
+        assert ops.output == {"approved": True, "by": ops.output["by"], "comment": "ship it",
+                              "value": {"window": "tonight"}}
 
 
 # ---- hostile text --------------------------------------------------------------------------------------
@@ -505,7 +509,8 @@ def hostile_store(path: str) -> dict[str, str]:
     wf.debate(f"argue {HOSTILE}", agents={agent: lambda ctx: f"said\n{HOSTILE}", "con": lambda ctx: {"t": HOSTILE}},
               rounds=1, judge=lambda ctx: HOSTILE)
     wf.vote("decide", voters={agent: lambda ctx: HOSTILE, "b": lambda ctx: HOSTILE})
-    wf.supervisor("triage", agents={agent: lambda ctx: HOSTILE}, route=lambda ctx: agent if ctx.iteration == 1 else None)
+    wf.supervisor("triage", agents={agent: lambda ctx: HOSTILE},
+                  route=lambda ctx: agent if ctx.iteration == 1 else None)
     wf.planner("fixes", plan=lambda ctx: [{"id": f"t {HOSTILE}", "agent": agent}], agents={agent: lambda ctx: HOSTILE})
     with Runtime(path, [wf]) as rt:
         return {"run": rt.start(wf.name)}

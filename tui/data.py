@@ -284,7 +284,8 @@ def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: 
         found = None
         if kind_of(step):
             children = [c for c in run.tasks if c.parent == step.seq]
-            outputs = {seq: rt.store.step_output(run.run_id, seq) for seq in wanted_outputs(step, children)}
+            wanted = wanted_outputs(step, children, state)
+            outputs = {seq: rt.store.step_output(run.run_id, seq) for seq in wanted}
             found = summary(step, with_outputs(children, outputs), state, (step.has_output, value))
     except (UnknownRun, UnknownStep):
         return None

@@ -112,7 +112,8 @@ def run_header(run: Run, now: datetime) -> RenderableType:
         then = ("pauses for a person to decide" if orphan.options.get("on_orphan") == "hold"
                 else f"re-runs it as attempt {orphan.attempts + 1}")
         grid.add_row("not done", Text.assemble(
-            "step ", literal(describe(orphan, run.tasks), "bold"), f" was running (attempt {orphan.attempts}) when its process "
+            "step ", literal(describe(orphan, run.tasks), "bold"),
+            f" was running (attempt {orphan.attempts}) when its process "
             "died; its output was never recorded, so it did not complete. Resume ", then, "."))
     grid.add_row("input", one_line_json(run.input))
     grid.add_row("progress", Text(f"{run.steps_done}/{run.steps_total} steps"
@@ -454,7 +455,8 @@ class DetailPane(Vertical):
             box.border_title = "Output"
             self.query_one("#output", Static).update("")
             return
-        box.border_title = Text.assemble("Output of ", literal(self.label(step)))
+        kind = kind_of(step)
+        box.border_title = Text.assemble("Output of ", literal(self.label(step)), f" ({kind})" if kind else "")
         view = current.view if current is not None else Text("loading…", style="dim")
         self.query_one("#output", Static).update(view)
 

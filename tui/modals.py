@@ -221,8 +221,9 @@ class ApproveScreen(_Form):
         yield Static(literal(cp.reason, multiline=True), classes="reason")
         yield Label("Comment (optional)")
         yield Input(placeholder="why you approve", id="comment")
-        yield Label("Value (JSON, optional; the pattern gets it with the approval as its \"value\")"
-                    if _in_pattern(self.run) else "Output (JSON; edit to replace the step's output, leave as is to keep it)")
+        yield Label('Value (JSON, optional; the pattern gets it with the approval as its "value")'
+                    if _in_pattern(self.run)
+                    else "Output (JSON; edit to replace the step's output, leave as is to keep it)")
         yield JsonEditor(self._editor_text(), id="output-json", placeholder=self._placeholder(),
                          disabled=not self.loaded or self.too_long)
         yield _editor_hint("approve")
