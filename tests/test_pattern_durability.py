@@ -133,7 +133,9 @@ def test_a_debate_killed_mid_call_in_round_3_resumes_to_the_uninterrupted_result
         (f"argue#{r}/{a}", "completed") for r in (1, 2) for a in ("pro", "con")] + [("argue#3/pro", "completed")]
     assert cut_open(at_kill["tasks"][-1]) == "argue#3/con"
     run = assert_same_as_uninterrupted(box, run_id, "debate", again=Counter({"argue#3/con": 1}))
-    assert [t["attempts"] for t in run["tasks"]] == [1] * 6 + [2] + [1] * 5  # (the group row first)
+    assert [label_of(t) for t in run["tasks"]] == ["argue"] + [  # every execution once, in the order run
+        f"argue#{r}/{a}" for r in range(1, 6) for a in ("pro", "con")] + ["argue#6/judge"]
+    assert [t["attempts"] for t in run["tasks"]] == [1] * 6 + [2] + [1] * 5
     pids = list(dict.fromkeys(c.pid for c in calls(box)))
     assert len(pids) == 2 and [c.label for c in calls(box) if c.pid == pids[1]][0] == "argue#3/con"
     assert [(c.label, c.attempt) for c in calls(box) if c.label == "argue#3/con"] == [("argue#3/con", 1),
