@@ -5,8 +5,9 @@
 Without ``--db`` a new store is filled by ``relaypoint demo --no-console`` in a temporary
 directory (``--fixture``: by the tests' fixed store builder instead, ``tests/fixtures.py``).
 The console is driven headless with ``App.run_test()``; it shows, in order: the runs list, the
-detail of a run awaiting approval with its output, the approve form, the fork form, help, and
-the same run at 80x24.
+detail of a run awaiting approval with its output, the approve form, the fork form, help, the
+same run at 80x24, and, when the store has a completed run with a supervisor (the demo's panel),
+that run's patterns with the supervisor's summary (``pattern``).
 Files: ``<out>/<name>.svg`` and ``<out>/<name>.png``.
 
 PNG conversion needs ``rsvg-convert`` (Debian ``librsvg2-bin``), DejaVu Sans Mono (Debian
@@ -26,7 +27,9 @@ import tempfile
 from pathlib import Path
 
 from relaypoint import Runtime
+from relaypoint.patterns_view import kind_of
 from relaypoint.tui import RelaypointConsole
+from relaypoint.tui.detail import StepsTable
 from relaypoint.tui.runs_table import RunsTable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +55,18 @@ def paused_run(db: Path) -> str:
     if not runs:
         raise SystemExit(f"{db} has no run awaiting approval to show")
     return runs[0].run_id
+
+
+def pattern_run(db: Path) -> tuple[str, str] | None:
+    """A completed run with a supervisor, and the supervisor's name (the pattern shot shows its
+    summary); None when the store has none."""
+    with Runtime(str(db), create=False) as rt:
+        for summary in rt.list(status="completed", limit=100):
+            run = rt.get(summary.run_id, with_outputs=False)
+            supervisor = next((s.name for s in run.tasks if kind_of(s) == "supervisor"), None)
+            if supervisor is not None:
+                return run.run_id, supervisor
+    return None
 
 
 def to_png(svg: Path) -> Path | None:
@@ -97,6 +112,17 @@ async def shoot(db: Path, out: Path, size: tuple[int, int], app_spec: str | None
         await pilot.resize_terminal(*SMALL)
         await pilot.press("k", "j")  # as a person would, to bring the selected run back into view
         await save("small")
+        patterns = pattern_run(db)
+        if patterns is not None:
+            await pilot.resize_terminal(*size)
+            run_id, supervisor = patterns
+            table.move_cursor(row=table.get_row_index(run_id))
+            await pilot.pause(0.5)
+            await pilot.press("enter")  # to the step chain, then to the supervisor's row
+            steps = app.screen.query_one("#steps", StepsTable)
+            steps.move_cursor(row=steps.index_of(supervisor))
+            await pilot.pause(0.5)
+            await save("pattern")
     return written
 
 
