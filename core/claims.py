@@ -14,14 +14,14 @@ from datetime import datetime
 
 from . import encoding
 from .clock import Clock
-from .drivers import Call, Driver, State, idempotency_key
+from .drivers import Call, Driver, State, idempotency_key, located, where
 from .errors import DriftError, RefusedTransition
-from .execution import Claim, Current, Executor, located, state_json
+from .execution import Claim, Current, Executor, state_json
 from .lease import HOST, LeaseHolder, owner_gone
 from .models import Checkpoint, Owner, RunHead, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import resume_refusal
-from .status import PAUSE_KINDS, CheckpointKind, EventKind, RunStatus, StepStatus, goes_on
+from .status import OPEN_STEPS, PAUSE_KINDS, CheckpointKind, EventKind, RunStatus, StepStatus, goes_on
 from .store import NewCheckpoint, NewRun, NewStep, RunStore
 from .workflow import Workflow, describe_drift, fingerprint
 
@@ -121,6 +121,8 @@ class Claims:
                 self.store.add_event(rid, at, EventKind.REPLAN_REQUESTED, step=checkpoint.step if checkpoint else None)
             state, action, cur = self.executor.resolve(rid, driver, state, input,
                                                        resume_at=checkpoint.seq if checkpoint else None)
+            if replan and checkpoint is not None:
+                self._abandon(rid, checkpoint.seq, cur, at)
             if head.status == RunStatus.INTERRUPTED and self._poisoned(head, cur, at):
                 return RunStatus.FAILED
             if cur is not None and cur.seq is not None:
@@ -134,6 +136,13 @@ class Claims:
             claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done)
             self._begin(claim, at)
         return claim
+
+    def _abandon(self, rid: str, seq: int, cur: Current | None, at: datetime) -> None:
+        """After a re-plan: the execution the run stopped at (``seq``), when the new plan does not
+        go on with it and it never finished, is ``cancelled`` (it will not run again)."""
+        row = self.store.step(rid, seq)
+        if row is not None and row.status in OPEN_STEPS and (cur is None or cur.seq != seq):
+            self.store.update_step(rid, seq, status=StepStatus.CANCELLED, finished_at=at)
 
     @staticmethod
     def _restored(driver: Driver, checkpoint: Checkpoint) -> State:
@@ -172,12 +181,13 @@ class Claims:
             return False
         step = cur if cur is not None and cur.status == StepStatus.INTERRUPTED else None
         reason = (f"its executor died {deaths} times while executing it alone (more than the "
-                  f"{self.max_recoveries} recoveries allowed)" + (f" in step '{step.call.name}'" if step else ""))
+                  f"{self.max_recoveries} recoveries allowed)"
+                  + (f" in step '{step.call.name}'{where(step.call)}" if step else ""))
         if step is not None:
             self.store.update_step(head.run_id, step.seq, status=StepStatus.FAILED, error=reason, finished_at=at)
         self.store.update_run(head.run_id, status=RunStatus.FAILED, updated_at=at, error=reason)
         self.store.add_event(head.run_id, at, EventKind.RUN_FAILED, step=step.call.name if step else None,
-                             error=reason, poison_pill=True)
+                             error=reason, poison_pill=True, **(located(step.call) if step else {}))
         return True
 
     def _reconcile(self, head: RunHead, wf: Workflow, driver: Driver, allow_drift: bool, at: datetime) -> int:

@@ -22,7 +22,7 @@ from .errors import RefusedTransition
 from .status import CheckpointKind
 
 if TYPE_CHECKING:
-    from .models import Checkpoint
+    from .models import Checkpoint, StepRecord
     from .patterns.base import Pattern
     from .workflow import Context, StepSpec, Workflow
 
@@ -42,6 +42,11 @@ class Call:
     input: Any = None
     parent: int | None = None
     task: str | None = None
+
+    @classmethod
+    def of(cls, step: StepRecord) -> Call:
+        """The call a recorded execution ran."""
+        return cls(step.name, step.iteration, step.agent, parent=step.parent, task=step.options.get("task"))
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,14 @@ class Driver(ABC):
         """``state`` (recorded when the workflow's nodes were named ``recorded``, in order) for the
         current definition, after an allowed drift; None when it cannot be carried over."""
         return None
+
+
+def located(call: Call) -> dict[str, Any]:
+    """What an event adds to name a pattern's execution: its ``iteration``, ``agent`` and ``task``
+    (nothing for a top-level step)."""
+    if call.parent is None:
+        return {}
+    return {"iteration": call.iteration, "agent": call.agent, **({"task": call.task} if call.task else {})}
 
 
 def where(call: Call) -> str:

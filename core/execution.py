@@ -18,7 +18,7 @@ from typing import Any
 
 from . import encoding
 from .clock import Clock, to_text
-from .drivers import Action, Call, Driver, Finish, Pause, RunStep, RunSteps, State, idempotency_key, where
+from .drivers import Action, Call, Driver, Finish, Pause, RunStep, RunSteps, State, idempotency_key, located, where
 from .errors import DriftError, InvalidValue, LeaseLost, StoreError
 from .lease import HOST, LeaseHolder
 from .recovery import Recovery, now_of
@@ -358,11 +358,3 @@ class Views:
         for view in self.views:
             if view.damage is not None:
                 raise view.damage
-
-
-def located(call: Call) -> dict[str, Any]:
-    """What an event adds to name a pattern's execution: its ``iteration``, ``agent`` and ``task``
-    (nothing for a top-level step)."""
-    if call.parent is None:
-        return {}
-    return {"iteration": call.iteration, "agent": call.agent, **({"task": call.task} if call.task else {})}

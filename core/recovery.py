@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from .clock import Clock, from_text, to_text
+from .drivers import Call, located
 from .lease import owner_gone
 from .models import Owner, StepRecord
 from .status import EventKind, RunStatus, StepStatus
@@ -74,7 +75,7 @@ class Recovery:
                 self.store.update_run(run_id, suspect_deaths=head.suspect_deaths + 1)
             self.store.update_step(run_id, step.seq, status=StepStatus.INTERRUPTED)
             self.store.add_event(run_id, at, EventKind.INTERRUPTION_DETECTED, step=step.name, pid=pid, host=host,
-                                 attempt=step.attempts, **cause)
+                                 attempt=step.attempts, **cause, **located(Call.of(step)))
         return True
 
     def running_step(self, run_id: str, current_step: str | None) -> StepRecord | None:

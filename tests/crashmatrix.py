@@ -229,14 +229,13 @@ LOSER_LINES = (
 # and the run's completion committed in two transactions, so an owner killed between them left a
 # ``running`` run with every step completed, and its interruption was recorded by no event.
 # A gap listed in TOLERATED_GAPS is reported in ``TrialResult.known`` instead of ``violations``
-# (for a known bug awaiting its fix).
+# (for a known bug awaiting its fix); none is tolerated now.
 GAP_COMPLETION = "the owner died between the last boundary and the completion"
-# A gap in core the pattern matrix found (/tmp/lead/durability_notes.md, bug 1; the failing test is
-# test_pattern_durability.py::test_the_interruption_of_a_call_names_its_iteration_and_agent): the
-# ``interruption_detected`` event of a pattern's execution names the pattern only, not the
-# iteration and agent, so it is told here by the kill of its pid.
+# A gap in core the pattern matrix found, now fixed (test_pattern_durability.py::
+# test_the_interruption_of_a_call_names_its_iteration_and_agent): the ``interruption_detected`` event
+# of a pattern's execution named the pattern only, not the iteration and agent.
 GAP_EVENT_UNLOCATED = "the interruption of an execution inside a pattern was recorded without its iteration"
-TOLERATED_GAPS: set[str] = {GAP_EVENT_UNLOCATED}
+TOLERATED_GAPS: set[str] = set()
 
 
 @dataclass

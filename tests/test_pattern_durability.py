@@ -8,9 +8,6 @@ line per call (``label attempt pid run_id state``; the label is ``name#iteration
 log shows which calls ran and how often, and each agent's output digests all it saw, so a wrongly
 restored history or state changes the outputs. ``PATTERNAPP_HOLD=label`` makes a process wait in
 that call until it is killed; ``PATTERNAPP_FAIL=label`` makes that call raise in that process.
-
-Tests marked ``xfail(strict=True)`` reproduce engine bugs reported in /tmp/lead/durability_notes.md
-(numbered there); each passes once its bug is fixed, and then its mark goes.
 """
 
 from __future__ import annotations
@@ -196,8 +193,6 @@ def test_a_held_agent_killed_mid_call_waits_for_a_person_whose_output_is_recorde
                                              "argue#3/judge"]
 
 
-@pytest.mark.xfail(strict=True, reason="durability_notes.md bug 1: the interruption_detected event of a pattern's "
-                                       "execution names no iteration nor agent")
 def test_the_interruption_of_a_call_names_its_iteration_and_agent(debate_killed_in_round_3):
     box, run_id, _ = debate_killed_in_round_3
     (event,) = [e for e in procs.events(box.db, run_id) if e["kind"] == "interruption_detected"]
@@ -225,7 +220,6 @@ def test_a_call_that_keeps_killing_its_process_fails_the_run_as_a_poison_pill(po
     assert [detail["attempt"] for kind, _, detail in events if kind == "interruption_detected"] == [1, 2]
 
 
-@pytest.mark.xfail(strict=True, reason="durability_notes.md bug 6: the poison pill's reason names the pattern only")
 def test_a_poison_pill_inside_a_pattern_names_the_call(poison_pill):
     _, run, events = poison_pill
     assert "in step 'argue' (iteration 2, agent 'con')" in run.error
@@ -345,15 +339,15 @@ def test_resume_replan_decomposes_again_once(box):
     assert [e["kind"] for e in procs.events(box.db, run_id)].count("replan_requested") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="durability_notes.md bug 3: the execution a re-plan abandons stays open in a "
-                                       "completed run")
 def test_a_call_abandoned_by_resume_replan_does_not_stay_open(box):
     run_id = started(box, "plan", "build#2/test")
     done = resume(box, run_id, "--replan")
     assert done.code == 0, done.text
     run = shown(box, run_id)
     assert run["status"] == "completed"
-    assert [(label_of(t), t["status"]) for t in run["tasks"] if t["status"] != "completed"] == []
+    # the killed call is not in the new plan: it never runs again, and is recorded so
+    assert [(label_of(t), t["status"]) for t in run["tasks"] if t["status"] != "completed"] == [
+        ("build#2/test", "cancelled")]
 
 
 def test_a_decomposition_asked_by_resume_replan_has_its_own_idempotency_key(box):
