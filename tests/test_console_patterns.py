@@ -32,7 +32,7 @@ from relaypoint.models import StepRecord
 from relaypoint.patterns_view import kind_of, plan_tree, progress, summary, wanted_outputs, with_outputs
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.detail import CallKey
-from relaypoint.tui.modals import ApproveScreen, ForkScreen, RespondScreen
+from relaypoint.tui.modals import ApproveScreen, ForkScreen, RejectScreen, RespondScreen
 
 SIZE = (160, 45)
 SMALL = (80, 24)
@@ -497,6 +497,21 @@ async def test_approve_a_persons_approval_turn_with_a_value(store):
         assert ops.output == {"approved": True, "by": ops.output["by"], "comment": "ship it",
                               "value": {"window": "tonight"}}
 
+
+
+async def test_reject_a_persons_approval_turn_ends_the_run(store):
+    path, runs = store
+    rid = runs["supervisor"]
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, rid)
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, RejectScreen))
+        app.screen.query_one("#reason", Input).value = "not tonight"
+        await pilot.press("enter")
+        await until(pilot, lambda: detail(pilot).run.status == RunStatus.REJECTED)
+        ops = detail(pilot).run.tasks[-1]
+        assert (ops.agent, ops.status) == ("ops", StepStatus.CANCELLED)
 
 # ---- hostile text --------------------------------------------------------------------------------------
 
