@@ -77,7 +77,8 @@ def _task(child: StepRecord) -> str | None:
 
 def call_label(kind: str | None, child: StepRecord) -> str:
     """A child's row label in the step chain: ``round 2 · pro``, ``judge``, ``turn 4 · route``,
-    ``pass 3``, ``vote · a``, ``tally``, ``plan``, ``subtask 3 · t3 · code``, ``re-plan 1``."""
+    ``pass 3``, ``vote · a``, ``tally``, ``plan``, ``subtask 3 · t3 · code``, ``re-plan after
+    subtask 2``."""
     agent = child.agent or ""
     if agent in (JUDGE, TALLY, PLAN):
         return agent

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_pilot import detail, main_screen, press_to_run, screen_lines, select_run, settle, until
+from console_pilot import detail, press_to_run, screen_lines, select_run, settle, until
 from fixtures import CONSOLE_NOW, FixtureClock, counter_ids, fixed_clock
 from textual.geometry import Region
 from textual.pilot import Pilot
