@@ -32,6 +32,14 @@ SHOWN_ITERATIONS = 12
 ones are counted, and each is still a row of the step chain."""
 
 
+def undefined(parameters: Mapping[str, Any], agent: str | None) -> bool:
+    """True for an agent a pattern's records name but its recorded definition (``parameters``: the
+    group row's options, rewritten by an allowed drift) does not have: its records are still shown,
+    marked, since reading never depends on the definition."""
+    agents = parameters.get("agents")
+    return agent is not None and agent not in _DECISIONS and isinstance(agents, list) and agent not in agents
+
+
 def kind_of(step: StepRecord) -> str | None:
     """The pattern kind of a group row (``"debate"``, ...), None for a chain step or a child."""
     kind = step.options.get("pattern") if step.parent is None else None

@@ -628,3 +628,34 @@ def test_snapshot_of_the_fork_form_from_a_round(snap_compare, console):
     app, runs = console
     assert snap_compare(app, terminal_size=(100, 30),
                         run_before=showing(runs["debate"], "tab", "enter", "j", "j", "j", "f", form=ForkScreen))
+
+
+def test_an_agent_an_allowed_drift_removed_is_shown_with_a_placeholder_mark(tmp_path):
+    """Reading never needs the definition: a supervisor's records name an agent an allowed drift
+    removed from its definition; the summary still shows that agent's calls and counts, marked."""
+    from rich.console import Console
+
+    from relaypoint import Runtime, Workflow, human
+    from relaypoint.patterns_view import summary
+    from relaypoint.tui.patterns import summary_view
+
+    def flow(agents):
+        wf = Workflow("sup")
+        wf.supervisor("triage", agents=agents, route=lambda c: ["ask", "search", None][c.iteration - 1])
+        return wf
+
+    with Runtime(str(tmp_path / "s.db"), [flow({"ask": human("?"), "search": human("where?")})]) as rt:
+        rid = rt.start("sup")
+        rt.respond(rid, "answer")
+        assert rt.resume(rid) == "awaiting_input"  # search's turn: ask's is recorded
+        rt.respond(rid, "here")
+    with Runtime(str(tmp_path / "s.db"), [flow({"search": human("where?")})]) as rt:
+        assert rt.resume(rid, allow_drift=True) == "completed"
+        run = rt.get(rid)
+        group = next(t for t in run.tasks if t.name == "triage" and t.parent is None)
+        assert group.options["agents"] == ["search"]
+        kids = [t for t in run.tasks if t.parent == group.seq]
+        console = Console(width=120, record=True)
+        console.print(summary_view(summary(group, kids, rt.store.latest_checkpoint(rid).state)))
+        text = console.export_text()
+    assert text.count("ask (not defined)") == 2 and "search (not defined)" not in text  # its turn, its counts

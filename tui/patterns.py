@@ -16,7 +16,7 @@ from rich.tree import Tree
 
 from relaypoint.display import literal
 from relaypoint.models import StepRecord
-from relaypoint.patterns_view import AgentCounts, PatternSummary, PlanNode, Route, call_label
+from relaypoint.patterns_view import AgentCounts, PatternSummary, PlanNode, Route, call_label, undefined
 from relaypoint.status import STEP_SYMBOLS, StepStatus
 
 from . import format as fmt
@@ -111,7 +111,8 @@ def _iterations(s: PatternSummary) -> list[RenderableType]:
     persons = s.parameters.get("humans")
     persons = persons if isinstance(persons, Mapping) else {}
     rows = [[Text(it.label if n == 0 else "", style="dim"),
-             *([_agent(call.agent or "", call.agent in persons)] if agents else []),
+             *([_agent(call.agent or "", call.agent in persons, undefined(s.parameters, call.agent))]
+               if agents else []),
              _symbol(call.status), _output(call)] for n, it, call in calls]
     parts: list[RenderableType] = [_heading(word)]
     if s.earlier:
@@ -120,15 +121,17 @@ def _iterations(s: PatternSummary) -> list[RenderableType]:
     return parts
 
 
-def _agent(name: str, person: bool) -> Text:
-    """An agent's name, marked when the agent is a person (:func:`relaypoint.human`)."""
-    return Text.assemble(literal(name), (" (person)", "dim") if person else "")
+def _agent(name: str, person: bool = False, gone: bool = False) -> Text:
+    """An agent's name, marked when the agent is a person (:func:`relaypoint.human`) or ``gone``
+    from the pattern's definition (a placeholder for what an allowed drift removed)."""
+    return Text.assemble(literal(name), (" (person)", "dim") if person else "",
+                         (" (not defined)", "yellow") if gone else "")
 
 
-def _counts(counts: list[AgentCounts], live: bool) -> list[RenderableType]:
+def _counts(counts: list[AgentCounts], live: bool, parameters: Mapping[str, Any]) -> list[RenderableType]:
     rows = [[Text("agent", style="dim"), Text("calls", style="dim"), Text("idle in a row", style="dim"), Text()]]
-    rows += [[literal(c.agent), Text(str(c.activations), justify="right"), Text(str(c.idle), justify="right"),
-              Text()] for c in counts]
+    rows += [[_agent(c.agent, gone=undefined(parameters, c.agent)), Text(str(c.activations), justify="right"),
+              Text(str(c.idle), justify="right"), Text()] for c in counts]
     source = "from the supervisor's state" if live else "counted from its calls"
     return [Text.assemble(_heading("agents"), (f"  ({source})", "dim")),
             _table(rows, (24, 5, 13)) if counts else Text("none yet", style="dim")]
@@ -184,10 +187,10 @@ def _judge(judge: StepRecord | None, has_judge: bool) -> list[RenderableType]:
     return [head, decision]
 
 
-def _plan_label(node: PlanNode) -> Text:
+def _plan_label(node: PlanNode, parameters: Mapping[str, Any]) -> Text:
     label = Text.assemble(_symbol(node.status), " ", literal(node.task, "bold"))
     if node.agent:
-        label.append_text(Text.assemble(" · ", literal(node.agent)))
+        label.append_text(Text.assemble(" · ", _agent(node.agent, gone=undefined(parameters, node.agent))))
     if node.replan:
         label.append(f"  re-plan {node.replan}", style="yellow")
     if len(node.after) > 1:
@@ -217,7 +220,7 @@ def _plan(s: PatternSummary) -> list[RenderableType]:
 
     def add(branch: Tree, nodes: list[PlanNode]) -> None:
         for node in nodes:
-            add(branch.add(_plan_label(node)), node.children)
+            add(branch.add(_plan_label(node, s.parameters)), node.children)
 
     add(tree, s.plan)
     parts: list[RenderableType] = [tree]
@@ -241,7 +244,7 @@ def summary_view(s: PatternSummary) -> RenderableType:
     else:
         parts += _iterations(s)
     if s.kind == "supervisor":
-        parts += _counts(s.counts, s.counts_live) + _routes(s.routes)
+        parts += _counts(s.counts, s.counts_live, s.parameters) + _routes(s.routes)
     if s.kind == "debate":
         parts += _judge(s.judge, s.parameters.get("judge") is not False)
     first = parts[0]
