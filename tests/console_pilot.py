@@ -3,8 +3,14 @@ ahead faster than the console reacts, and check what is on the screen."""
 
 from __future__ import annotations
 
+import os
+import sys
+import textwrap
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 from textual import events
 from textual.errors import NoWidget
@@ -16,6 +22,15 @@ from textual.widget import Widget
 from relaypoint.tui.detail import DetailPane
 from relaypoint.tui.runs_table import RunsTable
 from relaypoint.tui.screen import ConsoleScreen
+
+
+def write_apps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **sources: str) -> None:
+    """Write each app module ``name=source`` into ``tmp_path``, importable here and by the
+    processes the console starts (a resume)."""
+    for name, source in sources.items():
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
 
 
 async def settle(pilot: Pilot) -> None:

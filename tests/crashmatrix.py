@@ -754,6 +754,21 @@ CHAIN = Scenario(App(APP_MODULE, APP_SOURCE), WORKFLOW, make_input, work_left, _
 
 # ---- many trials ---------------------------------------------------------------------------------
 
+def check(results: list[TrialResult], where: Path) -> list[Kill]:
+    """Print the totals of ``results`` and the known gaps seen; assert no violation (naming the
+    trial directories under ``where``) and that the harness killed something. Returns the kills."""
+    print("\n" + summarize(results))
+    for gap in sorted({g.split(":")[0] for r in results for g in r.known}):
+        seeds = [r.seed for r in results if any(g.startswith(gap) for g in r.known)]
+        print(f"  known gap (tolerated, see crashmatrix.TOLERATED_GAPS): {gap}; seen in seeds {seeds}")
+    violations = [f"seed {r.seed}: {v}" for r in results for v in r.violations]
+    assert not violations, f"{len(violations)} violations (trial directories under {where}):\n" + "\n".join(
+        violations[:50])
+    kills = [k for r in results for k in r.kills]
+    assert len(kills) >= len(results), "the harness hardly killed anything"
+    return kills
+
+
 def summarize(results: list[TrialResult]) -> str:
     """One line of totals over ``results``."""
     kills = [k for r in results for k in r.kills]

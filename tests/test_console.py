@@ -6,14 +6,12 @@ stored text shown literally."""
 from __future__ import annotations
 
 import os
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 from console_pilot import (detail, is_visible, main_screen, open_form, press_to_run, runs_table, screen_lines, select_run,
-                           select_step, settle, type_ahead, type_text, until)
+                           select_step, settle, type_ahead, type_text, until, write_apps)
 from fixtures import WORKFLOWS, build_fixture_store
 from helpers import snapshot
 from textual.geometry import Region
@@ -215,9 +213,7 @@ workflows = [tiny]
 
 
 async def test_resume_runs_the_run_to_the_end_in_another_process(tmp_path, monkeypatch):
-    (tmp_path / "tinyapp.py").write_text(textwrap.dedent(TINY_APP))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    write_apps(tmp_path, monkeypatch, tinyapp=TINY_APP)
     import tinyapp
 
     path = str(tmp_path / "store.db")
@@ -924,10 +920,7 @@ workflows = [tiny]
 
 
 async def test_a_resume_refused_for_drift_says_why_and_offers_to_allow_it(tmp_path, monkeypatch):
-    (tmp_path / "tinyapp.py").write_text(textwrap.dedent(TINY_APP))
-    (tmp_path / "driftedapp.py").write_text(textwrap.dedent(DRIFTED_APP))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    write_apps(tmp_path, monkeypatch, tinyapp=TINY_APP, driftedapp=DRIFTED_APP)
     import tinyapp
 
     path = str(tmp_path / "store.db")

@@ -12,16 +12,13 @@ Update the snapshots after an intended change with ``pytest tests/test_console_p
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import sys
-import textwrap
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from console_pilot import detail, press_to_run, screen_lines, select_run, settle, until
+from console_pilot import detail, press_to_run, screen_lines, select_run, settle, until, write_apps
 from fixtures import CONSOLE_NOW, FixtureClock, counter_ids, fixed_clock
 from textual.geometry import Region
 from textual.pilot import Pilot
@@ -441,9 +438,7 @@ workflows = [person]
 
 
 async def test_respond_to_a_persons_turn_then_resume_it_in_another_process(tmp_path, monkeypatch):
-    (tmp_path / "personapp.py").write_text(textwrap.dedent(PERSON_APP))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    write_apps(tmp_path, monkeypatch, personapp=PERSON_APP)
     import personapp
 
     path = str(tmp_path / "store.db")

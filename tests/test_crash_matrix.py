@@ -26,16 +26,7 @@ SEED = int(os.environ.get("RELAYPOINT_CRASH_SEED", "1"))
 
 def test_crash_matrix(tmp_path):
     results = [crashmatrix.run_trial(tmp_path / f"trial-{seed}", seed) for seed in range(SEED, SEED + TRIALS)]
-    print("\n" + crashmatrix.summarize(results))
-    gaps = sorted({g.split(":")[0] for r in results for g in r.known})
-    for gap in gaps:
-        seeds = [r.seed for r in results if any(g.startswith(gap) for g in r.known)]
-        print(f"  known gap (tolerated, see crashmatrix.TOLERATED_GAPS): {gap}; seen in seeds {seeds}")
-    violations = [f"seed {r.seed}: {v}" for r in results for v in r.violations]
-    assert not violations, f"{len(violations)} violations (trial directories under {tmp_path}):\n" + "\n".join(
-        violations[:50])
-    kills = [k for r in results for k in r.kills]
-    assert len(kills) >= TRIALS, "the harness hardly killed anything"
+    kills = crashmatrix.check(results, tmp_path)
     if TRIALS >= 8:  # the kills reach the places that matter
         assert any(k.owner and k.step for k in kills), "no kill landed inside a step"
         assert any("main:commit_boundary" in k.txns for k in kills), "no kill landed inside a boundary transaction"

@@ -27,14 +27,6 @@ SEED = int(os.environ.get("RELAYPOINT_PATTERN_SEED", "1"))
 def test_pattern_crash_matrix(tmp_path):
     results = [crashmatrix.run_trial(tmp_path / f"trial-{seed}", seed, scenario=patternmatrix.PATTERNS)
                for seed in range(SEED, SEED + TRIALS)]
-    print("\n" + crashmatrix.summarize(results))
-    for gap in sorted({g.split(":")[0] for r in results for g in r.known}):
-        seeds = [r.seed for r in results if any(g.startswith(gap) for g in r.known)]
-        print(f"  known gap (tolerated, see crashmatrix.TOLERATED_GAPS): {gap}; seen in seeds {seeds}")
-    violations = [f"seed {r.seed}: {v}" for r in results for v in r.violations]
-    assert not violations, f"{len(violations)} violations (trial directories under {tmp_path}):\n" + "\n".join(
-        violations[:50])
-    kills = [k for r in results for k in r.kills]
-    assert len(kills) >= TRIALS, "the harness hardly killed anything"
+    kills = crashmatrix.check(results, tmp_path)
     assert any(k.owner and k.step and "#" in k.step for k in kills), "no kill landed inside an agent call"
     assert any("main:commit_boundary" in k.txns for k in kills), "no kill landed inside a boundary transaction"
