@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from . import encoding
 from .clock import Clock
@@ -116,13 +117,16 @@ class Claims:
             input = self.store.run_input(rid)
             checkpoint = self.store.latest_checkpoint(rid)
             state = driver.initial_state() if checkpoint is None else self._restored(driver, checkpoint)
+            resume_at = checkpoint.seq if checkpoint else None
+            state, action, cur = self.executor.resolve(rid, driver, state, input, resume_at=resume_at)
             if replan:
-                state = driver.replan(state)
                 self.store.add_event(rid, at, EventKind.REPLAN_REQUESTED, step=checkpoint.step if checkpoint else None)
-            state, action, cur = self.executor.resolve(rid, driver, state, input,
-                                                       resume_at=checkpoint.seq if checkpoint else None)
-            if replan and checkpoint is not None:
-                self._abandon(rid, checkpoint.seq, cur, at)
+                if cur is not None and cur.seq is not None and cur.status != StepStatus.FAILED:
+                    # the execution the run stopped at (interrupted, or answered) finishes first
+                    state = driver.replan(state)
+                else:  # a subtask failed for good is re-planned, not run again
+                    state, action, cur = self.executor.resolve(rid, driver, driver.replan(state), input)
+            abandoned = self._abandon(rid, resume_at, cur, at) if resume_at is not None else None
             if head.status == RunStatus.INTERRUPTED and self._poisoned(head, cur, at):
                 return RunStatus.FAILED
             if cur is not None and cur.seq is not None:
@@ -132,17 +136,21 @@ class Claims:
                 return RunStatus.AWAITING_APPROVAL
             self.store.update_run(rid, status=RunStatus.RUNNING, updated_at=at, error=None, lease=lease.lease(),
                                   current_step=cur.call.name if cur else None)
-            self.store.add_event(rid, at, EventKind.RESUMED, pid=lease.pid, host=HOST, previous_status=head.status)
+            self.store.add_event(rid, at, EventKind.RESUMED, pid=lease.pid, host=HOST, previous_status=head.status,
+                                 **({"abandoned": abandoned} if abandoned else {}))
             claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done)
             self._begin(claim, at)
         return claim
 
-    def _abandon(self, rid: str, seq: int, cur: Current | None, at: datetime) -> None:
-        """After a re-plan: the execution the run stopped at (``seq``), when the new plan does not
-        go on with it and it never finished, is ``cancelled`` (it will not run again)."""
+    def _abandon(self, rid: str, seq: int, cur: Current | None, at: datetime) -> dict[str, Any] | None:
+        """The execution the run stopped at (``seq``, named by its latest checkpoint), when the run
+        does not go on with it and it never finished (an allowed drift removed its agent), is
+        ``cancelled``: it will not run again. Returns it as the ``resumed`` event names it, or None."""
         row = self.store.step(rid, seq)
-        if row is not None and row.status in OPEN_STEPS and (cur is None or cur.seq != seq):
-            self.store.update_step(rid, seq, status=StepStatus.CANCELLED, finished_at=at)
+        if row is None or row.status not in OPEN_STEPS or (cur is not None and cur.seq == seq):
+            return None
+        self.store.update_step(rid, seq, status=StepStatus.CANCELLED, finished_at=at)
+        return {"seq": seq, "step": row.name, **located(Call.of(row))}
 
     @staticmethod
     def _restored(driver: Driver, checkpoint: Checkpoint) -> State:
@@ -207,6 +215,8 @@ class Claims:
             raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}); "
                              "fork the run, or resume with --allow-drift to map completed steps by name")
         latest = self.store.latest_checkpoint(rid)
+        under_way = [s.name for s in self.store.steps(rid) if s.parent is None and s.options.get("pattern")
+                     and s.status != StepStatus.COMPLETED and self.store.children(rid, s.seq)]
         planned = driver.planned()
         dropped = self.store.replace_steps(rid, [
             NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(rid, Call(s.name)),
@@ -226,12 +236,10 @@ class Claims:
         if carried is not None:
             state, seq, step = carried
         else:
-            under_way = next((s for s in top if s.options.get("pattern") and s.status != StepStatus.COMPLETED
-                              and self.store.children(rid, s.seq)), None)
-            if under_way is not None:  # rolled back with the rest of the claim
+            if under_way:  # rolled back with the rest of the claim
                 raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}), and the "
-                                 f"change would restart pattern '{under_way.name}', whose recorded executions would "
-                                 "run again; fork the run instead")
+                                 f"change would drop or restart pattern '{under_way[0]}', whose recorded executions "
+                                 "would run again; fork the run instead")
             seq = first.seq if first is not None else len(top)
             step = first.name if first is not None else None
             state = driver.restore(None, NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, step, at))

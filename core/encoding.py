@@ -1,6 +1,7 @@
 """The one encoding of stored values (step outputs, inputs, decisions): strict JSON.
 
-Accepted: None, bool, int, finite float, str (valid Unicode), list/tuple, dict (or any other
+Accepted: None, bool, int, finite float, str (valid Unicode), list/tuple (or any other
+``collections.abc.Sequence`` but bytes-like, e.g. ``ctx.history``, read whole), dict (or any other
 ``collections.abc.Mapping``, e.g. ``ctx.results``, read whole) with str keys, and pydantic models
 (stored as ``model_dump(mode="json")``). Anything else fails with an ``InvalidValue`` naming the
 path, e.g. ``output.obj: object is not JSON serializable``.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -50,7 +51,7 @@ def _plain(value: Any, path: str, depth: int) -> Any:
         return _text(value, path)
     if isinstance(value, BaseModel):
         return _plain(value.model_dump(mode="json"), path, depth + 1)
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray, memoryview)):
         return [_plain(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, Mapping):
         out = {}

@@ -164,7 +164,7 @@ def test_a_debate_killed_inside_the_commit_of_round_3_resumes_to_the_uninterrupt
     assert calls(box)[-1].label == "argue#3/con"  # the call had returned: its commit was cut
     (latest,) = procs.query(box.db, "SELECT state FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id DESC "
                                     "LIMIT 1", (run_id,))
-    assert json.loads(latest["state"]) == {"next": 0, "in": {"round": 3, "turn": 1}}  # as before the commit
+    assert json.loads(latest["state"]) == {"next": 0, "in": {"round": 3, "spoken": ["pro"]}}  # as before the commit
 
     done = resume(box, run_id)
     assert done.code == 0, done.text
@@ -320,11 +320,11 @@ def test_max_replans_fails_the_run_with_the_reason(box):
 
 
 def test_resume_replan_decomposes_again_once(box):
-    """Killed inside t2; ``resume --replan`` calls the plan function again, past the cut call (its
-    answer repeats completed t1, which is kept, not run again); killed again inside t3, a plain
-    resume keeps the new plan."""
+    """Killed inside t2; ``resume --replan`` first finishes the cut call (t2 runs again), then calls
+    the plan function again (its answer repeats completed t1 and t2, which are kept, not run
+    again); killed again inside t3, a plain resume keeps the new plan."""
     run_id = started(box, "plan", "build#2/test")
-    assert killed_in(box, "build#4/code", "resume", run_id, "--app", APP.spec, "--replan") == run_id
+    assert killed_in(box, "build#3/code", "resume", run_id, "--app", APP.spec, "--replan") == run_id
     done = resume(box, run_id)
     assert done.code == 0, done.text
     run = shown(box, run_id)
@@ -332,22 +332,22 @@ def test_resume_replan_decomposes_again_once(box):
     plans = [c for c in calls(box) if c.label.endswith("/plan")]
     assert [c.label for c in plans] == ["build#1/plan", "build#3/plan"]
     assert plans[1].state["decompose"] is True
-    assert [c.label for c in calls(box) if c.label.startswith("build#1/")] == ["build#1/plan", "build#1/code"]
+    assert [c.label for c in calls(box) if c.label.startswith("build#2/")] == ["build#2/test", "build#2/test"]
     done_calls = {label_of(t): t["output"] for t in run["tasks"] if t["status"] == "completed"}
-    assert run["tasks"][0]["output"] == {"t1": done_calls["build#1/code"], "t2": done_calls["build#3/test"],
-                                         "t3": done_calls["build#4/code"]}
+    assert run["tasks"][0]["output"] == {"t1": done_calls["build#1/code"], "t2": done_calls["build#2/test"],
+                                         "t3": done_calls["build#3/code"]}
     assert [e["kind"] for e in procs.events(box.db, run_id)].count("replan_requested") == 1
 
 
-def test_a_call_abandoned_by_resume_replan_does_not_stay_open(box):
+def test_the_call_a_run_stopped_in_finishes_before_resume_replan_decomposes(box):
     run_id = started(box, "plan", "build#2/test")
     done = resume(box, run_id, "--replan")
     assert done.code == 0, done.text
     run = shown(box, run_id)
     assert run["status"] == "completed"
-    # the killed call is not in the new plan: it never runs again, and is recorded so
-    assert [(label_of(t), t["status"]) for t in run["tasks"] if t["status"] != "completed"] == [
-        ("build#2/test", "cancelled")]
+    assert [(label_of(t), t["status"]) for t in run["tasks"] if t["status"] != "completed"] == []
+    assert [label_of(t) for t in run["tasks"][1:]] == ["build#1/plan", "build#1/code", "build#2/test", "build#3/plan",
+                                                       "build#3/code"]
 
 
 def test_a_decomposition_asked_by_resume_replan_has_its_own_idempotency_key(box):

@@ -55,10 +55,10 @@ def test_a_debate_records_every_speech_then_the_judge_and_its_result_reaches_lat
             ("argue", 2, "pro", "completed"), ("argue", 2, "con", "completed"),
             ("argue", 3, "judge", "completed"), ("report", 1, None, "completed")]
         assert seen == [
-            (1, "pro", [], "argue#1/pro", {"round": 1, "turn": 0}, "tests"),
-            (1, "con", [(1, "pro")], "argue#1/con", {"round": 1, "turn": 1}, "tests"),
-            (2, "pro", [(1, "pro"), (1, "con")], "argue#2/pro", {"round": 2, "turn": 0}, "tests"),
-            (2, "con", [(1, "pro"), (1, "con"), (2, "pro")], "argue#2/con", {"round": 2, "turn": 1}, "tests")]
+            (1, "pro", [], "argue#1/pro", {"round": 1, "spoken": []}, "tests"),
+            (1, "con", [(1, "pro")], "argue#1/con", {"round": 1, "spoken": ["pro"]}, "tests"),
+            (2, "pro", [(1, "pro"), (1, "con")], "argue#2/pro", {"round": 2, "spoken": []}, "tests"),
+            (2, "con", [(1, "pro"), (1, "con"), (2, "pro")], "argue#2/con", {"round": 2, "spoken": ["pro"]}, "tests")]
         result = {"heard": ["pro says 1", "con says 1", "pro says 2", "con says 2"], "agent": "judge"}
         assert rt.step_output(rid, "argue") == result
         assert rt.step_output(rid, "report") == "con says 2"
@@ -350,10 +350,20 @@ def test_an_allowed_drift_that_would_restart_a_pattern_under_way_is_refused(tmp_
         rid = rt.start("p")
         rt.respond(rid, "x")
     with Runtime(str(tmp_path / "s.db"), [flow(True)]) as rt:
-        with pytest.raises(DriftError, match="would restart pattern 'argue', whose recorded executions would run "
-                                             "again; fork the run instead"):
+        with pytest.raises(DriftError, match="would drop or restart pattern 'argue', whose recorded executions "
+                                             "would run again; fork the run instead"):
             rt.resume(rid, allow_drift=True)
         assert rt.get(rid).status == "queued" and [t.name for t in rt.get(rid).tasks if t.parent is None] == ["argue"]
+
+    renamed = Workflow("p")
+    renamed.debate("argue2", agents={"pro": lambda c: 1, "me": human("?")}, rounds=2)
+    plain = Workflow("p")
+    plain.step(name="argue")(lambda c: 1)
+    for wf in (renamed, plain):  # the pattern dropped, or turned into a step of its name
+        with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+            with pytest.raises(DriftError, match="would drop or restart pattern 'argue'"):
+                rt.resume(rid, allow_drift=True)
+            assert len(rt.get(rid).tasks) == 3  # nothing deleted
 
 
 def test_re_planning_by_the_operator_never_reuses_an_idempotency_key(tmp_path):
@@ -366,3 +376,55 @@ def test_re_planning_by_the_operator_never_reuses_an_idempotency_key(tmp_path):
         assert len(keys) == len(set(keys)) and calls["plan"] == 2
         assert [(t.iteration, t.agent, t.status.value) for t in children(rt, rid, "build")][3:] == [
             (3, "code", "failed"), (4, "plan", "completed"), (4, "code", "failed")]
+
+
+def test_after_an_allowed_drift_each_agent_left_speaks_once_a_round_and_an_abandoned_call_is_cancelled(tmp_path):
+    def flow(agents):
+        wf = Workflow("d")
+        wf.debate("argue", agents=agents, rounds=2, judge=lambda c: [(h["iteration"], h["agent"]) for h in c.history])
+        return wf
+
+    with Runtime(str(tmp_path / "s.db"), [flow({"pro": lambda c: 1, "con": human("?"), "x": lambda c: 3})]) as rt:
+        rid = rt.start("d")  # round 1: pro spoke, con's turn waits
+        rt.respond(rid, "answer")
+        assert rt.get(rid).status == "queued"
+    with Runtime(str(tmp_path / "s.db"), [flow({"x": lambda c: 3, "pro": lambda c: 1})]) as rt:
+        assert rt.resume(rid, allow_drift=True) == "completed"
+        assert rt.step_output(rid, "argue") == [[1, "pro"], [1, "x"], [2, "x"], [2, "pro"]]
+        con = [t for t in rt.get(rid).tasks if t.agent == "con"]
+        assert [t.status.value for t in con] == ["cancelled"]
+        (resumed,) = [e for e in rt.events(rid) if e.kind == "resumed"]
+        assert resumed.detail["abandoned"] == {"seq": con[0].seq, "step": "argue", "iteration": 1, "agent": "con"}
+
+
+def test_re_planning_a_planner_stopped_at_an_answered_persons_turn_keeps_the_answer(tmp_path):
+    wf = Workflow("p")
+    asked = []
+
+    def make_plan(ctx):
+        asked.append(ctx.iteration)
+        return [{"id": "ask", "agent": "person"}, {"id": "use", "agent": "code", "after": ["ask"]}]
+
+    wf.planner("build", plan=make_plan, agents={"person": human("which file?"), "code": lambda c: c.results}, )
+    with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+        rid = rt.start("p")
+        rt.respond(rid, "a.py")
+        assert rt.resume(rid, replan=True) == "completed"
+        kids = [(t.iteration, t.agent, t.status.value, t.output) for t in rt.get(rid).tasks if t.parent is not None]
+        assert kids[:3] == [(1, "plan", "completed", kids[0][3]), (1, "person", "completed", "a.py"),
+                            (2, "plan", "completed", kids[2][3])]
+        assert [k[1] for k in kids] == ["plan", "person", "plan", "code"]  # the person is not asked again
+        assert asked == [1, 2]
+
+
+def test_a_router_returning_a_list_fails_its_turn_in_one_line_and_ctx_history_can_be_returned(tmp_path):
+    with Runtime(str(tmp_path / "s.db"), [supervised(lambda ctx: ["search"])]) as rt:
+        run = rt.get(rt.start("sup"))
+        assert run.error.endswith("the router of 'triage' returned ['search'] for turn 1, not one of its agents "
+                                  "(search, code) or None to stop")
+    wf = Workflow("h")
+    wf.debate("argue", agents={"a": lambda c: c.iteration}, rounds=2, judge=lambda c: c.history)
+    with Runtime(str(tmp_path / "t.db"), [wf]) as rt:
+        rid = rt.start("h")
+        assert rt.step_output(rid, "argue") == [{"iteration": 1, "agent": "a", "output": 1},
+                                                {"iteration": 2, "agent": "a", "output": 2}]

@@ -1,8 +1,9 @@
 """The debate: every agent speaks once per round, in order, for ``rounds`` rounds; then a judge.
 
 Children: the agents' turns (iteration = round), then ``judge`` (iteration = rounds + 1).
-Sub-state: ``{"round": r, "turn": k}`` (the next speaker is agent k of round r) plus
-``{"judged": true}`` once the judge has spoken.
+Sub-state: ``{"round": r, "spoken": [agents who spoke in round r]}`` (by name, so a run resumed
+after an allowed drift that removed or reordered agents still gives each agent one turn a round)
+plus ``{"judged": true}`` once the judge has spoken.
 """
 
 from __future__ import annotations
@@ -41,24 +42,26 @@ class Debate(Pattern):
         return {"rounds": self.rounds, "judge": self.judge is not None}
 
     def start(self) -> Sub:
-        return {"round": 1, "turn": 0}
+        return {"round": 1, "spoken": []}
 
     def next(self, sub: Sub) -> tuple[Turn, ...]:
-        r, k = sub["round"], sub["turn"]
-        if k >= len(self.order):  # fewer agents than when the state was recorded (allowed drift)
-            r, k = r + 1, 0
+        r, spoken = sub["round"], sub["spoken"]
+        left = [a for a in self.order if a not in spoken]
+        if not left:  # every agent spoke (an allowed drift may have removed the one still to speak)
+            r, spoken, left = r + 1, [], self.order
         if r <= self.rounds:
-            return (Turn(r, self.order[k]),)
+            return (Turn(r, left[0]),)
         if self.judge is not None and not sub.get("judged"):
-            return (Turn(self.rounds + 1, "judge"),)
+            return (Turn(r + 1 if spoken else r, "judge"),)  # after every round spoken, even a cut one
         return ()
 
     def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
         if turn.agent == "judge":
             return {**sub, "judged": True}
-        k = self.order.index(turn.agent) + 1 if turn.agent in self.order else len(self.order)
-        return {"round": turn.iteration + 1, "turn": 0} if k >= len(self.order) else {"round": turn.iteration,
-                                                                                        "turn": k}
+        spoken = [*(sub["spoken"] if sub["round"] == turn.iteration else []), turn.agent]
+        if all(a in spoken for a in self.order):
+            return {"round": turn.iteration + 1, "spoken": []}
+        return {"round": turn.iteration, "spoken": spoken}
 
     def result(self, records: list[StepRecord]) -> Any:
         if self.judge is not None:

@@ -50,7 +50,7 @@ class Supervisor(Pattern):
     def _decide(self, route: Callable[[Context], Any], ctx: Context) -> dict[str, Any]:
         """Run the router for turn ``ctx.iteration``: the decision as recorded."""
         choice = route(ctx)
-        if choice is not None and choice not in self.agents:
+        if choice is not None and (not isinstance(choice, str) or choice not in self.agents):
             raise InvalidValue(f"the router of '{self.name}' returned {choice!r} for turn {ctx.iteration}, not one "
                                f"of its agents ({', '.join(self.order)}) or None to stop")
         idle = ctx.state["idle"]

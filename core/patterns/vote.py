@@ -3,7 +3,7 @@ the tally. ``tally="majority"`` is computed when the result is recorded; a funct
 the ``tally`` child over ``{voter: vote}``.
 
 Children: the voters (iteration 1), then ``tally`` (iteration 1) for a function tally.
-Sub-state: ``{"voted": n}`` (voters done, in order) plus ``{"tallied": true}``.
+Sub-state: ``{"voted": [voters done]}`` (by name) plus ``{"tallied": true}``.
 """
 
 from __future__ import annotations
@@ -58,11 +58,12 @@ class Vote(Pattern):
         return {"tally": "majority" if self.tally == "majority" else "function"}
 
     def start(self) -> Sub:
-        return {"voted": 0}
+        return {"voted": []}
 
     def next(self, sub: Sub) -> tuple[Turn, ...]:
-        if sub["voted"] < len(self.order):
-            return tuple(Turn(1, v) for v in self.order[sub["voted"]:])
+        left = [v for v in self.order if v not in sub["voted"]]
+        if left:
+            return tuple(Turn(1, v) for v in left)
         if callable(self.tally) and not sub.get("tallied"):
             return (Turn(1, "tally"),)
         return ()
@@ -70,7 +71,7 @@ class Vote(Pattern):
     def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
         if turn.agent == "tally":
             return {**sub, "tallied": True}
-        return {**sub, "voted": sub["voted"] + 1}
+        return {**sub, "voted": [*sub["voted"], turn.agent]}
 
     def result(self, records: list[StepRecord]) -> Any:
         votes = outputs_by_agent(records, self.roles)
