@@ -45,6 +45,9 @@ class Decisions:
             raise RefusedTransition(refusal + decided)
         assert cp is not None
         if checkpoint_id is not None and cp.checkpoint_id != checkpoint_id:
+            if all(c.checkpoint_id != checkpoint_id for c in self.store.checkpoints(rid)):
+                raise RefusedTransition(f"checkpoint {checkpoint_id} is not one of run {rid}'s; it waits on "
+                                        f"checkpoint {cp.checkpoint_id} (step '{cp.step}')")
             raise RefusedTransition(f"run {rid} moved on since checkpoint {checkpoint_id}: it now waits on "
                                     f"checkpoint {cp.checkpoint_id} (step '{cp.step}'); review it again")
         if cp.deadline_at is not None and cp.deadline_at <= self.clock():

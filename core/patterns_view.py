@@ -19,13 +19,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .models import Checkpoint, StepRecord
+from .patterns import NOUNS
 from .status import StepStatus
 
 JUDGE, TALLY, ROUTE, PLAN, REPLAN = "judge", "tally", "route", "plan", "replan"
 """The agent names of a pattern's own decisions (reserved: no user agent has them)."""
 
-ITERATION_WORDS = {"debate": "round", "loop": "pass", "supervisor": "turn", "vote": "vote", "planner": "subtask"}
-"""What one iteration of each pattern kind is called."""
 
 SHOWN_ITERATIONS = 12
 """Most iterations (the latest) a pattern's summary lists with their calls' outputs; the earlier
@@ -92,7 +91,7 @@ def call_label(kind: str | None, child: StepRecord) -> str:
         return agent
     if agent == REPLAN:
         return f"re-plan after subtask {child.iteration - 1}"
-    word = ITERATION_WORDS.get(kind or "", "iteration")
+    word = NOUNS.get(kind or "", "iteration")
     if kind == "vote":
         return f"vote · {agent}"
     if kind == "planner":
@@ -122,7 +121,7 @@ def fork_point(kind: str | None, child: StepRecord) -> str:
         return f"the re-plan after subtask {child.iteration - 1}"
     if kind == "vote":
         return "the vote"
-    word = ITERATION_WORDS.get(kind or "", "iteration")
+    word = NOUNS.get(kind or "", "iteration")
     task = _task(child) if kind == "planner" else None
     return f"{word} {child.iteration}" + (f" ({task})" if task else "")
 
@@ -299,7 +298,7 @@ def _iterations(kind: str, children: Sequence[StepRecord]) -> list[Iteration]:
     for child in children:
         if child.agent not in _DECISIONS:
             by_number[child.iteration].append(child)
-    word = ITERATION_WORDS.get(kind, "iteration")
+    word = NOUNS.get(kind, "iteration")
     if kind == "vote":
         return [Iteration(1, "votes", by_number[1])] if by_number else []
     if kind == "planner":  # one iteration per subtask, labelled with its task

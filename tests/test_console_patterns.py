@@ -478,7 +478,7 @@ async def test_approve_a_persons_approval_turn_with_a_value(store):
         form = app.screen
         await until(pilot, lambda: form.loaded)
         shown = form_text(form)
-        assert "steptriage,turn4·ops" in shown and "Deploythefix?(triage,iteration4,as'ops')" in shown
+        assert "steptriage,turn4·ops" in shown and "Deploythefix?(triage,turn4,as'ops')" in shown
         assert squash("Value (JSON, optional; the pattern gets it with the approval") in shown
         form.query_one("#comment", Input).value = "ship it"
         form.query_one("#output-json", TextArea).load_text('{"window": "tonight"}')

@@ -161,7 +161,7 @@ def test_a_person_as_the_skeptic_pauses_each_round_and_resumes_after_respond(tmp
         with Runtime(str(box.db), create=False) as rt:
             run = rt.get(rid)
             assert run.status == "awaiting_input"
-            assert run.pending.reason == f"{panel.SKEPTIC_PROMPT} (argue, iteration {round_}, as 'skeptic')"
+            assert run.pending.reason == f"{panel.SKEPTIC_PROMPT} (argue, round {round_}, as 'skeptic')"
             waiting = [t for t in children(rt, rid, "argue") if t.status == "awaiting_input"]
             assert [(t.iteration, t.agent) for t in waiting] == [(round_, "skeptic")]
         assert box.run("respond", rid, "--value", json.dumps(answer), "--by", "ana").code == 0
@@ -224,7 +224,7 @@ def test_the_demo_has_a_completed_panel_one_killed_mid_debate_and_one_awaiting_a
         assert (killed[3].iteration, killed[3].agent) == (2, "skeptic") and killed[3].output is None
         person = rt.get(runs["panel_awaiting_input"])
         assert person.status == "awaiting_input" and person.workflow == "panel-with-person"
-        assert person.pending.reason.endswith("(argue, iteration 1, as 'skeptic')")
+        assert person.pending.reason.endswith("(argue, round 1, as 'skeptic')")
     assert DEMO_APP == "relaypoint.demo:workflows"
     assert {"panel", "panel-with-person", "repo-audit"} == {wf.name for wf in demo_workflows}
 

@@ -391,7 +391,7 @@ def test_a_person_in_a_debate_is_asked_on_their_turn_across_processes(box):
     for round_, answer in enumerate(answers, 1):
         run = shown(box, run_id)
         assert run["status"] == "awaiting_input"
-        assert run["pending"]["reason"] == f"Your rebuttal? (argue, iteration {round_}, as 'con')"
+        assert run["pending"]["reason"] == f"Your rebuttal? (argue, round {round_}, as 'con')"
         assert (label_of(run["tasks"][-1]), run["tasks"][-1]["status"]) == (f"argue#{round_}/con", "awaiting_input")
         responded = box.run("respond", run_id, "--value", json.dumps(answer), "--by", "dana")
         assert responded.code == 0, responded.text

@@ -255,7 +255,7 @@ def test_a_person_in_a_debate_pauses_on_their_turn_and_their_answer_is_their_out
         rid = rt.start("human")
         run = rt.get(rid)
         assert run.status == "awaiting_input" and run.pending.kind == "input"
-        assert run.pending.reason == "Your rebuttal? (argue, iteration 1, as 'me')"
+        assert run.pending.reason == "Your rebuttal? (argue, round 1, as 'me')"
         assert run.pending.deadline_at is not None
         rt.respond(rid, {"text": "no"})
         assert rt.resume(rid) == "awaiting_input"

@@ -141,6 +141,12 @@ def test_approve_with_a_stale_checkpoint_id_is_refused(tmp_path):
             rt.approve(rid, checkpoint_id=first)
         with pytest.raises(RefusedTransition, match="moved on"):
             rt.reject(rid, "no", checkpoint_id=first)
+        other = rt.start("flow")
+        foreign = rt.get(other).pending.checkpoint_id  # another run's checkpoint, or none at all
+        for wrong in (foreign, 99_999):
+            with pytest.raises(RefusedTransition, match=f"checkpoint {wrong} is not one of run {rid}'s; it waits on "
+                                                        f"checkpoint {second}"):
+                rt.approve(rid, checkpoint_id=wrong)
         assert rt.get(rid).status == RunStatus.AWAITING_APPROVAL
         assert rt.approve(rid, checkpoint_id=second).checkpoint_id == second
 

@@ -9,4 +9,7 @@ from .planner import Planner
 from .supervisor import Supervisor
 from .vote import Vote, majority
 
-__all__ = ["Debate", "Human", "Loop", "Pattern", "Planner", "Supervisor", "Vote", "human", "majority"]
+NOUNS = {p.kind: p.noun for p in (Debate, Loop, Planner, Supervisor, Vote)}
+"""What one iteration of each pattern kind is called: ``{"debate": "round", ...}``."""
+
+__all__ = ["NOUNS", "Debate", "Human", "Loop", "Pattern", "Planner", "Supervisor", "Vote", "human", "majority"]

@@ -12,6 +12,7 @@ the recorded children.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,8 +42,9 @@ class Human:
     kind: Literal["input", "approval"] = "input"
     timeout: float | None = None
 
-    def __call__(self, ctx: Context) -> Any:
-        asked = f"{self.prompt} ({ctx.step}, iteration {ctx.iteration}, as '{ctx.agent}')"
+    def __call__(self, ctx: Context, noun: str = "iteration") -> Any:
+        """Ask the person (``noun``: what the pattern calls an iteration, for the prompt)."""
+        asked = f"{self.prompt} ({ctx.step}, {noun} {ctx.iteration}, as '{ctx.agent}')"
         return ctx.request_input(asked) if self.kind == "input" else ctx.request_approval(asked)
 
 
@@ -84,6 +86,8 @@ class Pattern(ABC):
     """
 
     kind: ClassVar[str]
+    noun: ClassVar[str]
+    """What one iteration of this kind is called (round, pass, turn...), in prompts and the console."""
     roles: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, name: str, agents: Mapping[str, Any], *, retries: int, on_orphan: str,
@@ -111,7 +115,8 @@ class Pattern(ABC):
     def _spec(self, fn: Callable[[Context], Any]) -> StepSpec:
         o = self.options
         timeout = fn.timeout if isinstance(fn, Human) and fn.timeout is not None else o.timeout
-        return StepSpec(self.name, fn, False, o.retries, o.on_orphan, timeout)
+        run = functools.partial(fn, noun=self.noun) if isinstance(fn, Human) else fn
+        return StepSpec(self.name, run, False, o.retries, o.on_orphan, timeout)
 
     def _add(self, label: str | None, fn: Callable[[Context], Any]) -> None:
         """Register the function run as ``label``: a role, or (None) a loop's pass."""

@@ -25,6 +25,7 @@ class Debate(Pattern):
     :meth:`relaypoint.Workflow.debate`."""
 
     kind = "debate"
+    noun = "round"
     roles = ("judge",)
 
     def __init__(self, name: str, agents: Mapping[str, Any], *, rounds: int, judge: Callable[[Context], Any] | None,

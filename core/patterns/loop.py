@@ -23,6 +23,7 @@ class Loop(Pattern):
     :meth:`relaypoint.Workflow.loop`."""
 
     kind = "loop"
+    noun = "pass"
 
     def __init__(self, name: str, fn: Callable[[Context], Any], *, max_iterations: int,
                  until: Callable[[Context], Any] | None, retries: int, on_orphan: str,

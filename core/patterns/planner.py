@@ -41,6 +41,7 @@ class Planner(Pattern):
     """
 
     kind = "planner"
+    noun = "subtask"
     roles = ("plan", "replan")
 
     def __init__(self, name: str, plan: Callable[[Context], Any], agents: Mapping[str, Any], *,

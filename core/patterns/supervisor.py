@@ -35,6 +35,7 @@ class Supervisor(Pattern):
     """
 
     kind = "supervisor"
+    noun = "turn"
     roles = ("route",)
 
     def __init__(self, name: str, agents: Mapping[str, Any], *, route: Callable[[Context], Any], max_turns: int,

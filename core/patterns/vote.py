@@ -42,6 +42,7 @@ class Vote(Pattern):
     :meth:`relaypoint.Workflow.vote`."""
 
     kind = "vote"
+    noun = "vote"
     roles = ("tally",)
 
     def __init__(self, name: str, voters: Mapping[str, Any], *, tally: str | Callable[[dict[str, Any]], Any],
