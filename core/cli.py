@@ -36,7 +36,8 @@ from .errors import InvalidValue, RelaypointError
 from .defaults import DURABILITIES, DURABILITY, LEASE_SECONDS
 from .runtime import Runtime
 from .workflow import find_workflow
-from .models import RunSummary
+from .models import Run, RunSummary
+from .patterns_view import paused_execution
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
 
 LIST_PAGE = 1_000
@@ -205,7 +206,7 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
     if run.status == RunStatus.FAILED:
         raise click.ClickException(f"run {run_id} failed: {run.error}")
     if run.status.is_paused:
-        _say(f"run {run_id} is {run.status} at step '{run.current_step}'", err=True)
+        _say(f"run {run_id} is {run.status}{_waits_at(run)}", err=True)
 
 
 @cli.command("list")
@@ -333,14 +334,15 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
         beat = f", last heartbeat {to_text(lease.heartbeat_at)}" if lease.heartbeat_at else ""
         out.print(literal(f"executor: pid {lease.pid} on {lease.host}{beat}"))
     if run.pending:
-        _bounded(out, preview(f"waiting: {run.pending.reason} (checkpoint {run.pending.checkpoint_id})"), whole_run,
-                 "yellow")
+        until = f", deadline {to_text(run.pending.deadline_at)}" if run.pending.deadline_at else ""
+        _bounded(out, preview(f"waiting: {run.pending.reason} (checkpoint {run.pending.checkpoint_id}{until})"),
+                 whole_run, "yellow")
     if run.error:
         _bounded(out, preview(f"error: {run.error}"), whole_run, "red")
     _bounded(out, preview(f"input: {json.dumps(run.input, ensure_ascii=False)}"), whole_run)
     for t in run.tasks:  # in tree order: a pattern's executions, indented, follow its row
         out.print()
-        inside = where(Call(t.name, t.iteration, t.agent, parent=t.parent, task=t.options.get("task")))
+        inside = where(Call.of(t))
         out.print(literal(f"{'  ' if inside else ''}{STEP_SYMBOLS[t.status]} {t.name}{inside}  {t.status}  "
                           f"attempts {t.attempts}", "bold"))
         if t.has_output:
@@ -348,6 +350,15 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
             _bounded(out, preview_json(t.output), whole)
         if t.error:
             _bounded(out, preview(t.traceback or t.error), whole_run, "red")
+
+
+def _waits_at(run: Run) -> str:
+    """Where a paused run waits: `` at step 'draft'``, or inside a pattern
+    `` at step 'argue' (iteration 2, agent 'con')``."""
+    step = paused_execution(run.tasks, run.pending) if run.pending else None
+    if step is None:
+        return f" at step '{run.current_step}'"
+    return f" at step '{step.name}'{where(Call.of(step))}"
 
 
 def _bounded(out: Console, shown: Preview, whole: str, style: str = "") -> None:
@@ -379,7 +390,7 @@ def resume(ctx: click.Context, run_id: str, app_spec: str | None, allow_drift: b
     run = rt.get(run_id)
     if status == RunStatus.FAILED:
         raise click.ClickException(f"run {run.run_id} failed: {run.error}")
-    _say(f"run {run.run_id} is {status}" + (f" at step '{run.current_step}'" if status.is_paused else ""))
+    _say(f"run {run.run_id} is {status}" + (_waits_at(run) if status.is_paused else ""))
 
 
 @cli.command()

@@ -177,7 +177,8 @@ def test_a_held_agent_killed_mid_call_waits_for_a_person_whose_output_is_recorde
     and the debate goes on from there without calling that agent again."""
     run_id = started(box, "careful", "argue#2/pro")
     done = resume(box, run_id)
-    assert done.code == 0 and done.out.strip() == f"run {run_id} is awaiting_approval at step 'argue'", done.text
+    assert done.code == 0 and done.out.strip() == (f"run {run_id} is awaiting_approval at step 'argue' (iteration 2, "
+                                                   "agent 'pro')"), done.text
     run = shown(box, run_id)
     assert (label_of(run["tasks"][-1]), run["tasks"][-1]["status"]) == ("argue#2/pro", "interrupted")
     assert "'argue'" in run["pending"]["reason"] and run["pending"]["kind"] == "orphan"
@@ -386,7 +387,8 @@ def test_a_fork_from_an_iteration_of_a_killed_run_runs_that_iteration_onward_onl
 def test_a_person_in_a_debate_is_asked_on_their_turn_across_processes(box):
     done = start(box, "person")
     run_id = done.out.strip()
-    assert done.code == 0 and done.err.strip() == f"run {run_id} is awaiting_input at step 'argue'", done.text
+    assert done.code == 0 and done.err.strip() == (f"run {run_id} is awaiting_input at step 'argue' (iteration 1, "
+                                                   "agent 'con')"), done.text
     answers = ["the cost is too high", "still too high"]
     for round_, answer in enumerate(answers, 1):
         run = shown(box, run_id)
@@ -397,6 +399,8 @@ def test_a_person_in_a_debate_is_asked_on_their_turn_across_processes(box):
         assert responded.code == 0, responded.text
         done = resume(box, run_id)
         assert done.code == 0, done.text
+        if round_ == 1:
+            assert done.out.strip() == f"run {run_id} is awaiting_input at step 'argue' (iteration 2, agent 'con')"
     assert done.out.strip() == f"run {run_id} is completed"
     run = shown(box, run_id)
     assert [(label_of(t), t["output"]) for t in run["tasks"] if t["agent"] == "con"] == [
@@ -427,6 +431,8 @@ def test_a_person_who_misses_their_turns_deadline_ends_the_run(box):
     assert done.code == 0, done.text
     deadline = shown(box, run_id)["pending"]["deadline_at"]
     assert deadline is not None
+    text = box.run("show", run_id)
+    assert text.code == 0 and "(checkpoint " in text.out and ", deadline 20" in text.out, text.text  # said in show
     time.sleep(1.1)
     late = box.run("respond", run_id, "--value", json.dumps("too late?"))
     assert late.code == 1 and late.one_line_error() is not None and "deadline" in late.err, late.text
