@@ -378,6 +378,21 @@ async def test_search_and_status_filters(store):
         assert "No run matches" in str(main_screen(pilot).query_one("#run-header", Static).content)
 
 
+async def test_at_80x24_the_runs_a_search_matches_stay_in_view(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = runs_table(pilot)
+        await until(pilot, lambda: table.row_count == len(runs))
+        await pilot.press("slash")
+        await type_text(pilot, "ticket")
+        await until(pilot, lambda: set(table.runs) == {runs["awaiting_input"], runs["cancelled"]})
+        await settle(pilot)
+        assert main_screen(pilot).search.has_focus
+        shown = "".join(screen_lines(table))
+        assert runs["awaiting_input"][:8] in shown and runs["cancelled"][:8] in shown
+
+
 async def test_keys_j_and_k_move_like_the_arrows(store):
     path, runs = store
     app = RelaypointConsole(path)
