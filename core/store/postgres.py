@@ -34,6 +34,7 @@ import hashlib
 import heapq
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -298,11 +299,17 @@ class PostgresStore(RunStore):
         """Rows this store object has read and returned (a cost guard for tests)."""
         parts = urlsplit(conninfo)
         host = parts.hostname or "localhost"
+        self._user = parts.username
+        self._server = f"{host}:{parts.port or 5432}"
+        self._dbname = (parts.path or "/").lstrip("/") or None
         self._where = f"{parts.username + '@' if parts.username else ''}{host}{f':{parts.port}' if parts.port else ''}" \
                       f"{parts.path or '/'}/{schema}"
         self.conn: psycopg.Connection | None = None
         try:
             self._connect()
+        except psycopg.Error as e:
+            raise self._connect_failure(e) from None
+        try:
             self._check_and_migrate(create)
         except psycopg.Error as e:
             self._close_quietly()
@@ -321,6 +328,30 @@ class PostgresStore(RunStore):
             options += " -c default_transaction_read_only=on"
         self.conn = psycopg.connect(self.conninfo, autocommit=True, row_factory=dict_row, options=options,
                                     connect_timeout=CONNECT_TIMEOUT_SECONDS, application_name="relaypoint")
+
+    def _connect_failure(self, e: psycopg.Error) -> StoreError:
+        """One line for a connection that could not be made (libpq's message is several)."""
+        msg = _one_line(e)
+        detail = re.sub(r"^connection failed: (connection to server at .*?, port \d+ failed: )?", "", msg)
+        detail = detail.replace("FATAL: ", "")
+        server = f"the PostgreSQL server at {self._server}"
+        if re.search(r'database ".*" does not exist', msg):
+            db = self._dbname or self._user or "?"
+            return StoreMissing(f"{server} has no database {db!r}; create it (createdb {db}) or point --db at "
+                                "another database")
+        if re.search(r'role ".*" does not exist', msg):
+            return StoreDenied(f"{server} has no user {self._user or '(default)'!r}; name an existing user in the "
+                               "URL (postgresql://USER@host/dbname)")
+        if any(w in msg for w in ("password", "authentication", "pg_hba.conf")):
+            return StoreDenied(f"{server} refused the credentials ({detail}); check the user and password "
+                               "(PGPASSWORD or ~/.pgpass)")
+        if "Connection refused" in msg:
+            return StoreUnreachable(f"{server} refused the connection (is PostgreSQL running and listening there?)")
+        if "resolve host" in msg or "could not translate host name" in msg:
+            return StoreUnreachable(f"cannot find the host of {server} (check the URL): {detail}")
+        if "timeout" in msg.lower():
+            return StoreUnreachable(f"{server} did not answer within {CONNECT_TIMEOUT_SECONDS} s")
+        return StoreUnreachable(f"cannot connect to {server}: {detail}")
 
     def _close_quietly(self) -> None:
         if self.conn is not None:
@@ -447,7 +478,10 @@ class PostgresStore(RunStore):
                 raise StoreUnreachable(f"the connection to {self._where} was lost in a transaction; it was not "
                                        "recorded")
             self._close_quietly()
-            self._connect()
+            try:
+                self._connect()
+            except psycopg.Error as e:
+                raise self._connect_failure(e) from None
 
     @contextmanager
     def _write(self, lock: str) -> Iterator[None]:
