@@ -91,6 +91,8 @@ TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
 FREE_TEXT_FIELDS = {"error", "traceback"}
 LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
 
+FENCE_REFUSED = "RPF01"
+"""The SQLSTATE a boundary's refused run update raises (fence_held), rolling the boundary back."""
 _LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s, %s)"
 _LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 _STEP_END = "UPDATE steps SET status = %s, finished_at = %s, error = %s, traceback = %s WHERE run_id = %s AND seq = %s"
@@ -104,6 +106,11 @@ _OUTPUT_INSERT = ("INSERT INTO outputs (run_id, seq, value) VALUES (%s, %s, %s) 
 _CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at) "
                       "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING checkpoint_id")
 _EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (%s, %s, %s, %s, %s, %s)"
+# An event naming the checkpoint its boundary inserted just before, on this connection: the detail
+# is {"checkpoint_id": <id>, ...} as json.dumps writes it, built on the server (no round trip).
+_EVENT_NAMING_CHECKPOINT = ("INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (%s, %s, %s, %s, %s, "
+                            "'{\"checkpoint_id\": ' || currval(pg_get_serial_sequence('checkpoints', 'checkpoint_id')) "
+                            "|| %s)")
 _CHILDREN = ("FROM steps s WHERE s.run_id = %(run)s AND s.name = (SELECT g.name FROM steps g "
              "WHERE g.run_id = %(run)s AND g.seq = %(parent)s) AND s.parent_seq = %(parent)s ORDER BY s.seq")
 
@@ -215,6 +222,14 @@ def _migrate_1(schema: str) -> list[str]:
                 END IF;
                 IF status_from IS NOT NULL THEN
                     UPDATE {schema}.run_counts SET runs = runs - 1 WHERE status = status_from;
+                END IF;
+            END $$""",
+        # A boundary is sent in one round trip (pipeline mode): its fenced run update checks its own
+        # row count on the server, and a refusal aborts the transaction before anything is written.
+        f"""CREATE FUNCTION {schema}.fence_held(updated bigint) RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+                IF updated <> 1 THEN
+                    RAISE EXCEPTION 'relaypoint: the boundary''s run update was refused' USING ERRCODE = '{FENCE_REFUSED}';
                 END IF;
             END $$""",
         f"""CREATE FUNCTION {schema}.run_counts_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -1009,6 +1024,9 @@ class PostgresStore(RunStore):
     # ---- the hot path
 
     def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
+        # The hot path: one round trip. Every statement (BEGIN, the shared lock, the fenced run
+        # update, the executions, output, checkpoint, events, COMMIT) is sent in pipeline mode and
+        # the results are read once; a refused fence raises on the server, so nothing is written.
         b = boundary
         if self.readonly:
             raise self._read_only()
@@ -1017,13 +1035,16 @@ class PostgresStore(RunStore):
         at = _time(b.at)
         ended, started, cp = b.ended, b.started, b.checkpoint
         names, values = _run_values({"updated_at": b.at, **b.run})
-        checkpoint_id = None
+        checkpoint = None
         try:
-            with self._write(_LOCK_SHARED):
-                execute = self.conn.execute
-                if execute(_run_update(names, b.fence is not None),
-                           (*values, b.run_id) if b.fence is None else (*values, b.run_id, b.fence)).rowcount != 1:
-                    raise self._refused(b.run_id)
+            self._ensure_connected()
+            self._in_transaction = True
+            conn = self.conn
+            with conn.pipeline(), conn.transaction():
+                execute = conn.execute
+                execute(_LOCK_SHARED, self._lock_keys)
+                execute(_fenced_update(names, b.fence is not None),
+                        (*values, b.run_id) if b.fence is None else (*values, b.run_id, b.fence))
                 if ended is not None:
                     execute(_STEP_END, (str(ended.status), at, _free(ended.error), _free(ended.traceback), b.run_id,
                                         ended.seq))
@@ -1037,18 +1058,24 @@ class PostgresStore(RunStore):
                     else:
                         execute(_STEP_START, (started.attempt, at, b.run_id, s))
                 if cp is not None:
-                    checkpoint_id = execute(_CHECKPOINT_INSERT, (
+                    checkpoint = execute(_CHECKPOINT_INSERT, (
                         cp.run_id, cp.seq, cp.step, cp.kind, at if cp.at == b.at else _time(cp.at), _free(cp.reason),
-                        cp.state, _time(cp.deadline_at))).fetchone()["checkpoint_id"]
-                if b.events:
-                    with self.conn.cursor() as cur:
-                        cur.executemany(_EVENT_INSERT, [
-                            (b.run_id, at, ev.kind, ev.step, _free(ev.actor),
-                             _detail({"checkpoint_id": checkpoint_id, **ev.detail} if ev.names_checkpoint
-                                     else ev.detail))
-                            for ev in b.events])
+                        cp.state, _time(cp.deadline_at)))
+                for ev in b.events:
+                    if ev.names_checkpoint and cp is not None and "checkpoint_id" not in ev.detail:
+                        rest = json.dumps(ev.detail, ensure_ascii=False)[1:] if ev.detail else "}"
+                        execute(_EVENT_NAMING_CHECKPOINT, (b.run_id, at, ev.kind, ev.step, _free(ev.actor),
+                                                           ", " + rest if ev.detail else rest))
+                    else:
+                        detail = {"checkpoint_id": None, **ev.detail} if ev.names_checkpoint else ev.detail
+                        execute(_EVENT_INSERT, (b.run_id, at, ev.kind, ev.step, _free(ev.actor), _detail(detail)))
+            checkpoint_id = None if checkpoint is None else checkpoint.fetchone()["checkpoint_id"]
         except psycopg.Error as e:
+            if getattr(e, "sqlstate", None) == FENCE_REFUSED:
+                raise self._refused(b.run_id) from None
             raise self.translate(e) from None
+        finally:
+            self._in_transaction = False
         return BoundaryResult(checkpoint_id=checkpoint_id)
 
     def _refused(self, run_id: str) -> LeaseLost | UnknownRun:
@@ -1127,6 +1154,12 @@ def _run_values(fields: dict[str, Any]) -> tuple[tuple[str, ...], list[Any]]:
         else:
             values.append(_field_value(k, v))
     return tuple(fields), values
+
+
+@functools.lru_cache(maxsize=64)
+def _fenced_update(names: tuple[str, ...], fenced: bool) -> str:
+    """A boundary's run update, raising FENCE_REFUSED on the server unless it updated exactly one row."""
+    return f"WITH updated AS ({_run_update(names, fenced)} RETURNING 1) SELECT fence_held(count(*)) FROM updated"
 
 
 @functools.lru_cache(maxsize=64)
