@@ -272,3 +272,21 @@ def test_the_listing_reads_the_runs_indexes_without_sorting(url, postgres_schema
         assert "on run_counts" in counts and "on runs" not in counts
         assert store.count_by_status() == {"queued": 1000, "completed": 1000, "failed": 1000}
         assert json.dumps(store.count_by_status())  # plain ints
+
+
+def test_a_transaction_excludes_other_writers_as_on_sqlite_and_waits_the_busy_timeout(url):
+    from relaypoint.store import Boundary, StepStart, StoreBusy
+    from relaypoint.store.postgres import PostgresStore
+
+    where = parse(url)
+    with open_store(url, create=True) as one, PostgresStore(where.conninfo, where.schema, busy_timeout=0.5) as two:
+        add_run(one, "r1", owner=lease())
+        with one.transaction():
+            one.update_run("r1", steps_done=1)
+            with pytest.raises(StoreBusy, match=r"stayed busy for 0 s \(another process is writing\); try again$"):
+                with two.transaction():
+                    pass
+            with pytest.raises(StoreBusy):  # a boundary waits for a transaction, as on SQLite
+                two.commit_boundary(Boundary(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
+        two.commit_boundary(Boundary(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
+        assert one.step("r1", 0).status == "running" and one.run("r1").steps_done == 1
