@@ -290,3 +290,26 @@ def test_a_transaction_excludes_other_writers_as_on_sqlite_and_waits_the_busy_ti
                 two.commit_boundary(Boundary(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
         two.commit_boundary(Boundary(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
         assert one.step("r1", 0).status == "running" and one.run("r1").steps_done == 1
+
+
+def test_a_user_with_create_on_a_schema_an_administrator_made_can_make_the_store_there(postgres_schema):
+    role = f"{postgres_schema}_user"
+    server(f"CREATE ROLE {role} LOGIN")
+    try:
+        server(f"CREATE SCHEMA {postgres_schema}")
+        server(f"GRANT USAGE, CREATE ON SCHEMA {postgres_schema} TO {role}")
+        url = f"{POSTGRES_URL.replace('postgres@', role + '@', 1)}?schema={postgres_schema}"
+        with open_store(url, create=True) as store:
+            add_run(store, "r1")
+            assert store.exists("r1")
+        other = url.replace(f"schema={postgres_schema}", f"schema={postgres_schema}_x")
+        with pytest.raises(StoreDenied, match="permission denied for database"):
+            open_store(other, create=True)  # no CREATE on the database: one line saying what is needed
+        server(f"REVOKE USAGE ON SCHEMA {postgres_schema} FROM {role}")
+        with pytest.raises(StoreDenied, match=f"{role} may not use schema {postgres_schema}; an administrator can "
+                                              f"GRANT USAGE ON SCHEMA {postgres_schema} and SELECT"):
+            open_store(url)
+    finally:
+        server(f"DROP SCHEMA IF EXISTS {postgres_schema} CASCADE")
+        server(f"DROP OWNED BY {role}")
+        server(f"DROP ROLE {role}")

@@ -402,6 +402,14 @@ class PostgresStore(RunStore):
         return self._where.rsplit("/", 1)[0]
 
     def _check_and_migrate(self, create: bool) -> None:
+        # A schema this user may not use is left out of its search_path silently: say so instead.
+        usable = self.conn.execute("SELECT has_schema_privilege(oid, 'USAGE') AS usage FROM pg_namespace "
+                                   "WHERE nspname = %s", (self.schema,)).fetchone()
+        if usable is not None and not usable["usage"]:
+            user = self._user or "this user"
+            raise StoreDenied(f"{self._where}: {user} may not use schema {self.schema}; an administrator can "
+                              f"GRANT USAGE ON SCHEMA {self.schema} and SELECT, INSERT, UPDATE, DELETE ON ALL TABLES "
+                              f"IN SCHEMA {self.schema} to it")
         version = self._schema_version(self._tables())
         if version > SCHEMA_VERSION:
             raise StoreNewer(f"{self._where} has store schema version {version}, newer than this relaypoint "
@@ -421,7 +429,9 @@ class PostgresStore(RunStore):
     def _migrate(self) -> None:
         with self.conn.transaction():
             self.conn.execute(_LOCK, self._lock_keys)
-            self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+            # Made only when missing: a schema an administrator made (granting CREATE on it alone) is used as is.
+            if self.conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is None:
+                self.conn.execute(f"CREATE SCHEMA {self.schema}")
             # Re-read under the lock: another process may have made or migrated the store meanwhile.
             version = self._schema_version(self._tables())
             if version > SCHEMA_VERSION:
