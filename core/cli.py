@@ -121,7 +121,7 @@ def _runtime(ctx: click.Context, app_spec: str | None = None, *, create: bool = 
 
 @click.group(cls=_Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", default="relaypoint.db", envvar="RELAYPOINT_DB", show_default=True, metavar="URL",
-              help="The store: a file path or sqlite:///path (env RELAYPOINT_DB).")
+              help="The store: a file path, sqlite:///path or postgresql://user@host/dbname (env RELAYPOINT_DB).")
 @click.option("--durability", type=click.Choice(DURABILITIES, case_sensitive=False),
               default=DURABILITY, envvar="RELAYPOINT_DURABILITY",
               show_default=True, help="full: every recorded step is on disk before the next starts (survives a "

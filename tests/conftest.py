@@ -1,23 +1,76 @@
 """Fixtures shared by the test modules. ``store_url``: a fresh store URL for each backend the
-backend-neutral tests run against (SQLite today; a PostgreSQL parameter joins with its backend)."""
+backend-neutral tests run against: SQLite, and PostgreSQL on the server named by
+``RELAYPOINT_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``), each test in
+a schema of its own, dropped afterwards. Without a server the PostgreSQL parameters are skipped,
+saying how to point them at one; with ``CI`` set they fail instead."""
 
 from __future__ import annotations
 
+import functools
+import os
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from relaypoint.store import RunStore, open_store
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
+POSTGRES_URL = os.environ.get("RELAYPOINT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@functools.cache
+def postgres_problem() -> str | None:
+    """Why the test PostgreSQL server cannot be used (None: it answers)."""
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (pip install -e '.[test]')"
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+    except psycopg.Error as e:
+        return f"{' '.join(str(e).split())[:200]}"
+    return None
+
+
+def postgres_server() -> str:
+    """The test server's URL, or skip (fail under CI) when it does not answer."""
+    problem = postgres_problem()
+    if problem is not None:
+        why = (f"PostgreSQL at {POSTGRES_URL} cannot be used ({problem}); set RELAYPOINT_TEST_POSTGRES to the URL "
+               "of a server (trust or ~/.pgpass authentication) to run the PostgreSQL tests")
+        if os.environ.get("CI"):
+            pytest.fail(why + " [CI is set: PostgreSQL is required]", pytrace=False)
+        pytest.skip(why)
+    return POSTGRES_URL
+
+
+def drop_schema(schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture
+def postgres_schema() -> Iterator[str]:
+    """A schema name of its own on the test server (``relaypoint_t<hex>``), dropped afterwards."""
+    postgres_server()
+    schema = f"relaypoint_t{uuid.uuid4().hex[:16]}"
+    yield schema
+    drop_schema(schema)
 
 
 @pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of a store not yet created (open it with ``open_store(url, create=True)``)."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path_factory.mktemp('store')}/runs.db"
-    raise AssertionError(f"no store for backend {request.param!r}")
+        yield f"sqlite:///{tmp_path_factory.mktemp('store')}/runs.db"
+    elif request.param == "postgres":
+        schema = request.getfixturevalue("postgres_schema")
+        yield f"{postgres_server()}?schema={schema}"
+    else:
+        raise AssertionError(f"no store for backend {request.param!r}")
 
 
 @pytest.fixture

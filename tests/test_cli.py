@@ -581,10 +581,10 @@ def test_db_takes_a_store_url_as_well_as_a_path(app):
     assert (app / "other.db").is_file() and rid2 in ok(relaypoint(app, "list", db="other.db"))
 
 
-def test_a_postgresql_url_is_refused_in_one_line(app):
-    line = one_line_error(relaypoint(app, "list", db="postgresql://localhost/relay"))
-    assert line == ("Error: the PostgreSQL backend is not available yet in this version of relaypoint; "
-                    "use a SQLite path or sqlite:///path")
+def test_a_postgresql_url_that_cannot_be_used_is_refused_in_one_line(app):
+    line = one_line_error(relaypoint(app, "list", db="postgresql://nobody@127.0.0.1:1/relay"))
+    assert line == ("Error: the PostgreSQL server at 127.0.0.1:1 refused the connection (is PostgreSQL running and "
+                    "listening there?)")
     assert "unknown store URL scheme 'mysql'" in one_line_error(relaypoint(app, "list", db="mysql://x/y"))
 
 

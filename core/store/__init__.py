@@ -8,14 +8,15 @@ from __future__ import annotations
 from ..defaults import DURABILITIES, DURABILITY
 from ..errors import InvalidValue
 from .base import (BackendUnavailable, Boundary, BoundaryResult, NewCheckpoint, NewEvent, NewRun, NewStep,
-                   NotAStore, RunStore, StepEnd, StepStart, StoreBusy, StoreDamaged, StoreFull, StoreMissing,
-                   StoreNewer, StoreReadOnly)
+                   NotAStore, RunStore, StepEnd, StepStart, StoreBusy, StoreDamaged, StoreDenied, StoreFull,
+                   StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable)
 from .url import InvalidStoreURL, parse
 
 
 def open_store(url: str, *, create: bool = False, readonly: bool = False,
                durability: str = DURABILITY) -> RunStore:
-    """Open the store at ``url`` (a plain path, ``sqlite:///path``; see :mod:`relaypoint.store.url`).
+    """Open the store at ``url`` (a plain path, ``sqlite:///path``, ``postgresql://user@host/dbname``;
+    see :mod:`relaypoint.store.url`).
 
     ``create``: make a new store when there is none (else :class:`StoreMissing`). ``readonly``:
     never write (a console on a file it cannot write). ``durability``: "full" (every commit is on
@@ -27,13 +28,23 @@ def open_store(url: str, *, create: bool = False, readonly: bool = False,
     if durability not in DURABILITIES:
         raise InvalidValue(f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}")
     where = parse(url)
-    from .sqlite import SqliteStore  # the one backend so far
+    if where.backend == "postgres":
+        try:
+            from .postgres import PostgresStore
+        except ImportError as e:  # psycopg is an optional extra
+            if (e.name or "").split(".")[0] not in ("psycopg", "psycopg_binary", "psycopg_c"):
+                raise
+            raise BackendUnavailable("the PostgreSQL backend needs psycopg, which is not installed; "
+                                     "pip install 'relaypoint[postgres]'") from None
+        return PostgresStore(where.conninfo, where.schema, url=str(url), create=create, readonly=readonly,
+                             durability=durability)
+    from .sqlite import SqliteStore
 
     return SqliteStore(where.path, url=str(url), create=create, readonly=readonly, durability=durability)
 
 
 __all__ = [
     "BackendUnavailable", "Boundary", "BoundaryResult", "InvalidStoreURL", "NewCheckpoint", "NewEvent", "NewRun",
-    "NewStep", "NotAStore", "RunStore", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreFull", "StoreMissing",
-    "StoreNewer", "StoreReadOnly", "open_store",
+    "NewStep", "NotAStore", "RunStore", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreDenied", "StoreFull",
+    "StoreMissing", "StoreNewer", "StoreReadOnly", "StoreUnreachable", "open_store",
 ]

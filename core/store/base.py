@@ -58,6 +58,15 @@ class StoreFull(StoreError):
     """The disk or the store is full; nothing was recorded."""
 
 
+class StoreUnreachable(StoreError):
+    """The database server cannot be reached: the connection was refused, timed out, or was lost
+    (a write under way when it was lost is rolled back by the server)."""
+
+
+class StoreDenied(StoreError):
+    """The database server refused this user: bad credentials, or a permission the store needs."""
+
+
 class BackendUnavailable(StoreError):
     """The URL names a backend this version of relaypoint does not provide (or an unknown scheme)."""
 

@@ -25,13 +25,15 @@ from typing import Any
 import sqlite_utils
 
 from .. import encoding
-from ..clock import from_text, to_text
+from ..clock import to_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, LeaseLost, StoreError, UnknownRun
 from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunStore, StepBrief,
                    StoreBusy, StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
+from .rows import (_execution, _lenient_time, _owner, _position, _summary_fields, _summary_or_none, _time,  # noqa: F401
+                   _vocabulary, checkpoint_from_row, readable, step_from_row)
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
@@ -1150,104 +1152,3 @@ def _writable(path: Path) -> bool:
     # WAL mode writes beside the file (-wal, -shm), so the directory matters too.
     shm = path.with_name(path.name + "-shm")
     return os.access(path, os.W_OK) and (os.access(path.parent, os.W_OK) or os.access(shm, os.W_OK))
-
-
-def readable(text: str | None, shape: type | None = None) -> Any:
-    """Decode a stored JSON value for display: damage, or a value not of ``shape`` (dict, list),
-    shows as ``{"unreadable": <raw text>}``."""
-    try:
-        value = encoding.loads(text)
-    except (ValueError, RecursionError):
-        return {"unreadable": text}
-    if shape is not None and value is not None and not isinstance(value, shape):
-        return {"unreadable": text}
-    return value
-
-
-def _vocabulary(enum: type, value: str, what: str) -> Any:
-    try:
-        return enum(value)
-    except ValueError:
-        raise StoreDamaged(f"{what} has status {value!r}, outside relaypoint's vocabulary (edited by hand?); "
-                           "fix the row or delete the run") from None
-
-
-def _position(r: dict[str, Any]) -> tuple[str, str]:
-    return r["created_at"], r["run_id"]
-
-
-def _summary_or_none(r: dict[str, Any]) -> RunSummary | None:
-    # A listing skips a row damaged by hand (status outside the vocabulary, unreadable time);
-    # `show` on it says what is wrong.
-    try:
-        return RunSummary(**_summary_fields(r))
-    except StoreError:
-        return None
-
-
-def _time(r: dict[str, Any], column: str, what: str) -> datetime | None:
-    try:
-        return from_text(r[column])
-    except (ValueError, TypeError, AttributeError):
-        raise StoreDamaged(f"{what} has an unreadable {column} {r[column]!r} (edited by hand?); "
-                           "fix the row or delete the run") from None
-
-
-def _lenient_time(text: str | None) -> datetime | None:
-    # A lease expiry edited by hand counts as no lease (expired), never as a live one.
-    try:
-        return from_text(text)
-    except (ValueError, TypeError, AttributeError):
-        return None
-
-
-def _owner(r: dict[str, Any]) -> Owner:
-    return Owner(host=r["lease_host"], pid=r["lease_pid"], pid_start=r["lease_pid_start"],
-                 expires_at=_lenient_time(r["lease_expires_at"]))
-
-
-def _summary_fields(r: dict[str, Any]) -> dict[str, Any]:
-    """The :class:`RunSummary` fields of a ``runs`` row. Raises ``StoreDamaged`` for a damaged row."""
-    what = f"run {r['run_id']}"
-    lease = None
-    if r.get("lease_token"):
-        lease = Lease(token=r["lease_token"], pid=r["lease_pid"] or 0, pid_start=r.get("lease_pid_start") or None,
-                      host=r["lease_host"] or "",
-                      expires_at=_time(r, "lease_expires_at", what), heartbeat_at=_time(r, "heartbeat_at", what))
-    return dict(
-        run_id=r["run_id"], workflow=r["workflow"], status=_vocabulary(RunStatus, r["status"], what),
-        parent_run_id=r["parent_run_id"], forked_from_step=r["forked_from_step"],
-        created_at=_time(r, "created_at", what), updated_at=_time(r, "updated_at", what),
-        current_step=r["current_step"], steps_done=r["steps_done"], steps_total=r["steps_total"],
-        error=r["error"], lease=lease,
-    )
-
-
-def step_from_row(r: dict[str, Any]) -> StepRecord:
-    """Build a :class:`StepRecord` (without output) from a ``steps`` row."""
-    what = f"step {r['name']!r}"
-    return StepRecord(
-        seq=r["seq"], name=r["name"], iteration=r["iteration"], agent=r["agent"], parent=r["parent_seq"],
-        status=_vocabulary(StepStatus, r["status"], what), attempts=r["attempts"],
-        options=readable(r["options"], dict) or {}, has_output=bool(r["has_output"]), error=r["error"],
-        traceback=r["traceback"], started_at=_time(r, "started_at", what), finished_at=_time(r, "finished_at", what),
-        idempotency_key=r["idempotency_key"],
-    )
-
-
-def _execution(run_id: str, r: dict[str, Any]) -> str:
-    """How a message names an execution of run ``run_id`` given its ``steps`` row."""
-    agent = f", agent '{r['agent']}'" if r["agent"] is not None else ""
-    return f"the output of execution {r['seq']} ('{r['name']}', iteration {r['iteration']}{agent}) of run {run_id}"
-
-
-def checkpoint_from_row(r: dict[str, Any]) -> Checkpoint:
-    """Build a :class:`Checkpoint` from a ``checkpoints`` row."""
-    what = f"checkpoint {r['checkpoint_id']}"
-    return Checkpoint(
-        checkpoint_id=r["checkpoint_id"], run_id=r["run_id"], seq=r["seq"], step=r["step"],
-        kind=r["kind"], created_at=_time(r, "created_at", what), reason=r["reason"],
-        state=readable(r["state"]), decision=r["decision"], decided_by=r["decided_by"],
-        decided_at=_time(r, "decided_at", what), comment=r["comment"], value=readable(r["value"]),
-        deadline_at=_time(r, "deadline_at", what),
-    )

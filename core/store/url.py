@@ -1,20 +1,24 @@
 """Store URLs: which backend a ``--db`` value names, and where.
 
 A plain path, ``sqlite:///relative/path`` or ``sqlite:////absolute/path`` names a SQLite file;
-``postgresql://`` and ``postgres://`` name the PostgreSQL backend (not available yet). A SQLite URL
-takes no query string or fragment (a ``?`` or ``#`` in a file name is written ``%3F``/``%23``).
+``postgresql://user@host:port/dbname`` (or ``postgres://``) names a schema of a PostgreSQL database,
+``relaypoint`` unless the one query parameter taken, ``schema``, says otherwise
+(``postgresql://app@db/team?schema=relay_dev``). A SQLite URL takes no query string or fragment (a
+``?`` or ``#`` in a file name is written ``%3F``/``%23``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from ..errors import StoreError
 from .base import BackendUnavailable
 
-POSTGRES_UNAVAILABLE = ("the PostgreSQL backend is not available yet in this version of relaypoint; "
-                        "use a SQLite path or sqlite:///path")
+DEFAULT_SCHEMA = "relaypoint"
+# A schema name relaypoint puts in SQL and in the connection's search_path without quoting.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _ACCEPTED = "write a file path, sqlite:///relative/path or sqlite:////absolute/path"
 
 
@@ -25,18 +29,23 @@ class InvalidStoreURL(StoreError):
 
 @dataclass(frozen=True)
 class StoreURL:
-    """A parsed store URL: ``backend`` ("sqlite") and ``path`` (the file, as given)."""
+    """A parsed store URL: ``backend`` ("sqlite" or "postgres"); for SQLite ``path`` (the file, as
+    given); for PostgreSQL ``conninfo`` (the URL for libpq, without relaypoint's query parameter)
+    and ``schema`` (``path`` is empty)."""
 
     backend: str
     path: str
+    conninfo: str | None = None
+    schema: str | None = None
 
 
 def parse(url: str) -> StoreURL:
     """Parse a store URL.
 
-    Raises ``BackendUnavailable`` for PostgreSQL URLs and unknown schemes, ``InvalidStoreURL`` for
-    an empty or malformed URL, a ``sqlite://`` URL with a query string or fragment, and a path
-    holding a NUL character.
+    Raises ``BackendUnavailable`` for unknown schemes, ``InvalidStoreURL`` for an empty or malformed
+    URL, a ``sqlite://`` URL with a query string or fragment, a path holding a NUL character, and a
+    PostgreSQL URL with a fragment, a query parameter other than ``schema``, or a schema name
+    outside ``[a-z_][a-z0-9_]*``.
     """
     text = str(url)
     if not text:
@@ -45,10 +54,11 @@ def parse(url: str) -> StoreURL:
     if not sep or "/" in scheme or "\\" in scheme:  # a plain path (which may hold ':' or '://' later on)
         return StoreURL("sqlite", _file(text, text))
     scheme = scheme.lower()
-    if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
-        raise BackendUnavailable(POSTGRES_UNAVAILABLE)
+    if scheme in ("postgresql", "postgres"):
+        return _postgres(text)
     if scheme != "sqlite":
-        raise BackendUnavailable(f"unknown store URL scheme {scheme!r} in {text!r}; use a SQLite path or sqlite:///path")
+        raise BackendUnavailable(f"unknown store URL scheme {scheme!r} in {text!r}; use a SQLite path, sqlite:///path "
+                                 "or postgresql://user@host/dbname")
     if "?" in rest or "#" in rest:  # SQLite's own URI options would be ignored silently: say so
         raise InvalidStoreURL(f"store URL {text!r} has a query string or fragment, which relaypoint does not take; "
                               f"{_ACCEPTED} (a '?' or '#' in the file name is written %3F or %23)")
@@ -64,3 +74,27 @@ def _file(path: str, given: str) -> str:
         raise InvalidStoreURL(f"store URL {given!r} names a path with a NUL character, which no file name can hold; "
                               f"{_ACCEPTED}")
     return path
+
+
+def _postgres(text: str) -> StoreURL:
+    """A ``postgresql://`` URL: the libpq URL without relaypoint's ``schema`` parameter, and the schema."""
+    if "\x00" in text:
+        raise InvalidStoreURL(f"store URL {text!r} holds a NUL character; write postgresql://user@host:port/dbname")
+    parts = urlsplit(text)
+    if parts.fragment:
+        raise InvalidStoreURL(f"store URL {text!r} has a fragment, which relaypoint does not take; "
+                              "write postgresql://user@host:port/dbname?schema=NAME")
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    others = sorted({k for k, _ in params if k != "schema"})
+    if others:
+        raise InvalidStoreURL(f"store URL {text!r} has query parameters {', '.join(others)}, which relaypoint does "
+                              "not take (only schema=NAME); set libpq options in PG* environment variables or "
+                              "~/.pg_service.conf")
+    schemas = [v for _, v in params]
+    if len(schemas) > 1:
+        raise InvalidStoreURL(f"store URL {text!r} names the schema more than once; give schema=NAME once")
+    schema = schemas[0] if schemas else DEFAULT_SCHEMA
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise InvalidStoreURL(f"store URL {text!r} names schema {schema!r}; a relaypoint schema name is lower-case "
+                              "letters, digits and _ (not starting with a digit), at most 63 characters")
+    return StoreURL("postgres", "", conninfo=urlunsplit(parts._replace(query="", fragment="")), schema=schema)

@@ -1,0 +1,1237 @@
+"""The PostgreSQL backend of :class:`~relaypoint.store.base.RunStore`: one schema of a database,
+its migrations, its queries (psycopg 3).
+
+The store lives in its own schema (``relaypoint`` by default, ``?schema=NAME`` in the URL), so it can
+share a database; every connection sets ``search_path`` to it, so statement texts are fixed and
+prepared once. Tables, columns and indexes are those of schema 3 of the SQLite store: times are
+``timestamptz`` (milliseconds, as the SQLite store keeps them), stored JSON is ``text`` (an exact
+round-trip: ``jsonb`` would reorder keys and normalise numbers and spacing), keys and names compare
+bytewise (``COLLATE "C"``, SQLite's order).
+
+Writers: SQLite lets one transaction write at a time, and the engine's read-then-write blocks
+(claims, decisions, forks) rely on it. Here a :meth:`transaction` takes the schema's advisory lock
+exclusively, and a :meth:`commit_boundary` takes it shared: boundaries (each fenced on its run's
+lease token, touching that run's rows only) commit side by side, and every other write sees the
+store as SQLite's single writer would. A lock waited on longer than the busy timeout is
+:class:`StoreBusy`.
+
+The hot path: a step boundary is one statement, a call of the schema's ``commit_boundary``
+function (PL/pgSQL, its statements planned once per connection), in its own transaction: one round
+trip, where sending the eight statements of a boundary cost three times as much on one machine.
+
+``data_version``: the server's snapshot (``pg_current_snapshot()``), which changes whenever any
+transaction that wrote anything ends, by any connection: nothing is written to keep it, so a boundary
+pays nothing. It also changes when another schema or database of the same server is written (the
+console then re-reads what it shows, at its own pace).
+
+``durability``: "full" is ``synchronous_commit = on`` (a boundary is in the server's WAL on disk when
+it returns); "normal" is ``synchronous_commit = off`` (a server crash may lose the last boundaries,
+never half of one; a crash of relaypoint loses nothing committed).
+
+Every psycopg error is translated here into a :class:`~relaypoint.errors.StoreError` subclass.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import heapq
+import itertools
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg.rows import dict_row
+
+from .. import encoding
+from ..clock import from_text
+from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
+from ..errors import InvalidValue, LeaseLost, StoreError, UnknownRun
+from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
+from ..status import OPEN_STEPS, RunStatus, StepStatus
+from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunStore, StepBrief,
+                   StoreBusy, StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly,
+                   StoreUnreachable)
+from .rows import _time as _row_time
+from .rows import (_execution, _lenient_time, _owner, _summary_fields, _summary_or_none, _vocabulary,
+                   checkpoint_from_row, readable, step_from_row)
+
+APP_ID = "relaypoint"
+CONNECT_TIMEOUT_SECONDS = 10
+# The first key of the schema's advisory lock (the second is a hash of the schema name): "RPNT".
+LOCK_CLASS = 0x52504E54
+
+SUMMARY_COLUMNS = (
+    "run_id, workflow, status, parent_run_id, forked_from_step, created_at, updated_at, current_step, "
+    "steps_done, steps_total, error, lease_token, lease_pid, lease_host, lease_expires_at, heartbeat_at, "
+    "lease_pid_start"
+)
+HEAD_COLUMNS = SUMMARY_COLUMNS + ", fingerprint, suspect_deaths"
+INPUT_OF_RUN = "(SELECT input FROM run_inputs i WHERE i.run_id = runs.run_id)"
+DEFINITION_OF_RUN = "(SELECT definition FROM definitions d WHERE d.fingerprint = runs.fingerprint)"
+DECISIONS = ("approved", "rejected", "responded", "expired", "cancelled")
+UNDECIDED = f"(decision IS NULL OR decision NOT IN {DECISIONS!r})"
+PAUSE_KINDS = ("approval", "input", "orphan")
+PAUSED = f"kind IN {PAUSE_KINDS!r}"
+_STATE_KINDS = ("start", "boundary", "fork")
+NESTED = "a store transaction is already open on this store (transactions do not nest)"
+
+STEP_COLUMNS = (
+    "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
+    "s.started_at, s.finished_at, s.idempotency_key, "
+    "EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS has_output"
+)
+RUN_FIELDS = {"status", "updated_at", "current_step", "steps_done", "steps_total", "error", "lease", "fingerprint",
+              "suspect_deaths"}
+STEP_FIELDS = {"status", "attempts", "error", "traceback", "started_at", "finished_at"}
+TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
+# Free text a person reads (never matched on): PostgreSQL text cannot hold NUL, so it is shown as U+FFFD.
+FREE_TEXT_FIELDS = {"error", "traceback"}
+LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
+
+FENCE_REFUSED = "RPF01"
+"""The SQLSTATE a boundary's refused run update raises (commit_boundary), rolling the boundary back."""
+_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
+_OUTPUT_INSERT = ("INSERT INTO outputs (run_id, seq, value) VALUES (%s, %s, %s) "
+                  "ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value")
+_CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at) "
+                      "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING checkpoint_id")
+_EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (%s, %s, %s, %s, %s, %s)"
+_COMMIT_BOUNDARY = (
+    "SELECT commit_boundary(%s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+    "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+    "%s::text[], %s::text[], %s::text[], %s::text[], %s::boolean[], %s, %s) AS checkpoint_id")
+_CHILDREN = ("FROM steps s WHERE s.run_id = %(run)s AND s.name = (SELECT g.name FROM steps g "
+             "WHERE g.run_id = %(run)s AND g.seq = %(parent)s) AND s.parent_seq = %(parent)s ORDER BY s.seq")
+
+
+# ---- schema -------------------------------------------------------------------------------------
+
+def _migrate_1(schema: str) -> list[str]:
+    """The tables, indexes and triggers of the SQLite store's schema 3 (this backend's version 1)."""
+    c = 'COLLATE "C"'
+    return [
+        "CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)",
+        f"""CREATE TABLE runs (
+               run_id text {c} PRIMARY KEY,
+               workflow text {c} NOT NULL,
+               status text {c} NOT NULL,
+               parent_run_id text {c},
+               forked_from_step text {c},
+               fingerprint text {c},
+               created_at timestamptz NOT NULL,
+               updated_at timestamptz NOT NULL,
+               current_step text {c},
+               steps_done bigint NOT NULL DEFAULT 0,
+               steps_total bigint NOT NULL DEFAULT 0,
+               suspect_deaths bigint NOT NULL DEFAULT 0,
+               error text,
+               lease_token text {c},
+               lease_pid bigint,
+               lease_pid_start text {c},
+               lease_host text {c},
+               lease_expires_at timestamptz,
+               heartbeat_at timestamptz
+           )""",
+        f"CREATE TABLE run_inputs (run_id text {c} PRIMARY KEY REFERENCES runs (run_id), input text NOT NULL)",
+        f"CREATE TABLE definitions (fingerprint text {c} PRIMARY KEY, definition text NOT NULL)",
+        f"""CREATE TABLE steps (
+               run_id text {c} NOT NULL REFERENCES runs (run_id),
+               seq bigint NOT NULL,
+               name text {c} NOT NULL,
+               iteration bigint NOT NULL DEFAULT 1,
+               agent text {c},
+               parent_seq bigint,
+               status text {c} NOT NULL,
+               attempts bigint NOT NULL DEFAULT 0,
+               options text NOT NULL DEFAULT '{{}}',
+               error text,
+               traceback text,
+               started_at timestamptz,
+               finished_at timestamptz,
+               idempotency_key text {c} NOT NULL,
+               PRIMARY KEY (run_id, seq)
+           )""",
+        f"""CREATE TABLE outputs (
+               run_id text {c} NOT NULL REFERENCES runs (run_id),
+               seq bigint NOT NULL,
+               value text,
+               PRIMARY KEY (run_id, seq)
+           )""",
+        f"""CREATE TABLE checkpoints (
+               checkpoint_id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+               run_id text {c} NOT NULL REFERENCES runs (run_id),
+               seq bigint NOT NULL,
+               step text {c},
+               kind text {c} NOT NULL,
+               created_at timestamptz NOT NULL,
+               reason text,
+               state text,
+               decision text {c},
+               decided_by text,
+               decided_at timestamptz,
+               comment text,
+               value text,
+               deadline_at timestamptz
+           )""",
+        f"""CREATE TABLE events (
+               event_id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+               run_id text {c} NOT NULL REFERENCES runs (run_id),
+               at timestamptz NOT NULL,
+               kind text {c} NOT NULL,
+               step text {c},
+               actor text,
+               detail text
+           )""",
+        f"CREATE TABLE run_counts (status text {c} PRIMARY KEY, runs bigint NOT NULL)",
+        # The console's queries: newest-first keyset pages, filtered by status or workflow, forks of
+        # a run, the removal of a definition no run uses any more; a run's executions by name.
+        "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
+        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
+        "CREATE INDEX runs_by_workflow ON runs (workflow, created_at, run_id)",
+        "CREATE INDEX runs_by_parent ON runs (parent_run_id)",
+        "CREATE INDEX runs_by_fingerprint ON runs (fingerprint)",
+        "CREATE INDEX steps_by_name ON steps (run_id, name, iteration)",
+        "CREATE INDEX checkpoints_by_run ON checkpoints (run_id, checkpoint_id)",
+        # Pauses and deadlines in partial indexes a boundary's checkpoint does not touch.
+        f"CREATE INDEX checkpoints_due ON checkpoints (deadline_at) WHERE deadline_at IS NOT NULL AND {UNDECIDED}",
+        f"CREATE INDEX checkpoints_paused ON checkpoints (run_id, checkpoint_id) WHERE {PAUSED}",
+        "CREATE INDEX events_by_run ON events (run_id, event_id)",
+        # Runs per status, kept in the transaction that changes a run. A status change locks the two
+        # counter rows in status order, so two boundaries never wait on each other in a cycle.
+        f"""CREATE FUNCTION {schema}.run_counts_change(status_from text, status_to text) RETURNS void
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                IF status_from IS NOT NULL AND (status_to IS NULL OR status_from < status_to) THEN
+                    UPDATE {schema}.run_counts SET runs = runs - 1 WHERE status = status_from;
+                    status_from := NULL;
+                END IF;
+                IF status_to IS NOT NULL THEN
+                    INSERT INTO {schema}.run_counts (status, runs) VALUES (status_to, 1)
+                        ON CONFLICT (status) DO UPDATE SET runs = run_counts.runs + 1;
+                END IF;
+                IF status_from IS NOT NULL THEN
+                    UPDATE {schema}.run_counts SET runs = runs - 1 WHERE status = status_from;
+                END IF;
+            END $$""",
+        # A step boundary in one statement (its own transaction): the run update, fenced and checked
+        # first (a refusal raises FENCE_REFUSED and nothing is written), the ended execution and its
+        # output, the started one, the checkpoint, the events (those naming the checkpoint get its id).
+        # Run fields not in p_fields keep their values. Plans are cached by PL/pgSQL per connection.
+        f"""CREATE FUNCTION {schema}.commit_boundary(
+                p_run text, p_fence text, p_at timestamptz, p_fields text[],
+                p_status text, p_updated_at timestamptz, p_current_step text, p_steps_done bigint,
+                p_steps_total bigint, p_error text, p_fingerprint text, p_suspect_deaths bigint,
+                p_lease_token text, p_lease_pid bigint, p_lease_pid_start text, p_lease_host text,
+                p_lease_expires_at timestamptz, p_heartbeat_at timestamptz,
+                p_end_seq bigint, p_end_status text, p_end_error text, p_end_traceback text, p_output text,
+                p_start_seq bigint, p_start_attempt bigint, p_new boolean, p_new_name text, p_new_iteration bigint,
+                p_new_agent text, p_new_parent bigint, p_new_options text, p_new_key text,
+                p_cp_kind text, p_cp_run text, p_cp_seq bigint, p_cp_step text, p_cp_at timestamptz,
+                p_cp_reason text, p_cp_state text, p_cp_deadline timestamptz,
+                p_ev_kinds text[], p_ev_steps text[], p_ev_actors text[], p_ev_details text[],
+                p_ev_names boolean[], p_lock1 integer, p_lock2 integer) RETURNS bigint
+            LANGUAGE plpgsql AS $$
+            DECLARE
+                updated bigint;
+                cp bigint;
+            BEGIN
+                PERFORM pg_advisory_xact_lock_shared(p_lock1, p_lock2);
+                UPDATE {schema}.runs SET
+                    status = CASE WHEN 'status' = ANY(p_fields) THEN p_status ELSE status END,
+                    updated_at = CASE WHEN 'updated_at' = ANY(p_fields) THEN p_updated_at ELSE updated_at END,
+                    current_step = CASE WHEN 'current_step' = ANY(p_fields) THEN p_current_step ELSE current_step END,
+                    steps_done = CASE WHEN 'steps_done' = ANY(p_fields) THEN p_steps_done ELSE steps_done END,
+                    steps_total = CASE WHEN 'steps_total' = ANY(p_fields) THEN p_steps_total ELSE steps_total END,
+                    error = CASE WHEN 'error' = ANY(p_fields) THEN p_error ELSE error END,
+                    fingerprint = CASE WHEN 'fingerprint' = ANY(p_fields) THEN p_fingerprint ELSE fingerprint END,
+                    suspect_deaths = CASE WHEN 'suspect_deaths' = ANY(p_fields) THEN p_suspect_deaths
+                                          ELSE suspect_deaths END,
+                    lease_token = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_token ELSE lease_token END,
+                    lease_pid = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_pid ELSE lease_pid END,
+                    lease_pid_start = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_pid_start ELSE lease_pid_start END,
+                    lease_host = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_host ELSE lease_host END,
+                    lease_expires_at = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_expires_at
+                                            ELSE lease_expires_at END,
+                    heartbeat_at = CASE WHEN 'lease' = ANY(p_fields) THEN p_heartbeat_at ELSE heartbeat_at END
+                WHERE run_id = p_run AND (p_fence IS NULL OR lease_token = p_fence);
+                GET DIAGNOSTICS updated = ROW_COUNT;
+                IF updated <> 1 THEN
+                    RAISE EXCEPTION 'relaypoint: the boundary''s run update was refused' USING ERRCODE = '{FENCE_REFUSED}';
+                END IF;
+                IF p_end_seq IS NOT NULL THEN
+                    UPDATE {schema}.steps SET status = p_end_status, finished_at = p_at, error = p_end_error,
+                                              traceback = p_end_traceback
+                        WHERE run_id = p_run AND seq = p_end_seq;
+                    IF p_output IS NOT NULL THEN
+                        INSERT INTO {schema}.outputs (run_id, seq, value) VALUES (p_run, p_end_seq, p_output)
+                            ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value;
+                    END IF;
+                END IF;
+                IF p_new THEN
+                    INSERT INTO {schema}.steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts,
+                                                options, started_at, idempotency_key)
+                        VALUES (p_run, p_start_seq, p_new_name, p_new_iteration, p_new_agent, p_new_parent,
+                                '{StepStatus.RUNNING.value}', p_start_attempt, p_new_options, p_at, p_new_key);
+                ELSIF p_start_seq IS NOT NULL THEN
+                    UPDATE {schema}.steps SET status = '{StepStatus.RUNNING.value}', attempts = p_start_attempt,
+                                              started_at = p_at, finished_at = NULL, error = NULL, traceback = NULL
+                        WHERE run_id = p_run AND seq = p_start_seq;
+                END IF;
+                IF p_cp_kind IS NOT NULL THEN
+                    INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at)
+                        VALUES (p_cp_run, p_cp_seq, p_cp_step, p_cp_kind, p_cp_at, p_cp_reason, p_cp_state,
+                                p_cp_deadline)
+                        RETURNING checkpoint_id INTO cp;
+                END IF;
+                IF cardinality(p_ev_kinds) > 0 THEN
+                    INSERT INTO {schema}.events (run_id, at, kind, step, actor, detail)
+                        SELECT p_run, p_at, e.kind, e.step, e.actor,
+                               CASE WHEN e.names THEN '{{"checkpoint_id": ' || cp || e.detail ELSE e.detail END
+                        FROM unnest(p_ev_kinds, p_ev_steps, p_ev_actors, p_ev_details, p_ev_names)
+                             WITH ORDINALITY AS e(kind, step, actor, detail, names, n)
+                        ORDER BY e.n;
+                END IF;
+                RETURN cp;
+            END $$""",
+        f"""CREATE FUNCTION {schema}.run_counts_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF TG_OP = 'INSERT' THEN
+                    PERFORM {schema}.run_counts_change(NULL, NEW.status);
+                ELSIF TG_OP = 'DELETE' THEN
+                    PERFORM {schema}.run_counts_change(OLD.status, NULL);
+                ELSE
+                    PERFORM {schema}.run_counts_change(OLD.status, NEW.status);
+                END IF;
+                RETURN NULL;
+            END $$""",
+        f"CREATE TRIGGER run_counts_insert AFTER INSERT ON runs FOR EACH ROW EXECUTE FUNCTION {schema}.run_counts_trigger()",
+        f"CREATE TRIGGER run_counts_delete AFTER DELETE ON runs FOR EACH ROW EXECUTE FUNCTION {schema}.run_counts_trigger()",
+        f"""CREATE TRIGGER run_counts_update AFTER UPDATE OF status ON runs FOR EACH ROW
+            WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION {schema}.run_counts_trigger()""",
+    ]
+
+
+MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1]
+"""The schema's migrations in order: version N is reached by running ``MIGRATIONS[N - 1]``."""
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# ---- error translation --------------------------------------------------------------------------
+
+
+def _one_line(e: BaseException) -> str:
+    diag = getattr(e, "diag", None)
+    text = (getattr(diag, "message_primary", None) or str(e) or type(e).__name__).strip()
+    return " ".join(text.split())
+
+
+def _translated(method: Callable) -> Callable:
+    """Run a store method with psycopg's errors raised as one-line ``StoreError`` subclasses."""
+
+    @functools.wraps(method)
+    def wrapper(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except psycopg.Error as e:
+            raise self.translate(e) from None
+
+    return wrapper
+
+
+def _lock_key(schema: str) -> int:
+    """The second key of the schema's advisory lock: a stable 32-bit hash of its name."""
+    return int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=4).digest(), "big", signed=True)
+
+
+class PostgresStore(RunStore):
+    """A relaypoint store in one schema of a PostgreSQL database.
+
+    ``conninfo``: the libpq URL of the database; ``schema``: the schema holding the store.
+    ``create``: make the schema and its tables when there are none (the database must exist);
+    otherwise a missing store is ``StoreMissing``. ``readonly``: every transaction read-only.
+    ``durability``: "full" or "normal" (``synchronous_commit`` on or off). ``busy_timeout``: seconds
+    a write waits for a lock (``lock_timeout``).
+
+    Raises ``StoreUnreachable`` (no server, connection refused or lost), ``StoreDenied`` (bad
+    credentials, missing permission), ``StoreMissing`` (no such database, or no store in the schema),
+    ``NotAStore`` (a schema holding other tables), ``StoreNewer``, ``InvalidValue``.
+    """
+
+    def __init__(self, conninfo: str, schema: str, *, url: str | None = None, create: bool = False,
+                 readonly: bool = False, durability: str = DURABILITY,
+                 busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
+        if durability not in DURABILITIES:
+            raise InvalidValue(f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}")
+        self.conninfo = conninfo
+        self.schema = schema
+        self._url = conninfo if url is None else url
+        self.durability = durability
+        self.busy_timeout = busy_timeout
+        self.readonly = readonly
+        self._readonly_reason = "opened read-only" if readonly else None
+        self._in_transaction = False
+        self._lock_keys = (LOCK_CLASS, _lock_key(schema))
+        self.rows_read = 0
+        """Rows this store object has read and returned (a cost guard for tests)."""
+        parts = urlsplit(conninfo)
+        host = parts.hostname or "localhost"
+        self._user = parts.username
+        self._server = f"{host}:{parts.port or 5432}"
+        self._dbname = (parts.path or "/").lstrip("/") or None
+        self._where = f"{parts.username + '@' if parts.username else ''}{host}{f':{parts.port}' if parts.port else ''}" \
+                      f"{parts.path or '/'}/{schema}"
+        self.conn: psycopg.Connection | None = None
+        try:
+            self._connect()
+        except psycopg.Error as e:
+            raise self._connect_failure(e) from None
+        try:
+            self._check_and_migrate(create)
+        except psycopg.Error as e:
+            self._close_quietly()
+            raise self.translate(e) from None
+        except StoreError:
+            self._close_quietly()
+            raise
+
+    # ---- opening
+
+    def _connect(self) -> None:
+        options = (f"-c search_path={self.schema} -c timezone=UTC "
+                   f"-c lock_timeout={int(self.busy_timeout * 1000)} "
+                   f"-c synchronous_commit={'on' if self.durability == 'full' else 'off'}")
+        if self.readonly:
+            options += " -c default_transaction_read_only=on"
+        self.conn = psycopg.connect(self.conninfo, autocommit=True, row_factory=dict_row, options=options,
+                                    connect_timeout=CONNECT_TIMEOUT_SECONDS, application_name="relaypoint")
+
+    def _connect_failure(self, e: psycopg.Error) -> StoreError:
+        """One line for a connection that could not be made (libpq's message is several)."""
+        msg = _one_line(e)
+        detail = re.sub(r"^connection failed: (connection to server at .*?, port \d+ failed: )?", "", msg)
+        detail = detail.replace("FATAL: ", "")
+        server = f"the PostgreSQL server at {self._server}"
+        if re.search(r'database ".*" does not exist', msg):
+            db = self._dbname or self._user or "?"
+            return StoreMissing(f"{server} has no database {db!r}; create it (createdb {db}) or point --db at "
+                                "another database")
+        if re.search(r'role ".*" does not exist', msg):
+            return StoreDenied(f"{server} has no user {self._user or '(default)'!r}; name an existing user in the "
+                               "URL (postgresql://USER@host/dbname)")
+        if any(w in msg for w in ("password", "authentication", "pg_hba.conf")):
+            return StoreDenied(f"{server} refused the credentials ({detail}); check the user and password "
+                               "(PGPASSWORD or ~/.pgpass)")
+        if "Connection refused" in msg:
+            return StoreUnreachable(f"{server} refused the connection (is PostgreSQL running and listening there?)")
+        if "resolve host" in msg or "could not translate host name" in msg:
+            return StoreUnreachable(f"cannot find the host of {server} (check the URL): {detail}")
+        if "timeout" in msg.lower():
+            return StoreUnreachable(f"{server} did not answer within {CONNECT_TIMEOUT_SECONDS} s")
+        return StoreUnreachable(f"cannot connect to {server}: {detail}")
+
+    def _close_quietly(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except psycopg.Error:
+                pass
+
+    def _tables(self) -> set[str]:
+        return {r["tablename"] for r in self.conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (self.schema,))}
+
+    def _schema_version(self, tables: set[str]) -> int:
+        """0 for no store in the schema; else its version. Raises ``NotAStore``, ``StoreDamaged``."""
+        if not tables:
+            return 0
+        if "meta" not in tables:
+            raise NotAStore(f"schema {self.schema} of {self._database()} holds tables but is not a relaypoint "
+                            "store (no meta table); name another schema with ?schema=NAME")
+        meta = {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
+        if meta.get("app") != APP_ID:
+            raise NotAStore(f"schema {self.schema} of {self._database()} is not a relaypoint store")
+        text = meta.get("schema_version")
+        try:
+            version = int(text)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            version = 0
+        if version < 1:
+            raise StoreDamaged(f"{self._where} has an unreadable schema version {text!r}; it cannot be opened safely")
+        return version
+
+    def _database(self) -> str:
+        return self._where.rsplit("/", 1)[0]
+
+    def _check_and_migrate(self, create: bool) -> None:
+        # A schema this user may not use is left out of its search_path silently: say so instead.
+        usable = self.conn.execute("SELECT has_schema_privilege(oid, 'USAGE') AS usage FROM pg_namespace "
+                                   "WHERE nspname = %s", (self.schema,)).fetchone()
+        if usable is not None and not usable["usage"]:
+            user = self._user or "this user"
+            raise StoreDenied(f"{self._where}: {user} may not use schema {self.schema}; an administrator can "
+                              f"GRANT USAGE ON SCHEMA {self.schema} and SELECT, INSERT, UPDATE, DELETE ON ALL TABLES "
+                              f"IN SCHEMA {self.schema} to it")
+        version = self._schema_version(self._tables())
+        if version > SCHEMA_VERSION:
+            raise StoreNewer(f"{self._where} has store schema version {version}, newer than this relaypoint "
+                             f"understands ({SCHEMA_VERSION}); upgrade relaypoint to open it")
+        if version == SCHEMA_VERSION:
+            return
+        if version == 0 and not create:
+            raise StoreMissing(f"no relaypoint store at {self._where}; make one with `relaypoint --db URL demo` or "
+                               "`relaypoint start`, or point --db (RELAYPOINT_DB) at an existing store")
+        if self.readonly:
+            if version == 0:
+                raise StoreMissing(f"no relaypoint store at {self._where} (opened read-only, so none is made)")
+            raise StoreReadOnly(f"{self._where} has store schema version {version} and needs an upgrade to version "
+                                f"{SCHEMA_VERSION}, which writes to it; open it once as a user who can write it")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        with self.conn.transaction():
+            self.conn.execute(_LOCK, self._lock_keys)
+            # Made only when missing: a schema an administrator made (granting CREATE on it alone) is used as is.
+            if self.conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is None:
+                self.conn.execute(f"CREATE SCHEMA {self.schema}")
+            # Re-read under the lock: another process may have made or migrated the store meanwhile.
+            version = self._schema_version(self._tables())
+            if version > SCHEMA_VERSION:
+                raise StoreNewer(f"{self._where} has store schema version {version}, newer than this relaypoint "
+                                 f"understands ({SCHEMA_VERSION}); upgrade relaypoint to open it")
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[v - 1](self.schema):
+                    self.conn.execute(statement)
+            self.conn.execute("INSERT INTO meta (key, value) VALUES ('app', %s) ON CONFLICT (key) DO NOTHING",
+                              (APP_ID,))
+            self.conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
+                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+
+    # ---- properties and lifecycle
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def where(self) -> str:
+        """user@host:port/dbname/schema (never the password)."""
+        return self._where
+
+    @property
+    def readonly_reason(self) -> str | None:
+        return self._readonly_reason if self.readonly else None
+
+    def close(self) -> None:
+        self._close_quietly()
+
+    def translate(self, e: psycopg.Error) -> StoreError:
+        """One line for an error psycopg raised on this store."""
+        msg = _one_line(e)
+        w = self._where
+        if isinstance(e, (pgerrors.LockNotAvailable, pgerrors.QueryCanceled)):
+            return StoreBusy(f"{w} stayed busy for {self.busy_timeout:.0f} s (another process is writing); try again")
+        if isinstance(e, (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)):
+            return StoreBusy(f"{w}: a concurrent write conflicted with this one ({msg}); nothing was recorded, "
+                             "try again")
+        if isinstance(e, pgerrors.ReadOnlySqlTransaction):
+            return StoreReadOnly(f"{w} is read-only; actions that record something are unavailable")
+        if isinstance(e, (pgerrors.DiskFull, pgerrors.OutOfMemory)):
+            return StoreFull(f"{w}: the server's disk is full; nothing was recorded, free space and retry")
+        if isinstance(e, pgerrors.InvalidCatalogName):
+            return StoreMissing(f"no database {self._database().rsplit('/', 1)[-1]!r} on the server at "
+                                f"{self._database()}; create it (createdb) or point --db at another database")
+        if isinstance(e, (pgerrors.InvalidPassword, pgerrors.InvalidAuthorizationSpecification)):
+            return StoreDenied(f"the server at {self._database()} refused the credentials ({msg}); check the user "
+                               "and password (PGPASSWORD or ~/.pgpass)")
+        if isinstance(e, pgerrors.InsufficientPrivilege):
+            return StoreDenied(f"{w}: {msg}; the database user needs CREATE on the database (to make the store) "
+                               "and USAGE, SELECT, INSERT, UPDATE, DELETE on the schema's tables")
+        if isinstance(e, (pgerrors.UndefinedTable, pgerrors.UndefinedColumn, pgerrors.UndefinedFunction)):
+            return StoreDamaged(f"{w} does not match its schema version ({msg}); edited by hand?")
+        if isinstance(e, psycopg.OperationalError) or self.conn is None or self.conn.broken or self.conn.closed:
+            if isinstance(e, pgerrors.AdminShutdown) or (self.conn is not None and self.conn.closed):
+                return StoreUnreachable(f"the connection to {w} was lost ({msg}); a write under way was not "
+                                        "recorded, try again")
+            if "password" in msg or "authentication" in msg:
+                return StoreDenied(f"the server at {self._database()} refused the credentials ({msg})")
+            return StoreUnreachable(f"cannot use the PostgreSQL server of {w} ({msg})")
+        return StoreError(f"{w}: {msg}")
+
+    def _ensure_connected(self) -> None:
+        """Reconnect when the connection broke (server restart, network), outside transactions."""
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            if self._in_transaction:
+                raise StoreUnreachable(f"the connection to {self._where} was lost in a transaction; it was not "
+                                       "recorded")
+            self._close_quietly()
+            try:
+                self._connect()
+            except psycopg.Error as e:
+                raise self._connect_failure(e) from None
+
+    @contextmanager
+    def _write(self, lock: str) -> Iterator[None]:
+        if self._in_transaction:
+            raise RuntimeError(NESTED)
+        self._ensure_connected()
+        self._in_transaction = True
+        try:
+            with self.conn.transaction():
+                self.conn.execute(lock, self._lock_keys)
+                yield
+        finally:
+            self._in_transaction = False
+
+    def _read_only(self) -> StoreReadOnly:
+        return StoreReadOnly(f"{self._where} is read-only ({self._readonly_reason}); actions that record "
+                             "something are unavailable")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        if self.readonly:
+            raise self._read_only()
+        try:
+            with self._write(_LOCK):
+                yield
+        except psycopg.Error as e:
+            raise self.translate(e) from None
+
+    @_translated
+    def data_version(self) -> tuple[int, str]:
+        """The server's current snapshot (its xmax, and the whole as text): it changes whenever a
+        transaction that wrote anything ends, on any connection."""
+        self._ensure_connected()
+        row = self.conn.execute(
+            "SELECT pg_snapshot_xmax(s)::text::bigint AS xmax, s::text AS snap FROM pg_current_snapshot() s").fetchone()
+        return row["xmax"], row["snap"]
+
+    # ---- query helpers
+
+    def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        self._ensure_connected()
+        rows = self.conn.execute(sql, params).fetchall()
+        self.rows_read += len(rows)
+        return rows
+
+    def _row(self, sql: str, params: Any = ()) -> dict[str, Any] | None:
+        rows = self._rows(sql, params)
+        return rows[0] if rows else None
+
+    def _unknown(self, run_id: str) -> UnknownRun:
+        return UnknownRun(f"no run with id {run_id!r} in {self._where}; see `relaypoint list`")
+
+    def _strict(self, text: str | None, what: str) -> Any:
+        try:
+            return encoding.loads(text)
+        except (ValueError, RecursionError):
+            raise StoreDamaged(f"{what} in {self._where} is not valid JSON (damaged or edited by hand); "
+                               "fix the row, or fork the run from an earlier step") from None
+
+    # ---- reads: runs
+
+    @_translated
+    def resolve(self, run_id: str) -> str:
+        if not run_id:
+            raise UnknownRun("empty run id; see `relaypoint list`")
+        rows = self._rows("SELECT run_id FROM runs WHERE run_id >= %s AND run_id < %s ORDER BY run_id LIMIT 3",
+                          (run_id, run_id + "\U0010ffff"))
+        if not rows:
+            raise self._unknown(run_id)
+        if len(rows) > 1 and rows[0]["run_id"] != run_id:
+            ids = ", ".join(r["run_id"] for r in rows[:2]) + (", ..." if len(rows) > 2 else "")
+            raise UnknownRun(f"run id prefix {run_id!r} matches several runs ({ids}); give more characters")
+        return rows[0]["run_id"]
+
+    @_translated
+    def exists(self, run_id: str) -> bool:
+        return self._row("SELECT 1 AS one FROM runs WHERE run_id = %s", (run_id,)) is not None
+
+    def _head_row(self, run_id: str, columns: str) -> dict[str, Any]:
+        row = self._row(f"SELECT {columns} FROM runs WHERE run_id = %s", (run_id,))
+        if row is None:
+            raise self._unknown(run_id)
+        return row
+
+    @_translated
+    def run(self, run_id: str) -> RunHead:
+        r = self._head_row(run_id, f"{HEAD_COLUMNS}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS definition")
+        return RunHead(**_summary_fields(r), input=readable(r["input"], dict), definition=readable(r["definition"]),
+                       fingerprint=r["fingerprint"], suspect_deaths=r["suspect_deaths"] or 0)
+
+    @_translated
+    def head(self, run_id: str) -> RunHead:
+        r = self._head_row(run_id, HEAD_COLUMNS)
+        return RunHead(**_summary_fields(r), input=None, definition=None, fingerprint=r["fingerprint"],
+                       suspect_deaths=r["suspect_deaths"] or 0)
+
+    @_translated
+    def run_input(self, run_id: str) -> dict[str, Any]:
+        text = self._head_row(run_id, f"{INPUT_OF_RUN} AS input")["input"]
+        value = self._strict(text, f"the input of run {run_id}")
+        if value is not None and not isinstance(value, dict):
+            raise StoreDamaged(f"the input of run {run_id} in {self._where} is not a JSON object (damaged or "
+                               "edited by hand); fix the row, or fork the run with a new --input")
+        return value or {}
+
+    @_translated
+    def run_definition(self, run_id: str) -> Any:
+        return self._strict(self.definition_text(run_id), f"the definition of run {run_id}")
+
+    @_translated
+    def definition_text(self, run_id: str) -> str:
+        text = self._head_row(run_id, f"{DEFINITION_OF_RUN} AS definition")["definition"]
+        return "null" if text is None else text
+
+    @_translated
+    def owner_of(self, run_id: str) -> Owner | None:
+        r = self._head_row(run_id, "status, lease_host, lease_pid, lease_pid_start, lease_expires_at")
+        return _owner(r) if r["status"] == RunStatus.RUNNING else None
+
+    @_translated
+    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
+                  before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
+                  within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
+                  search: str | None = None) -> list[RunSummary]:
+        where: list[str] = []
+        params: list[Any] = []
+        if status:
+            where.append("status = %s")
+            params.append(status)
+        if workflow:
+            where.append("workflow = %s")
+            params.append(workflow)
+        if before:
+            where.append("(created_at, run_id) < (%s, %s)")
+            params.extend(_position_values(before))
+        if after:
+            where.append("(created_at, run_id) > (%s, %s)")
+            params.extend(_position_values(after))
+        if within:
+            where.append("(created_at, run_id) <= (%s, %s) AND (created_at, run_id) >= (%s, %s)")
+            params.extend([*_position_values(within[0]), *_position_values(within[1])])
+        order = "ASC" if oldest_first else "DESC"
+
+        def runs(*condition: str, values: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+            clauses = [*where, *condition]
+            sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
+            if clauses:
+                sql += " WHERE " + " AND ".join(clauses)
+            sql += f" ORDER BY created_at {order}, run_id {order} LIMIT %s"
+            return self._rows(sql, [*params, *values, limit])
+
+        if not search:
+            rows: Iterator[dict[str, Any]] = iter(runs())
+        else:
+            end = search + "\U0010ffff"
+            streams = [runs("workflow = %s", values=(name,)) for name in self._workflows_from(search, end)]
+            streams.append(runs("run_id >= %s AND run_id < %s", values=(search, end)))
+            merged = heapq.merge(*streams, key=_position, reverse=not oldest_first)
+            rows = (next(group) for _, group in itertools.groupby(merged, key=_position))
+        return [s for s in map(_summary_or_none, itertools.islice(rows, limit)) if s is not None]
+
+    def _workflows_from(self, low: str, high: str) -> list[str]:
+        """The distinct workflow names in [low, high), by a loose index scan of ``runs_by_workflow``."""
+        return [r["name"] for r in self._rows(
+            """WITH RECURSIVE names(name) AS (
+                   SELECT (SELECT min(workflow) FROM runs WHERE workflow >= %(low)s AND workflow < %(high)s)
+                   UNION ALL
+                   SELECT (SELECT min(workflow) FROM runs WHERE workflow > names.name AND workflow < %(high)s)
+                   FROM names WHERE names.name IS NOT NULL)
+               SELECT name FROM names WHERE name IS NOT NULL""", {"low": low, "high": high})]
+
+    @_translated
+    def count_by_status(self) -> dict[str, int]:
+        return {r["status"]: r["runs"] for r in self._rows("SELECT status, runs FROM run_counts WHERE runs > 0")}
+
+    @_translated
+    def forks(self, run_id: str) -> list[str]:
+        return [r["run_id"] for r in self._rows(
+            "SELECT run_id FROM runs WHERE parent_run_id = %s ORDER BY created_at", (run_id,))]
+
+    @_translated
+    def running_owners(self) -> list[Owner]:
+        rows = self._rows("SELECT DISTINCT lease_host, lease_pid, lease_pid_start, lease_expires_at FROM runs "
+                          "WHERE status = %s", (RunStatus.RUNNING.value,))
+        return list(dict.fromkeys(_owner(r) for r in rows))
+
+    @_translated
+    def owned_runs(self, owner: Owner) -> list[OwnedRun]:
+        rows = self._rows(
+            "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = %s "
+            "AND lease_host IS NOT DISTINCT FROM %s::text AND lease_pid IS NOT DISTINCT FROM %s::bigint "
+            "AND lease_pid_start IS NOT DISTINCT FROM %s::text",
+            (RunStatus.RUNNING.value, owner.host, owner.pid, owner.pid_start))
+        return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
+                for r in rows]
+
+    @_translated
+    def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
+        rows = self._rows("SELECT run_id, status FROM runs WHERE status IN (%s, %s) AND workflow = ANY(%s::text[]) "
+                          "ORDER BY updated_at LIMIT %s",
+                          (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value, list(workflows), limit))
+        return [(r["run_id"], RunStatus(r["status"])) for r in rows]
+
+    @_translated
+    def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
+        rows = self._rows("SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at "
+                          "FROM runs WHERE status = ANY(%s::text[]) AND updated_at < %s",
+                          ([str(s) for s in statuses], _time(before)))
+        return [(r["run_id"], _owner(r) if r["status"] == RunStatus.RUNNING else None) for r in rows]
+
+    # ---- reads: steps and outputs
+
+    @_translated
+    def steps(self, run_id: str) -> list[StepRecord]:
+        return [step_from_row(r) for r in self._rows(
+            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s ORDER BY coalesce(s.parent_seq, s.seq), s.seq",
+            (run_id,))]
+
+    @_translated
+    def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
+        return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}",
+                                                     {"run": run_id, "parent": parent_seq})]
+
+    @_translated
+    def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
+        rows = self._rows(f"SELECT {STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
+                          f"AND o.seq = s.seq) AS value {_CHILDREN}", {"run": run_id, "parent": parent_seq})
+        return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
+                for r in rows if r["status"] == StepStatus.COMPLETED]
+
+    @_translated
+    def step(self, run_id: str, seq: int) -> StepRecord | None:
+        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s AND s.seq = %s", (run_id, seq))
+        return None if r is None else step_from_row(r)
+
+    @_translated
+    def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
+        r = self._row("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = %s AND seq = %s",
+                      (run_id, seq))
+        if r is None:
+            return None
+        return StepBrief(r["name"], _vocabulary(StepStatus, r["status"], f"step {r['name']!r}"), r["attempts"],
+                         r["idempotency_key"])
+
+    @_translated
+    def step_named(self, run_id: str, name: str) -> StepRecord | None:
+        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s AND s.name = %s AND s.parent_seq IS NULL "
+                      "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
+        return None if r is None else step_from_row(r)
+
+    @_translated
+    def step_output(self, run_id: str, seq: int) -> Any:
+        r = self._row("SELECT value FROM outputs WHERE run_id = %s AND seq = %s", (run_id, seq))
+        return None if r is None else readable(r["value"])
+
+    @_translated
+    def output_of(self, run_id: str, name: str) -> tuple[bool, Any]:
+        r = self._row(
+            "SELECT s.seq, (SELECT value FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS value "
+            "FROM steps s WHERE s.run_id = %s AND s.name = %s AND s.parent_seq IS NULL AND s.status = %s "
+            "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name, StepStatus.COMPLETED.value))
+        if r is None:
+            return False, None
+        return True, self._strict(r["value"], f"the output of step '{name}' of run {run_id}")
+
+    @_translated
+    def open_before(self, run_id: str, seq: int) -> StepRecord | None:
+        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s AND s.seq < %s "
+                      "AND s.parent_seq IS NULL AND s.status <> %s ORDER BY s.seq LIMIT 1",
+                      (run_id, seq, StepStatus.COMPLETED.value))
+        return None if r is None else step_from_row(r)
+
+    @_translated
+    def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
+        # SQLite's json_extract(options, '$.approval') = 1: true, 1 or 1.0 (never "1"); options that
+        # are not valid JSON ask for nothing. Read here from the top-level rows before the cut.
+        rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s AND s.seq < %s "
+                          "AND s.parent_seq IS NULL ORDER BY s.seq", (run_id, seq))
+        return [step_from_row(r) for r in rows if _asks_approval(r["options"])]
+
+    @_translated
+    def max_seq(self, run_id: str) -> int:
+        return self._row("SELECT coalesce(max(seq), -1) AS seq FROM steps WHERE run_id = %s", (run_id,))["seq"]
+
+    # ---- reads: checkpoints and events
+
+    def _checkpoint(self, where: str, params: Any) -> Checkpoint | None:
+        r = self._row(f"SELECT * FROM checkpoints WHERE {where} ORDER BY checkpoint_id DESC LIMIT 1", params)
+        return None if r is None else checkpoint_from_row(r)
+
+    @_translated
+    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return self._checkpoint("run_id = %s", (run_id,))
+
+    @_translated
+    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        r = self._row(f"SELECT * FROM checkpoints WHERE run_id = %s AND seq = %s AND kind IN {_STATE_KINDS!r} "
+                      "ORDER BY checkpoint_id LIMIT 1", (run_id, seq))
+        if r is None:
+            return None
+        state = self._strict(r["state"], f"the driver state of checkpoint {r['checkpoint_id']} of run {run_id}")
+        return checkpoint_from_row(r).model_copy(update={"state": state})
+
+    @_translated
+    def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return self._checkpoint(f"run_id = %s AND {PAUSED} AND {UNDECIDED}", (run_id,))
+
+    @_translated
+    def last_pause(self, run_id: str) -> Checkpoint | None:
+        return self._checkpoint(f"run_id = %s AND {PAUSED}", (run_id,))
+
+    @_translated
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        return [checkpoint_from_row(r) for r in self._rows(
+            "SELECT * FROM checkpoints WHERE run_id = %s ORDER BY checkpoint_id", (run_id,))]
+
+    @_translated
+    def responses(self, run_id: str, seq: int) -> list[Any]:
+        rows = self._rows(f"SELECT step, value FROM checkpoints WHERE run_id = %s AND {PAUSED} AND kind = 'input' "
+                          "AND seq = %s AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
+        return [self._strict(r["value"], f"a response to step '{r['step']}' of run {run_id}") for r in rows]
+
+    @_translated
+    def latest_approval(self, run_id: str, step: str) -> Checkpoint | None:
+        return self._checkpoint(f"run_id = %s AND {PAUSED} AND kind = 'approval' AND step = %s", (run_id, step))
+
+    @_translated
+    def due_pauses(self, now: datetime) -> list[Checkpoint]:
+        return [checkpoint_from_row(r) for r in self._rows(
+            f"SELECT * FROM checkpoints WHERE deadline_at IS NOT NULL AND deadline_at <= %s AND {UNDECIDED} "
+            "ORDER BY checkpoint_id", (_time(now),))]
+
+    @_translated
+    def events(self, run_id: str) -> list[Event]:
+        return [Event(event_id=r["event_id"], run_id=r["run_id"], at=_row_time(r, "at", f"event {r['event_id']}"),
+                      kind=r["kind"], step=r["step"], actor=r["actor"], detail=readable(r["detail"], dict))
+                for r in self._rows("SELECT * FROM events WHERE run_id = %s ORDER BY event_id", (run_id,))]
+
+    # ---- writes
+
+    @_translated
+    def insert_run(self, run: NewRun) -> None:
+        at = _time(run.created_at)
+        self.conn.execute(
+            "INSERT INTO runs (run_id, workflow, status, parent_run_id, forked_from_step, fingerprint, created_at, "
+            "updated_at, current_step, steps_done, steps_total, lease_token, lease_pid, lease_pid_start, lease_host, "
+            "lease_expires_at, heartbeat_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (run.run_id, run.workflow, str(run.status), run.parent_run_id, run.forked_from_step, run.fingerprint, at,
+             at, run.current_step, run.steps_done, run.steps_total, *_lease_values(run.lease)))
+        self.conn.execute("INSERT INTO run_inputs (run_id, input) VALUES (%s, %s)", (run.run_id, run.input))
+        self._keep_definition(run.fingerprint, run.definition)
+
+    def _keep_definition(self, fingerprint: str, definition: str) -> None:
+        self.conn.execute("INSERT INTO definitions (fingerprint, definition) VALUES (%s, %s) "
+                          "ON CONFLICT (fingerprint) DO NOTHING", (fingerprint, definition))
+
+    _STEP_INSERT = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
+                    "idempotency_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
+
+    @staticmethod
+    def _step_values(run_id: str, s: NewStep) -> tuple[Any, ...]:
+        return (run_id, s.seq, s.name, s.iteration, s.agent, s.parent, str(s.status), s.attempts, s.options,
+                s.idempotency_key)
+
+    @_translated
+    def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
+        values = [self._step_values(run_id, s) for s in steps]
+        if values:
+            with self.conn.cursor() as cur:
+                cur.executemany(self._STEP_INSERT, values)
+
+    @_translated
+    def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
+        rows = self._rows("SELECT * FROM steps WHERE run_id = %s ORDER BY seq", (run_id,))
+        top = [r for r in rows if r["parent_seq"] is None]
+        old = {r["name"]: r for r in top}
+        shift = len(steps) - len(top)
+        moved: dict[int, int] = {}
+        kept_rows = []
+        for s in steps:
+            kept = old.pop(s.name, None)
+            if kept is None:
+                kept_rows.append(self._step_values(run_id, s) + (None, None, None, None))
+                continue
+            moved[kept["seq"]] = s.seq
+            kept_rows.append((run_id, s.seq, s.name, kept["iteration"], kept["agent"], None, kept["status"],
+                              kept["attempts"], s.options, kept["idempotency_key"], kept["error"], kept["traceback"],
+                              kept["started_at"], kept["finished_at"]))
+        for r in rows:
+            if r["parent_seq"] is not None and r["parent_seq"] in moved:
+                moved[r["seq"]] = r["seq"] + shift
+                kept_rows.append((run_id, moved[r["seq"]], r["name"], r["iteration"], r["agent"],
+                                  moved[r["parent_seq"]], r["status"], r["attempts"], r["options"],
+                                  r["idempotency_key"], r["error"], r["traceback"], r["started_at"], r["finished_at"]))
+        with self.conn.cursor() as cur:
+            cur.execute("DELETE FROM steps WHERE run_id = %s", (run_id,))
+            if kept_rows:
+                cur.executemany(
+                    "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
+                    "idempotency_key, error, traceback, started_at, finished_at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", kept_rows)
+            cur.execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = %s", (run_id,))
+            if moved:
+                cur.executemany("UPDATE outputs SET seq = %s WHERE run_id = %s AND seq = %s",
+                                [(new, run_id, -1 - was) for was, new in moved.items()])
+            cur.execute("DELETE FROM outputs WHERE run_id = %s AND seq < 0", (run_id,))
+            changes = [(moved.get(r["seq"], -1 - r["seq"]), r["checkpoint_id"]) for r in self._rows(
+                "SELECT checkpoint_id, seq FROM checkpoints WHERE run_id = %s AND seq >= 0", (run_id,))
+                if moved.get(r["seq"]) != r["seq"]]
+            if changes:
+                cur.executemany("UPDATE checkpoints SET seq = %s WHERE checkpoint_id = %s", changes)
+        return sorted(old)
+
+    @_translated
+    def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
+        if "definition" in fields:
+            if "fingerprint" not in fields:
+                raise TypeError("update_run: a definition is stored under its fingerprint: give both")
+            self._keep_definition(fields["fingerprint"], fields.pop("definition"))
+        names, values = _run_values(fields)
+        return self.conn.execute(_run_update(names, fence is not None),
+                                 (*values, run_id) if fence is None else (*values, run_id, fence)).rowcount == 1
+
+    @_translated
+    def update_step(self, run_id: str, seq: int, **fields: Any) -> None:
+        unknown = set(fields) - STEP_FIELDS
+        if unknown or not fields:
+            raise TypeError(f"update_step: unknown or no fields {sorted(unknown)} (known: {sorted(STEP_FIELDS)})")
+        values = [_field_value(k, v) for k, v in fields.items()]
+        self.conn.execute(f"UPDATE steps SET {', '.join(f'{k} = %s' for k in fields)} WHERE run_id = %s AND seq = %s",
+                          [*values, run_id, seq])
+
+    @_translated
+    def set_output(self, run_id: str, seq: int, json_text: str) -> None:
+        self.conn.execute(_OUTPUT_INSERT, (run_id, seq, json_text))
+
+    @_translated
+    def add_checkpoint(self, checkpoint: NewCheckpoint) -> int:
+        c = checkpoint
+        return self.conn.execute(_CHECKPOINT_INSERT, (c.run_id, c.seq, c.step, c.kind, _time(c.at), _free(c.reason),
+                                                      c.state, _time(c.deadline_at))).fetchone()["checkpoint_id"]
+
+    @_translated
+    def decide(self, checkpoint_id: int, decision: str, by: str, at: datetime, comment: str | None = None,
+               value_json: str | None = None) -> bool:
+        return self.conn.execute(
+            "UPDATE checkpoints SET decision = %s, decided_by = %s, decided_at = %s, comment = %s, value = %s "
+            f"WHERE checkpoint_id = %s AND {UNDECIDED}",
+            (decision, _free(by), _time(at), _free(comment), value_json, checkpoint_id)).rowcount == 1
+
+    @_translated
+    def close_pauses(self, run_id: str, decision: str, by: str, at: datetime) -> int:
+        return self.conn.execute(
+            "UPDATE checkpoints SET decision = %s, decided_by = %s, decided_at = %s "
+            f"WHERE run_id = %s AND {PAUSED} AND {UNDECIDED}", (decision, _free(by), _time(at), run_id)).rowcount
+
+    @_translated
+    def add_event(self, run_id: str, at: datetime, kind: str, *, step: str | None = None,
+                  actor: str | None = None, **detail: Any) -> None:
+        self.conn.execute(_EVENT_INSERT, (run_id, _time(at), kind, step, _free(actor), _detail(detail)))
+
+    @_translated
+    def cancel_open_steps(self, run_id: str, at: datetime) -> None:
+        self.conn.execute(
+            "UPDATE steps SET status = %s, finished_at = coalesce(finished_at, %s) "
+            "WHERE run_id = %s AND status = ANY(%s::text[])",
+            (StepStatus.CANCELLED.value, _time(at), run_id, sorted(str(s) for s in OPEN_STEPS)))
+
+    @_translated
+    def delete_runs(self, run_ids: Iterable[str]) -> None:
+        ids = list(run_ids)
+        if not ids:
+            return
+        fingerprints = [r["fingerprint"] for r in self._rows(
+            "SELECT DISTINCT fingerprint FROM runs WHERE run_id = ANY(%s::text[]) AND fingerprint IS NOT NULL", (ids,))]
+        for table in ("events", "checkpoints", "outputs", "steps", "run_inputs", "runs"):
+            self.conn.execute(f"DELETE FROM {table} WHERE run_id = ANY(%s::text[])", (ids,))
+        self.conn.execute("DELETE FROM definitions d WHERE d.fingerprint = ANY(%s::text[]) AND NOT EXISTS "
+                          "(SELECT 1 FROM runs r WHERE r.fingerprint = d.fingerprint)", (fingerprints,))
+
+    @_translated
+    def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
+        values = {"child": child, "parent": parent, "cut": cut_seq, "before": children_before,
+                  "pending": StepStatus.PENDING.value}
+        copied = ("(coalesce(s.parent_seq, s.seq) < %(cut)s::bigint "
+                  "OR (s.parent_seq = %(cut)s::bigint AND s.seq < %(before)s::bigint))")
+        self.conn.execute(
+            f"""INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
+                                   error, traceback, started_at, finished_at, idempotency_key)
+                SELECT %(child)s::text, seq, name, iteration, agent, parent_seq, status, attempts, options, error,
+                       traceback, started_at, finished_at, idempotency_key
+                FROM steps s WHERE run_id = %(parent)s AND {copied} ORDER BY seq""", values)
+        self.conn.execute(
+            """INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
+                                  idempotency_key)
+               SELECT %(child)s::text, seq, name, 1, NULL, NULL, %(pending)s::text, 0, options,
+                      %(child)s::text || '/' || name
+               FROM steps WHERE run_id = %(parent)s AND seq >= %(cut)s::bigint AND parent_seq IS NULL
+                    AND iteration = 1
+               ORDER BY seq""", values)
+        self.conn.execute(f"INSERT INTO outputs (run_id, seq, value) SELECT %(child)s::text, o.seq, o.value "
+                          "FROM steps s JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
+                          f"WHERE s.run_id = %(parent)s AND {copied} ORDER BY s.seq", values)
+
+    @_translated
+    def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
+        # The state as SQLite's json_object writes it: {"inherited_from":{"run_id":..,"checkpoint_id":..}}.
+        row = self.conn.execute(
+            """INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, decision,
+                                        decided_by, decided_at, comment, value)
+               SELECT %(child)s::text, seq, step, kind, %(at)s, reason,
+                      '{"inherited_from":{"run_id":' || to_json(run_id)::text || ',"checkpoint_id":'
+                          || checkpoint_id || '}}',
+                      decision, decided_by, decided_at,
+                      'inherited from checkpoint ' || checkpoint_id || ' of run ' || run_id
+                          || coalesce(': ' || comment, ''),
+                      value
+               FROM checkpoints WHERE checkpoint_id = %(cp)s
+               RETURNING checkpoint_id""",
+            {"child": child, "at": _time(at), "cp": parent_checkpoint_id}).fetchone()
+        if row is None:
+            raise StoreError(f"checkpoint {parent_checkpoint_id} is not in {self._where}; nothing was inherited")
+        return int(row["checkpoint_id"])
+
+    # ---- the hot path
+
+    def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
+        # The hot path: one statement, the schema's commit_boundary function, in its own transaction
+        # (one round trip; the statements inside are planned once per connection by PL/pgSQL).
+        b = boundary
+        if self.readonly:
+            raise self._read_only()
+        if self._in_transaction:
+            raise RuntimeError(NESTED)
+        at = _time(b.at)
+        ended, started, cp = b.ended, b.started, b.checkpoint
+        fields = {"updated_at": b.at, **b.run}
+        names, _ = _run_values(fields)  # checks the names
+        lease = fields.get("lease")
+        run = [str(fields["status"]) if "status" in fields else None, _time(fields.get("updated_at")),
+               fields.get("current_step"), fields.get("steps_done"), fields.get("steps_total"),
+               _free(fields.get("error")), fields.get("fingerprint"), fields.get("suspect_deaths"),
+               *_lease_values(lease)]
+        new = started is not None and isinstance(started.step, NewStep)
+        step = started.step if new else None
+        events = [[], [], [], [], []]
+        for ev in b.events:
+            if ev.names_checkpoint and cp is not None and "checkpoint_id" not in ev.detail:
+                rest = json.dumps(ev.detail, ensure_ascii=False)[1:] if ev.detail else "}"
+                detail, names_it = (", " + rest if ev.detail else rest), True
+            else:
+                detail = _detail({"checkpoint_id": None, **ev.detail} if ev.names_checkpoint else ev.detail)
+                names_it = False
+            for column, value in zip(events, (ev.kind, ev.step, _free(ev.actor), detail, names_it)):
+                column.append(value)
+        params = (
+            b.run_id, b.fence, at, list(names), *run,
+            None if ended is None else ended.seq, None if ended is None else str(ended.status),
+            None if ended is None else _free(ended.error), None if ended is None else _free(ended.traceback),
+            None if ended is None else ended.output_json,
+            None if started is None else (step.seq if new else started.step), None if started is None else started.attempt,
+            new, step and step.name, step and step.iteration, step and step.agent, step and step.parent,
+            step and step.options, step and step.idempotency_key,
+            None if cp is None else cp.kind, None if cp is None else cp.run_id, None if cp is None else cp.seq,
+            None if cp is None else cp.step, None if cp is None else (at if cp.at == b.at else _time(cp.at)),
+            None if cp is None else _free(cp.reason), None if cp is None else cp.state,
+            None if cp is None else _time(cp.deadline_at),
+            *events, *self._lock_keys)
+        try:
+            self._ensure_connected()
+            row = self.conn.execute(_COMMIT_BOUNDARY, params).fetchone()
+        except psycopg.Error as e:
+            if getattr(e, "sqlstate", None) == FENCE_REFUSED:
+                raise self._refused(b.run_id) from None
+            raise self.translate(e) from None
+        return BoundaryResult(checkpoint_id=row["checkpoint_id"])
+
+    def _refused(self, run_id: str) -> LeaseLost | UnknownRun:
+        row = self._row("SELECT status FROM runs WHERE run_id = %s", (run_id,))
+        if row is None:
+            return self._unknown(run_id)
+        return LeaseLost.of(run_id, cancelled=row["status"] == RunStatus.CANCELLED)
+
+
+# ---- conversions --------------------------------------------------------------------------------
+
+
+def _time(dt: datetime | None) -> datetime | None:
+    """A store time: aware UTC, truncated to milliseconds as the SQLite store keeps it (so a listing
+    position written as store text names the row exactly)."""
+    if dt is None:
+        return None
+    if not isinstance(dt, datetime):
+        raise TypeError(f"store times are aware UTC datetimes, not {type(dt).__name__} ({dt!r})")
+    dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+    return dt.replace(microsecond=dt.microsecond // 1000 * 1000)
+
+
+def _position_values(position: tuple[str, str]) -> tuple[datetime, str]:
+    created, run_id = position
+    return _time(from_text(created) if isinstance(created, str) else created), run_id
+
+
+def _position(r: dict[str, Any]) -> tuple[datetime, str]:
+    return r["created_at"], r["run_id"]
+
+
+def _free(text: str | None) -> str | None:
+    """Free text a person reads (an error, a reason, a name of who decided): PostgreSQL text cannot
+    hold NUL, which is stored as U+FFFD."""
+    return text.replace("\x00", "\ufffd") if text is not None and "\x00" in text else text
+
+
+def _detail(detail: dict[str, Any]) -> str | None:
+    return json.dumps(detail, ensure_ascii=False) if detail else None
+
+
+def _asks_approval(options: str | None) -> bool:
+    try:
+        value = json.loads(options) if options else None
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(value, dict):
+        return False
+    flag = value.get("approval")
+    return not isinstance(flag, str) and flag == 1
+
+
+def _lease_values(lease: Lease | None) -> tuple[Any, ...]:
+    if lease is None:
+        return (None,) * len(LEASE_COLUMNS)
+    return (lease.token, lease.pid, lease.pid_start, lease.host, _time(lease.expires_at), _time(lease.heartbeat_at))
+
+
+def _field_value(name: str, value: Any) -> Any:
+    if name in TIME_FIELDS:
+        return _time(value)
+    if name in FREE_TEXT_FIELDS:
+        return _free(value)
+    return value.value if isinstance(value, (RunStatus, StepStatus)) else value
+
+
+def _run_values(fields: dict[str, Any]) -> tuple[tuple[str, ...], list[Any]]:
+    unknown = fields.keys() - RUN_FIELDS
+    if unknown or not fields:
+        raise TypeError(f"update_run: unknown or no fields {sorted(unknown)} (known: {sorted(RUN_FIELDS)})")
+    values: list[Any] = []
+    for k, v in fields.items():
+        if k == "lease":
+            values += _lease_values(v)
+        else:
+            values.append(_field_value(k, v))
+    return tuple(fields), values
+
+
+@functools.lru_cache(maxsize=64)
+def _run_update(names: tuple[str, ...], fenced: bool) -> str:
+    columns = [c for k in names for c in (LEASE_COLUMNS if k == "lease" else (k,))]
+    sql = f"UPDATE runs SET {', '.join(f'{c} = %s' for c in columns)} WHERE run_id = %s"
+    return sql + " AND lease_token = %s" if fenced else sql

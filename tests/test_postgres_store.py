@@ -1,0 +1,315 @@
+"""What only the PostgreSQL backend has: its URL, connection failures in one line, its schema
+namespace and version, the durability setting, a lost connection, and the plans of the console's
+listing queries. The backend-neutral contract is in test_store_contract.py (``store_url``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from relaypoint.status import RunStatus
+from relaypoint.store import (BackendUnavailable, InvalidStoreURL, NewRun, StoreDenied, StoreMissing, StoreNewer,
+                              StoreUnreachable, open_store)
+from relaypoint.store.url import parse
+
+from conftest import POSTGRES_URL, drop_schema, postgres_server
+from test_store_contract import add_run, at, lease
+
+psycopg = pytest.importorskip("psycopg")
+
+
+@pytest.fixture
+def url(postgres_schema: str) -> str:
+    return f"{postgres_server()}?schema={postgres_schema}"
+
+
+def server(sql: str, params: tuple = ()) -> list[tuple]:
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else []
+
+
+# ---- the URL ---------------------------------------------------------------------------------------
+
+
+def test_a_postgresql_url_names_a_schema_relaypoint_by_default():
+    assert parse("postgresql://app@db:5433/team") == parse("postgresql://app@db:5433/team?schema=relaypoint")
+    got = parse("postgres://app:secret@db/team?schema=relay_dev")
+    assert (got.backend, got.conninfo, got.schema) == ("postgres", "postgres://app:secret@db/team", "relay_dev")
+
+
+@pytest.mark.parametrize("url, message", [
+    ("postgresql://h/db?sslmode=require", "has query parameters sslmode, which relaypoint does not take "
+                                          r"\(only schema=NAME\)"),
+    ("postgresql://h/db?schema=a&schema=b", "names the schema more than once"),
+    ("postgresql://h/db?schema=Relay-1", "names schema 'Relay-1'; a relaypoint schema name is lower-case"),
+    ("postgresql://h/db#frag", "has a fragment"),
+])
+def test_a_postgresql_url_with_anything_else_is_refused_in_one_line(url, message):
+    with pytest.raises(InvalidStoreURL, match=message) as e:
+        parse(url)
+    assert "\n" not in str(e.value)
+
+
+def test_without_psycopg_the_url_says_what_to_install():
+    code = ("import sys; sys.modules['psycopg'] = None\n"
+            "from relaypoint.store import BackendUnavailable, open_store\n"
+            "try:\n    open_store('postgresql://u@localhost/x')\n"
+            "except BackendUnavailable as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out == ("the PostgreSQL backend needs psycopg, which is not installed; "
+                   "pip install 'relaypoint[postgres]'\n")
+    assert issubclass(BackendUnavailable, Exception)
+
+
+# ---- connection failures -----------------------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "relaypoint", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("db, line", [
+    ("postgresql://nobody@127.0.0.1:1/x",
+     "the PostgreSQL server at 127.0.0.1:1 refused the connection (is PostgreSQL running and listening there?)"),
+    ("postgresql://nobody_at_all@127.0.0.1:{port}/test",
+     "the PostgreSQL server at 127.0.0.1:{port} has no user 'nobody_at_all'; name an existing user in the URL "
+     "(postgresql://USER@host/dbname)"),
+    ("postgresql://postgres@127.0.0.1:{port}/no_such_db",
+     "the PostgreSQL server at 127.0.0.1:{port} has no database 'no_such_db'; create it (createdb no_such_db) "
+     "or point --db at another database"),
+    ("postgresql://postgres@127.0.0.1:{port}/test?schema=relaypoint_none_here",
+     "no relaypoint store at postgres@127.0.0.1:{port}/test/relaypoint_none_here; make one with"),
+])
+def test_connection_failures_are_one_line_through_the_cli(db, line):
+    postgres_server()
+    port = str(psycopg.conninfo.conninfo_to_dict(POSTGRES_URL).get("port") or 5432)
+    result = cli("--db", db.format(port=port), "list")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert line.format(port=port) in result.stderr
+
+
+def test_connection_failures_are_store_errors():
+    with pytest.raises(StoreUnreachable):
+        open_store("postgresql://nobody@127.0.0.1:1/x")
+    postgres_server()
+    with pytest.raises(StoreDenied):
+        open_store(POSTGRES_URL.replace("postgres@", "nobody_at_all@", 1))
+    with pytest.raises(StoreMissing, match="has no database 'no_such_db'"):
+        open_store(POSTGRES_URL.rsplit("/", 1)[0] + "/no_such_db", create=True)
+
+
+def test_a_lost_connection_is_one_line_and_the_next_call_reconnects(url):
+    with open_store(url, create=True) as store:
+        add_run(store, "r1")
+        pid = store.conn.info.backend_pid
+        server("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(StoreUnreachable, match=r"^the connection to .* was lost") as e:
+            store.run("r1")
+        assert "\n" not in str(e.value)
+        assert store.run("r1").run_id == "r1"  # a new connection
+        assert store.conn.info.backend_pid != pid
+
+
+# ---- the schema --------------------------------------------------------------------------------------
+
+
+def test_the_store_lives_in_its_schema_with_the_sqlite_stores_tables(url, postgres_schema):
+    with open_store(url, create=True):
+        pass
+    tables = {r[0] for r in server("SELECT tablename FROM pg_tables WHERE schemaname = %s", (postgres_schema,))}
+    assert tables == {"meta", "runs", "run_inputs", "definitions", "steps", "outputs", "checkpoints", "events",
+                      "run_counts"}
+    indexes = {r[0] for r in server("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (postgres_schema,))}
+    assert {"runs_by_created", "runs_by_status", "runs_by_workflow", "runs_by_parent", "runs_by_fingerprint",
+            "steps_by_name", "checkpoints_by_run", "checkpoints_due", "checkpoints_paused",
+            "events_by_run"} <= indexes
+    types = dict(server("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
+                        "AND table_name = 'runs'", (postgres_schema,)))
+    assert types["created_at"] == types["lease_expires_at"] == "timestamp with time zone"
+    assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("1",)]
+    assert server("SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'runs'") == [(0,)]
+
+
+def test_a_newer_schema_is_refused(url, postgres_schema):
+    with open_store(url, create=True) as store:
+        add_run(store, "r1")
+    server(f"UPDATE {postgres_schema}.meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(StoreNewer, match=r"has store schema version 99, newer than this relaypoint understands "
+                                         r"\(1\); upgrade relaypoint to open it$"):
+        open_store(url)
+    assert server(f"SELECT run_id FROM {postgres_schema}.runs") == [("r1",)]  # untouched
+
+
+def test_a_schema_holding_other_tables_is_not_a_store(url, postgres_schema):
+    server(f"CREATE SCHEMA {postgres_schema}")
+    server(f"CREATE TABLE {postgres_schema}.invoices (id int)")
+    with pytest.raises(Exception, match="holds tables but is not a relaypoint store"):
+        open_store(url, create=True)
+    assert server(f"SELECT tablename FROM pg_tables WHERE schemaname = %s", (postgres_schema,)) == [("invoices",)]
+
+
+def test_two_schemas_in_one_database_are_kept_apart(url, postgres_schema):
+    other_schema = postgres_schema + "_b"
+    other_url = url.replace(postgres_schema, other_schema)
+    try:
+        with open_store(url, create=True) as one, open_store(other_url, create=True) as two:
+            add_run(one, "a1", status=RunStatus.QUEUED)
+            add_run(one, "shared", status=RunStatus.QUEUED)
+            add_run(two, "shared", status=RunStatus.COMPLETED, input={"in": "two"})
+            assert [r.run_id for r in one.list_runs()] == ["shared", "a1"] or \
+                   sorted(r.run_id for r in one.list_runs()) == ["a1", "shared"]
+            assert [r.run_id for r in two.list_runs()] == ["shared"]
+            assert one.count_by_status() == {"queued": 2} and two.count_by_status() == {"completed": 1}
+            assert two.run_input("shared") == {"in": "two"} and one.run_input("shared") == {"k": 1}
+            with two.transaction():
+                two.delete_runs(["shared"])
+            assert one.exists("shared") and not two.exists("shared")
+    finally:
+        drop_schema(other_schema)
+
+
+def test_concurrent_creators_of_one_schema_make_it_once(url):
+    code = ("import sys\nfrom relaypoint.store import open_store\n"
+            "open_store(sys.argv[1], create=True).close()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    assert [(p.wait(), p.stderr.read()) for p in procs] == [(0, "")] * 4
+    with open_store(url) as store:
+        assert store.list_runs() == []
+
+
+# ---- settings --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("durability, setting", [("full", "on"), ("normal", "off")])
+def test_durability_is_synchronous_commit(url, durability, setting):
+    with open_store(url, create=True, durability=durability) as store:
+        assert store.conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == setting
+
+
+def test_a_read_only_store_is_read_only_on_the_server_too(url):
+    with open_store(url, create=True) as store:
+        add_run(store, "r1")
+    with open_store(url, readonly=True) as ro:
+        assert ro.conn.execute("SHOW default_transaction_read_only").fetchone()["default_transaction_read_only"] == "on"
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            ro.conn.execute("DELETE FROM runs")
+        assert ro.exists("r1")
+
+
+def test_times_are_kept_to_the_millisecond_like_the_sqlite_store(url):
+    with open_store(url, create=True) as store:
+        with store.transaction():
+            store.insert_run(NewRun(run_id="r1", workflow="w", status=RunStatus.QUEUED, input="{}", definition="[]",
+                                    fingerprint="fp", created_at=at(0.0123456), steps_total=0))
+        assert store.run("r1").created_at == at(0.012)
+        # a listing position written as store text names the row exactly
+        assert [r.run_id for r in store.list_runs(within=(("2031-05-01T12:00:00.012Z", "r1"),) * 2)] == ["r1"]
+
+
+def test_the_data_version_ignores_reads_and_follows_commits(url):
+    with open_store(url, create=True) as store, open_store(url) as other:
+        add_run(store, "r1")
+        version = store.data_version()
+        other.list_runs(), other.run("r1")
+        assert store.data_version() == version
+        with other.transaction():
+            other.update_run("r1", steps_done=1)
+        assert store.data_version() != version
+
+
+# ---- the console's queries use the indexes -----------------------------------------------------------
+
+
+def plans(store, call) -> list[str]:
+    """The plans of the statements ``call`` runs on ``store`` (EXPLAIN of each, with its parameters)."""
+    seen: list[tuple[str, object]] = []
+    rows = store._rows
+
+    def traced(sql, params=()):
+        seen.append((sql, params))
+        return rows(sql, params)
+
+    store._rows = traced
+    try:
+        call()
+    finally:
+        store._rows = rows
+    return ["\n".join(r["QUERY PLAN"] for r in store.conn.execute("EXPLAIN " + sql, params)) for sql, params in seen]
+
+
+def test_the_listing_reads_the_runs_indexes_without_sorting(url, postgres_schema):
+    with open_store(url, create=True) as store:
+        with store.transaction():
+            for i in range(3000):
+                store.insert_run(NewRun(run_id=f"{i:016x}", workflow=f"wf{i % 4}", status=RunStatus(
+                    ["queued", "completed", "failed"][i % 3]), input="{}", definition="[]", fingerprint="fp",
+                    created_at=at(i), steps_total=3, lease=lease() if i % 3 == 0 else None))
+        server(f"ANALYZE {postgres_schema}.runs")
+        newest = store.list_runs(limit=50)
+        key = (newest[-1].created_at.isoformat(timespec="milliseconds").replace("+00:00", "Z"), newest[-1].run_id)
+        cases = {
+            "runs_by_created": lambda: store.list_runs(limit=50, before=key),
+            "runs_by_status": lambda: store.list_runs(status="failed", limit=50, before=key),
+            "runs_by_workflow": lambda: store.list_runs(workflow="wf3", limit=50),
+        }
+        for index, call in cases.items():
+            (plan,) = plans(store, call)
+            assert index in plan and "Sort" not in plan and "Seq Scan" not in plan, plan
+        search = plans(store, lambda: store.list_runs(search="wf1", limit=50))
+        # the names by a loose index scan, each name's runs in index order, the id prefix by the primary key
+        names, by_name, by_id = search
+        assert all("Seq Scan" not in p for p in search), search
+        assert "Index Only Scan using runs_by_workflow" in names
+        assert "runs_by_workflow" in by_name and "Sort" not in by_name
+        assert "runs_pkey" in by_id
+        assert len(store.list_runs(search="wf1", limit=500)) == 500
+        (counts,) = plans(store, store.count_by_status)
+        assert "on run_counts" in counts and "on runs" not in counts
+        assert store.count_by_status() == {"queued": 1000, "completed": 1000, "failed": 1000}
+        assert json.dumps(store.count_by_status())  # plain ints
+
+
+def test_a_transaction_excludes_other_writers_as_on_sqlite_and_waits_the_busy_timeout(url):
+    from relaypoint.store import Boundary, StepStart, StoreBusy
+    from relaypoint.store.postgres import PostgresStore
+
+    where = parse(url)
+    with open_store(url, create=True) as one, PostgresStore(where.conninfo, where.schema, busy_timeout=0.5) as two:
+        add_run(one, "r1", owner=lease())
+        with one.transaction():
+            one.update_run("r1", steps_done=1)
+            with pytest.raises(StoreBusy, match=r"stayed busy for 0 s \(another process is writing\); try again$"):
+                with two.transaction():
+                    pass
+            with pytest.raises(StoreBusy):  # a boundary waits for a transaction, as on SQLite
+                two.commit_boundary(Boundary(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
+        two.commit_boundary(Boundary(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
+        assert one.step("r1", 0).status == "running" and one.run("r1").steps_done == 1
+
+
+def test_a_user_with_create_on_a_schema_an_administrator_made_can_make_the_store_there(postgres_schema):
+    role = f"{postgres_schema}_user"
+    server(f"CREATE ROLE {role} LOGIN")
+    try:
+        server(f"CREATE SCHEMA {postgres_schema}")
+        server(f"GRANT USAGE, CREATE ON SCHEMA {postgres_schema} TO {role}")
+        url = f"{POSTGRES_URL.replace('postgres@', role + '@', 1)}?schema={postgres_schema}"
+        with open_store(url, create=True) as store:
+            add_run(store, "r1")
+            assert store.exists("r1")
+        other = url.replace(f"schema={postgres_schema}", f"schema={postgres_schema}_x")
+        with pytest.raises(StoreDenied, match="permission denied for database"):
+            open_store(other, create=True)  # no CREATE on the database: one line saying what is needed
+        server(f"REVOKE USAGE ON SCHEMA {postgres_schema} FROM {role}")
+        with pytest.raises(StoreDenied, match=f"{role} may not use schema {postgres_schema}; an administrator can "
+                                              f"GRANT USAGE ON SCHEMA {postgres_schema} and SELECT"):
+            open_store(url)
+    finally:
+        server(f"DROP SCHEMA IF EXISTS {postgres_schema} CASCADE")
+        server(f"DROP OWNED BY {role}")
+        server(f"DROP ROLE {role}")
