@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .defaults import DURABILITY
 from .display import clean
-from .store.url import parse
+from .store.url import log_stem
 
 REASON_CHARS = 300
 """Characters of a failed resume's reason shown (it is one line in the console)."""
@@ -20,25 +20,28 @@ _TAIL_BYTES = 1024 * 1024
 
 def resume_log(db_url: str) -> Path:
     """The log of resumes started in the background for the store at ``db_url``: beside the
-    store's file, ``<file>.resume.log``."""
-    return Path(f"{parse(db_url).path}.resume.log")
+    store's file, ``<file>.resume.log`` (a PostgreSQL store: ``relaypoint-<schema>.resume.log`` in
+    the current directory)."""
+    return Path(f"{log_stem(db_url)}.resume.log")
 
 
 def spawn_resume(db_url: str, app_spec: str, run_id: str, *, allow_drift: bool = False,
                  durability: str = DURABILITY) -> subprocess.Popen:
-    """Start ``python -m relaypoint --db URL --durability D resume RUN_ID --app APP [--allow-drift]``
+    """Start ``python -m relaypoint --durability D resume RUN_ID --app APP [--allow-drift]`` (the
+    store's URL in ``RELAYPOINT_DB``)
     in its own session, so it survives the caller closing. Its stderr goes to :func:`resume_log`
     (appended; created readable by this user only, like the store, since errors may quote step
     data); the run's own progress and errors are recorded in the store. Returns the process handle.
 
     The current directory is kept, so an ``--app`` module found there is found by the child too.
     """
-    command = [sys.executable, "-m", "relaypoint", "--db", db_url, "--durability", durability, "resume", run_id,
-               "--app", app_spec]
+    # the store URL goes in the environment, not on the command line, where `ps` would show a password
+    command = [sys.executable, "-m", "relaypoint", "--durability", durability, "resume", run_id, "--app", app_spec]
     with os.fdopen(os.open(resume_log(db_url), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
         return subprocess.Popen(
             command + (["--allow-drift"] if allow_drift else []),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+            env={**os.environ, "RELAYPOINT_DB": db_url},
         )
 
 

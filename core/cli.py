@@ -37,6 +37,7 @@ from .defaults import DURABILITIES, DURABILITY, LEASE_SECONDS
 from .runtime import Runtime
 from .workflow import find_workflow
 from .models import Run, RunSummary
+from .store.url import shown
 from .patterns_view import paused_execution
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
 
@@ -163,7 +164,7 @@ def demo(ctx: click.Context, no_console: bool, root: str | None) -> None:
     runs = build_demo(ctx.obj["db"], root=root, progress=lambda line: _say(line, err=True),
                       durability=ctx.obj["durability"])
     total = sum(_runtime(ctx).counts().values())
-    _say(f"demo store {ctx.obj['db']}: added {len(runs)} runs ({total} in the store)", err=True)
+    _say(f"demo store {shown(ctx.obj['db'])}: added {len(runs)} runs ({total} in the store)", err=True)
     if not no_console:
         from relaypoint.tui import run_console
 

@@ -37,10 +37,10 @@ def _kill_while(db_url: str, workflow: str, input: dict, durability: str, where:
     """Start a run of ``workflow`` in a child process and SIGKILL it as soon as an execution that
     ``running`` picks is running (``where`` names it in the error); returns the run id once the run
     is marked interrupted. Raises ``RelaypointError`` if the child never gets there."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "relaypoint", "--db", db_url, "--durability", durability, "start", workflow,
+    child = subprocess.Popen(  # the URL in the environment: `ps` would show a password on the command line
+        [sys.executable, "-m", "relaypoint", "--durability", durability, "start", workflow,
          "--app", DEMO_APP, "--input", json.dumps(input)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "RELAYPOINT_DB": db_url},
     )
     run_id = child.stdout.readline().strip()  # printed once the run is recorded, before its first step
     deadline = time.monotonic() + KILL_WAIT_SECONDS

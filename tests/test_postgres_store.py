@@ -13,7 +13,8 @@ import pytest
 from relaypoint.status import RunStatus
 from relaypoint.store import (BackendUnavailable, InvalidStoreURL, NewRun, StoreDenied, StoreMissing, StoreNewer,
                               StoreUnreachable, open_store)
-from relaypoint.store.url import parse
+from relaypoint.background import spawn_resume
+from relaypoint.store.url import log_stem, parse, shown, store_name
 
 from conftest import POSTGRES_URL, drop_schema, postgres_server
 from test_store_contract import add_run, at, lease
@@ -52,6 +53,28 @@ def test_a_postgresql_url_with_anything_else_is_refused_in_one_line(url, message
     with pytest.raises(InvalidStoreURL, match=message) as e:
         parse(url)
     assert "\n" not in str(e.value)
+
+
+def test_a_password_in_the_url_is_never_shown_and_files_beside_the_store_have_a_place():
+    url = "postgresql://bob:s3cret@db.example:5432/team?schema=relay_dev"
+    assert shown(url) == "postgresql://bob:***@db.example:5432/team?schema=relay_dev"
+    assert store_name(url) == "relay_dev@db.example/team"
+    assert log_stem(url) == "relaypoint-relay_dev"
+    assert (shown("sqlite:////tmp/r.db"), store_name("sqlite:////tmp/r.db"), log_stem("sqlite:////tmp/r.db")) == (
+        "sqlite:////tmp/r.db", "r.db", "/tmp/r.db")
+    with pytest.raises(InvalidStoreURL) as e:
+        parse("postgresql://bob:s3cret@db/team?sslmode=require")
+    assert "s3cret" not in str(e.value) and "bob:***@db" in str(e.value)
+
+
+def test_a_resume_started_in_the_background_keeps_the_url_off_its_command_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = "postgresql://bob:s3cret@127.0.0.1:1/team?schema=relay_dev"  # nothing listens: the child fails
+    child = spawn_resume(url, "relaypoint.demo:workflows", "0123456789abcdef")
+    assert child.wait(timeout=60) != 0
+    assert not any("s3cret" in str(arg) for arg in child.args)
+    logged = (tmp_path / "relaypoint-relay_dev.resume.log").read_text()
+    assert "refused" in logged and "s3cret" not in logged
 
 
 def test_without_psycopg_the_url_says_what_to_install():

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from textual.app import App
 
 from relaypoint.clock import Clock, utcnow
 from relaypoint.defaults import DURABILITY
 from relaypoint.runtime import Runtime
-from relaypoint.store.url import parse
+from relaypoint.store.url import store_name
 
 from .data import StoreReader
 from .screen import ConsoleScreen
@@ -39,7 +38,7 @@ class RelaypointConsole(App[None]):
         self.app_spec = app_spec
         self.clock = clock
         self.readonly = readonly
-        self.store_name = Path(parse(self.db_url).path).name
+        self.store_name = store_name(self.db_url)
         self.reader = StoreReader(self.open_runtime)
 
     def get_default_screen(self) -> ConsoleScreen:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from ..errors import StoreError
@@ -76,11 +77,28 @@ def _file(path: str, given: str) -> str:
     return path
 
 
-def _postgres(text: str) -> StoreURL:
-    """A ``postgresql://`` URL: the libpq URL without relaypoint's ``schema`` parameter, and the schema."""
-    if "\x00" in text:
+def shown(url: str) -> str:
+    """``url`` as it may be printed or logged: a password in a PostgreSQL URL replaced by ``***``."""
+    text = str(url)
+    if not text.lower().startswith(("postgresql://", "postgres://")):
+        return text
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return text.split("://", 1)[0] + "://***"
+    if parts.password is None:
+        return text
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
+
+
+def _postgres(given: str) -> StoreURL:
+    """A ``postgresql://`` URL: the libpq URL without relaypoint's ``schema`` parameter, and the schema.
+    Error messages show the URL without its password."""
+    text = shown(given)
+    if "\x00" in given:
         raise InvalidStoreURL(f"store URL {text!r} holds a NUL character; write postgresql://user@host:port/dbname")
-    parts = urlsplit(text)
+    parts = urlsplit(given)
     if parts.fragment:
         raise InvalidStoreURL(f"store URL {text!r} has a fragment, which relaypoint does not take; "
                               "write postgresql://user@host:port/dbname?schema=NAME")
@@ -98,3 +116,20 @@ def _postgres(text: str) -> StoreURL:
         raise InvalidStoreURL(f"store URL {text!r} names schema {schema!r}; a relaypoint schema name is lower-case "
                               "letters, digits and _ (not starting with a digit), at most 63 characters")
     return StoreURL("postgres", "", conninfo=urlunsplit(parts._replace(query="", fragment="")), schema=schema)
+
+
+def store_name(url: str) -> str:
+    """A short name of the store at ``url`` for a status line: the SQLite file's name, or
+    ``schema@host/dbname`` (never a password)."""
+    where = parse(url)
+    if where.backend == "sqlite":
+        return Path(where.path).name
+    parts = urlsplit(where.conninfo or "")
+    return f"{where.schema}@{parts.hostname or 'localhost'}{parts.path}"
+
+
+def log_stem(url: str) -> str:
+    """Where files kept beside a store go, as a path stem: the SQLite file's path, or
+    ``relaypoint-<schema>`` in the current directory for a PostgreSQL store (no file of its own)."""
+    where = parse(url)
+    return where.path if where.backend == "sqlite" else f"relaypoint-{where.schema}"
