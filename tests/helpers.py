@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,8 @@ from relaypoint import Runtime, Workflow
 from relaypoint.clock import to_text
 from relaypoint.lease import HOST
 from relaypoint.workflow import Context
+
+import stores
 
 DB = "store.db"
 StepBehaviour = Callable[[Context], Any]
@@ -171,14 +172,7 @@ def killed_start(tmp_path: Path, flow: Flow, step: str) -> str:
 # ---- what another process leaves in the file ------------------------------------------------------
 
 
-def sql(db: Path | str, statement: str, *params: Any) -> list[tuple]:
-    """Run one statement on a connection of its own and commit; returns the rows."""
-    conn = sqlite3.connect(db)
-    try:
-        with conn:
-            return conn.execute(statement, params).fetchall()
-    finally:
-        conn.close()
+sql = stores.execute
 
 
 def dead_pid() -> int:
@@ -217,14 +211,7 @@ def rows(db: Path | str, run_id: str) -> dict[str, list[tuple]]:
     return found
 
 
-def snapshot(db: Path) -> dict[str, list[tuple]]:
-    """Every row of every relaypoint table, in rowid order."""
-    conn = sqlite3.connect(db)
-    try:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
-                for t in ("meta", "runs", "run_inputs", "definitions", "steps", "outputs", "checkpoints", "events")}
-    finally:
-        conn.close()
+snapshot = stores.dump
 
 
 def digest(path: Path) -> str:

@@ -1,6 +1,6 @@
 """Shared helpers for the real-process tests (test_races.py, the crash matrix): launching relaypoint
 commands as separate Python processes, a start barrier that lines racers up, polling the store
-read-only with plain sqlite3, and reading the executions log the test apps append to.
+(either backend, through stores.py), and reading the executions log the test apps append to.
 
 A launched command is ``sys.executable -m relaypoint --db DB ...`` run in the sandbox directory. With
 a :class:`Barrier`, a ``sitecustomize`` module in the sandbox makes each process finish its imports,
@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+
+import stores
 
 T = TypeVar("T")
 
@@ -199,32 +199,9 @@ def append_line(path: str, line: str) -> None:
         os.close(fd)
 
 
-# ---- reading the store: plain sqlite3, read-only ----------------------------------------------------
+# ---- reading the store (either backend: see stores.py) --------------------------------------------
 
-@contextmanager
-def ro(db: Path | str) -> Iterator[sqlite3.Connection | None]:
-    """A read-only connection to the store, or None while the file or its schema does not exist."""
-    if not Path(db).exists():
-        yield None
-        return
-    conn = sqlite3.connect(f"file:{Path(db).resolve()}?mode=ro", uri=True, timeout=30)
-    conn.row_factory = sqlite3.Row
-    try:
-        try:
-            conn.execute("SELECT 1 FROM runs LIMIT 1").fetchall()
-        except sqlite3.OperationalError:  # created, not migrated yet
-            yield None
-            return
-        yield conn
-    finally:
-        conn.close()
-
-
-def query(db: Path | str, sql: str, params: tuple = ()) -> list[dict[str, Any]]:
-    with ro(db) as conn:
-        if conn is None:
-            return []
-        return [dict(r) for r in conn.execute(sql, params)]
+query = stores.query
 
 
 def run_row(db: Path | str, run_id: str) -> dict[str, Any] | None:
@@ -267,12 +244,7 @@ def checkpoints(db: Path | str, run_id: str) -> list[dict[str, Any]]:
     return query(db, "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id", (run_id,))
 
 
-def dump(db: Path | str) -> dict[str, list[tuple]]:
-    """Every row of every table: two dumps are equal only if nothing at all was written between them."""
-    with ro(db) as conn:
-        assert conn is not None
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        return {t: [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY rowid")] for t in tables}
+dump = stores.dump
 
 
 def wait_status(db: Path | str, run_id: str, statuses: str | tuple[str, ...], timeout: float = 30.0) -> str:
