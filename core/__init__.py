@@ -1,4 +1,5 @@
-"""relaypoint: durable, resumable, human-approved multi-step runs on a local SQLite file.
+"""relaypoint: durable, resumable, human-approved multi-step runs, recorded in a local SQLite
+file or a team's PostgreSQL database.
 
 Public API: :class:`Workflow` to define a chain of steps and multi-agent patterns (with
 :func:`human`, a person as an agent), :class:`Runtime` to start, resume,

@@ -131,7 +131,7 @@ def _runtime(ctx: click.Context, app_spec: str | None = None, *, create: bool = 
 @click.version_option(package_name="relaypoint")
 @click.pass_context
 def cli(ctx: click.Context, db: str, durability: str) -> None:
-    """Durable, resumable, human-approved runs on a local SQLite file.
+    """Durable, resumable, human-approved runs in a SQLite file or a PostgreSQL database.
 
     With no command, opens the console.
     """

@@ -45,8 +45,8 @@ def os_user() -> str:
 class Runtime:
     """Operations on the runs of one store.
 
-    ``url``: the store (a path, or ``sqlite:///path``; created, owner-only, if missing and
-    ``create`` is true). ``workflows``: definitions needed by ``start`` and ``resume``; decisions,
+    ``url``: the store (a SQLite path or ``sqlite:///path``, created owner-only if missing and
+    ``create`` is true; or ``postgresql://user@host/db[?schema=NAME]``, its schema created likewise). ``workflows``: definitions needed by ``start`` and ``resume``; decisions,
     forks, cancels and queries need none. ``clock``/``id_factory``: injectable for stable tests.
     ``lease_seconds``: how long an executor's lease lasts without a heartbeat (renewed every third
     of it). ``max_recoveries``: see :meth:`resume` (None: no limit). ``durability``: "full" (each
