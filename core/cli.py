@@ -509,7 +509,7 @@ def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recov
     w = Worker(ctx.obj["db"], workflows, concurrency=concurrency, poll_seconds=poll,
                max_recoveries=max_recoveries, lease_seconds=_lease_seconds(), durability=ctx.obj["durability"],
                log=lambda line: _say(line, err=True))
-    _say(f"worker on {ctx.obj['db']}: {', '.join(wf.name for wf in workflows)}, "
+    _say(f"worker on {shown(ctx.obj['db'])}: {', '.join(wf.name for wf in workflows)}, "
          f"concurrency {concurrency}; SIGINT or SIGTERM stops it gracefully", err=True)
     with _steps_print_to_stderr():
         w.run()

@@ -55,6 +55,21 @@ def test_a_postgresql_url_with_anything_else_is_refused_in_one_line(url, message
     assert "\n" not in str(e.value)
 
 
+def test_a_url_without_a_host_reaches_the_server_named_by_pghost(postgres_schema, monkeypatch):
+    # postgresql:///dbname leaves host, port and user to libpq (PG* variables, the local socket)
+    server_url = psycopg.conninfo.conninfo_to_dict(POSTGRES_URL)
+    monkeypatch.setenv("PGHOST", server_url.get("host") or "localhost")
+    monkeypatch.setenv("PGPORT", str(server_url.get("port") or 5432))
+    monkeypatch.setenv("PGUSER", server_url.get("user") or "postgres")
+    url = f"postgresql:///{server_url['dbname']}?schema={postgres_schema}"
+    assert parse(url).conninfo == f"postgresql:///{server_url['dbname']}"
+    with open_store(url, create=True) as store:
+        assert store.list_runs() == []
+    assert server("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'runs'",
+                  (postgres_schema,)) == [(1,)]
+    assert store_name(url) == f"{postgres_schema}@{server_url.get('host') or 'localhost'}/{server_url['dbname']}"
+
+
 def test_a_password_in_the_url_is_never_shown_and_files_beside_the_store_have_a_place():
     url = "postgresql://bob:s3cret@db.example:5432/team?schema=relay_dev"
     assert shown(url) == "postgresql://bob:***@db.example:5432/team?schema=relay_dev"
@@ -75,6 +90,23 @@ def test_a_resume_started_in_the_background_keeps_the_url_off_its_command_line(t
     assert not any("s3cret" in str(arg) for arg in child.args)
     logged = (tmp_path / "relaypoint-relay_dev.resume.log").read_text()
     assert "refused" in logged and "s3cret" not in logged
+
+
+def test_the_worker_names_its_store_without_the_password(postgres_schema):
+    # the test server trusts its users and ignores the password, so the worker starts and says where
+    server_url = psycopg.conninfo.conninfo_to_dict(POSTGRES_URL)
+    url = (f"postgresql://{server_url.get('user') or 'postgres'}:s3cret@{server_url.get('host') or 'localhost'}:"
+           f"{server_url.get('port') or 5432}/{server_url['dbname']}?schema={postgres_schema}")
+    open_store(url, create=True).close()
+    worker = subprocess.Popen([sys.executable, "-m", "relaypoint", "--db", url, "worker", "--app",
+                               "relaypoint.demo:workflows"], stderr=subprocess.PIPE, text=True)
+    try:
+        first = worker.stderr.readline()
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    assert first.startswith("worker on ") and postgres_schema in first
+    assert "s3cret" not in first
 
 
 def test_without_psycopg_the_url_says_what_to_install():

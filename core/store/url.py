@@ -9,6 +9,7 @@ A plain path, ``sqlite:///relative/path`` or ``sqlite:////absolute/path`` names 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,7 +116,9 @@ def _postgres(given: str) -> StoreURL:
     if not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidStoreURL(f"store URL {text!r} names schema {schema!r}; a relaypoint schema name is lower-case "
                               "letters, digits and _ (not starting with a digit), at most 63 characters")
-    return StoreURL("postgres", "", conninfo=urlunsplit(parts._replace(query="", fragment="")), schema=schema)
+    # as written, less the query: urlunsplit would turn a host-less postgresql:///db (PGHOST, the
+    # local socket) into postgresql:/db, which libpq cannot read
+    return StoreURL("postgres", "", conninfo=given.partition("?")[0], schema=schema)
 
 
 def store_name(url: str) -> str:
@@ -125,7 +128,7 @@ def store_name(url: str) -> str:
     if where.backend == "sqlite":
         return Path(where.path).name
     parts = urlsplit(where.conninfo or "")
-    return f"{where.schema}@{parts.hostname or 'localhost'}{parts.path}"
+    return f"{where.schema}@{parts.hostname or os.environ.get('PGHOST') or 'localhost'}{parts.path}"
 
 
 def log_stem(url: str) -> str:
