@@ -15,6 +15,15 @@ from .drivers import ChainDriver, Driver
 from .errors import DefinitionError, UnknownWorkflow
 from .status import CheckpointKind
 
+NAME_RULE = "non-empty text without NUL characters"
+
+
+def is_name(value: Any) -> bool:
+    """Whether ``value`` can name a workflow, step, pattern or agent (see ``NAME_RULE``): a NUL
+    cannot be part of a key in PostgreSQL text, so neither backend takes one."""
+    return isinstance(value, str) and bool(value.strip()) and "\x00" not in value
+
+
 if TYPE_CHECKING:
     from .patterns.base import Pattern
 
@@ -90,8 +99,8 @@ class Workflow:
                                                                            compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise DefinitionError(f"a workflow name must be non-empty text, not {self.name!r}")
+        if not is_name(self.name):
+            raise DefinitionError(f"a workflow name must be {NAME_RULE}, not {self.name!r}")
 
     def step(
         self,
@@ -121,8 +130,8 @@ class Workflow:
 
     def _check_new(self, name: Any) -> None:
         """Refuse a node name that is not text or is taken, with ``DefinitionError``."""
-        if not isinstance(name, str) or not name.strip():
-            raise DefinitionError(f"workflow {self.name!r}: a step name must be non-empty text, not {name!r}")
+        if not is_name(name):
+            raise DefinitionError(f"workflow {self.name!r}: a step name must be {NAME_RULE}, not {name!r}")
         if any(s.name == name for s in self.steps):
             raise DefinitionError(f"workflow {self.name!r} already has a step named {name!r}")
 

@@ -290,6 +290,8 @@ def test_definitions_are_refused_with_one_line(tmp_path):
         (lambda: wf.loop(max_iterations=0)(print), "max_iterations must be a whole number >= 1"),
         (lambda: wf.debate("d", agents={"a": print}, rounds=1, retries=-1), "retries must be a whole number"),
         (lambda: human(""), "the prompt must be non-empty text"),
+        (lambda: wf.debate("d\x00", agents={"a": print}, rounds=1), "name must be non-empty text without NUL"),
+        (lambda: wf.vote("v", voters={"a\x00": print}), "an agent name must be non-empty text without NUL"),
         (lambda: human("x", kind="vote"), "kind must be 'input' or 'approval'"),
     ]
     for make, message in cases:

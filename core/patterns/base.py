@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from ..defaults import RETRIES
 from ..drivers import Turn
 from ..errors import DefinitionError, RefusedTransition
-from ..workflow import StepSpec, check_options
+from ..workflow import NAME_RULE, StepSpec, check_options, is_name
 
 if TYPE_CHECKING:
     from ..models import StepRecord
@@ -92,8 +92,8 @@ class Pattern(ABC):
 
     def __init__(self, name: str, agents: Mapping[str, Any], *, retries: int, on_orphan: str,
                  timeout: float | None, noun: str | None = "agents") -> None:
-        if not isinstance(name, str) or not name.strip():
-            raise DefinitionError(f"a {self.kind}'s name must be non-empty text, not {name!r}")
+        if not is_name(name):
+            raise DefinitionError(f"a {self.kind}'s name must be {NAME_RULE}, not {name!r}")
         self.name = name
         owner = f"{self.kind} {name!r}"
         check_options(owner, retries=retries, on_orphan=on_orphan, timeout=timeout)
@@ -101,8 +101,8 @@ class Pattern(ABC):
         if noun is not None and (not isinstance(agents, Mapping) or not agents):
             raise DefinitionError(f"{owner}: {noun} must be a non-empty dict of name -> function")
         for label, fn in agents.items():
-            if not isinstance(label, str) or not label.strip():
-                raise DefinitionError(f"{owner}: an agent name must be non-empty text, not {label!r}")
+            if not is_name(label):
+                raise DefinitionError(f"{owner}: an agent name must be {NAME_RULE}, not {label!r}")
             if label in self.roles:
                 raise DefinitionError(f"{owner}: the agent name {label!r} is reserved for the {self.kind}'s own "
                                       "decisions; rename the agent")
