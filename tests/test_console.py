@@ -161,6 +161,24 @@ async def test_fork_from_the_selected_step_creates_a_child_run(store):
     assert child.input == {"topic": "weekly update"}  # unchanged input: the parent's is reused
 
 
+async def test_a_fork_that_stops_at_a_copied_gate_says_it_waits_for_a_decision(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, runs["rejected"])
+        await select_step(pilot, "publish_post")
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForkScreen))
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: any(m.startswith("forked run") for m, _ in notes))
+    with Runtime(path, create=False) as rt:
+        child = rt.get(rt.get(runs["rejected"]).forks[-1])
+    assert child.status == RunStatus.AWAITING_APPROVAL
+    (said,) = [m for m, _ in notes if m.startswith("forked run")]
+    assert said.endswith("(awaiting_approval at step 'review': select it to decide)")
+
+
 async def test_fork_with_broken_json_shows_an_error_and_creates_nothing(store):
     path, runs = store
     app = RelaypointConsole(path)

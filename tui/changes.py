@@ -45,8 +45,10 @@ def fork(run: Run, request: ForkRequest, rt: Runtime) -> str:
         new_id = rt.fork(run.run_id, request.step, request.input, iteration=request.iteration)
         where = f"{request.at} of {request.step!r}"
     given = "the parent's input" if request.input is None else "a new input"
-    return (f"forked run {short_id(run.run_id)} from {where} with {given} as {short_id(new_id)} "
-            "(queued: select it and press r to resume it)")
+    child = rt.get(new_id, with_outputs=False)
+    then = ("queued: select it and press r to resume it" if child.pending is None else  # a copied gate
+            f"{child.status} at step {child.pending.step!r}: select it to decide")
+    return f"forked run {short_id(run.run_id)} from {where} with {given} as {short_id(new_id)} ({then})"
 
 
 def cancel(run: Run, confirmed: bool, rt: Runtime) -> str:
