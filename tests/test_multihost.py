@@ -1,0 +1,406 @@
+"""Workers on several hosts sharing one PostgreSQL store (issue 9): no run executed twice.
+
+Each "host" is a worker process group in a UTS namespace of its own, so relaypoint sees another
+host name (``socket.gethostname()``) and, as for a machine it cannot look into, only the lease's
+expiry can free a run it owned, never the liveness of its pid (see tests/netns.py). Twenty queued
+runs of five sleeping steps are shared by three hosts, then one host is lost mid-step:
+
+- its process group is SIGKILLed;
+- or, each host in a network namespace of its own reaching the server over a veth link (through a
+  relay on the root side), its link is set down: the host lives on, cut off. Once its runs were
+  taken over the link comes back, and the fence on the lease token refuses the boundary it was
+  committing; or the link never comes back, and the worker still stops on SIGTERM.
+
+What is asserted is the at-least-once contract of the README's Reliability section: every step of
+every run completed (its output recorded, one ``step_completed`` event) exactly once, and executed
+more than once only where an executor was cut off before its boundary committed (the lost host's
+step under way, or an executor its own log shows losing the run); the lost host's runs taken over by
+another host only once their lease expired (``interruption_detected`` naming the lost host, then
+``resumed`` on another); no run left running; no traceback from any worker.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from conftest import POSTGRES_URL, postgres_server
+from netns import Host, Relay, namespaces_problem
+from procs import read_lines, wait_until
+
+from relaypoint import Runtime
+from relaypoint.store import RunStore, open_store
+
+RUNS = 20
+STEPS = ("s1", "s2", "s3", "s4", "s5")
+STEP_SLEEP = 0.3        # seconds each step sleeps
+LEASE = 3.0             # seconds (RELAYPOINT_LEASE_SECONDS): the heartbeat renews it every second
+WAIT = 90.0             # generous waits: a loaded two-core machine shared with other test runs
+LOST_CONNECTION = "was lost"  # what the store says of a connection that broke under a statement
+
+APP = "hostapp:workflows"
+APP_SOURCE = r'''
+"""A chain whose steps log each execution (host, run, step, attempt, token, start/end, time) and
+return the host and token of the execution whose output is recorded."""
+import os, secrets, socket, time
+from relaypoint import Workflow
+
+LOGGING = True
+STEPS = ("s1", "s2", "s3", "s4", "s5")
+chain = Workflow("chain")
+
+
+def _log(ctx, token, what):
+    path = os.environ.get("EXEC_LOG")
+    if LOGGING and path:
+        line = f"{socket.gethostname()} {ctx.run_id} {ctx.step} {ctx.attempt} {token} {what} {time.time():.6f}\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(fd, line.encode())
+        os.close(fd)
+
+
+def _step(previous):
+    def run(ctx):
+        token = secrets.token_hex(6)
+        _log(ctx, token, "start")
+        time.sleep(float(ctx.input.get("sleep", 0)))
+        n = ctx.input.get("n", 0) if previous is None else ctx.results[previous]["n"] + 1
+        _log(ctx, token, "end")
+        return {"n": n, "host": socket.gethostname(), "execution": token}
+    return run
+
+
+for i, name in enumerate(STEPS):
+    chain.step(name=name)(_step(STEPS[i - 1] if i else None))
+
+workflows = [chain]
+'''
+
+
+# ---- set-up -------------------------------------------------------------------------------------------
+
+def need_namespaces(network: bool) -> None:
+    """Skip (fail under CI) when this machine cannot make the namespaces."""
+    problem = namespaces_problem(network)
+    if problem is not None:
+        why = f"several hosts on one machine need {'network and ' if network else ''}UTS namespaces: {problem}"
+        if os.environ.get("CI"):
+            pytest.fail(why + " [CI is set: the multi-host tests are required]", pytrace=False)
+        pytest.skip(why)
+
+
+@dataclass
+class Cluster:
+    """Hosts sharing the store at ``url`` (the test's own URL; a host in a network namespace reaches
+    the server through the relay), the executions log, the queued runs (run id -> input ``n``)."""
+
+    dir: Path
+    url: str
+    hosts: list[Host]
+    runs: dict[str, int]
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "exec.log"
+
+    def store(self) -> RunStore:
+        return open_store(self.url)
+
+
+def queue_runs(directory: Path, url: str) -> dict[str, int]:
+    """``RUNS`` queued runs of the chain (forks of one run executed here, from its first step)."""
+    spec = importlib.util.spec_from_file_location(f"hostapp_{secrets.token_hex(4)}", directory / "hostapp.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.LOGGING = False
+    with Runtime(url, module.workflows, create=True) as rt:
+        base = rt.start("chain", {"n": 0})
+        return {rt.fork(base, "s1", {"n": i, "sleep": STEP_SLEEP}): i for i in range(1, RUNS + 1)}
+
+
+def host_url(url: str, host: Host) -> str:
+    """``url`` with its server replaced by the root side of ``host``'s link (the relay)."""
+    parts = urlsplit(url)
+    user = parts.netloc.rpartition("@")[0]
+    return urlunsplit(parts._replace(netloc=f"{user + '@' if user else ''}{host.server_address}:{host.port}"))
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest, tmp_path: Path, postgres_schema: str) -> Iterator[Cluster]:
+    """Three hosts, each a worker (two threads) on the store; ``network`` (indirect param): each in a
+    network namespace of its own behind a veth link. Every host and link is removed afterwards."""
+    network = getattr(request, "param", False)
+    need_namespaces(network)
+    url = f"{postgres_server()}?schema={postgres_schema}"
+    (tmp_path / "hostapp.py").write_text(APP_SOURCE)
+    runs = queue_runs(tmp_path, url)
+    target = urlsplit(POSTGRES_URL)
+    relay = Relay((target.hostname or "127.0.0.1", target.port or 5432)) if network else None
+    tag = secrets.token_hex(2)
+    hosts = [Host(f"rp-{tag}-host{i}", tmp_path, relay) for i in range(3)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), env.get("PYTHONPATH", "")) if p),
+               EXEC_LOG=str(tmp_path / "exec.log"), PYTHONUNBUFFERED="1", RELAYPOINT_LEASE_SECONDS=str(LEASE))
+    try:
+        for h in hosts:
+            db = host_url(url, h) if network else url
+            h.start([sys.executable, "-m", "relaypoint", "--db", db, "worker", "--app", APP,
+                     "--concurrency", "2", "--poll", "0.1"], env)
+        yield Cluster(tmp_path, url, hosts, runs)
+    finally:
+        for h in hosts:
+            h.stop()
+        if relay is not None:
+            relay.close()
+
+
+# ---- reading what happened ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Execution:
+    """One execution of a step, from the executions log: ``ended`` None if it never returned."""
+
+    host: str
+    run: str
+    step: str
+    attempt: int
+    token: str
+    started: float
+    ended: float | None
+
+
+def executions(log: Path) -> list[Execution]:
+    starts: dict[str, tuple[str, ...]] = {}
+    ends: dict[str, float] = {}
+    for host, run, step, attempt, token, what, at in read_lines(log):
+        if what == "start":
+            starts[token] = (host, run, step, attempt, at)
+        else:
+            ends[token] = float(at)
+    return [Execution(h, r, s, int(a), t, float(at), ends.get(t)) for t, (h, r, s, a, at) in starts.items()]
+
+
+def in_flight(log: Path, host: str) -> list[Execution]:
+    """Executions by ``host`` begun and not returned."""
+    return [e for e in executions(log) if e.host == host and e.ended is None]
+
+
+def held(store: RunStore, runs: dict[str, int], host: str) -> dict[str, datetime]:
+    """Runs running under a lease of ``host``, with its expiry."""
+    out = {}
+    for rid in runs:
+        head = store.head(rid)
+        if head.status == "running" and head.lease is not None and head.lease.host == host:
+            out[rid] = head.lease.expires_at
+    return out
+
+
+def all_completed(store: RunStore, runs: dict[str, int]) -> bool:
+    return all(store.head(rid).status == "completed" for rid in runs)
+
+
+def worker_err(host: Host) -> str:
+    return host.err.read_text()
+
+
+# ---- the contract -------------------------------------------------------------------------------------
+
+def audit(store: RunStore, runs: dict[str, int], execs: list[Execution]) -> list[Execution]:
+    """Assert that every run completed with each step's output recorded exactly once, by an execution
+    that returned, the last attempt; returns the executions whose output was not recorded."""
+    by_token = {e.token: e for e in execs}
+    unrecorded: list[Execution] = []
+    for rid, n in runs.items():
+        head = store.head(rid)
+        assert head.status == "completed" and head.lease is None, (rid, head.status)
+        steps = store.steps(rid)
+        assert [(s.name, s.status) for s in steps] == [(name, "completed") for name in STEPS], rid
+        events = store.events(rid)
+        assert Counter(e.step for e in events if e.kind == "step_completed") == Counter(STEPS), rid
+        assert [e.kind for e in events].count("run_completed") == 1, rid
+        for s in steps:
+            out = store.step_output(rid, s.seq)
+            assert out["n"] == n + s.seq, (rid, s.name, out)  # each step read its predecessor's recorded output
+            recorded = by_token[out["execution"]]
+            assert (recorded.host, recorded.run, recorded.step) == (out["host"], rid, s.name)
+            assert recorded.ended is not None
+            ran = [e for e in execs if (e.run, e.step) == (rid, s.name)]
+            attempts = sorted(e.attempt for e in ran)
+            assert len(set(attempts)) == len(attempts) and recorded.attempt == attempts[-1] == s.attempts, \
+                (rid, s.name, ran, s.attempts)
+            unrecorded += [e for e in ran if e is not recorded]
+    return unrecorded
+
+
+def lost_runs(*hosts: Host) -> dict[str, set[str]]:
+    """Runs each host's worker said it lost (LeaseLost: the fence refused its write), by host name."""
+    lost: dict[str, set[str]] = {}
+    for h in hosts:
+        for line in worker_err(h).splitlines():
+            if "no longer owns the run" in line:
+                lost.setdefault(h.name, set()).add(line.split()[1].rstrip(":"))
+    return lost
+
+
+def assert_taken_over(store: RunStore, rid: str, lost_host: str, expiry: datetime) -> str:
+    """The run was marked interrupted, its owner on ``lost_host`` gone, only once its lease expired,
+    and resumed on another host; returns that host."""
+    events = store.events(rid)
+    (detected,) = [e for e in events if e.kind == "interruption_detected"]
+    assert detected.detail["host"] == lost_host and detected.detail["cause"] == "owner died", detected
+    assert detected.at >= expiry, (detected.at, expiry)  # lease expiry, not pid liveness, freed it
+    resumed = [e for e in events if e.kind == "resumed" and e.event_id > detected.event_id]
+    assert resumed and resumed[0].detail["previous_status"] == "interrupted", events
+    assert resumed[0].detail["host"] != lost_host
+    return resumed[0].detail["host"]
+
+
+# What a worker prints: its start and stop, a line per run, and store errors met while polling.
+WORKER_LINES = ("worker on ", "stopping: ", "run ", "cannot ", "the connection to ", "the PostgreSQL server ")
+
+
+def assert_clean(*hosts: Host) -> None:
+    """Each host's worker printed only its own one-line messages: no traceback, no library's raw line."""
+    for h in hosts:
+        assert not h.out.read_text(), h.out.read_text()
+        for line in worker_err(h).splitlines():
+            assert line.startswith(WORKER_LINES) and "Traceback" not in line, f"{h.name}: {line}"
+
+
+def stop_gracefully(*hosts: Host, timeout: float = WAIT) -> list[int | None]:
+    """SIGTERM each host's worker; their exit codes (None: still running after ``timeout``)."""
+    for h in hosts:
+        h.kill(signal.SIGTERM)
+    return [h.wait(timeout) for h in hosts]
+
+
+def wait_mid_step(c: Cluster, host: Host) -> list[Execution]:
+    return wait_until(lambda: in_flight(c.log, host.name), WAIT, f"{host.name} to be in the middle of a step")
+
+
+# ---- the tests ----------------------------------------------------------------------------------------
+
+def test_a_host_killed_mid_step_is_taken_over_once_its_lease_expires(cluster: Cluster) -> None:
+    c = cluster
+    lost, others = c.hosts[0], c.hosts[1:]
+    wait_mid_step(c, lost)
+    lost.kill()  # the whole process group, mid-step
+    assert lost.wait(30) == -signal.SIGKILL
+    with c.store() as store:
+        cut_off = in_flight(c.log, lost.name)
+        owned = held(store, c.runs, lost.name)
+        assert cut_off and {e.run for e in cut_off} <= set(owned), (cut_off, owned)
+        wait_until(lambda: all_completed(store, c.runs), WAIT, "every run to complete on the other hosts")
+        assert stop_gracefully(*others) == [0, 0]
+        execs = executions(c.log)
+        unrecorded = audit(store, c.runs, execs)
+        takers = {assert_taken_over(store, rid, lost.name, expiry) for rid, expiry in owned.items()}
+    assert takers <= {h.name for h in others}
+    # executed twice only where the killed host was cut off mid-step (or a worker saw it lost a run)
+    assert {e.token for e in unrecorded} >= {e.token for e in cut_off}
+    lost_by = lost_runs(*others)
+    for e in unrecorded:
+        assert e in cut_off or e.run in lost_by.get(e.host, ()), e
+    assert not [e for e in execs if e.host == lost.name and e.started > max(x.started for x in cut_off)]
+    assert_clean(*others)
+    print(f"killed host: {len(owned)} runs taken over by {sorted(takers)}; "
+          f"executions {len(execs)} for {RUNS * len(STEPS)} steps")
+
+
+def cut_mid_step(c: Cluster, lost: Host, store: RunStore) -> tuple[list[Execution], dict[str, datetime]]:
+    """Set ``lost``'s link down while it is in the middle of a step; returns its executions under way
+    then and the runs it held, with their leases' expiry."""
+    wait_mid_step(c, lost)
+    lost.cut()
+    cut_off = in_flight(c.log, lost.name)  # begun before the cut: their boundaries cannot have been sent
+    time.sleep(0.5)  # what the host sent before the cut has reached the server
+    owned = held(store, c.runs, lost.name)
+    assert cut_off and {e.run for e in cut_off} <= set(owned), (cut_off, owned)
+    return cut_off, owned
+
+
+def taken_over(store: RunStore, rid: str, lost_host: str) -> bool:
+    head = store.head(rid)
+    return head.status == "completed" or (head.lease is not None and head.lease.host != lost_host)
+
+
+def said_about(host: Host, rids: set[str]) -> dict[str, str]:
+    """The line ``host``'s worker printed about each run of ``rids`` (its last)."""
+    lines = {}
+    for line in worker_err(host).splitlines():
+        words = line.split()
+        if len(words) > 2 and words[0] == "run" and words[1].rstrip(":") in rids:
+            lines[words[1].rstrip(":")] = line
+    return lines
+
+
+def assert_once(c: Cluster, store: RunStore, lost: Host, others: list[Host], cut_off: list[Execution],
+                owned: dict[str, datetime]) -> list[Execution]:
+    """The contract after ``lost`` was lost with ``cut_off`` under way and ``owned`` held; returns
+    the executions."""
+    execs = executions(c.log)
+    unrecorded = audit(store, c.runs, execs)
+    takers = {assert_taken_over(store, rid, lost.name, expiry) for rid, expiry in owned.items()}
+    assert takers <= {h.name for h in others}
+    # every step under way on the lost host was executed again elsewhere and recorded from there;
+    # a step was executed twice only there, or where a worker saw it lost the run
+    assert {e.token for e in unrecorded} >= {e.token for e in cut_off}
+    lost_by = lost_runs(*c.hosts)
+    for e in unrecorded:
+        assert e.token in {x.token for x in cut_off} or e.run in lost_by.get(e.host, ()), e
+    return execs
+
+
+@pytest.mark.parametrize("cluster", [True], indirect=True, ids=["netns"])
+def test_a_host_cut_off_mid_step_is_taken_over_and_refused_when_its_link_is_back(cluster: Cluster) -> None:
+    c = cluster
+    lost, others = c.hosts[0], c.hosts[1:]
+    with c.store() as store:
+        cut_off, owned = cut_mid_step(c, lost, store)
+        wait_until(lambda: all(taken_over(store, rid, lost.name) for rid in owned), WAIT,
+                   "the cut-off host's runs to be taken over")
+        lost.restore()
+        # back on the network, the host's boundary (or heartbeat) is refused by the fence: it says so
+        wait_until(lambda: set(said_about(lost, set(owned))) == set(owned), WAIT,
+                   "the host back on the network to say it lost its runs")
+        wait_until(lambda: all_completed(store, c.runs), WAIT, "every run to complete")
+        assert stop_gracefully(*c.hosts) == [0, 0, 0]
+        execs = assert_once(c, store, lost, others, cut_off, owned)
+    # refused by the fence (its boundary, or its heartbeat, reached the server once the link was
+    # back), or, had the link stayed down longer, given up on the server: never recorded either way
+    said = said_about(lost, set(owned))
+    for line in said.values():
+        assert "no longer owns the run" in line or LOST_CONNECTION in line, line
+    assert_clean(*c.hosts)
+    print(f"cut-off host, link back: {len(owned)} runs taken over; executions {len(execs)} for "
+          f"{RUNS * len(STEPS)} steps; the host said: {sorted(said.values())}")
+
+
+@pytest.mark.parametrize("cluster", [True], indirect=True, ids=["netns"])
+def test_a_host_whose_link_never_comes_back_is_taken_over_and_still_stops(cluster: Cluster) -> None:
+    c = cluster
+    lost, others = c.hosts[0], c.hosts[1:]
+    with c.store() as store:
+        cut_off, owned = cut_mid_step(c, lost, store)
+        wait_until(lambda: all_completed(store, c.runs), WAIT, "every run to complete on the other hosts")
+        # the cut-off worker gives up on the server it cannot reach: SIGTERM stops it
+        assert stop_gracefully(*c.hosts) == [0, 0, 0]
+        execs = assert_once(c, store, lost, others, cut_off, owned)
+    said = said_about(lost, set(owned))
+    assert set(said) == set(owned), worker_err(lost)
+    for line in said.values():
+        assert LOST_CONNECTION in line, line
+    assert_clean(*c.hosts)
+    assert not [e for e in execs if e.host == lost.name and e.started > max(x.started for x in cut_off)]
