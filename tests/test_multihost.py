@@ -26,6 +26,7 @@ import json
 import os
 import secrets
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -404,3 +405,42 @@ def test_a_host_whose_link_never_comes_back_is_taken_over_and_still_stops(cluste
         assert LOST_CONNECTION in line, line
     assert_clean(*c.hosts)
     assert not [e for e in execs if e.host == lost.name and e.started > max(x.started for x in cut_off)]
+
+
+# ---- a client gone silent inside a transaction --------------------------------------------------------
+
+SILENT_CLIENT = r'''
+import os, signal, sys
+from relaypoint.store import open_store
+store = open_store(sys.argv[1])
+try:
+    with store.transaction():  # the store's write lock, held
+        store.count_by_status()
+        print("holding", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+except Exception as e:
+    print(f"{type(e).__name__}: {e}", flush=True)
+'''
+
+
+def test_a_client_gone_silent_inside_a_transaction_does_not_hold_the_store(tmp_path: Path,
+                                                                          postgres_schema: str) -> None:
+    """What a host cut off inside a store transaction leaves on the server, without namespaces: a
+    process stopped there (its session idle in the transaction, its connection alive). The server
+    ends that session, so other writers get the store's write lock (they waited forever, each one
+    failing ``StoreBusy`` after the busy timeout); the stopped process, continued, is told its
+    transaction was not recorded."""
+    url = f"{postgres_server()}?schema={postgres_schema}"
+    open_store(url, create=True).close()
+    silent = subprocess.Popen([sys.executable, "-c", SILENT_CLIENT, url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert silent.stdout.readline().strip() == "holding"
+        wait_until(lambda: Path(f"/proc/{silent.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T",
+                   30, "the client to stop inside its transaction")
+        with open_store(url) as other:
+            with other.transaction():  # waits for the lock the silent client held, then gets it
+                assert other.count_by_status() == {}
+    finally:
+        os.kill(silent.pid, signal.SIGCONT)
+    out, _ = silent.communicate(timeout=30)
+    assert out.startswith("StoreUnreachable: ") and "not recorded" in out and len(out.splitlines()) == 1, out
