@@ -2,9 +2,9 @@
 
 A :class:`Host` is a process group started by ``unshare`` in a UTS namespace of its own, with its
 own host name (``socket.gethostname()``, relaypoint's host identity: the engine itself sees another
-machine, with no knob in the product), and, with ``network=True``, a network namespace of its own
-whose only link is a veth pair to this namespace: the host reaches PostgreSQL through a
-:class:`Relay` listening on the root side of its link, and :meth:`Host.cut` sets the link down.
+machine, with no knob in the product), and, given a :class:`Relay`, a network namespace of its own
+whose only link is a veth pair to this namespace: the host reaches PostgreSQL through the relay
+listening on the root side of its link, and :meth:`Host.cut` sets the link down.
 
 The namespaces are anonymous: they live as long as the host's processes, so nothing is left behind
 when the group dies (a veth pair goes with its namespace); :meth:`Host.stop` kills the group and
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import os
 import random
 import secrets
@@ -34,6 +35,27 @@ def _run(*argv: str) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
         raise OSError(f"{' '.join(argv)} failed: {(done.stderr or done.stdout).strip()}")
+
+
+_ROUTE_TYPES = {"unicast", "local", "broadcast", "multicast", "anycast", "blackhole", "unreachable", "prohibit",
+                "throw", "nat"}
+
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    """A /30 of 10.0.0.0/8 chosen at random among those no route of this namespace covers (tests
+    running at once, and the machine's own networks, are left alone)."""
+    routes = subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True, text=True,
+                            timeout=30).stdout.splitlines()
+    taken = []
+    for words in (line.split() for line in routes):
+        try:  # "10.1.2.0/24 dev ...", "local 10.1.2.3 dev ...", "broadcast ...", or "default ..."
+            taken.append(ipaddress.ip_network(words[1] if words[0] in _ROUTE_TYPES else words[0], strict=False))
+        except (IndexError, ValueError):
+            continue
+    while True:
+        subnet = ipaddress.ip_network(f"10.{random.randrange(256)}.{random.randrange(256)}.{random.randrange(64) * 4}/30")
+        if not any(subnet.overlaps(t) for t in taken):
+            return subnet
 
 
 @functools.cache
@@ -132,12 +154,8 @@ class Host:
         tag = secrets.token_hex(3)
         self.veth = f"rp{tag}h"  # the root side (at most 15 characters)
         self.peer = f"rp{tag}n"
-        # a /30 of 10.0.0.0/8 chosen at random, so that tests running at once do not collide
-        net = random.randrange(1 << 22)
-        base = f"10.{net >> 14}.{(net >> 6) & 0xFF}.{(net & 0x3F) << 2}"
-        prefix = base.rsplit(".", 1)[0]
-        last = int(base.rsplit(".", 1)[1])
-        self.server_address, self.address = f"{prefix}.{last + 1}", f"{prefix}.{last + 2}"
+        subnet = _free_subnet()
+        self.server_address, self.address = (str(a) for a in subnet.hosts())
         self.port = port
 
     @property
