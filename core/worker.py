@@ -71,7 +71,7 @@ class Worker:
 
     def run_once(self, rt: Runtime) -> int:
         """One poll: expire deadlines, then execute what can be claimed (an interrupted run alone,
-        see the class docstring). Returns runs executed."""
+        see the class docstring); a store found unreachable ends the poll. Returns runs executed."""
         for rid in rt.expire_deadlines():
             self.log(f"run {rid}: pause deadline passed; rejected")
         executed = 0

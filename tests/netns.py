@@ -91,12 +91,14 @@ class Relay:
         self._thread = threading.Thread(target=self.loop.run_forever, name="relay", daemon=True)
         self._thread.start()
 
-    def listen(self, address: str, port: int) -> None:
-        """Start relaying connections made to ``address``:``port``."""
+    def listen(self, address: str, port: int = 0) -> int:
+        """Start relaying connections made to ``address``:``port`` (0: a free port); returns the port."""
         async def start() -> asyncio.Server:
             return await asyncio.start_server(self._relay, address, port)
 
-        self._servers.append(asyncio.run_coroutine_threadsafe(start(), self.loop).result(10))
+        server = asyncio.run_coroutine_threadsafe(start(), self.loop).result(10)
+        self._servers.append(server)
+        return server.sockets[0].getsockname()[1]
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -125,7 +127,8 @@ class Relay:
             writer.close()
 
     def close(self) -> None:
-        """Stop listening and drop every relayed connection."""
+        """Stop listening and drop every relayed connection (the server is gone: connections are
+        lost, new ones refused)."""
         async def stop() -> None:
             for server in self._servers:
                 server.close()

@@ -136,11 +136,11 @@ def queue_runs(directory: Path, url: str) -> dict[str, int]:
         return {rt.fork(base, "s1", {"n": i, "sleep": STEP_SLEEP}): i for i in range(1, RUNS + 1)}
 
 
-def host_url(url: str, host: Host) -> str:
-    """``url`` with its server replaced by the root side of ``host``'s link (the relay)."""
+def relayed(url: str, address: str, port: int) -> str:
+    """``url`` with its server replaced by a relay's ``address`` and ``port``."""
     parts = urlsplit(url)
     user = parts.netloc.rpartition("@")[0]
-    return urlunsplit(parts._replace(netloc=f"{user + '@' if user else ''}{host.server_address}:{host.port}"))
+    return urlunsplit(parts._replace(netloc=f"{user + '@' if user else ''}{address}:{port}"))
 
 
 @pytest.fixture
@@ -163,7 +163,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path, postgres_schema: str
     try:
         for i in range(3):
             hosts.append(h := Host(f"rp-{tag}-host{i}", tmp_path, relay))
-            db = host_url(url, h) if network else url
+            db = relayed(url, h.server_address, h.port) if network else url
             h.start([sys.executable, "-m", "relaypoint", "--db", db, "worker", "--app", APP,
                      "--concurrency", "2", "--poll", "0.1"], env)
         yield Cluster(tmp_path, url, hosts, runs)
@@ -476,3 +476,40 @@ def test_a_client_gone_silent_inside_a_transaction_does_not_hold_the_store(tmp_p
         os.kill(silent.pid, signal.SIGCONT)
     out, _ = silent.communicate(timeout=30)
     assert out.startswith("StoreUnreachable: ") and "not recorded" in out and len(out.splitlines()) == 1, out
+
+
+# ---- a server that vanishes -----------------------------------------------------------------------------
+
+def test_a_worker_whose_server_vanishes_says_so_once_a_poll_and_stops(tmp_path: Path, postgres_schema: str) -> None:
+    """A worker reaching the server through a relay that goes away mid-step (connections lost, new
+    ones refused): one line for the run it was executing, then one line a poll for the store; never
+    a line per queued run it could not even claim; SIGTERM stops it."""
+    url = f"{postgres_server()}?schema={postgres_schema}"
+    (tmp_path / "hostapp.py").write_text(APP_SOURCE)
+    runs = queue_runs(tmp_path, url)
+    target = urlsplit(POSTGRES_URL)
+    relay = Relay((target.hostname or "127.0.0.1", target.port or 5432))
+    port = relay.listen("127.0.0.1")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), env.get("PYTHONPATH", "")) if p),
+               EXEC_LOG=str(tmp_path / "exec.log"), PYTHONUNBUFFERED="1")
+    err = tmp_path / "worker.err"
+    with open(err, "w") as stderr:
+        worker = subprocess.Popen([sys.executable, "-m", "relaypoint", "--db", relayed(url, "127.0.0.1", port), "worker",
+                                   "--app", APP, "--poll", "0.1"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        (executing,) = wait_until(lambda: [e for e in executions(tmp_path / "exec.log") if e.ended is None], WAIT,
+                                  "the worker to be in the middle of a step")
+        relay.close()
+        wait_until(lambda: f"run {executing.run}: " in err.read_text(), WAIT, "the worker to say it lost the run")
+        wait_until(lambda: err.read_text().count("refused the connection") >= 5, WAIT, "five polls")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(WAIT) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    lines = err.read_text().splitlines()
+    assert {line.split()[1].rstrip(":") for line in lines if line.startswith("run ")} == {executing.run}, lines
+    assert len(runs) > 1 and all(line.startswith(WORKER_LINES) and "Traceback" not in line for line in lines), lines
