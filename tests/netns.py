@@ -7,13 +7,15 @@ whose only link is a veth pair to this namespace: the host reaches PostgreSQL th
 listening on the root side of its link, and :meth:`Host.cut` sets the link down.
 
 The namespaces are anonymous: they live as long as the host's processes, so nothing is left behind
-when the group dies (a veth pair goes with its namespace); :meth:`Host.stop` kills the group and
-deletes the root side of the link all the same, for a test that fails half-way.
+when the group dies (a veth pair goes with its namespace), and the group's first process dies with
+the test process; :meth:`Host.stop` kills the group and deletes the root side of the link all the
+same, for a test that fails half-way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import functools
 import ipaddress
 import os
@@ -27,8 +29,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+_prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: a forked child only calls it
+
 # The host's first process: names the host, waits until its link is set up, then becomes the command.
 _HOST_INIT = 'hostname "$1" && while [ ! -e "$2" ]; do sleep 0.02; done && shift 2 && exec "$@"'
+
+
+def _die_with_parent() -> None:
+    """In a host's first process, before it runs anything: SIGKILL it when the test process dies
+    (even SIGKILLed itself), so that no host, and so no namespace, outlives the test."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _run(*argv: str) -> None:
@@ -179,7 +190,7 @@ class Host:
             self.proc = subprocess.Popen(
                 [*unshare, "--", "sh", "-c", _HOST_INIT, "host", self.name, str(go), *argv],
                 env=env, cwd=self.log_dir, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True)
+                start_new_session=True, preexec_fn=_die_with_parent)
         if self.relay is not None:
             self._link(timeout)
         go.touch()
