@@ -53,6 +53,11 @@ STEP_SLEEP = 0.3        # seconds each step sleeps
 LEASE = 3.0             # seconds (RELAYPOINT_LEASE_SECONDS): the heartbeat renews it every second
 WAIT = 90.0             # generous waits: a loaded two-core machine shared with other test runs
 
+# What a worker prints: its start and stop, a line per run, and store errors met while polling.
+WORKER_LINES = ("worker on ", "stopping: ", "run ", "cannot ", "the connection to ", "the PostgreSQL server ")
+LEASE_LOST = "no longer owns the run"  # the fence refused the host's write
+LOST_SERVER = ("was lost", "cannot use the PostgreSQL server", "cannot connect")  # the store gave up
+
 APP = "hostapp:workflows"
 APP_SOURCE = r'''
 """A chain whose steps log each execution (host, run, step, attempt, token, start/end, time) and
@@ -274,10 +279,6 @@ def assert_taken_over(store: RunStore, rid: str, lost_host: str, owned: dict[str
     return resumed[0].detail["host"]
 
 
-# What a worker prints: its start and stop, a line per run, and store errors met while polling.
-WORKER_LINES = ("worker on ", "stopping: ", "run ", "cannot ", "the connection to ", "the PostgreSQL server ")
-
-
 def assert_clean(*hosts: Host) -> None:
     """Each host's worker printed only its own one-line messages: no traceback, no library's raw line."""
     for h in hosts:
@@ -343,10 +344,6 @@ def revoked(store: RunStore, rid: str, lost_host: str) -> bool:
     """``lost_host`` no longer holds run ``rid`` (it was marked interrupted, or taken over)."""
     head = store.head(rid)
     return head.lease is None or head.lease.host != lost_host
-
-
-LEASE_LOST = "no longer owns the run"  # the fence refused the host's write
-LOST_SERVER = ("was lost", "cannot use the PostgreSQL server", "cannot connect")  # the store gave up
 
 
 def lost_lines(host: Host, rids: set[str]) -> dict[str, str]:
