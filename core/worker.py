@@ -20,6 +20,7 @@ from .defaults import DURABILITY, LEASE_SECONDS, MAX_RECOVERIES, POLL_SECONDS
 from .errors import RefusedTransition, RelaypointError
 from .runtime import Runtime
 from .status import RunStatus
+from .store import StoreUnreachable
 from .workflow import Workflow
 
 CANDIDATES = 50
@@ -70,7 +71,7 @@ class Worker:
 
     def run_once(self, rt: Runtime) -> int:
         """One poll: expire deadlines, then execute what can be claimed (an interrupted run alone,
-        see the class docstring). Returns runs executed."""
+        see the class docstring); a store found unreachable ends the poll. Returns runs executed."""
         for rid in rt.expire_deadlines():
             self.log(f"run {rid}: pause deadline passed; rejected")
         executed = 0
@@ -86,6 +87,8 @@ class Worker:
                 continue  # another worker claimed it first, or it changed state meanwhile
             except RelaypointError as e:  # LeaseLost, drift, a failing definition: say it, go on
                 self.log(str(e) if rid in str(e) else f"run {rid}: {e}")
+                if isinstance(e, StoreUnreachable):
+                    break  # the server, not the run: the other candidates wait for the next poll
                 continue
             finally:
                 self._leave(alone)

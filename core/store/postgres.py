@@ -38,6 +38,7 @@ import hashlib
 import heapq
 import itertools
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -62,8 +63,21 @@ from .rows import _time as _row_time
 from .rows import (_execution, _lenient_time, _owner, _summary_fields, _summary_or_none, _vocabulary,
                    checkpoint_from_row, readable, step_from_row)
 
+# psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
+# when the application configured no logging: a second, raw line beside the error raised and said here
+# (and, in the console, over its screen).
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
+
 APP_ID = "relaypoint"
 CONNECT_TIMEOUT_SECONDS = 10
+SILENT_PEER_SECONDS = 10
+"""A peer silent this long is given up on. By this client, the server (TCP keepalives and
+``tcp_user_timeout``): a worker whose host was cut off from the server gets ``StoreUnreachable``
+and can say so and stop, instead of waiting in a read forever (or for the kernel's 15 minutes of
+retransmissions). By the server, this client inside a transaction
+(``idle_in_transaction_session_timeout``): a host cut off, or a process stopped, while it holds
+the store's write lock does not keep every other writer of the store waiting."""
+
 # The first key of the schema's advisory lock (the second is a hash of the schema name): "RPNT".
 LOCK_CLASS = 0x52504E54
 
@@ -404,13 +418,19 @@ class PostgresStore(RunStore):
     # ---- opening
 
     def _connect(self) -> None:
+        silent_ms = SILENT_PEER_SECONDS * 1000
         options = (f"-c search_path={self.schema} -c timezone=UTC "
                    f"-c lock_timeout={int(self.busy_timeout * 1000)} "
-                   f"-c synchronous_commit={'on' if self.durability == 'full' else 'off'}")
+                   f"-c synchronous_commit={'on' if self.durability == 'full' else 'off'} "
+                   f"-c idle_in_transaction_session_timeout={silent_ms}")
         if self.readonly:
             options += " -c default_transaction_read_only=on"
+        # Keepalives notice a server gone while a statement waits for its answer (nothing unacknowledged);
+        # tcp_user_timeout, one gone while what was sent is unacknowledged (and bounds the keepalives).
         self.conn = psycopg.connect(self.conninfo, autocommit=True, row_factory=dict_row, options=options,
-                                    connect_timeout=CONNECT_TIMEOUT_SECONDS, application_name="relaypoint")
+                                    connect_timeout=CONNECT_TIMEOUT_SECONDS, application_name="relaypoint",
+                                    keepalives=1, keepalives_idle=SILENT_PEER_SECONDS // 2, keepalives_interval=1,
+                                    keepalives_count=SILENT_PEER_SECONDS // 2, tcp_user_timeout=silent_ms)
 
     def _connect_failure(self, e: psycopg.Error) -> StoreError:
         """One line for a connection that could not be made (libpq's message is several)."""
