@@ -93,11 +93,13 @@ class Claims:
     # ---- resume
 
     def resume(self, rid: str, workflow_of: Callable[[str], Workflow], allow_drift: bool, *,
-               replan: bool = False) -> Claim | RunStatus:
+               replan: bool = False, only_if: RunStatus | None = None) -> Claim | RunStatus:
         """Claim an existing run (see :meth:`relaypoint.Runtime.resume`). Returns the claim, or the
         status the run was left in without executing anything (failed as a poison pill, or paused
         to hold an orphan step). ``replan``: the planner the run is inside decomposes its goal
-        again (the driver refuses, nothing written, when the run is not inside one)."""
+        again (the driver refuses, nothing written, when the run is not inside one). ``only_if``:
+        ``RefusedTransition``, nothing written, unless the run is in this status (a run whose
+        owner is gone counts as interrupted)."""
         lease = self.lease(rid)
         with self.store.transaction():
             head = self.store.head(rid)
@@ -107,6 +109,8 @@ class Claims:
                 self.recovery.interrupt_owner(Owner(host=owner.host, pid=owner.pid, pid_start=owner.pid_start,
                                                     expires_at=owner.expires_at))
                 head = self.store.head(rid)
+            if only_if is not None and head.status != only_if:
+                raise RefusedTransition(f"run {rid} is {head.status}, no longer {only_if}")
             if (refusal := resume_refusal(head)) is not None:
                 raise RefusedTransition(refusal)
             self._refuse_unless_decided(rid)

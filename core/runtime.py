@@ -189,7 +189,7 @@ class Runtime:
         return run
 
     def resume(self, run_id: str, *, allow_drift: bool = False, replan: bool = False,
-               should_stop: Callable[[], bool | str] | None = None) -> RunStatus:
+               should_stop: Callable[[], bool | str] | None = None, only_if: RunStatus | None = None) -> RunStatus:
         """Continue a queued, interrupted or failed run at its next step, in this process, until it
         completes, pauses or fails; returns the status it ends in.
 
@@ -203,6 +203,9 @@ class Runtime:
         ``should_stop``: checked at each boundary; when it returns something true the
         finished step is recorded and the run is released ``queued`` for another executor (a worker's
         graceful stop), with the returned text, if any, as the reason in the ``released`` event.
+        ``only_if``: resume only a run still in this status (a worker's list of candidates may be
+        stale: a run it listed interrupted may since have failed as a poison pill), else
+        ``RefusedTransition`` with nothing written; a run whose owner is gone counts as interrupted.
         With ``max_recoveries`` set, an interrupted run whose executor has died more than that many
         times while executing it alone is marked ``failed`` instead (a poison-pill guard; see
         :mod:`relaypoint.recovery`).
@@ -215,7 +218,7 @@ class Runtime:
         """
         self.sweep()
         rid = self.store.resolve(run_id)
-        claim = self._claims.resume(rid, self._workflow_of, allow_drift, replan=replan)
+        claim = self._claims.resume(rid, self._workflow_of, allow_drift, replan=replan, only_if=only_if)
         if isinstance(claim, RunStatus):
             return claim
         return self._executor.drive(claim, should_stop)

@@ -82,7 +82,10 @@ class Worker:
             try:
                 if alone:
                     self.log(f"run {rid}: recovering it alone up to its next boundary")
-                ended = rt.resume(rid, should_stop=self._alone_until_boundary if alone else self._should_release)
+                # only as listed: a run listed interrupted may have failed as a poison pill since
+                # (a failed run is resumable), one listed queued may need recovering alone
+                ended = rt.resume(rid, should_stop=self._alone_until_boundary if alone else self._should_release,
+                                  only_if=status)
             except RefusedTransition:
                 continue  # another worker claimed it first, or it changed state meanwhile
             except RelaypointError as e:  # LeaseLost, drift, a failing definition: say it, go on

@@ -875,6 +875,47 @@ def test_a_poison_pill_is_charged_alone_and_spares_the_runs_that_shared_its_work
           f"{[sum(Counter(s for s, _, _ in execs(box, h)).values()) for h in healthy]}")
 
 
+def killed_mid_step(box: Sandbox) -> str:
+    """A run of ``slow`` whose executor, executing it alone, was SIGKILLed in its step ``nap``, then
+    marked interrupted by a sweep (a death charged to it); returns its id."""
+    z = box.spawn("start", "slow", "--app", APP, "--input", json.dumps({"sleep": 60}))
+    rid = procs.wait_step(box.db, "nap")["run_id"]
+    procs.kill(z)
+    finish(z)
+    with api(box) as rt:
+        assert rt.sweep() == [rid]
+    return rid
+
+
+def test_a_worker_claims_a_run_only_while_it_is_in_the_status_it_listed_it_in(box):
+    # A worker thread's list of candidates can be stale when it reaches a run. The flaky poison-pill
+    # test: a thread failed the poison run as a poison pill while another, which had listed it
+    # interrupted, waited for its turn, then resumed it as a failed run (resumable, never checked
+    # for the poison pill) and died in it a fifth time. Both states are built here and the stale
+    # lists given to one thread in turn: the whole interleaving, without timing.
+    from relaypoint.status import RunStatus
+    from relaypoint.worker import Worker
+
+    poison, healthy = killed_mid_step(box), killed_mid_step(box)
+    write(box, "UPDATE runs SET suspect_deaths = 3 WHERE run_id = ?", poison)  # two more deaths alone
+    stale = [(poison, RunStatus.INTERRUPTED), (poison, RunStatus.INTERRUPTED),  # two threads' lists
+             (healthy, RunStatus.QUEUED)]  # listed queued, interrupted since: claimed alone only
+    lines: list[str] = []
+    with api(box) as rt:
+        worker = Worker(str(box.db), rt.workflows.values(), max_recoveries=2, log=lines.append)
+    worker.candidates = lambda rt: stale
+    before = {r: procs.events(box.db, r) for r in (poison, healthy)}
+    with worker._runtime() as rt:
+        assert worker.run_once(rt) == 1, lines  # the poison pill failed, nothing executed
+    assert [line for line in lines if "recovering it alone" not in line] == [f"run {poison}: failed"], lines
+    row = procs.run_row(box.db, poison)
+    assert row["status"] == "failed" and "died 3 times while executing it alone" in row["error"]
+    assert [e["kind"] for e in procs.events(box.db, poison)[len(before[poison]):]] == ["run_failed"]
+    assert procs.step_row(box.db, poison, "nap")["status"] == "failed"
+    assert procs.events(box.db, healthy) == before[healthy] and procs.run_status(box.db, healthy) == "interrupted"
+    assert [s for s, _, _ in execs(box)] == ["first", "nap", "first", "nap"]  # only the killed executors'
+
+
 def test_pause_deadline_is_absolute_and_enforced_by_a_later_worker(box):
     api(box).close()  # create the store
     w1 = box.spawn("worker", "--app", APP, "--poll", "0.1")  # running while the pauses begin
