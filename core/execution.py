@@ -23,7 +23,8 @@ from .errors import DriftError, InvalidValue, LeaseLost, StoreError
 from .lease import HOST, LeaseHolder
 from .recovery import Recovery, now_of
 from .status import CheckpointKind, EventKind, RunStatus, StepStatus
-from .store import Boundary, NewCheckpoint, NewEvent, NewStep, RunStore, StepEnd, StepStart, StoreDamaged
+from .store import (Boundary, NewCheckpoint, NewEvent, NewStep, RunStore, StepEnd, StepStart, StoreDamaged,
+                    StoreUnreachable)
 from .upstream import LazyHistory, LazyResponses, LazyResults, LazyState
 from .workflow import Context, InputRequested
 
@@ -236,6 +237,11 @@ class Executor:
                     return status
         except LeaseLost:
             raise
+        except StoreUnreachable as e:  # the server went away: say where the run stands, not "try again"
+            released = self.recovery.release(claim.run_id, lease.token, lease.pid, HOST)
+            stands = "is interrupted" if released else "shows interrupted once its lease expires"
+            raise StoreUnreachable(f"{e}; run {claim.run_id} {stands}: `relaypoint resume {claim.run_id}` "
+                                   "continues it") from None
         except (Exception, KeyboardInterrupt, SystemExit):  # the store failed, or Ctrl-C / exit
             self.recovery.release(claim.run_id, lease.token, lease.pid, HOST)
             raise

@@ -90,12 +90,13 @@ class Recovery:
                 return step
         return None
 
-    def release(self, run_id: str, token: str, pid: int, host: str) -> None:
+    def release(self, run_id: str, token: str, pid: int, host: str) -> bool:
         """Show a run interrupted now rather than when its lease expires: something outside the
         step failed (the store, a signal). Not a death, so never charged. Best effort: the store
-        may be what failed."""
+        may be what failed. Returns whether the release was recorded."""
         try:
             with self.store.transaction():
                 self.mark_interrupted(run_id, token, pid, host, co_executing=None)
         except Exception:
-            pass
+            return False
+        return True

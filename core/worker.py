@@ -89,7 +89,7 @@ class Worker:
             except RefusedTransition:
                 continue  # another worker claimed it first, or it changed state meanwhile
             except RelaypointError as e:  # LeaseLost, drift, a failing definition: say it, go on
-                self.log(str(e) if rid in str(e) else f"run {rid}: {e}")
+                self.log(str(e) if str(e).startswith(f"run {rid}") else f"run {rid}: {e}")
                 if isinstance(e, StoreUnreachable):
                     break  # the server, not the run: the other candidates wait for the next poll
                 continue

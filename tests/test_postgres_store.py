@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from relaypoint import Runtime, Workflow
 from relaypoint.status import RunStatus
 from relaypoint.store import (BackendUnavailable, InvalidStoreURL, NewRun, StoreDenied, StoreMissing, StoreNewer,
                               StoreUnreachable, open_store)
@@ -107,6 +108,31 @@ def test_the_worker_names_its_store_without_the_password(postgres_schema):
         worker.wait(timeout=60)
     assert first.startswith("worker on ") and postgres_schema in first
     assert "s3cret" not in first
+
+
+def test_a_connection_lost_mid_step_leaves_the_run_interrupted_and_says_how_to_go_on(postgres_schema):
+    url = f"{POSTGRES_URL}?schema={postgres_schema}"
+    wf = Workflow("blip")
+    rt = Runtime(url, [wf], id_factory=lambda: "blip-run")
+
+    @wf.step
+    def cut(ctx):  # an administrator (or a failover) ends the executor's session while the step runs
+        if ctx.attempt == 1:
+            server("SELECT pg_terminate_backend(%s)", (rt.store.conn.info.backend_pid,))
+        return {"attempt": ctx.attempt}
+
+    @wf.step
+    def after(ctx):
+        return ctx.results["cut"]
+
+    with rt, pytest.raises(StoreUnreachable) as e:
+        rt.start("blip")
+    assert str(e.value).endswith("; run blip-run is interrupted: `relaypoint resume blip-run` continues it")
+    assert "try again" not in str(e.value) and "\n" not in str(e.value)
+    with Runtime(url, [wf]) as again:
+        assert again.get("blip-run").status == RunStatus.INTERRUPTED  # released at once, not at lease expiry
+        assert again.resume("blip-run") == RunStatus.COMPLETED
+        assert again.get("blip-run").tasks[-1].output == {"attempt": 2}
 
 
 def test_without_psycopg_the_url_says_what_to_install():

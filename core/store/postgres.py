@@ -578,7 +578,7 @@ class PostgresStore(RunStore):
         if isinstance(e, psycopg.OperationalError) or self.conn is None or self.conn.broken or self.conn.closed:
             if isinstance(e, pgerrors.AdminShutdown) or (self.conn is not None and self.conn.closed):
                 return StoreUnreachable(f"the connection to {w} was lost ({msg}); a write under way was not "
-                                        "recorded, try again")
+                                        "recorded")
             if "password" in msg or "authentication" in msg:
                 return StoreDenied(f"the server at {self._database()} refused the credentials ({msg})")
             return StoreUnreachable(f"cannot use the PostgreSQL server of {w} ({msg})")
