@@ -39,7 +39,7 @@ import heapq
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -55,9 +55,9 @@ from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, LeaseLost, StoreError, UnknownRun
 from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunStore, StepBrief,
-                   StoreBusy, StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly,
-                   StoreUnreachable)
+from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
+                   BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, RunStore, StepBrief, StoreBusy,
+                   StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable)
 from .rows import _time as _row_time
 from .rows import (_execution, _lenient_time, _owner, _summary_fields, _summary_or_none, _vocabulary,
                    checkpoint_from_row, readable, step_from_row)
@@ -93,6 +93,8 @@ STEP_FIELDS = {"status", "attempts", "error", "traceback", "started_at", "finish
 TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
 # Free text a person reads (never matched on): PostgreSQL text cannot hold NUL, so it is shown as U+FFFD.
 FREE_TEXT_FIELDS = {"error", "traceback"}
+# ... and the columns of a copied run holding free text (see _free).
+COPIED_FREE_TEXT = {"error", "traceback", "reason", "decided_by", "comment", "actor"}
 LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
 
 FENCE_REFUSED = "RPF01"
@@ -1099,6 +1101,99 @@ class PostgresStore(RunStore):
             raise StoreError(f"checkpoint {parent_checkpoint_id} is not in {self._where}; nothing was inherited")
         return int(row["checkpoint_id"])
 
+    # ---- copying between stores
+
+    @_translated
+    def run_page(self, after: tuple[Any, str] | None, limit: int) -> list[tuple[Any, str]]:
+        where, params = ("WHERE (created_at, run_id) > (%s, %s) ", [*after]) if after else ("", [])
+        return [(r["created_at"], r["run_id"]) for r in self._rows(
+            f"SELECT created_at, run_id FROM runs {where}ORDER BY created_at, run_id LIMIT %s", [*params, limit])]
+
+    @_translated
+    def existing(self, run_ids: Sequence[str]) -> list[str]:
+        return [r["run_id"] for r in self._rows("SELECT run_id FROM runs WHERE run_id = ANY(%s::text[])",
+                                                (list(run_ids),))]
+
+    @_translated
+    def export_runs(self, run_ids: Sequence[str]) -> list[RunRows]:
+        if self._in_transaction:
+            raise RuntimeError(NESTED)
+        ids = (list(run_ids),)
+        among = "run_id = ANY(%s::text[])"
+        self._ensure_connected()
+        with self.conn.transaction():  # one snapshot: a boundary committed meanwhile is not half seen
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            runs = self._rows(f"SELECT {', '.join(RUN_ROW)}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS "
+                              f"definition FROM runs WHERE {among} ORDER BY created_at, run_id", ids)
+            tables = {table: _grouped(self._rows(f"SELECT run_id, {', '.join(columns)} FROM {table} WHERE {among} "
+                                                 f"ORDER BY run_id, {columns[0]}", ids))
+                      for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW),
+                                             ("checkpoints", CHECKPOINT_ROW), ("events", EVENT_ROW))}
+            parents = _grouped(self._rows(
+                "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT parent_run_id FROM runs "
+                f"WHERE {among}) ORDER BY run_id, checkpoint_id", ids))
+        return [RunRows(run={k: r[k] for k in RUN_ROW}, input=r["input"], definition=r["definition"],
+                        steps=tables["steps"].get(r["run_id"], []), outputs=tables["outputs"].get(r["run_id"], []),
+                        checkpoints=tables["checkpoints"].get(r["run_id"], []),
+                        events=tables["events"].get(r["run_id"], []),
+                        parent_checkpoints=[x["checkpoint_id"] for x in parents.get(r["parent_run_id"], [])])
+                for r in runs]
+
+    @_translated
+    def import_run(self, rows: RunRows) -> None:
+        if not self._in_transaction:
+            raise RuntimeError("import_run: call it inside transaction()")
+        rid = rows.run_id
+        if self.exists(rid):
+            raise StoreError(f"run {rid} is already in {self._where}; nothing of it was imported")
+        checkpoints = self._new_ids("checkpoints", "checkpoint_id", [c["checkpoint_id"] for c in rows.checkpoints])
+        events = self._new_ids("events", "event_id", [e["event_id"] for e in rows.events])
+        parent: dict[int, int] = {}
+        if rows.parent_checkpoints and rows.run["parent_run_id"] is not None:
+            here = [r["checkpoint_id"] for r in self._rows(
+                "SELECT checkpoint_id FROM checkpoints WHERE run_id = %s ORDER BY checkpoint_id",
+                (rows.run["parent_run_id"],))]
+            if len(here) == len(rows.parent_checkpoints):  # else the parent is not (all) here: kept as recorded
+                parent = dict(zip(rows.parent_checkpoints, here))
+        rows = rows.renumbered(checkpoints, events, parent)
+
+        def into(table: str, columns: tuple[str, ...], values: list[dict[str, Any]]) -> None:
+            if values:
+                with self.conn.cursor() as cur:
+                    cur.executemany(
+                        f"INSERT INTO {table} (run_id, {', '.join(columns)}) VALUES (%s{', %s' * len(columns)})",
+                        [(rid, *(_copied(c, v[c]) for c in columns)) for v in values])
+
+        into("runs", RUN_ROW[1:], [rows.run])
+        if rows.input is not None:
+            self.conn.execute("INSERT INTO run_inputs (run_id, input) VALUES (%s, %s)", (rid, rows.input))
+        if rows.run["fingerprint"] is not None and rows.definition is not None:
+            self._keep_definition(rows.run["fingerprint"], rows.definition)
+        into("steps", STEP_ROW, rows.steps)
+        into("outputs", OUTPUT_ROW, rows.outputs)
+        into("checkpoints", CHECKPOINT_ROW, rows.checkpoints)
+        into("events", EVENT_ROW, rows.events)
+
+    def _new_ids(self, table: str, column: str, ids: list[int]) -> dict[int, int]:
+        """{} when none of ``ids`` is taken in ``table`` (its identity then moved past them, so the
+        ids it gives later are higher); else old -> new ids from the identity, in order."""
+        if not ids:
+            return {}
+        sequence = f"pg_get_serial_sequence('{table}', '{column}')::regclass"
+        if self._row(f"SELECT 1 AS one FROM {table} WHERE {column} = ANY(%s::bigint[]) LIMIT 1", (ids,)) is None:
+            self._row(f"SELECT setval({sequence}, greatest(%s, coalesce(pg_sequence_last_value({sequence}), 0))) "
+                      "AS id", (max(ids),))
+            return {}
+        new = sorted(r["id"] for r in self._rows(f"SELECT nextval({sequence}) AS id FROM generate_series(1, %s)",
+                                                 (len(ids),)))
+        return dict(zip(ids, new))
+
+    @_translated
+    def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        ids = (list(run_ids),)
+        return {table: self._row(f"SELECT count(*) AS n FROM {table} WHERE run_id = ANY(%s::text[])", ids)["n"]
+                for table in COPIED_TABLES}
+
     # ---- the hot path
 
     def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
@@ -1171,6 +1266,19 @@ def _time(dt: datetime | None) -> datetime | None:
         raise TypeError(f"store times are aware UTC datetimes, not {type(dt).__name__} ({dt!r})")
     dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
     return dt.replace(microsecond=dt.microsecond // 1000 * 1000)
+
+
+def _copied(column: str, value: Any) -> Any:
+    """A value of a copied row as this store keeps it: times to milliseconds, NUL in free text as U+FFFD."""
+    if column in ROW_TIMES:
+        return _time(value)
+    return _free(value) if column in COPIED_FREE_TEXT else value
+
+
+def _grouped(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Rows ordered by run id, by run id, each without its ``run_id``."""
+    return {rid: [{k: v for k, v in r.items() if k != "run_id"} for r in group]
+            for rid, group in itertools.groupby(rows, key=lambda r: r["run_id"])}
 
 
 def _position_values(position: tuple[str, str]) -> tuple[datetime, str]:

@@ -16,7 +16,7 @@ import json
 import os
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -25,13 +25,14 @@ from typing import Any
 import sqlite_utils
 
 from .. import encoding
-from ..clock import to_text
+from ..clock import from_text, to_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, LeaseLost, StoreError, UnknownRun
 from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunStore, StepBrief,
-                   StoreBusy, StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
+from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
+                   BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, RunStore, StepBrief, StoreBusy,
+                   StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
 from .rows import (_execution, _lenient_time, _owner, _position, _summary_fields, _summary_or_none, _time,  # noqa: F401
                    _vocabulary, checkpoint_from_row, readable, step_from_row)
 
@@ -1043,6 +1044,100 @@ class SqliteStore(RunStore):
             raise StoreError(f"checkpoint {parent_checkpoint_id} is not in {self.path}; nothing was inherited")
         return int(cur.lastrowid)
 
+    # ---- copying between stores
+
+    @_translated
+    def run_page(self, after: tuple[Any, str] | None, limit: int) -> list[tuple[Any, str]]:
+        where, params = ("WHERE (created_at, run_id) > (?, ?) ", [*after]) if after else ("", [])
+        return [(r["created_at"], r["run_id"]) for r in self._rows(
+            f"SELECT created_at, run_id FROM runs {where}ORDER BY created_at, run_id LIMIT ?", [*params, limit])]
+
+    @_translated
+    def existing(self, run_ids: Sequence[str]) -> list[str]:
+        return [r["run_id"] for r in self._rows(
+            "SELECT run_id FROM runs WHERE run_id IN (SELECT value FROM json_each(?))", (json.dumps(list(run_ids)),))]
+
+    @_translated
+    def export_runs(self, run_ids: Sequence[str]) -> list[RunRows]:
+        if self._in_transaction:
+            raise RuntimeError(NESTED)
+        ids = (json.dumps(list(run_ids)),)
+        among = "run_id IN (SELECT value FROM json_each(?))"
+        self.conn.execute("BEGIN")  # one snapshot (WAL): a boundary committed meanwhile is not half seen
+        try:
+            runs = self._rows(f"SELECT {', '.join(RUN_ROW)}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS "
+                              f"definition FROM runs WHERE {among} ORDER BY created_at, run_id", ids)
+            tables = {table: _grouped(self._rows(f"SELECT run_id, {', '.join(columns)} FROM {table} WHERE {among} "
+                                                 f"ORDER BY run_id, {columns[0]}", ids))
+                      for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW),
+                                             ("checkpoints", CHECKPOINT_ROW), ("events", EVENT_ROW))}
+            parents = _grouped(self._rows(
+                "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT parent_run_id FROM runs "
+                f"WHERE {among}) ORDER BY run_id, checkpoint_id", ids))
+        finally:
+            self.conn.execute("COMMIT")
+        out = []
+        for r in runs:
+            rid = r["run_id"]
+            try:
+                out.append(RunRows(
+                    run=_times({k: r[k] for k in RUN_ROW}), input=r["input"], definition=r["definition"],
+                    steps=[_times(x) for x in tables["steps"].get(rid, [])], outputs=tables["outputs"].get(rid, []),
+                    checkpoints=[_times(x) for x in tables["checkpoints"].get(rid, [])],
+                    events=[_times(x) for x in tables["events"].get(rid, [])],
+                    parent_checkpoints=[x["checkpoint_id"] for x in parents.get(r["parent_run_id"], [])]))
+            except (ValueError, TypeError, AttributeError):
+                raise StoreDamaged(f"run {rid} in {self.path} has an unreadable time (edited by hand?); fix the row "
+                                   "or delete the run, then copy again") from None
+        return out
+
+    @_translated
+    def import_run(self, rows: RunRows) -> None:
+        if not self._in_transaction:
+            raise RuntimeError("import_run: call it inside transaction()")
+        rid = rows.run_id
+        if self.exists(rid):
+            raise StoreError(f"run {rid} is already in {self.path}; nothing of it was imported")
+        checkpoints = self._new_ids("checkpoints", "checkpoint_id", [c["checkpoint_id"] for c in rows.checkpoints])
+        events = self._new_ids("events", "event_id", [e["event_id"] for e in rows.events])
+        parent: dict[int, int] = {}
+        if rows.parent_checkpoints and rows.run["parent_run_id"] is not None:
+            here = [r["checkpoint_id"] for r in self._rows(
+                "SELECT checkpoint_id FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id",
+                (rows.run["parent_run_id"],))]
+            if len(here) == len(rows.parent_checkpoints):  # else the parent is not (all) here: kept as recorded
+                parent = dict(zip(rows.parent_checkpoints, here))
+        rows = rows.renumbered(checkpoints, events, parent)
+        insert = self.conn.executemany
+
+        def into(table: str, columns: tuple[str, ...], values: list[dict[str, Any]]) -> None:
+            insert(f"INSERT INTO {table} (run_id, {', '.join(columns)}) VALUES (?{', ?' * len(columns)})",
+                   [(rid, *(_text(v[c]) if c in ROW_TIMES else v[c] for c in columns)) for v in values])
+
+        into("runs", RUN_ROW[1:], [rows.run])
+        if rows.input is not None:
+            self.conn.execute("INSERT INTO run_inputs (run_id, input) VALUES (?, ?)", (rid, rows.input))
+        if rows.run["fingerprint"] is not None and rows.definition is not None:
+            self._keep_definition(rows.run["fingerprint"], rows.definition)
+        into("steps", STEP_ROW, rows.steps)
+        into("outputs", OUTPUT_ROW, rows.outputs)
+        into("checkpoints", CHECKPOINT_ROW, rows.checkpoints)
+        into("events", EVENT_ROW, rows.events)
+
+    def _new_ids(self, table: str, column: str, ids: list[int]) -> dict[int, int]:
+        """{} when none of ``ids`` is taken in ``table``; else old -> new ids after every id there."""
+        if not ids or self._row(f"SELECT 1 AS one FROM {table} WHERE {column} IN (SELECT value FROM json_each(?)) "
+                                "LIMIT 1", (json.dumps(ids),)) is None:
+            return {}
+        first = self._row(f"SELECT coalesce(max({column}), 0) + 1 AS id FROM {table}")["id"]
+        return {old: first + i for i, old in enumerate(ids)}
+
+    @_translated
+    def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        ids = (json.dumps(list(run_ids)),)
+        return {table: self._row(f"SELECT count(*) AS n FROM {table} WHERE run_id IN (SELECT value FROM json_each(?))",
+                                 ids)["n"] for table in COPIED_TABLES}
+
     # ---- the hot path
 
     def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
@@ -1102,6 +1197,17 @@ class SqliteStore(RunStore):
 
 
 # ---- conversions --------------------------------------------------------------------------------
+
+
+def _times(row: dict[str, Any]) -> dict[str, Any]:
+    """A row with its store-text times read as aware UTC datetimes (raises ``ValueError`` for damage)."""
+    return {k: from_text(v) if k in ROW_TIMES else v for k, v in row.items()}
+
+
+def _grouped(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Rows ordered by run id, by run id, each without its ``run_id``."""
+    return {rid: [{k: v for k, v in r.items() if k != "run_id"} for r in group]
+            for rid, group in itertools.groupby(rows, key=lambda r: r["run_id"])}
 
 
 def _text(dt: datetime | None) -> str | None:
