@@ -93,11 +93,11 @@ def copy_runs(source: RunStore, destination: RunStore, *, skip_existing: bool = 
     # First pass, ids only: refuse before writing anything.
     total, skipped, there = 0, 0, []
     for ids in _pages(source, batch):
-        held = destination.existing(ids)
+        held = set(destination.existing(ids))
         total += len(ids)
         skipped += len(held)
         if len(there) <= _NAMED:
-            there.extend(held)
+            there.extend(rid for rid in ids if rid in held)  # named in the copy's order
     if skipped and not skip_existing:
         raise CopyRefused(f"{destination.where} already holds {skipped:,} of the {total:,} runs to copy "
                           f"({_named(there)}); nothing was copied. Copy into a new store or schema, or pass "
