@@ -3,9 +3,9 @@ local store to a team's server, and back, or between two stores of one backend.
 
 Every run is copied whole, with its executions (a pattern's appended ones included), outputs,
 checkpoints with their decisions and answers, input, definition and events, through the storage
-contract (:meth:`RunStore.export_runs`, :meth:`RunStore.import_run`): values as stored, times in
+contract (:meth:`RunStore.export_runs`, :meth:`RunStore.import_runs`): values as stored, times in
 UTC milliseconds, JSON text byte for byte. Checkpoint and event ids are kept when the destination
-has none of them, else renumbered with every reference (see :meth:`RunStore.import_run`).
+has none of them, else renumbered with every reference (see :meth:`RunStore.import_runs`).
 
 The copy is refused, with nothing written, when the destination already holds any of the runs
 (unless asked to skip them) or when a run is executing: a copy of a run mid-execution would let
@@ -129,8 +129,7 @@ def copy_runs(source: RunStore, destination: RunStore, *, skip_existing: bool = 
             for table, n in b.counts().items():
                 expected[table] += n
         with destination.transaction():
-            for b in bundles:
-                destination.import_run(b)
+            destination.import_runs(bundles)
             found = destination.row_counts([b.run_id for b in bundles])
             if found != expected:  # rolled back with the batch
                 wrong = next(t for t in COPIED_TABLES if found[t] != expected[t])

@@ -159,16 +159,16 @@ def test_an_interrupted_copy_leaves_whole_runs_and_is_finished_with_skip_existin
     source, _ = rich
 
     class Interrupting:
-        """The destination, interrupted (as by Ctrl-C) as it imports the third run: inside batch 2."""
+        """The destination, interrupted (as by Ctrl-C) after writing batch 2, before its commit."""
 
         def __init__(self, store: RunStore) -> None:
             self.store, self.imported = store, 0
 
-        def import_run(self, rows: Any) -> None:
+        def import_runs(self, batch: Any) -> None:
+            self.store.import_runs(batch)
             self.imported += 1
-            if self.imported == 3:
+            if self.imported == 2:
                 raise KeyboardInterrupt
-            self.store.import_run(rows)
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self.store, name)
@@ -177,7 +177,7 @@ def test_an_interrupted_copy_leaves_whole_runs_and_is_finished_with_skip_existin
         order = ids_of(src)
         with pytest.raises(KeyboardInterrupt):
             copy_runs(src, Interrupting(dst), batch=2)
-        # The first batch whole, nothing of the second (its first run was written, then rolled back).
+        # The first batch whole, nothing of the second (written, then rolled back).
         assert ids_of(dst) == order[:2]
         assert dst.export_runs(order[:2]) == src.export_runs(order[:2])
         assert dst.row_counts(order[2:]) == dict.fromkeys(COPIED_TABLES, 0)

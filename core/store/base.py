@@ -18,7 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 import json
 import re
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -226,7 +226,7 @@ _INHERITED_COMMENT = re.compile(r"inherited from checkpoint (\d+) of run ")
 @dataclass(frozen=True)
 class RunRows:
     """Everything a store holds of one run, as raw backend-neutral values, to copy it to another
-    store (:meth:`RunStore.export_runs`, :meth:`RunStore.import_run`).
+    store (:meth:`RunStore.export_runs`, :meth:`RunStore.import_runs`).
 
     Each row is a dict of the columns named by :data:`RUN_ROW`, :data:`STEP_ROW`, :data:`OUTPUT_ROW`,
     :data:`CHECKPOINT_ROW`, :data:`EVENT_ROW`: times are aware UTC datetimes (milliseconds), JSON
@@ -309,6 +309,37 @@ def _detail_renumbered(text: str | None, checkpoints: Mapping[int, int], parent:
             changed = True
     # Both backends write an event's detail as json.dumps(detail, ensure_ascii=False).
     return json.dumps(detail, ensure_ascii=False) if changed else text
+
+
+def renumbered_batch(batch: Sequence[RunRows], taken: Callable[[str, list[int]], set[int]],
+                     allocate: Callable[[str, int, int], list[int]],
+                     parent_ids: Callable[[list[str]], dict[str, list[int]]]) -> list[RunRows]:
+    """A batch of runs to import, renumbered as :meth:`RunStore.import_runs` says, by three
+    queries of the destination: ``taken(table, ids)`` (which of ``ids`` the table holds, table
+    "checkpoints" or "events"), ``allocate(table, count, floor)`` (``count`` new ids in increasing
+    order, above ``floor`` and every id the table holds or gave), ``parent_ids(run_ids)`` (each
+    run's checkpoint ids in order). A parent in the same batch is matched through its own map."""
+    maps: dict[str, dict[str, dict[int, int]]] = {}  # table -> run id -> old -> new
+    for table, key, part in (("checkpoints", "checkpoint_id", "checkpoints"), ("events", "event_id", "events")):
+        ids = {r.run_id: [x[key] for x in getattr(r, part)] for r in batch}
+        held = taken(table, [i for run_ids in ids.values() for i in run_ids])
+        moving = [rid for rid, run_ids in ids.items() if held.intersection(run_ids)]
+        kept = [i for rid, run_ids in ids.items() if rid not in moving for i in run_ids]
+        fresh = iter(allocate(table, sum(len(ids[rid]) for rid in moving), max(kept, default=0)) if moving else [])
+        maps[table] = {rid: {old: next(fresh) for old in ids[rid]} for rid in moving}
+    here = {r.run_id for r in batch}
+    elsewhere = [r.run["parent_run_id"] for r in batch if r.parent_checkpoints and r.run["parent_run_id"] not in here]
+    found = parent_ids(elsewhere) if elsewhere else {}
+    out = []
+    for r in batch:
+        parent: dict[int, int] = {}
+        pid = r.run["parent_run_id"]
+        if pid in here:
+            parent = maps["checkpoints"].get(pid, {})
+        elif r.parent_checkpoints and len(found.get(pid, [])) == len(r.parent_checkpoints):
+            parent = dict(zip(r.parent_checkpoints, found[pid]))  # else the parent is not (all) here: kept as is
+        out.append(r.renumbered(maps["checkpoints"].get(r.run_id, {}), maps["events"].get(r.run_id, {}), parent))
+    return out
 
 
 # ---- the contract -------------------------------------------------------------------------------
@@ -586,12 +617,12 @@ class RunStore(ABC):
         :meth:`transaction`. Raises :class:`StoreDamaged` naming a run whose times cannot be read."""
 
     @abstractmethod
-    def import_run(self, rows: RunRows) -> None:
-        """Insert a run exported from another store (inside :meth:`transaction`), values as given.
-        Checkpoint and event ids are kept when the store holds none of them; otherwise the run's
-        get new ones, in the same order, and :meth:`RunRows.renumbered` maps every reference to
-        them (and to the parent's checkpoints, when the parent was renumbered: matched by
-        position). Raises :class:`StoreError` when the run id exists."""
+    def import_runs(self, batch: Sequence[RunRows]) -> None:
+        """Insert runs exported from another store (inside :meth:`transaction`), values as given, a
+        fork after its parent. A run's checkpoint ids (and, apart, its event ids) are kept when the
+        store holds none of them; otherwise they are renumbered above every id there, in the same
+        order, and every reference follows (see :func:`renumbered_batch`). Raises
+        :class:`StoreError` when the store already holds one of the runs (nothing imported)."""
 
     @abstractmethod
     def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:

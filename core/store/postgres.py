@@ -57,7 +57,8 @@ from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSumm
 from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, RunStore, StepBrief, StoreBusy,
-                   StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable)
+                   StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
+                   renumbered_batch)
 from .rows import _time as _row_time
 from .rows import (_execution, _lenient_time, _owner, _summary_fields, _summary_or_none, _vocabulary,
                    checkpoint_from_row, readable, step_from_row)
@@ -1140,53 +1141,54 @@ class PostgresStore(RunStore):
                 for r in runs]
 
     @_translated
-    def import_run(self, rows: RunRows) -> None:
+    def import_runs(self, batch: Sequence[RunRows]) -> None:
         if not self._in_transaction:
-            raise RuntimeError("import_run: call it inside transaction()")
-        rid = rows.run_id
-        if self.exists(rid):
-            raise StoreError(f"run {rid} is already in {self._where}; nothing of it was imported")
-        checkpoints = self._new_ids("checkpoints", "checkpoint_id", [c["checkpoint_id"] for c in rows.checkpoints])
-        events = self._new_ids("events", "event_id", [e["event_id"] for e in rows.events])
-        parent: dict[int, int] = {}
-        if rows.parent_checkpoints and rows.run["parent_run_id"] is not None:
-            here = [r["checkpoint_id"] for r in self._rows(
-                "SELECT checkpoint_id FROM checkpoints WHERE run_id = %s ORDER BY checkpoint_id",
-                (rows.run["parent_run_id"],))]
-            if len(here) == len(rows.parent_checkpoints):  # else the parent is not (all) here: kept as recorded
-                parent = dict(zip(rows.parent_checkpoints, here))
-        rows = rows.renumbered(checkpoints, events, parent)
+            raise RuntimeError("import_runs: call it inside transaction()")
+        if held := self.existing([r.run_id for r in batch]):
+            raise StoreError(f"run {held[0]} is already in {self._where}; nothing was imported")
+        batch = renumbered_batch(batch, self._taken, self._allocate, self._checkpoint_ids)
+        for table, key in (("checkpoints", "checkpoint_id"), ("events", "event_id")):
+            # The identity moves past the ids kept, so the ids it gives later are higher.
+            if top := max((x[key] for r in batch for x in getattr(r, table)), default=0):
+                sequence = f"pg_get_serial_sequence('{table}', '{key}')::regclass"
+                self._row(f"SELECT setval({sequence}, greatest(%s, coalesce(pg_sequence_last_value({sequence}), 0))) "
+                          "AS id", (top,))
+        definitions = {r.run["fingerprint"]: r.definition for r in batch
+                       if r.run["fingerprint"] is not None and r.definition is not None}
 
-        def into(table: str, columns: tuple[str, ...], values: list[dict[str, Any]]) -> None:
-            if values:
-                with self.conn.cursor() as cur:
-                    cur.executemany(
-                        f"INSERT INTO {table} (run_id, {', '.join(columns)}) VALUES (%s{', %s' * len(columns)})",
-                        [(rid, *(_copied(c, v[c]) for c in columns)) for v in values])
+        with self.conn.cursor() as cur:
+            def into(table: str, columns: tuple[str, ...], values: list[tuple[Any, ...]]) -> None:
+                if values:
+                    cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) "
+                                    f"VALUES (%s{', %s' * (len(columns) - 1)})", values)
 
-        into("runs", RUN_ROW[1:], [rows.run])
-        if rows.input is not None:
-            self.conn.execute("INSERT INTO run_inputs (run_id, input) VALUES (%s, %s)", (rid, rows.input))
-        if rows.run["fingerprint"] is not None and rows.definition is not None:
-            self._keep_definition(rows.run["fingerprint"], rows.definition)
-        into("steps", STEP_ROW, rows.steps)
-        into("outputs", OUTPUT_ROW, rows.outputs)
-        into("checkpoints", CHECKPOINT_ROW, rows.checkpoints)
-        into("events", EVENT_ROW, rows.events)
+            if definitions:
+                cur.executemany("INSERT INTO definitions (fingerprint, definition) VALUES (%s, %s) "
+                                "ON CONFLICT (fingerprint) DO NOTHING", [*definitions.items()])
+            into("runs", RUN_ROW, [tuple(_copied(c, r.run[c]) for c in RUN_ROW) for r in batch])
+            into("run_inputs", ("run_id", "input"), [(r.run_id, r.input) for r in batch if r.input is not None])
+            for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW), ("checkpoints", CHECKPOINT_ROW),
+                                   ("events", EVENT_ROW)):
+                into(table, ("run_id", *columns),
+                     [(r.run_id, *(_copied(c, v[c]) for c in columns)) for r in batch for v in getattr(r, table)])
 
-    def _new_ids(self, table: str, column: str, ids: list[int]) -> dict[int, int]:
-        """{} when none of ``ids`` is taken in ``table`` (its identity then moved past them, so the
-        ids it gives later are higher); else old -> new ids from the identity, in order."""
-        if not ids:
-            return {}
+    def _taken(self, table: str, ids: list[int]) -> set[int]:
+        column = "checkpoint_id" if table == "checkpoints" else "event_id"
+        return {r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {column} = ANY(%s::bigint[])",
+                                            (ids,))}
+
+    def _allocate(self, table: str, count: int, floor: int) -> list[int]:
+        column = "checkpoint_id" if table == "checkpoints" else "event_id"
         sequence = f"pg_get_serial_sequence('{table}', '{column}')::regclass"
-        if self._row(f"SELECT 1 AS one FROM {table} WHERE {column} = ANY(%s::bigint[]) LIMIT 1", (ids,)) is None:
-            self._row(f"SELECT setval({sequence}, greatest(%s, coalesce(pg_sequence_last_value({sequence}), 0))) "
-                      "AS id", (max(ids),))
-            return {}
-        new = sorted(r["id"] for r in self._rows(f"SELECT nextval({sequence}) AS id FROM generate_series(1, %s)",
-                                                 (len(ids),)))
-        return dict(zip(ids, new))
+        self._row(f"SELECT setval({sequence}, greatest(%s, (SELECT coalesce(max({column}), 0) FROM {table}), "
+                  f"coalesce(pg_sequence_last_value({sequence}), 0), 1)) AS id", (floor,))
+        return sorted(r["id"] for r in self._rows(f"SELECT nextval({sequence}) AS id FROM generate_series(1, %s)",
+                                                  (count,)))
+
+    def _checkpoint_ids(self, run_ids: list[str]) -> dict[str, list[int]]:
+        return {rid: [r["checkpoint_id"] for r in group] for rid, group in _grouped(self._rows(
+            "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id = ANY(%s::text[]) "
+            "ORDER BY run_id, checkpoint_id", (run_ids,))).items()}
 
     @_translated
     def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:

@@ -32,7 +32,7 @@ from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSumm
 from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, RunStore, StepBrief, StoreBusy,
-                   StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
+                   StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
 from .rows import (_execution, _lenient_time, _owner, _position, _summary_fields, _summary_or_none, _time,  # noqa: F401
                    _vocabulary, checkpoint_from_row, readable, step_from_row)
 
@@ -1092,45 +1092,43 @@ class SqliteStore(RunStore):
         return out
 
     @_translated
-    def import_run(self, rows: RunRows) -> None:
+    def import_runs(self, batch: Sequence[RunRows]) -> None:
         if not self._in_transaction:
-            raise RuntimeError("import_run: call it inside transaction()")
-        rid = rows.run_id
-        if self.exists(rid):
-            raise StoreError(f"run {rid} is already in {self.path}; nothing of it was imported")
-        checkpoints = self._new_ids("checkpoints", "checkpoint_id", [c["checkpoint_id"] for c in rows.checkpoints])
-        events = self._new_ids("events", "event_id", [e["event_id"] for e in rows.events])
-        parent: dict[int, int] = {}
-        if rows.parent_checkpoints and rows.run["parent_run_id"] is not None:
-            here = [r["checkpoint_id"] for r in self._rows(
-                "SELECT checkpoint_id FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id",
-                (rows.run["parent_run_id"],))]
-            if len(here) == len(rows.parent_checkpoints):  # else the parent is not (all) here: kept as recorded
-                parent = dict(zip(rows.parent_checkpoints, here))
-        rows = rows.renumbered(checkpoints, events, parent)
-        insert = self.conn.executemany
+            raise RuntimeError("import_runs: call it inside transaction()")
+        if held := self.existing([r.run_id for r in batch]):
+            raise StoreError(f"run {held[0]} is already in {self.path}; nothing was imported")
+        batch = renumbered_batch(batch, self._taken, self._allocate, self._checkpoint_ids)
+        for r in batch:
+            if r.run["fingerprint"] is not None and r.definition is not None:
+                self._keep_definition(r.run["fingerprint"], r.definition)
 
-        def into(table: str, columns: tuple[str, ...], values: list[dict[str, Any]]) -> None:
-            insert(f"INSERT INTO {table} (run_id, {', '.join(columns)}) VALUES (?{', ?' * len(columns)})",
-                   [(rid, *(_text(v[c]) if c in ROW_TIMES else v[c] for c in columns)) for v in values])
+        def into(table: str, columns: tuple[str, ...], values: Iterable[tuple[str, dict[str, Any]]]) -> None:
+            self.conn.executemany(
+                f"INSERT INTO {table} (run_id, {', '.join(columns)}) VALUES (?{', ?' * len(columns)})",
+                [(rid, *(_text(v[c]) if c in ROW_TIMES else v[c] for c in columns)) for rid, v in values])
 
-        into("runs", RUN_ROW[1:], [rows.run])
-        if rows.input is not None:
-            self.conn.execute("INSERT INTO run_inputs (run_id, input) VALUES (?, ?)", (rid, rows.input))
-        if rows.run["fingerprint"] is not None and rows.definition is not None:
-            self._keep_definition(rows.run["fingerprint"], rows.definition)
-        into("steps", STEP_ROW, rows.steps)
-        into("outputs", OUTPUT_ROW, rows.outputs)
-        into("checkpoints", CHECKPOINT_ROW, rows.checkpoints)
-        into("events", EVENT_ROW, rows.events)
+        into("runs", RUN_ROW[1:], ((r.run_id, r.run) for r in batch))
+        self.conn.executemany("INSERT INTO run_inputs (run_id, input) VALUES (?, ?)",
+                              [(r.run_id, r.input) for r in batch if r.input is not None])
+        for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW), ("checkpoints", CHECKPOINT_ROW),
+                               ("events", EVENT_ROW)):
+            into(table, columns, ((r.run_id, v) for r in batch for v in getattr(r, table)))
 
-    def _new_ids(self, table: str, column: str, ids: list[int]) -> dict[int, int]:
-        """{} when none of ``ids`` is taken in ``table``; else old -> new ids after every id there."""
-        if not ids or self._row(f"SELECT 1 AS one FROM {table} WHERE {column} IN (SELECT value FROM json_each(?)) "
-                                "LIMIT 1", (json.dumps(ids),)) is None:
-            return {}
-        first = self._row(f"SELECT coalesce(max({column}), 0) + 1 AS id FROM {table}")["id"]
-        return {old: first + i for i, old in enumerate(ids)}
+    def _taken(self, table: str, ids: list[int]) -> set[int]:
+        column = "checkpoint_id" if table == "checkpoints" else "event_id"
+        return {r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {column} IN "
+                                            "(SELECT value FROM json_each(?))", (json.dumps(ids),))}
+
+    def _allocate(self, table: str, count: int, floor: int) -> list[int]:
+        # A rowid table gives max + 1 next: ids above every one there and ``floor`` are free.
+        column = "checkpoint_id" if table == "checkpoints" else "event_id"
+        first = max(floor, self._row(f"SELECT coalesce(max({column}), 0) AS id FROM {table}")["id"]) + 1
+        return list(range(first, first + count))
+
+    def _checkpoint_ids(self, run_ids: list[str]) -> dict[str, list[int]]:
+        return {rid: [r["checkpoint_id"] for r in group] for rid, group in _grouped(self._rows(
+            "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT value FROM json_each(?)) "
+            "ORDER BY run_id, checkpoint_id", (json.dumps(run_ids),))).items()}
 
     @_translated
     def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
