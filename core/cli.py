@@ -562,7 +562,9 @@ def copy(ctx: click.Context, source_url: str, destination_url: str, skip_existin
             raise click.ClickException(f"{role} {shown(url)}: {e}") from None
         ctx.call_on_close(stores[-1].close)
     source, destination = stores
-    err = Console(stderr=True)
+    # The bar holds only relaypoint's own text: drawn on the terminal's stderr itself, not through
+    # the cleaning wrapper (which would show its control sequences as escapes).
+    err = Console(file=getattr(sys.stderr, "replaced", sys.stderr))
     copied = 0
     with Progress(TextColumn("copying"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"), TimeRemainingColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as bar:
