@@ -54,13 +54,13 @@ from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError
 from ..models import Lease, OwnedRun, Owner, RunSummary, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
+from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
                    renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _summary_or_none, _vocabulary, step_from_row
-from .sql import (DEFINITION_OF_RUN, INPUT_OF_RUN, LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS,
-                  SUMMARY_COLUMNS, TIME_FIELDS, UNDECIDED, SqlStore)
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, SUMMARY_COLUMNS, TIME_FIELDS,
+                  UNDECIDED, SqlStore, event_detail)
 
 APP_ID = "relaypoint"
 CONNECT_TIMEOUT_SECONDS = 10
@@ -79,7 +79,6 @@ _OUTPUT_INSERT = ("INSERT INTO outputs (run_id, seq, value) VALUES (%s, %s, %s) 
                   "ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value")
 _CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at) "
                       "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING checkpoint_id")
-_EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (%s, %s, %s, %s, %s, %s)"
 _COMMIT_BOUNDARY = (
     "SELECT commit_boundary(%s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
     "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
@@ -598,6 +597,22 @@ class PostgresStore(SqlStore):
     def _free(text: str | None) -> str | None:
         return _free(text)
 
+    @staticmethod
+    def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
+        return f"{column} = ANY(?::{sql_type}[])", list(values)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        if self._in_transaction:
+            raise RuntimeError(NESTED)
+        self._ensure_connected()
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+
+    def _exported(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        return row  # timestamptz columns read as aware datetimes already
+
     # ---- reads: runs
 
     @_translated
@@ -812,11 +827,6 @@ class PostgresStore(SqlStore):
                                                       c.state, _time(c.deadline_at))).fetchone()["checkpoint_id"]
 
     @_translated
-    def add_event(self, run_id: str, at: datetime, kind: str, *, step: str | None = None,
-                  actor: str | None = None, **detail: Any) -> None:
-        self.conn.execute(_EVENT_INSERT, (run_id, _time(at), kind, step, _free(actor), _detail(detail)))
-
-    @_translated
     def cancel_open_steps(self, run_id: str, at: datetime) -> None:
         self.conn.execute(
             "UPDATE steps SET status = %s, finished_at = coalesce(finished_at, %s) "
@@ -882,36 +892,6 @@ class PostgresStore(SqlStore):
     # ---- copying between stores
 
     @_translated
-    def existing(self, run_ids: Sequence[str]) -> list[str]:
-        return [r["run_id"] for r in self._rows("SELECT run_id FROM runs WHERE run_id = ANY(%s::text[])",
-                                                (list(run_ids),))]
-
-    @_translated
-    def export_runs(self, run_ids: Sequence[str]) -> list[RunRows]:
-        if self._in_transaction:
-            raise RuntimeError(NESTED)
-        ids = (list(run_ids),)
-        among = "run_id = ANY(%s::text[])"
-        self._ensure_connected()
-        with self.conn.transaction():  # one snapshot: a boundary committed meanwhile is not half seen
-            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            runs = self._rows(f"SELECT {', '.join(RUN_ROW)}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS "
-                              f"definition FROM runs WHERE {among} ORDER BY created_at, run_id", ids)
-            tables = {table: _grouped(self._rows(f"SELECT run_id, {', '.join(columns)} FROM {table} WHERE {among} "
-                                                 f"ORDER BY run_id, {columns[0]}", ids))
-                      for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW),
-                                             ("checkpoints", CHECKPOINT_ROW), ("events", EVENT_ROW))}
-            parents = _grouped(self._rows(
-                "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT parent_run_id FROM runs "
-                f"WHERE {among}) ORDER BY run_id, checkpoint_id", ids))
-        return [RunRows(run={k: r[k] for k in RUN_ROW}, input=r["input"], definition=r["definition"],
-                        steps=tables["steps"].get(r["run_id"], []), outputs=tables["outputs"].get(r["run_id"], []),
-                        checkpoints=tables["checkpoints"].get(r["run_id"], []),
-                        events=tables["events"].get(r["run_id"], []),
-                        parent_checkpoints=[x["checkpoint_id"] for x in parents.get(r["parent_run_id"], [])])
-                for r in runs]
-
-    @_translated
     def import_runs(self, batch: Sequence[RunRows]) -> None:
         if not self._in_transaction:
             raise RuntimeError("import_runs: call it inside transaction()")
@@ -943,11 +923,6 @@ class PostgresStore(SqlStore):
                 into(table, ("run_id", *columns),
                      [(r.run_id, *(_copied(c, v[c]) for c in columns)) for r in batch for v in getattr(r, table)])
 
-    def _taken(self, table: str, ids: list[int]) -> set[int]:
-        column = "checkpoint_id" if table == "checkpoints" else "event_id"
-        return {r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {column} = ANY(%s::bigint[])",
-                                            (ids,))}
-
     def _allocate(self, table: str, count: int, floor: int) -> list[int]:
         column = "checkpoint_id" if table == "checkpoints" else "event_id"
         sequence = f"pg_get_serial_sequence('{table}', '{column}')::regclass"
@@ -955,17 +930,6 @@ class PostgresStore(SqlStore):
                   f"coalesce(pg_sequence_last_value({sequence}), 0), 1)) AS id", (floor,))
         return sorted(r["id"] for r in self._rows(f"SELECT nextval({sequence}) AS id FROM generate_series(1, %s)",
                                                   (count,)))
-
-    def _checkpoint_ids(self, run_ids: list[str]) -> dict[str, list[int]]:
-        return {rid: [r["checkpoint_id"] for r in group] for rid, group in _grouped(self._rows(
-            "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id = ANY(%s::text[]) "
-            "ORDER BY run_id, checkpoint_id", (run_ids,))).items()}
-
-    @_translated
-    def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
-        ids = (list(run_ids),)
-        return {table: self._row(f"SELECT count(*) AS n FROM {table} WHERE run_id = ANY(%s::text[])", ids)["n"]
-                for table in COPIED_TABLES}
 
     # ---- the hot path
 
@@ -994,7 +958,7 @@ class PostgresStore(SqlStore):
                 rest = json.dumps(ev.detail, ensure_ascii=False)[1:] if ev.detail else "}"
                 detail, names_it = (", " + rest if ev.detail else rest), True
             else:
-                detail = _detail({"checkpoint_id": None, **ev.detail} if ev.names_checkpoint else ev.detail)
+                detail = event_detail({"checkpoint_id": None, **ev.detail} if ev.names_checkpoint else ev.detail)
                 names_it = False
             for column, value in zip(events, (ev.kind, ev.step, _free(ev.actor), detail, names_it)):
                 column.append(value)
@@ -1047,12 +1011,6 @@ def _copied(column: str, value: Any) -> Any:
     return _free(value) if column in COPIED_FREE_TEXT else value
 
 
-def _grouped(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Rows ordered by run id, by run id, each without its ``run_id``."""
-    return {rid: [{k: v for k, v in r.items() if k != "run_id"} for r in group]
-            for rid, group in itertools.groupby(rows, key=lambda r: r["run_id"])}
-
-
 def _position_values(position: tuple[str, str]) -> tuple[datetime, str]:
     created, run_id = position
     return _time(from_text(created) if isinstance(created, str) else created), run_id
@@ -1066,10 +1024,6 @@ def _free(text: str | None) -> str | None:
     """Free text a person reads (an error, a reason, a name of who decided): PostgreSQL text cannot
     hold NUL, which is stored as U+FFFD."""
     return text.replace("\x00", "\ufffd") if text is not None and "\x00" in text else text
-
-
-def _detail(detail: dict[str, Any]) -> str | None:
-    return json.dumps(detail, ensure_ascii=False) if detail else None
 
 
 def _asks_approval(options: str | None) -> bool:

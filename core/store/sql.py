@@ -13,8 +13,11 @@ backend's module.
 from __future__ import annotations
 
 import functools
+import itertools
+import json
 from abc import abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -22,7 +25,8 @@ from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun
 from ..models import Checkpoint, Event, Owner, RunHead, StepRecord
 from ..status import RunStatus, StepStatus
-from .base import RunStore, StoreDamaged, StoreReadOnly
+from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, RunRows, RunStore,
+                   StoreDamaged, StoreReadOnly)
 from .rows import _owner, _summary_fields, _time, checkpoint_from_row, readable, step_from_row
 
 # Columns of ``runs`` a listing reads (no input, no definition).
@@ -105,6 +109,22 @@ class SqlStore(RunStore):
     @abstractmethod
     def translate(self, e: Exception) -> StoreError:
         """One line for an error the driver raised on this store."""
+
+    @staticmethod
+    @abstractmethod
+    def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
+        """A condition "``column`` is one of ``values``" with its one ``?`` parameter: (SQL, parameter).
+        ``sql_type``: the values' SQL type (text, bigint)."""
+
+    @abstractmethod
+    def _snapshot(self) -> AbstractContextManager[None]:
+        """A read-only transaction in which every query sees the store as of one instant. Raises
+        ``RuntimeError`` inside :meth:`transaction`."""
+
+    @abstractmethod
+    def _exported(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        """A row of run ``run_id`` with its times as aware UTC datetimes. Raises ``StoreDamaged``
+        naming the run when one cannot be read."""
 
     # ---- shared helpers
 
@@ -333,10 +353,73 @@ class SqlStore(RunStore):
             "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ? "
             f"WHERE run_id = ? AND {PAUSED} AND {UNDECIDED}", (decision, self._free(by), self._stamp(at), run_id))
 
+    @translated
+    def add_event(self, run_id: str, at: datetime, kind: str, *, step: str | None = None,
+                  actor: str | None = None, **detail: Any) -> None:
+        self._execute("INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                      (run_id, self._stamp(at), kind, step, self._free(actor), event_detail(detail)))
+
     # ---- copying between stores
+
+    @translated
+    def existing(self, run_ids: Sequence[str]) -> list[str]:
+        among, ids = self._among("run_id", run_ids)
+        return [r["run_id"] for r in self._rows(f"SELECT run_id FROM runs WHERE {among}", (ids,))]
+
+    @translated
+    def export_runs(self, run_ids: Sequence[str]) -> list[RunRows]:
+        among, ids = self._among("run_id", run_ids)
+        with self._snapshot():  # a boundary committed meanwhile is not half seen
+            runs = self._rows(f"SELECT {', '.join(RUN_ROW)}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS "
+                              f"definition FROM runs WHERE {among} ORDER BY created_at, run_id", (ids,))
+            tables = {table: _grouped(self._rows(f"SELECT run_id, {', '.join(columns)} FROM {table} WHERE {among} "
+                                                 f"ORDER BY run_id, {columns[0]}", (ids,)))
+                      for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW),
+                                             ("checkpoints", CHECKPOINT_ROW), ("events", EVENT_ROW))}
+            parents = _grouped(self._rows(
+                "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT parent_run_id FROM runs "
+                f"WHERE {among}) ORDER BY run_id, checkpoint_id", (ids,)))
+        return [RunRows(run=self._exported(rid, {k: r[k] for k in RUN_ROW}), input=r["input"],
+                        definition=r["definition"],
+                        steps=[self._exported(rid, x) for x in tables["steps"].get(rid, [])],
+                        outputs=tables["outputs"].get(rid, []),
+                        checkpoints=[self._exported(rid, x) for x in tables["checkpoints"].get(rid, [])],
+                        events=[self._exported(rid, x) for x in tables["events"].get(rid, [])],
+                        parent_checkpoints=[x["checkpoint_id"] for x in parents.get(r["parent_run_id"], [])])
+                for r in runs for rid in (r["run_id"],)]
+
+    @translated
+    def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        among, ids = self._among("run_id", run_ids)
+        return {table: self._row(f"SELECT count(*) AS n FROM {table} WHERE {among}", (ids,))["n"]
+                for table in COPIED_TABLES}
+
+    def _taken(self, table: str, ids: list[int]) -> set[int]:
+        """Which of ``ids`` the table (checkpoints or events) holds."""
+        column = "checkpoint_id" if table == "checkpoints" else "event_id"
+        among, values = self._among(column, ids, "bigint")
+        return {r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {among}", (values,))}
+
+    def _checkpoint_ids(self, run_ids: list[str]) -> dict[str, list[int]]:
+        """Each of these runs' checkpoint ids, in order."""
+        among, ids = self._among("run_id", run_ids)
+        return {rid: [r["checkpoint_id"] for r in group] for rid, group in _grouped(self._rows(
+            f"SELECT run_id, checkpoint_id FROM checkpoints WHERE {among} ORDER BY run_id, checkpoint_id",
+            (ids,))).items()}
 
     @translated
     def run_page(self, after: tuple[Any, str] | None, limit: int) -> list[tuple[Any, str]]:
         where, params = ("WHERE (created_at, run_id) > (?, ?) ", [*after]) if after else ("", [])
         return [(r["created_at"], r["run_id"]) for r in self._rows(
             f"SELECT created_at, run_id FROM runs {where}ORDER BY created_at, run_id LIMIT ?", [*params, limit])]
+
+
+def event_detail(detail: dict[str, Any]) -> str | None:
+    """An event's detail as stored: JSON text (None when empty)."""
+    return json.dumps(detail, ensure_ascii=False) if detail else None
+
+
+def _grouped(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Rows ordered by run id, by run id, each without its ``run_id``."""
+    return {rid: [{k: v for k, v in r.items() if k != "run_id"} for r in group]
+            for rid, group in itertools.groupby(rows, key=lambda r: r["run_id"])}

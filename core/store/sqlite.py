@@ -29,12 +29,12 @@ from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError
 from ..models import Lease, OwnedRun, Owner, RunSummary, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
+from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _position, _summary_or_none, _vocabulary, step_from_row
-from .sql import (DEFINITION_OF_RUN, INPUT_OF_RUN, LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS,
-                  SUMMARY_COLUMNS, TIME_FIELDS, UNDECIDED, SqlStore)
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, SUMMARY_COLUMNS, TIME_FIELDS,
+                  UNDECIDED, SqlStore, event_detail)
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
@@ -527,6 +527,27 @@ class SqliteStore(SqlStore):
     def _stamp(dt: datetime | None) -> str | None:
         return _text(dt)
 
+    @staticmethod
+    def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
+        return f"{column} IN (SELECT value FROM json_each(?))", json.dumps(list(values))
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        if self._in_transaction:
+            raise RuntimeError(NESTED)
+        self.conn.execute("BEGIN")  # in WAL mode, a read transaction sees one snapshot
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
+    def _exported(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {k: from_text(v) if k in ROW_TIMES else v for k, v in row.items()}
+        except (ValueError, TypeError, AttributeError):
+            raise StoreDamaged(f"run {run_id} in {self.path} has an unreadable time (edited by hand?); fix the row "
+                               "or delete the run, then copy again") from None
+
     # ---- reads: runs
 
     @_translated
@@ -743,11 +764,6 @@ class SqliteStore(SqlStore):
         return self._insert_checkpoint(checkpoint)
 
     @_translated
-    def add_event(self, run_id: str, at: datetime, kind: str, *, step: str | None = None,
-                  actor: str | None = None, **detail: Any) -> None:
-        self.conn.execute(_EVENT_INSERT, (run_id, _text(at), kind, step, actor, _detail(detail)))
-
-    @_translated
     def cancel_open_steps(self, run_id: str, at: datetime) -> None:
         self.conn.execute(
             "UPDATE steps SET status = ?, finished_at = coalesce(finished_at, ?) "
@@ -812,45 +828,6 @@ class SqliteStore(SqlStore):
     # ---- copying between stores
 
     @_translated
-    def existing(self, run_ids: Sequence[str]) -> list[str]:
-        return [r["run_id"] for r in self._rows(
-            "SELECT run_id FROM runs WHERE run_id IN (SELECT value FROM json_each(?))", (json.dumps(list(run_ids)),))]
-
-    @_translated
-    def export_runs(self, run_ids: Sequence[str]) -> list[RunRows]:
-        if self._in_transaction:
-            raise RuntimeError(NESTED)
-        ids = (json.dumps(list(run_ids)),)
-        among = "run_id IN (SELECT value FROM json_each(?))"
-        self.conn.execute("BEGIN")  # one snapshot (WAL): a boundary committed meanwhile is not half seen
-        try:
-            runs = self._rows(f"SELECT {', '.join(RUN_ROW)}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS "
-                              f"definition FROM runs WHERE {among} ORDER BY created_at, run_id", ids)
-            tables = {table: _grouped(self._rows(f"SELECT run_id, {', '.join(columns)} FROM {table} WHERE {among} "
-                                                 f"ORDER BY run_id, {columns[0]}", ids))
-                      for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW),
-                                             ("checkpoints", CHECKPOINT_ROW), ("events", EVENT_ROW))}
-            parents = _grouped(self._rows(
-                "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT parent_run_id FROM runs "
-                f"WHERE {among}) ORDER BY run_id, checkpoint_id", ids))
-        finally:
-            self.conn.execute("COMMIT")
-        out = []
-        for r in runs:
-            rid = r["run_id"]
-            try:
-                out.append(RunRows(
-                    run=_times({k: r[k] for k in RUN_ROW}), input=r["input"], definition=r["definition"],
-                    steps=[_times(x) for x in tables["steps"].get(rid, [])], outputs=tables["outputs"].get(rid, []),
-                    checkpoints=[_times(x) for x in tables["checkpoints"].get(rid, [])],
-                    events=[_times(x) for x in tables["events"].get(rid, [])],
-                    parent_checkpoints=[x["checkpoint_id"] for x in parents.get(r["parent_run_id"], [])]))
-            except (ValueError, TypeError, AttributeError):
-                raise StoreDamaged(f"run {rid} in {self.path} has an unreadable time (edited by hand?); fix the row "
-                                   "or delete the run, then copy again") from None
-        return out
-
-    @_translated
     def import_runs(self, batch: Sequence[RunRows]) -> None:
         if not self._in_transaction:
             raise RuntimeError("import_runs: call it inside transaction()")
@@ -873,27 +850,11 @@ class SqliteStore(SqlStore):
                                ("events", EVENT_ROW)):
             into(table, columns, ((r.run_id, v) for r in batch for v in getattr(r, table)))
 
-    def _taken(self, table: str, ids: list[int]) -> set[int]:
-        column = "checkpoint_id" if table == "checkpoints" else "event_id"
-        return {r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {column} IN "
-                                            "(SELECT value FROM json_each(?))", (json.dumps(ids),))}
-
     def _allocate(self, table: str, count: int, floor: int) -> list[int]:
         # A rowid table gives max + 1 next: ids above every one there and ``floor`` are free.
         column = "checkpoint_id" if table == "checkpoints" else "event_id"
         first = max(floor, self._row(f"SELECT coalesce(max({column}), 0) AS id FROM {table}")["id"]) + 1
         return list(range(first, first + count))
-
-    def _checkpoint_ids(self, run_ids: list[str]) -> dict[str, list[int]]:
-        return {rid: [r["checkpoint_id"] for r in group] for rid, group in _grouped(self._rows(
-            "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT value FROM json_each(?)) "
-            "ORDER BY run_id, checkpoint_id", (json.dumps(run_ids),))).items()}
-
-    @_translated
-    def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
-        ids = (json.dumps(list(run_ids)),)
-        return {table: self._row(f"SELECT count(*) AS n FROM {table} WHERE run_id IN (SELECT value FROM json_each(?))",
-                                 ids)["n"] for table in COPIED_TABLES}
 
     # ---- the hot path
 
@@ -934,7 +895,8 @@ class SqliteStore(SqlStore):
                 if b.events:
                     self.conn.executemany(_EVENT_INSERT, [
                         (b.run_id, at, ev.kind, ev.step, ev.actor,
-                         _detail({"checkpoint_id": checkpoint_id, **ev.detail} if ev.names_checkpoint else ev.detail))
+                         event_detail({"checkpoint_id": checkpoint_id, **ev.detail}
+                                      if ev.names_checkpoint else ev.detail))
                         for ev in b.events])
                 execute("COMMIT")
             except BaseException:
@@ -949,27 +911,12 @@ class SqliteStore(SqlStore):
 # ---- conversions --------------------------------------------------------------------------------
 
 
-def _times(row: dict[str, Any]) -> dict[str, Any]:
-    """A row with its store-text times read as aware UTC datetimes (raises ``ValueError`` for damage)."""
-    return {k: from_text(v) if k in ROW_TIMES else v for k, v in row.items()}
-
-
-def _grouped(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Rows ordered by run id, by run id, each without its ``run_id``."""
-    return {rid: [{k: v for k, v in r.items() if k != "run_id"} for r in group]
-            for rid, group in itertools.groupby(rows, key=lambda r: r["run_id"])}
-
-
 def _text(dt: datetime | None) -> str | None:
     if dt is None:
         return None
     if not isinstance(dt, datetime):
         raise TypeError(f"store times are aware UTC datetimes, not {type(dt).__name__} ({dt!r})")
     return to_text(dt)
-
-
-def _detail(detail: dict[str, Any]) -> str | None:
-    return json.dumps(detail, ensure_ascii=False) if detail else None
 
 
 def _lease_values(lease: Lease | None) -> tuple[Any, ...]:
