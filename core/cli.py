@@ -25,10 +25,12 @@ from typing import Any, TextIO
 import click
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from .apploader import load_workflows
 from .clock import to_text
+from .copying import BATCH_RUNS, copy_runs
 from .display import Preview, clean, literal, preview, preview_json
 from .drivers import Call, where
 from .encoding import parse_json_arg
@@ -37,6 +39,7 @@ from .defaults import DURABILITIES, DURABILITY, LEASE_SECONDS
 from .runtime import Runtime
 from .workflow import find_workflow
 from .models import Run, RunSummary
+from .store import open_store
 from .store.url import shown
 from .patterns_view import paused_execution
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
@@ -533,6 +536,52 @@ def prune(ctx: click.Context, days: float, statuses: tuple[str, ...]) -> None:
     rt = _runtime(ctx)
     ids = rt.prune(timedelta(days=days), statuses) if statuses else rt.prune(timedelta(days=days))
     _say(f"deleted {len(ids)} run(s)")
+
+
+@cli.command("copy")
+@click.option("--from", "source_url", required=True, metavar="URL", help="The store to copy from (only read).")
+@click.option("--to", "destination_url", required=True, metavar="URL",
+              help="The store to copy into (created when missing); it must hold none of the runs.")
+@click.option("--skip-existing", is_flag=True, help="Copy only the runs the destination does not hold yet.")
+@click.option("--batch", default=BATCH_RUNS, show_default=True, type=click.IntRange(1),
+              help="Runs per transaction of the destination.")
+@click.pass_context
+def copy(ctx: click.Context, source_url: str, destination_url: str, skip_existing: bool, batch: int) -> None:
+    """Copy every run (steps, outputs, checkpoints, decisions, events) from one store to another.
+
+    SQLite to PostgreSQL moves a local store to a team's server, and back. Refused, nothing written,
+    when the destination holds any of the runs or a run is executing; an interrupted copy leaves
+    whole runs only (finish it with --skip-existing). The counts are checked before each batch commits.
+    """
+    stores = []
+    for role, url, options in (("source", source_url, {"readonly": True}),
+                               ("destination", destination_url, {"create": True, "durability": ctx.obj["durability"]})):
+        try:
+            stores.append(open_store(url, **options))
+        except RelaypointError as e:
+            raise click.ClickException(f"{role} {shown(url)}: {e}") from None
+        ctx.call_on_close(stores[-1].close)
+    source, destination = stores
+    # The bar holds only relaypoint's own text: drawn on the terminal's stderr itself, not through
+    # the cleaning wrapper (which would show its control sequences as escapes).
+    err = Console(file=getattr(sys.stderr, "replaced", sys.stderr))
+    copied = 0
+    with Progress(TextColumn("copying"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"), TimeRemainingColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("copy", total=None)
+
+        def advance(runs: int) -> None:
+            nonlocal copied
+            copied += runs
+            bar.advance(task, runs)
+
+        try:
+            report = copy_runs(source, destination, skip_existing=skip_existing, batch=batch,
+                               started=lambda total: bar.update(task, total=total), progress=advance)
+        except KeyboardInterrupt:
+            raise click.ClickException(f"interrupted: {copied:,} runs were copied to {shown(destination_url)}, each "
+                                       "whole; copy the rest with --skip-existing") from None
+    _say(report.summary(shown(source_url), shown(destination_url)))
 
 
 class _CleanStderr(io.TextIOWrapper):

@@ -16,7 +16,9 @@ module speaks SQL. Conventions shared by every method:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable
+import json
+import re
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -195,6 +197,149 @@ class BoundaryResult:
     """What :meth:`RunStore.commit_boundary` made: the new checkpoint's id (None without one)."""
 
     checkpoint_id: int | None = None
+
+
+# ---- a run's raw rows, for copying between stores ------------------------------------------------
+
+RUN_ROW = ("run_id", "workflow", "status", "parent_run_id", "forked_from_step", "fingerprint", "created_at",
+           "updated_at", "current_step", "steps_done", "steps_total", "suspect_deaths", "error", "lease_token",
+           "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
+"""The columns of a :class:`RunRows` ``run`` (the ``runs`` table's)."""
+STEP_ROW = ("seq", "name", "iteration", "agent", "parent_seq", "status", "attempts", "options", "error", "traceback",
+            "started_at", "finished_at", "idempotency_key")
+"""The columns of each of a :class:`RunRows`' ``steps`` (the ``steps`` table's but ``run_id``)."""
+OUTPUT_ROW = ("seq", "value")
+CHECKPOINT_ROW = ("checkpoint_id", "seq", "step", "kind", "created_at", "reason", "state", "decision", "decided_by",
+                  "decided_at", "comment", "value", "deadline_at")
+EVENT_ROW = ("event_id", "at", "kind", "step", "actor", "detail")
+ROW_TIMES = frozenset({"created_at", "updated_at", "lease_expires_at", "heartbeat_at", "started_at", "finished_at",
+                       "decided_at", "deadline_at", "at"})
+"""Columns holding times: aware UTC datetimes (milliseconds) in a :class:`RunRows`, whatever the backend."""
+COPIED_TABLES = ("runs", "run_inputs", "steps", "outputs", "checkpoints", "events")
+"""The per-run tables :meth:`RunStore.row_counts` counts, in the order a copy reports them."""
+
+# The state and comment RunStore.inherit_approval writes (both backends write the same text).
+_INHERITED_STATE = re.compile(r'\{"inherited_from":\{"run_id":(".*"),"checkpoint_id":(\d+)\}\}')
+_INHERITED_COMMENT = re.compile(r"inherited from checkpoint (\d+) of run ")
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """Everything a store holds of one run, as raw backend-neutral values, to copy it to another
+    store (:meth:`RunStore.export_runs`, :meth:`RunStore.import_runs`).
+
+    Each row is a dict of the columns named by :data:`RUN_ROW`, :data:`STEP_ROW`, :data:`OUTPUT_ROW`,
+    :data:`CHECKPOINT_ROW`, :data:`EVENT_ROW`: times are aware UTC datetimes (milliseconds), JSON
+    values the stored text, never decoded. ``input``/``definition``: the stored JSON text (None when
+    the store has none). ``steps``, ``outputs`` in ``seq`` order; ``checkpoints``, ``events`` in id
+    order. ``parent_checkpoints``: the ids of the parent run's checkpoints in the source store, in
+    order ([] for a run that is no fork): a copy that renumbers the parent's checkpoints maps the
+    references to them (an inherited approval's origin) by their position."""
+
+    run: dict[str, Any]
+    input: str | None
+    definition: str | None
+    steps: list[dict[str, Any]]
+    outputs: list[dict[str, Any]]
+    checkpoints: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    parent_checkpoints: list[int] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.run["run_id"]
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table of :data:`COPIED_TABLES` this run has (what :meth:`RunStore.row_counts`
+        must find once it is imported)."""
+        return {"runs": 1, "run_inputs": int(self.input is not None), "steps": len(self.steps),
+                "outputs": len(self.outputs), "checkpoints": len(self.checkpoints), "events": len(self.events)}
+
+    def renumbered(self, checkpoints: Mapping[int, int], events: Mapping[int, int],
+                   parent: Mapping[int, int]) -> RunRows:
+        """These rows with new ids: ``checkpoints``/``events`` map this run's old ids to new ones
+        (ids not in them are kept), ``parent`` maps the parent run's checkpoint ids. Every reference
+        follows: an event's ``checkpoint_id`` (this run's) and ``parent_checkpoint_id`` (the
+        parent's), an inherited approval's ``state`` and ``comment`` (the parent's). Text holding
+        no changed id is kept byte for byte."""
+        if not any(k != v for m in (checkpoints, events, parent) for k, v in m.items()):
+            return self
+        cps = [{**c, "checkpoint_id": checkpoints.get(c["checkpoint_id"], c["checkpoint_id"]),
+                **_inherited(c, self.run["parent_run_id"], parent)} for c in self.checkpoints]
+        evs = [{**e, "event_id": events.get(e["event_id"], e["event_id"]),
+                "detail": _detail_renumbered(e["detail"], checkpoints, parent)} for e in self.events]
+        return RunRows(run=self.run, input=self.input, definition=self.definition, steps=self.steps,
+                       outputs=self.outputs, checkpoints=cps, events=evs, parent_checkpoints=self.parent_checkpoints)
+
+
+def _inherited(c: dict[str, Any], parent_run: str | None, parent: Mapping[int, int]) -> dict[str, Any]:
+    """The ``state`` and ``comment`` of an inherited approval naming the parent's checkpoint by its
+    new id ({} when ``c`` is no inherited approval of ``parent_run`` or its origin keeps its id)."""
+    m = _INHERITED_STATE.fullmatch(c["state"] or "")
+    if m is None or parent_run is None or json.loads(m.group(1)) != parent_run:
+        return {}
+    old = int(m.group(2))
+    new = parent.get(old, old)
+    if new == old:
+        return {}
+    changed = {"state": f'{{"inherited_from":{{"run_id":{m.group(1)},"checkpoint_id":{new}}}}}'}
+    comment = c["comment"] or ""
+    if (cm := _INHERITED_COMMENT.match(comment)) is not None and int(cm.group(1)) == old:
+        changed["comment"] = f"inherited from checkpoint {new} of run {comment[cm.end():]}"
+    return changed
+
+
+def _detail_renumbered(text: str | None, checkpoints: Mapping[int, int], parent: Mapping[int, int]) -> str | None:
+    """An event's detail with its ``checkpoint_id`` and ``parent_checkpoint_id`` mapped; the text
+    unchanged when neither changes (or it is not a JSON object)."""
+    if not text or "checkpoint_id" not in text:
+        return text
+    try:
+        detail = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(detail, dict):
+        return text
+    changed = False
+    for key, ids in (("checkpoint_id", checkpoints), ("parent_checkpoint_id", parent)):
+        old = detail.get(key)
+        if isinstance(old, int) and not isinstance(old, bool) and ids.get(old, old) != old:
+            detail[key] = ids[old]
+            changed = True
+    # Both backends write an event's detail as json.dumps(detail, ensure_ascii=False).
+    return json.dumps(detail, ensure_ascii=False) if changed else text
+
+
+def renumbered_batch(batch: Sequence[RunRows], taken: Callable[[str, list[int]], set[int]],
+                     allocate: Callable[[str, int, int], list[int]],
+                     parent_ids: Callable[[list[str]], dict[str, list[int]]]) -> list[RunRows]:
+    """A batch of runs to import, renumbered as :meth:`RunStore.import_runs` says, by three
+    queries of the destination: ``taken(table, ids)`` (which of ``ids`` the table holds, table
+    "checkpoints" or "events"), ``allocate(table, count, floor)`` (``count`` new ids in increasing
+    order, above ``floor`` and every id the table holds or gave), ``parent_ids(run_ids)`` (each
+    run's checkpoint ids in order). A parent in the same batch is matched through its own map."""
+    maps: dict[str, dict[str, dict[int, int]]] = {}  # table -> run id -> old -> new
+    for table, key, part in (("checkpoints", "checkpoint_id", "checkpoints"), ("events", "event_id", "events")):
+        ids = {r.run_id: [x[key] for x in getattr(r, part)] for r in batch}
+        held = taken(table, [i for run_ids in ids.values() for i in run_ids])
+        moving = [rid for rid, run_ids in ids.items() if held.intersection(run_ids)]
+        kept = [i for rid, run_ids in ids.items() if rid not in moving for i in run_ids]
+        fresh = iter(allocate(table, sum(len(ids[rid]) for rid in moving), max(kept, default=0)) if moving else [])
+        maps[table] = {rid: {old: next(fresh) for old in ids[rid]} for rid in moving}
+    here = {r.run_id for r in batch}
+    elsewhere = [r.run["parent_run_id"] for r in batch if r.parent_checkpoints and r.run["parent_run_id"] not in here]
+    found = parent_ids(elsewhere) if elsewhere else {}
+    out = []
+    for r in batch:
+        parent: dict[int, int] = {}
+        pid = r.run["parent_run_id"]
+        if pid in here:
+            parent = maps["checkpoints"].get(pid, {})
+        elif r.parent_checkpoints and len(found.get(pid, [])) == len(r.parent_checkpoints):
+            parent = dict(zip(r.parent_checkpoints, found[pid]))  # else the parent is not (all) here: kept as is
+        out.append(r.renumbered(maps["checkpoints"].get(r.run_id, {}), maps["events"].get(r.run_id, {}), parent))
+    return out
 
 
 # ---- the contract -------------------------------------------------------------------------------
@@ -452,6 +597,36 @@ class RunStore(ABC):
         """Copy a decided approval checkpoint into ``child`` (created at ``at``, the decision keeping
         its author and time, the comment naming where it came from, ``state`` naming the origin);
         returns the new checkpoint's id."""
+
+    # ---- copying between stores
+
+    @abstractmethod
+    def run_page(self, after: tuple[Any, str] | None, limit: int) -> list[tuple[Any, str]]:
+        """Positions (created_at as the backend keeps it, run_id) of up to ``limit`` runs, oldest
+        first, after the position ``after`` (None: from the first): every run, damaged or not, so a
+        copy misses none; a fork comes after its parent. Positions are opaque to the caller."""
+
+    @abstractmethod
+    def existing(self, run_ids: Sequence[str]) -> list[str]:
+        """Which of ``run_ids`` (exact ids) the store holds, in no particular order."""
+
+    @abstractmethod
+    def export_runs(self, run_ids: Sequence[str]) -> list[RunRows]:
+        """The raw rows of these runs (ids not in the store are left out), read as one consistent
+        snapshot: a run being written meanwhile is read as of one instant. Must not be called inside
+        :meth:`transaction`. Raises :class:`StoreDamaged` naming a run whose times cannot be read."""
+
+    @abstractmethod
+    def import_runs(self, batch: Sequence[RunRows]) -> None:
+        """Insert runs exported from another store (inside :meth:`transaction`), values as given, a
+        fork after its parent. A run's checkpoint ids (and, apart, its event ids) are kept when the
+        store holds none of them; otherwise they are renumbered above every id there, in the same
+        order, and every reference follows (see :func:`renumbered_batch`). Raises
+        :class:`StoreError` when the store already holds one of the runs (nothing imported)."""
+
+    @abstractmethod
+    def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """Rows per table of :data:`COPIED_TABLES` that these runs have in the store."""
 
     # ---- the hot path
 

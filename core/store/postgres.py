@@ -40,7 +40,7 @@ import itertools
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -50,18 +50,18 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg.rows import dict_row
 
-from .. import encoding
 from ..clock import from_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
-from ..errors import InvalidValue, LeaseLost, StoreError, UnknownRun
-from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
+from ..errors import InvalidValue, StoreError
+from ..models import Lease, OwnedRun, Owner, RunSummary, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunStore, StepBrief,
-                   StoreBusy, StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly,
-                   StoreUnreachable)
-from .rows import _time as _row_time
-from .rows import (_execution, _lenient_time, _owner, _summary_fields, _summary_or_none, _vocabulary,
-                   checkpoint_from_row, readable, step_from_row)
+from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
+                   BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
+                   StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
+                   renumbered_batch)
+from .rows import _execution, _lenient_time, _owner, _summary_or_none, _vocabulary, step_from_row
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, SUMMARY_COLUMNS, TIME_FIELDS,
+                  UNDECIDED, SqlStore, event_detail)
 
 # psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
 # when the application configured no logging: a second, raw line beside the error raised and said here
@@ -81,33 +81,10 @@ the store's write lock does not keep every other writer of the store waiting."""
 # The first key of the schema's advisory lock (the second is a hash of the schema name): "RPNT".
 LOCK_CLASS = 0x52504E54
 
-SUMMARY_COLUMNS = (
-    "run_id, workflow, status, parent_run_id, forked_from_step, created_at, updated_at, current_step, "
-    "steps_done, steps_total, error, lease_token, lease_pid, lease_host, lease_expires_at, heartbeat_at, "
-    "lease_pid_start"
-)
-HEAD_COLUMNS = SUMMARY_COLUMNS + ", fingerprint, suspect_deaths"
-INPUT_OF_RUN = "(SELECT input FROM run_inputs i WHERE i.run_id = runs.run_id)"
-DEFINITION_OF_RUN = "(SELECT definition FROM definitions d WHERE d.fingerprint = runs.fingerprint)"
-DECISIONS = ("approved", "rejected", "responded", "expired", "cancelled")
-UNDECIDED = f"(decision IS NULL OR decision NOT IN {DECISIONS!r})"
-PAUSE_KINDS = ("approval", "input", "orphan")
-PAUSED = f"kind IN {PAUSE_KINDS!r}"
-_STATE_KINDS = ("start", "boundary", "fork")
-NESTED = "a store transaction is already open on this store (transactions do not nest)"
-
-STEP_COLUMNS = (
-    "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
-    "s.started_at, s.finished_at, s.idempotency_key, "
-    "EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS has_output"
-)
-RUN_FIELDS = {"status", "updated_at", "current_step", "steps_done", "steps_total", "error", "lease", "fingerprint",
-              "suspect_deaths"}
-STEP_FIELDS = {"status", "attempts", "error", "traceback", "started_at", "finished_at"}
-TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
 # Free text a person reads (never matched on): PostgreSQL text cannot hold NUL, so it is shown as U+FFFD.
 FREE_TEXT_FIELDS = {"error", "traceback"}
-LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
+# ... and the columns of a copied run holding free text (see _free).
+COPIED_FREE_TEXT = {"error", "traceback", "reason", "decided_by", "comment", "actor"}
 
 FENCE_REFUSED = "RPF01"
 """The SQLSTATE a boundary's refused run update raises (commit_boundary), rolling the boundary back."""
@@ -116,7 +93,6 @@ _OUTPUT_INSERT = ("INSERT INTO outputs (run_id, seq, value) VALUES (%s, %s, %s) 
                   "ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value")
 _CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at) "
                       "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING checkpoint_id")
-_EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (%s, %s, %s, %s, %s, %s)"
 _COMMIT_BOUNDARY = (
     "SELECT commit_boundary(%s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
     "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
@@ -364,7 +340,7 @@ def _lock_key(schema: str) -> int:
     return int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=4).digest(), "big", signed=True)
 
 
-class PostgresStore(RunStore):
+class PostgresStore(SqlStore):
     """A relaypoint store in one schema of a PostgreSQL database.
 
     ``conninfo``: the libpq URL of the database; ``schema``: the schema holding the store.
@@ -536,17 +512,9 @@ class PostgresStore(RunStore):
     # ---- properties and lifecycle
 
     @property
-    def url(self) -> str:
-        return self._url
-
-    @property
     def where(self) -> str:
         """user@host:port/dbname/schema (never the password)."""
         return self._where
-
-    @property
-    def readonly_reason(self) -> str | None:
-        return self._readonly_reason if self.readonly else None
 
     def close(self) -> None:
         self._close_quietly()
@@ -609,10 +577,6 @@ class PostgresStore(RunStore):
         finally:
             self._in_transaction = False
 
-    def _read_only(self) -> StoreReadOnly:
-        return StoreReadOnly(f"{self._where} is read-only ({self._readonly_reason}); actions that record "
-                             "something are unavailable")
-
     @contextmanager
     def transaction(self) -> Iterator[None]:
         if self.readonly:
@@ -634,85 +598,42 @@ class PostgresStore(RunStore):
 
     # ---- query helpers
 
+    DRIVER_ERROR = psycopg.Error
+
     def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
         self._ensure_connected()
-        rows = self.conn.execute(sql, params).fetchall()
+        rows = self.conn.execute(_dialect(sql), params).fetchall()
         self.rows_read += len(rows)
         return rows
 
-    def _row(self, sql: str, params: Any = ()) -> dict[str, Any] | None:
-        rows = self._rows(sql, params)
-        return rows[0] if rows else None
+    def _execute(self, sql: str, params: Any = ()) -> int:
+        return self.conn.execute(_dialect(sql), params).rowcount
 
-    def _unknown(self, run_id: str) -> UnknownRun:
-        return UnknownRun(f"no run with id {run_id!r} in {self._where}; see `relaypoint list`")
+    @staticmethod
+    def _stamp(dt: datetime | None) -> datetime | None:
+        return _time(dt)
 
-    def _strict(self, text: str | None, what: str) -> Any:
-        try:
-            return encoding.loads(text)
-        except (ValueError, RecursionError):
-            raise StoreDamaged(f"{what} in {self._where} is not valid JSON (damaged or edited by hand); "
-                               "fix the row, or fork the run from an earlier step") from None
+    @staticmethod
+    def _free(text: str | None) -> str | None:
+        return _free(text)
+
+    @staticmethod
+    def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
+        return f"{column} = ANY(?::{sql_type}[])", list(values)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        if self._in_transaction:
+            raise RuntimeError(NESTED)
+        self._ensure_connected()
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+
+    def _exported(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        return row  # timestamptz columns read as aware datetimes already
 
     # ---- reads: runs
-
-    @_translated
-    def resolve(self, run_id: str) -> str:
-        if not run_id:
-            raise UnknownRun("empty run id; see `relaypoint list`")
-        rows = self._rows("SELECT run_id FROM runs WHERE run_id >= %s AND run_id < %s ORDER BY run_id LIMIT 3",
-                          (run_id, run_id + "\U0010ffff"))
-        if not rows:
-            raise self._unknown(run_id)
-        if len(rows) > 1 and rows[0]["run_id"] != run_id:
-            ids = ", ".join(r["run_id"] for r in rows[:2]) + (", ..." if len(rows) > 2 else "")
-            raise UnknownRun(f"run id prefix {run_id!r} matches several runs ({ids}); give more characters")
-        return rows[0]["run_id"]
-
-    @_translated
-    def exists(self, run_id: str) -> bool:
-        return self._row("SELECT 1 AS one FROM runs WHERE run_id = %s", (run_id,)) is not None
-
-    def _head_row(self, run_id: str, columns: str) -> dict[str, Any]:
-        row = self._row(f"SELECT {columns} FROM runs WHERE run_id = %s", (run_id,))
-        if row is None:
-            raise self._unknown(run_id)
-        return row
-
-    @_translated
-    def run(self, run_id: str) -> RunHead:
-        r = self._head_row(run_id, f"{HEAD_COLUMNS}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS definition")
-        return RunHead(**_summary_fields(r), input=readable(r["input"], dict), definition=readable(r["definition"]),
-                       fingerprint=r["fingerprint"], suspect_deaths=r["suspect_deaths"] or 0)
-
-    @_translated
-    def head(self, run_id: str) -> RunHead:
-        r = self._head_row(run_id, HEAD_COLUMNS)
-        return RunHead(**_summary_fields(r), input=None, definition=None, fingerprint=r["fingerprint"],
-                       suspect_deaths=r["suspect_deaths"] or 0)
-
-    @_translated
-    def run_input(self, run_id: str) -> dict[str, Any]:
-        text = self._head_row(run_id, f"{INPUT_OF_RUN} AS input")["input"]
-        value = self._strict(text, f"the input of run {run_id}")
-        if value is not None and not isinstance(value, dict):
-            raise StoreDamaged(f"the input of run {run_id} in {self._where} is not a JSON object (damaged or "
-                               "edited by hand); fix the row, or fork the run with a new --input")
-        return value or {}
-
-    @_translated
-    def run_definition(self, run_id: str) -> Any:
-        return self._strict(self.definition_text(run_id), f"the definition of run {run_id}")
-
-    @_translated
-    def definition_text(self, run_id: str) -> str:
-        text = self._head_row(run_id, f"{DEFINITION_OF_RUN} AS definition")["definition"]
-        return "null" if text is None else text
-
-    @_translated
-    def owner_of(self, run_id: str) -> Owner | None:
-        r = self._head_row(run_id, "status, lease_host, lease_pid, lease_pid_start, lease_expires_at")
-        return _owner(r) if r["status"] == RunStatus.RUNNING else None
 
     @_translated
     def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
@@ -767,21 +688,6 @@ class PostgresStore(RunStore):
                SELECT name FROM names WHERE name IS NOT NULL""", {"low": low, "high": high})]
 
     @_translated
-    def count_by_status(self) -> dict[str, int]:
-        return {r["status"]: r["runs"] for r in self._rows("SELECT status, runs FROM run_counts WHERE runs > 0")}
-
-    @_translated
-    def forks(self, run_id: str) -> list[str]:
-        return [r["run_id"] for r in self._rows(
-            "SELECT run_id FROM runs WHERE parent_run_id = %s ORDER BY created_at", (run_id,))]
-
-    @_translated
-    def running_owners(self) -> list[Owner]:
-        rows = self._rows("SELECT DISTINCT lease_host, lease_pid, lease_pid_start, lease_expires_at FROM runs "
-                          "WHERE status = %s", (RunStatus.RUNNING.value,))
-        return list(dict.fromkeys(_owner(r) for r in rows))
-
-    @_translated
     def owned_runs(self, owner: Owner) -> list[OwnedRun]:
         rows = self._rows(
             "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = %s "
@@ -808,12 +714,6 @@ class PostgresStore(RunStore):
     # ---- reads: steps and outputs
 
     @_translated
-    def steps(self, run_id: str) -> list[StepRecord]:
-        return [step_from_row(r) for r in self._rows(
-            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s ORDER BY coalesce(s.parent_seq, s.seq), s.seq",
-            (run_id,))]
-
-    @_translated
     def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
         return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}",
                                                      {"run": run_id, "parent": parent_seq})]
@@ -826,11 +726,6 @@ class PostgresStore(RunStore):
                 for r in rows if r["status"] == StepStatus.COMPLETED]
 
     @_translated
-    def step(self, run_id: str, seq: int) -> StepRecord | None:
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s AND s.seq = %s", (run_id, seq))
-        return None if r is None else step_from_row(r)
-
-    @_translated
     def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
         r = self._row("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = %s AND seq = %s",
                       (run_id, seq))
@@ -840,98 +735,12 @@ class PostgresStore(RunStore):
                          r["idempotency_key"])
 
     @_translated
-    def step_named(self, run_id: str, name: str) -> StepRecord | None:
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s AND s.name = %s AND s.parent_seq IS NULL "
-                      "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
-        return None if r is None else step_from_row(r)
-
-    @_translated
-    def step_output(self, run_id: str, seq: int) -> Any:
-        r = self._row("SELECT value FROM outputs WHERE run_id = %s AND seq = %s", (run_id, seq))
-        return None if r is None else readable(r["value"])
-
-    @_translated
-    def output_of(self, run_id: str, name: str) -> tuple[bool, Any]:
-        r = self._row(
-            "SELECT s.seq, (SELECT value FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS value "
-            "FROM steps s WHERE s.run_id = %s AND s.name = %s AND s.parent_seq IS NULL AND s.status = %s "
-            "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name, StepStatus.COMPLETED.value))
-        if r is None:
-            return False, None
-        return True, self._strict(r["value"], f"the output of step '{name}' of run {run_id}")
-
-    @_translated
-    def open_before(self, run_id: str, seq: int) -> StepRecord | None:
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s AND s.seq < %s "
-                      "AND s.parent_seq IS NULL AND s.status <> %s ORDER BY s.seq LIMIT 1",
-                      (run_id, seq, StepStatus.COMPLETED.value))
-        return None if r is None else step_from_row(r)
-
-    @_translated
     def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
         # SQLite's json_extract(options, '$.approval') = 1: true, 1 or 1.0 (never "1"); options that
         # are not valid JSON ask for nothing. Read here from the top-level rows before the cut.
         rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s AND s.seq < %s "
                           "AND s.parent_seq IS NULL ORDER BY s.seq", (run_id, seq))
         return [step_from_row(r) for r in rows if _asks_approval(r["options"])]
-
-    @_translated
-    def max_seq(self, run_id: str) -> int:
-        return self._row("SELECT coalesce(max(seq), -1) AS seq FROM steps WHERE run_id = %s", (run_id,))["seq"]
-
-    # ---- reads: checkpoints and events
-
-    def _checkpoint(self, where: str, params: Any) -> Checkpoint | None:
-        r = self._row(f"SELECT * FROM checkpoints WHERE {where} ORDER BY checkpoint_id DESC LIMIT 1", params)
-        return None if r is None else checkpoint_from_row(r)
-
-    @_translated
-    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint("run_id = %s", (run_id,))
-
-    @_translated
-    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
-        r = self._row(f"SELECT * FROM checkpoints WHERE run_id = %s AND seq = %s AND kind IN {_STATE_KINDS!r} "
-                      "ORDER BY checkpoint_id LIMIT 1", (run_id, seq))
-        if r is None:
-            return None
-        state = self._strict(r["state"], f"the driver state of checkpoint {r['checkpoint_id']} of run {run_id}")
-        return checkpoint_from_row(r).model_copy(update={"state": state})
-
-    @_translated
-    def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = %s AND {PAUSED} AND {UNDECIDED}", (run_id,))
-
-    @_translated
-    def last_pause(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = %s AND {PAUSED}", (run_id,))
-
-    @_translated
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        return [checkpoint_from_row(r) for r in self._rows(
-            "SELECT * FROM checkpoints WHERE run_id = %s ORDER BY checkpoint_id", (run_id,))]
-
-    @_translated
-    def responses(self, run_id: str, seq: int) -> list[Any]:
-        rows = self._rows(f"SELECT step, value FROM checkpoints WHERE run_id = %s AND {PAUSED} AND kind = 'input' "
-                          "AND seq = %s AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
-        return [self._strict(r["value"], f"a response to step '{r['step']}' of run {run_id}") for r in rows]
-
-    @_translated
-    def latest_approval(self, run_id: str, step: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = %s AND {PAUSED} AND kind = 'approval' AND step = %s", (run_id, step))
-
-    @_translated
-    def due_pauses(self, now: datetime) -> list[Checkpoint]:
-        return [checkpoint_from_row(r) for r in self._rows(
-            f"SELECT * FROM checkpoints WHERE deadline_at IS NOT NULL AND deadline_at <= %s AND {UNDECIDED} "
-            "ORDER BY checkpoint_id", (_time(now),))]
-
-    @_translated
-    def events(self, run_id: str) -> list[Event]:
-        return [Event(event_id=r["event_id"], run_id=r["run_id"], at=_row_time(r, "at", f"event {r['event_id']}"),
-                      kind=r["kind"], step=r["step"], actor=r["actor"], detail=readable(r["detail"], dict))
-                for r in self._rows("SELECT * FROM events WHERE run_id = %s ORDER BY event_id", (run_id,))]
 
     # ---- writes
 
@@ -1038,25 +847,6 @@ class PostgresStore(RunStore):
                                                       c.state, _time(c.deadline_at))).fetchone()["checkpoint_id"]
 
     @_translated
-    def decide(self, checkpoint_id: int, decision: str, by: str, at: datetime, comment: str | None = None,
-               value_json: str | None = None) -> bool:
-        return self.conn.execute(
-            "UPDATE checkpoints SET decision = %s, decided_by = %s, decided_at = %s, comment = %s, value = %s "
-            f"WHERE checkpoint_id = %s AND {UNDECIDED}",
-            (decision, _free(by), _time(at), _free(comment), value_json, checkpoint_id)).rowcount == 1
-
-    @_translated
-    def close_pauses(self, run_id: str, decision: str, by: str, at: datetime) -> int:
-        return self.conn.execute(
-            "UPDATE checkpoints SET decision = %s, decided_by = %s, decided_at = %s "
-            f"WHERE run_id = %s AND {PAUSED} AND {UNDECIDED}", (decision, _free(by), _time(at), run_id)).rowcount
-
-    @_translated
-    def add_event(self, run_id: str, at: datetime, kind: str, *, step: str | None = None,
-                  actor: str | None = None, **detail: Any) -> None:
-        self.conn.execute(_EVENT_INSERT, (run_id, _time(at), kind, step, _free(actor), _detail(detail)))
-
-    @_translated
     def cancel_open_steps(self, run_id: str, at: datetime) -> None:
         self.conn.execute(
             "UPDATE steps SET status = %s, finished_at = coalesce(finished_at, %s) "
@@ -1119,6 +909,48 @@ class PostgresStore(RunStore):
             raise StoreError(f"checkpoint {parent_checkpoint_id} is not in {self._where}; nothing was inherited")
         return int(row["checkpoint_id"])
 
+    # ---- copying between stores
+
+    @_translated
+    def import_runs(self, batch: Sequence[RunRows]) -> None:
+        if not self._in_transaction:
+            raise RuntimeError("import_runs: call it inside transaction()")
+        if held := self.existing([r.run_id for r in batch]):
+            raise StoreError(f"run {held[0]} is already in {self._where}; nothing was imported")
+        batch = renumbered_batch(batch, self._taken, self._allocate, self._checkpoint_ids)
+        for table, key in (("checkpoints", "checkpoint_id"), ("events", "event_id")):
+            # The identity moves past the ids kept, so the ids it gives later are higher.
+            if top := max((x[key] for r in batch for x in getattr(r, table)), default=0):
+                sequence = f"pg_get_serial_sequence('{table}', '{key}')::regclass"
+                self._row(f"SELECT setval({sequence}, greatest(%s, coalesce(pg_sequence_last_value({sequence}), 0))) "
+                          "AS id", (top,))
+        definitions = {r.run["fingerprint"]: r.definition for r in batch
+                       if r.run["fingerprint"] is not None and r.definition is not None}
+
+        with self.conn.cursor() as cur:
+            def into(table: str, columns: tuple[str, ...], values: list[tuple[Any, ...]]) -> None:
+                if values:
+                    cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) "
+                                    f"VALUES (%s{', %s' * (len(columns) - 1)})", values)
+
+            if definitions:
+                cur.executemany("INSERT INTO definitions (fingerprint, definition) VALUES (%s, %s) "
+                                "ON CONFLICT (fingerprint) DO NOTHING", [*definitions.items()])
+            into("runs", RUN_ROW, [tuple(_copied(c, r.run[c]) for c in RUN_ROW) for r in batch])
+            into("run_inputs", ("run_id", "input"), [(r.run_id, r.input) for r in batch if r.input is not None])
+            for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW), ("checkpoints", CHECKPOINT_ROW),
+                                   ("events", EVENT_ROW)):
+                into(table, ("run_id", *columns),
+                     [(r.run_id, *(_copied(c, v[c]) for c in columns)) for r in batch for v in getattr(r, table)])
+
+    def _allocate(self, table: str, count: int, floor: int) -> list[int]:
+        column = "checkpoint_id" if table == "checkpoints" else "event_id"
+        sequence = f"pg_get_serial_sequence('{table}', '{column}')::regclass"
+        self._row(f"SELECT setval({sequence}, greatest(%s, (SELECT coalesce(max({column}), 0) FROM {table}), "
+                  f"coalesce(pg_sequence_last_value({sequence}), 0), 1)) AS id", (floor,))
+        return sorted(r["id"] for r in self._rows(f"SELECT nextval({sequence}) AS id FROM generate_series(1, %s)",
+                                                  (count,)))
+
     # ---- the hot path
 
     def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
@@ -1146,7 +978,7 @@ class PostgresStore(RunStore):
                 rest = json.dumps(ev.detail, ensure_ascii=False)[1:] if ev.detail else "}"
                 detail, names_it = (", " + rest if ev.detail else rest), True
             else:
-                detail = _detail({"checkpoint_id": None, **ev.detail} if ev.names_checkpoint else ev.detail)
+                detail = event_detail({"checkpoint_id": None, **ev.detail} if ev.names_checkpoint else ev.detail)
                 names_it = False
             for column, value in zip(events, (ev.kind, ev.step, _free(ev.actor), detail, names_it)):
                 column.append(value)
@@ -1172,14 +1004,13 @@ class PostgresStore(RunStore):
             raise self.translate(e) from None
         return BoundaryResult(checkpoint_id=row["checkpoint_id"])
 
-    def _refused(self, run_id: str) -> LeaseLost | UnknownRun:
-        row = self._row("SELECT status FROM runs WHERE run_id = %s", (run_id,))
-        if row is None:
-            return self._unknown(run_id)
-        return LeaseLost.of(run_id, cancelled=row["status"] == RunStatus.CANCELLED)
-
 
 # ---- conversions --------------------------------------------------------------------------------
+
+
+def _dialect(sql: str) -> str:
+    """A statement written with ``?`` placeholders (the shared queries of :mod:`.sql`) in psycopg's ``%s``."""
+    return sql.replace("?", "%s") if "?" in sql else sql
 
 
 def _time(dt: datetime | None) -> datetime | None:
@@ -1191,6 +1022,13 @@ def _time(dt: datetime | None) -> datetime | None:
         raise TypeError(f"store times are aware UTC datetimes, not {type(dt).__name__} ({dt!r})")
     dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
     return dt.replace(microsecond=dt.microsecond // 1000 * 1000)
+
+
+def _copied(column: str, value: Any) -> Any:
+    """A value of a copied row as this store keeps it: times to milliseconds, NUL in free text as U+FFFD."""
+    if column in ROW_TIMES:
+        return _time(value)
+    return _free(value) if column in COPIED_FREE_TEXT else value
 
 
 def _position_values(position: tuple[str, str]) -> tuple[datetime, str]:
@@ -1206,10 +1044,6 @@ def _free(text: str | None) -> str | None:
     """Free text a person reads (an error, a reason, a name of who decided): PostgreSQL text cannot
     hold NUL, which is stored as U+FFFD."""
     return text.replace("\x00", "\ufffd") if text is not None and "\x00" in text else text
-
-
-def _detail(detail: dict[str, Any]) -> str | None:
-    return json.dumps(detail, ensure_ascii=False) if detail else None
 
 
 def _asks_approval(options: str | None) -> bool:

@@ -16,7 +16,7 @@ import json
 import os
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -24,49 +24,21 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import encoding
-from ..clock import to_text
+from ..clock import from_text, to_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
-from ..errors import InvalidValue, LeaseLost, StoreError, UnknownRun
-from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
+from ..errors import InvalidValue, StoreError
+from ..models import Lease, OwnedRun, Owner, RunSummary, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunStore, StepBrief,
-                   StoreBusy, StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
-from .rows import (_execution, _lenient_time, _owner, _position, _summary_fields, _summary_or_none, _time,  # noqa: F401
-                   _vocabulary, checkpoint_from_row, readable, step_from_row)
+from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
+                   BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
+                   StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
+from .rows import _execution, _lenient_time, _owner, _position, _summary_or_none, _vocabulary, step_from_row
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, SUMMARY_COLUMNS, TIME_FIELDS,
+                  UNDECIDED, SqlStore, event_detail)
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
 SCHEMA_VERSION = 3
-
-# Columns of ``runs`` a listing reads (no input, no definition).
-SUMMARY_COLUMNS = (
-    "run_id, workflow, status, parent_run_id, forked_from_step, created_at, updated_at, current_step, "
-    "steps_done, steps_total, error, lease_token, lease_pid, lease_host, lease_expires_at, heartbeat_at, "
-    "lease_pid_start"
-)
-# ... with what a claim reads (no input, no definition: those live in their own tables).
-HEAD_COLUMNS = SUMMARY_COLUMNS + ", fingerprint, suspect_deaths"
-INPUT_OF_RUN = "(SELECT input FROM run_inputs i WHERE i.run_id = runs.run_id)"
-DEFINITION_OF_RUN = "(SELECT definition FROM definitions d WHERE d.fingerprint = runs.fingerprint)"
-# A pause is open until one of these decisions is recorded. Anything else in the column (a hand
-# edit, damage) reads as undecided: a decision that cannot be read is never taken as an approval.
-DECISIONS = ("approved", "rejected", "responded", "expired", "cancelled")
-UNDECIDED = f"(decision IS NULL OR decision NOT IN {DECISIONS!r})"
-PAUSE_KINDS = ("approval", "input", "orphan")
-PAUSED = f"kind IN {PAUSE_KINDS!r}"
-NESTED = "a store transaction is already open on this store (transactions do not nest)"
-
-STEP_COLUMNS = (
-    "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
-    "s.started_at, s.finished_at, s.idempotency_key, "
-    "EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS has_output"
-)
-RUN_FIELDS = {"status", "updated_at", "current_step", "steps_done", "steps_total", "error", "lease", "fingerprint",
-              "suspect_deaths"}
-STEP_FIELDS = {"status", "attempts", "error", "traceback", "started_at", "finished_at"}
-TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
-LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
 
 # Statements of the hot path and its helpers: fixed texts, so sqlite3 prepares each once.
 _STEP_END = "UPDATE steps SET status = ?, finished_at = ?, error = ?, traceback = ? WHERE run_id = ? AND seq = ?"
@@ -83,8 +55,6 @@ _EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALU
 # planner, without statistics, would rather scan the run's primary key to skip the sort).
 _CHILDREN = ("FROM steps s INDEXED BY steps_by_name WHERE s.run_id = ?1 AND s.name = (SELECT g.name FROM steps g "
              "WHERE g.run_id = ?1 AND g.seq = ?2) AND s.parent_seq = ?2 ORDER BY s.seq")
-# Checkpoints that hold the driver state a run goes on from (not a pause's).
-_STATE_KINDS = ("start", "boundary", "fork")
 
 
 # ---- schema -------------------------------------------------------------------------------------
@@ -299,7 +269,7 @@ def _translated(method: Callable) -> Callable:
     return wrapper
 
 
-class SqliteStore(RunStore):
+class SqliteStore(SqlStore):
     """A relaypoint store in one SQLite file.
 
     ``path``: the file. ``url``: what it was opened with (default: the path). ``create``: make a new
@@ -479,16 +449,8 @@ class SqliteStore(RunStore):
     # ---- properties and lifecycle
 
     @property
-    def url(self) -> str:
-        return self._url
-
-    @property
     def where(self) -> str:
         return str(self.path)
-
-    @property
-    def readonly_reason(self) -> str | None:
-        return self._readonly_reason if self.readonly else None
 
     def close(self) -> None:
         """Close the connection."""
@@ -531,10 +493,6 @@ class SqliteStore(RunStore):
         finally:
             self._in_transaction = False
 
-    def _read_only(self) -> StoreReadOnly:
-        return StoreReadOnly(f"{self.path} is read-only ({self._readonly_reason}); actions that record "
-                             "something are unavailable")
-
     @contextmanager
     def transaction(self) -> Iterator[None]:
         if self.readonly:
@@ -553,6 +511,8 @@ class SqliteStore(RunStore):
 
     # ---- query helpers
 
+    DRIVER_ERROR = sqlite3.Error
+
     def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         cur = self.conn.execute(sql, tuple(params))
         names = [d[0] for d in cur.description]
@@ -560,80 +520,35 @@ class SqliteStore(RunStore):
         self.rows_read += len(rows)
         return rows
 
-    def _row(self, sql: str, params: Iterable[Any] = ()) -> dict[str, Any] | None:
-        rows = self._rows(sql, params)
-        return rows[0] if rows else None
+    def _execute(self, sql: str, params: Iterable[Any] = ()) -> int:
+        return self.conn.execute(sql, tuple(params)).rowcount
 
-    def _unknown(self, run_id: str) -> UnknownRun:
-        return UnknownRun(f"no run with id {run_id!r} in {self.path}; see `relaypoint list`")
+    @staticmethod
+    def _stamp(dt: datetime | None) -> str | None:
+        return _text(dt)
 
-    def _strict(self, text: str | None, what: str) -> Any:
-        """Decode a stored JSON value a step will consume; damage fails closed with ``StoreDamaged``."""
+    @staticmethod
+    def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
+        return f"{column} IN (SELECT value FROM json_each(?))", json.dumps(list(values))
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        if self._in_transaction:
+            raise RuntimeError(NESTED)
+        self.conn.execute("BEGIN")  # in WAL mode, a read transaction sees one snapshot
         try:
-            return encoding.loads(text)
-        except (ValueError, RecursionError):
-            raise StoreDamaged(f"{what} in {self.path} is not valid JSON (damaged or edited by hand); "
-                               "fix the row, or fork the run from an earlier step") from None
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
+    def _exported(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {k: from_text(v) if k in ROW_TIMES else v for k, v in row.items()}
+        except (ValueError, TypeError, AttributeError):
+            raise StoreDamaged(f"run {run_id} in {self.path} has an unreadable time (edited by hand?); fix the row "
+                               "or delete the run, then copy again") from None
 
     # ---- reads: runs
-
-    @_translated
-    def resolve(self, run_id: str) -> str:
-        if not run_id:
-            raise UnknownRun("empty run id; see `relaypoint list`")
-        rows = self._rows("SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT 3",
-                          (run_id, run_id + "\U0010ffff"))
-        if not rows:
-            raise self._unknown(run_id)
-        if len(rows) > 1 and rows[0]["run_id"] != run_id:
-            ids = ", ".join(r["run_id"] for r in rows[:2]) + (", ..." if len(rows) > 2 else "")
-            raise UnknownRun(f"run id prefix {run_id!r} matches several runs ({ids}); give more characters")
-        return rows[0]["run_id"]
-
-    @_translated
-    def exists(self, run_id: str) -> bool:
-        return self._row("SELECT 1 AS one FROM runs WHERE run_id = ?", (run_id,)) is not None
-
-    def _head_row(self, run_id: str, columns: str) -> dict[str, Any]:
-        row = self._row(f"SELECT {columns} FROM runs WHERE run_id = ?", (run_id,))
-        if row is None:
-            raise self._unknown(run_id)
-        return row
-
-    @_translated
-    def run(self, run_id: str) -> RunHead:
-        r = self._head_row(run_id, f"{HEAD_COLUMNS}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS definition")
-        return RunHead(**_summary_fields(r), input=readable(r["input"], dict), definition=readable(r["definition"]),
-                       fingerprint=r["fingerprint"], suspect_deaths=r["suspect_deaths"] or 0)
-
-    @_translated
-    def head(self, run_id: str) -> RunHead:
-        r = self._head_row(run_id, HEAD_COLUMNS)
-        return RunHead(**_summary_fields(r), input=None, definition=None, fingerprint=r["fingerprint"],
-                       suspect_deaths=r["suspect_deaths"] or 0)
-
-    @_translated
-    def run_input(self, run_id: str) -> dict[str, Any]:
-        text = self._head_row(run_id, f"{INPUT_OF_RUN} AS input")["input"]
-        value = self._strict(text, f"the input of run {run_id}")
-        if value is not None and not isinstance(value, dict):
-            raise StoreDamaged(f"the input of run {run_id} in {self.path} is not a JSON object (damaged or "
-                               "edited by hand); fix the row, or fork the run with a new --input")
-        return value or {}
-
-    @_translated
-    def run_definition(self, run_id: str) -> Any:
-        return self._strict(self.definition_text(run_id), f"the definition of run {run_id}")
-
-    @_translated
-    def definition_text(self, run_id: str) -> str:
-        text = self._head_row(run_id, f"{DEFINITION_OF_RUN} AS definition")["definition"]
-        return "null" if text is None else text
-
-    @_translated
-    def owner_of(self, run_id: str) -> Owner | None:
-        r = self._head_row(run_id, "status, lease_host, lease_pid, lease_pid_start, lease_expires_at")
-        return _owner(r) if r["status"] == RunStatus.RUNNING else None
 
     @_translated
     def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
@@ -691,22 +606,6 @@ class SqliteStore(RunStore):
                SELECT name FROM names WHERE name IS NOT NULL""", (low, high))]
 
     @_translated
-    def count_by_status(self) -> dict[str, int]:
-        # From the run_counts table its triggers keep: a few rows, whatever the number of runs.
-        return {r["status"]: r["runs"] for r in self._rows("SELECT status, runs FROM run_counts WHERE runs > 0")}
-
-    @_translated
-    def forks(self, run_id: str) -> list[str]:
-        return [r["run_id"] for r in self._rows(
-            "SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY created_at", (run_id,))]
-
-    @_translated
-    def running_owners(self) -> list[Owner]:
-        rows = self._rows("SELECT DISTINCT lease_host, lease_pid, lease_pid_start, lease_expires_at FROM runs "
-                          "WHERE status = ?", (RunStatus.RUNNING,))
-        return list(dict.fromkeys(_owner(r) for r in rows))
-
-    @_translated
     def owned_runs(self, owner: Owner) -> list[OwnedRun]:
         rows = self._rows(
             "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = ? AND lease_host IS ? "
@@ -733,13 +632,6 @@ class SqliteStore(RunStore):
     # ---- reads: steps and outputs
 
     @_translated
-    def steps(self, run_id: str) -> list[StepRecord]:
-        # Tree order: each group's children (appended after every top-level row) right after it.
-        return [step_from_row(r) for r in self._rows(
-            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? ORDER BY coalesce(s.parent_seq, s.seq), s.seq",
-            (run_id,))]
-
-    @_translated
     def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
         return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}", (run_id, parent_seq))]
 
@@ -751,11 +643,6 @@ class SqliteStore(RunStore):
                 for r in rows if r["status"] == StepStatus.COMPLETED]
 
     @_translated
-    def step(self, run_id: str, seq: int) -> StepRecord | None:
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq = ?", (run_id, seq))
-        return None if r is None else step_from_row(r)
-
-    @_translated
     def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
         r = self.conn.execute("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = ? AND seq = ?",
                               (run_id, seq)).fetchone()
@@ -765,97 +652,11 @@ class SqliteStore(RunStore):
         return StepBrief(r[0], _vocabulary(StepStatus, r[1], f"step {r[0]!r}"), r[2], r[3])
 
     @_translated
-    def step_named(self, run_id: str, name: str) -> StepRecord | None:
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.name = ? AND s.parent_seq IS NULL "
-                      "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
-        return None if r is None else step_from_row(r)
-
-    @_translated
-    def step_output(self, run_id: str, seq: int) -> Any:
-        r = self._row("SELECT value FROM outputs WHERE run_id = ? AND seq = ?", (run_id, seq))
-        return None if r is None else readable(r["value"])
-
-    @_translated
-    def output_of(self, run_id: str, name: str) -> tuple[bool, Any]:
-        r = self._row(
-            "SELECT s.seq, (SELECT value FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS value "
-            "FROM steps s WHERE s.run_id = ? AND s.name = ? AND s.parent_seq IS NULL AND s.status = ? "
-            "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name, StepStatus.COMPLETED))
-        if r is None:
-            return False, None
-        return True, self._strict(r["value"], f"the output of step '{name}' of run {run_id}")
-
-    @_translated
-    def open_before(self, run_id: str, seq: int) -> StepRecord | None:
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS NULL "
-                      "AND s.status <> ? ORDER BY s.seq LIMIT 1", (run_id, seq, StepStatus.COMPLETED))
-        return None if r is None else step_from_row(r)
-
-    @_translated
     def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
         return [step_from_row(r) for r in self._rows(
             f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS NULL "
             "AND CASE WHEN json_valid(s.options) THEN json_extract(s.options, '$.approval') END = 1 "
             "ORDER BY s.seq", (run_id, seq))]
-
-    @_translated
-    def max_seq(self, run_id: str) -> int:
-        return self._row("SELECT coalesce(max(seq), -1) AS seq FROM steps WHERE run_id = ?", (run_id,))["seq"]
-
-    # ---- reads: checkpoints and events
-
-    def _checkpoint(self, where: str, params: Iterable[Any]) -> Checkpoint | None:
-        r = self._row(f"SELECT * FROM checkpoints WHERE {where} ORDER BY checkpoint_id DESC LIMIT 1", params)
-        return None if r is None else checkpoint_from_row(r)
-
-    @_translated
-    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint("run_id = ?", (run_id,))
-
-    @_translated
-    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
-        r = self._row(f"SELECT * FROM checkpoints WHERE run_id = ? AND seq = ? AND kind IN {_STATE_KINDS!r} "
-                      "ORDER BY checkpoint_id LIMIT 1", (run_id, seq))
-        if r is None:
-            return None
-        state = self._strict(r["state"], f"the driver state of checkpoint {r['checkpoint_id']} of run {run_id}")
-        return checkpoint_from_row(r).model_copy(update={"state": state})
-
-    @_translated
-    def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND {PAUSED} AND {UNDECIDED}", (run_id,))
-
-    @_translated
-    def last_pause(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND {PAUSED}", (run_id,))
-
-    @_translated
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        return [checkpoint_from_row(r) for r in self._rows(
-            "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id", (run_id,))]
-
-    @_translated
-    def responses(self, run_id: str, seq: int) -> list[Any]:
-        rows = self._rows(f"SELECT step, value FROM checkpoints WHERE run_id = ? AND {PAUSED} AND kind = 'input' "
-                          "AND seq = ? AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
-        return [self._strict(r["value"], f"a response to step '{r['step']}' of run {run_id}") for r in rows]
-
-    @_translated
-    def latest_approval(self, run_id: str, step: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND {PAUSED} AND kind = 'approval' AND step = ?", (run_id, step))
-
-    @_translated
-    def due_pauses(self, now: datetime) -> list[Checkpoint]:
-        return [checkpoint_from_row(r) for r in self._rows(
-            f"SELECT * FROM checkpoints WHERE deadline_at IS NOT NULL AND deadline_at <= ? AND {UNDECIDED} "
-            "ORDER BY checkpoint_id",
-            (_text(now),))]
-
-    @_translated
-    def events(self, run_id: str) -> list[Event]:
-        return [Event(event_id=r["event_id"], run_id=r["run_id"], at=_time(r, "at", f"event {r['event_id']}"),
-                      kind=r["kind"], step=r["step"], actor=r["actor"], detail=readable(r["detail"], dict))
-                for r in self._rows("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", (run_id,))]
 
     # ---- writes
 
@@ -963,25 +764,6 @@ class SqliteStore(RunStore):
         return self._insert_checkpoint(checkpoint)
 
     @_translated
-    def decide(self, checkpoint_id: int, decision: str, by: str, at: datetime, comment: str | None = None,
-               value_json: str | None = None) -> bool:
-        return self.conn.execute(
-            "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ?, comment = ?, value = ? "
-            f"WHERE checkpoint_id = ? AND {UNDECIDED}",
-            (decision, by, _text(at), comment, value_json, checkpoint_id)).rowcount == 1
-
-    @_translated
-    def close_pauses(self, run_id: str, decision: str, by: str, at: datetime) -> int:
-        return self.conn.execute(
-            "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ? "
-            f"WHERE run_id = ? AND {PAUSED} AND {UNDECIDED}", (decision, by, _text(at), run_id)).rowcount
-
-    @_translated
-    def add_event(self, run_id: str, at: datetime, kind: str, *, step: str | None = None,
-                  actor: str | None = None, **detail: Any) -> None:
-        self.conn.execute(_EVENT_INSERT, (run_id, _text(at), kind, step, actor, _detail(detail)))
-
-    @_translated
     def cancel_open_steps(self, run_id: str, at: datetime) -> None:
         self.conn.execute(
             "UPDATE steps SET status = ?, finished_at = coalesce(finished_at, ?) "
@@ -1043,6 +825,37 @@ class SqliteStore(RunStore):
             raise StoreError(f"checkpoint {parent_checkpoint_id} is not in {self.path}; nothing was inherited")
         return int(cur.lastrowid)
 
+    # ---- copying between stores
+
+    @_translated
+    def import_runs(self, batch: Sequence[RunRows]) -> None:
+        if not self._in_transaction:
+            raise RuntimeError("import_runs: call it inside transaction()")
+        if held := self.existing([r.run_id for r in batch]):
+            raise StoreError(f"run {held[0]} is already in {self.path}; nothing was imported")
+        batch = renumbered_batch(batch, self._taken, self._allocate, self._checkpoint_ids)
+        for r in batch:
+            if r.run["fingerprint"] is not None and r.definition is not None:
+                self._keep_definition(r.run["fingerprint"], r.definition)
+
+        def into(table: str, columns: tuple[str, ...], values: Iterable[tuple[str, dict[str, Any]]]) -> None:
+            self.conn.executemany(
+                f"INSERT INTO {table} (run_id, {', '.join(columns)}) VALUES (?{', ?' * len(columns)})",
+                [(rid, *(_text(v[c]) if c in ROW_TIMES else v[c] for c in columns)) for rid, v in values])
+
+        into("runs", RUN_ROW[1:], ((r.run_id, r.run) for r in batch))
+        self.conn.executemany("INSERT INTO run_inputs (run_id, input) VALUES (?, ?)",
+                              [(r.run_id, r.input) for r in batch if r.input is not None])
+        for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW), ("checkpoints", CHECKPOINT_ROW),
+                               ("events", EVENT_ROW)):
+            into(table, columns, ((r.run_id, v) for r in batch for v in getattr(r, table)))
+
+    def _allocate(self, table: str, count: int, floor: int) -> list[int]:
+        # A rowid table gives max + 1 next: ids above every one there and ``floor`` are free.
+        column = "checkpoint_id" if table == "checkpoints" else "event_id"
+        first = max(floor, self._row(f"SELECT coalesce(max({column}), 0) AS id FROM {table}")["id"]) + 1
+        return list(range(first, first + count))
+
     # ---- the hot path
 
     def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
@@ -1082,7 +895,8 @@ class SqliteStore(RunStore):
                 if b.events:
                     self.conn.executemany(_EVENT_INSERT, [
                         (b.run_id, at, ev.kind, ev.step, ev.actor,
-                         _detail({"checkpoint_id": checkpoint_id, **ev.detail} if ev.names_checkpoint else ev.detail))
+                         event_detail({"checkpoint_id": checkpoint_id, **ev.detail}
+                                      if ev.names_checkpoint else ev.detail))
                         for ev in b.events])
                 execute("COMMIT")
             except BaseException:
@@ -1092,13 +906,6 @@ class SqliteStore(RunStore):
         except sqlite3.Error as e:
             raise self.translate(e) from None
         return BoundaryResult(checkpoint_id=checkpoint_id)
-
-    def _refused(self, run_id: str) -> LeaseLost | UnknownRun:
-        """Why a fenced boundary was refused (read inside its transaction, before the rollback)."""
-        row = self._row("SELECT status FROM runs WHERE run_id = ?", (run_id,))
-        if row is None:
-            return self._unknown(run_id)
-        return LeaseLost.of(run_id, cancelled=row["status"] == RunStatus.CANCELLED)
 
 
 # ---- conversions --------------------------------------------------------------------------------
@@ -1110,10 +917,6 @@ def _text(dt: datetime | None) -> str | None:
     if not isinstance(dt, datetime):
         raise TypeError(f"store times are aware UTC datetimes, not {type(dt).__name__} ({dt!r})")
     return to_text(dt)
-
-
-def _detail(detail: dict[str, Any]) -> str | None:
-    return json.dumps(detail, ensure_ascii=False) if detail else None
 
 
 def _lease_values(lease: Lease | None) -> tuple[Any, ...]:

@@ -1,0 +1,143 @@
+"""Copying runs from one store to another (``relaypoint copy``): SQLite to PostgreSQL to move a
+local store to a team's server, and back, or between two stores of one backend.
+
+Every run is copied whole, with its executions (a pattern's appended ones included), outputs,
+checkpoints with their decisions and answers, input, definition and events, through the storage
+contract (:meth:`RunStore.export_runs`, :meth:`RunStore.import_runs`): values as stored, times in
+UTC milliseconds, JSON text byte for byte. Checkpoint and event ids are kept when the destination
+has none of them, else renumbered with every reference (see :meth:`RunStore.import_runs`).
+
+The copy is refused, with nothing written, when the destination already holds any of the runs
+(unless asked to skip them) or when a run is executing: a copy of a run mid-execution would let
+both stores execute it. Runs go over in batches, each one transaction of the destination in which
+the rows written are counted against the rows read before it commits; an interrupted copy leaves
+whole runs only. The source is only read. It is a copy, not a move: both stores hold the runs
+afterwards, and workers should be pointed at one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .clock import utcnow
+from .errors import RelaypointError, StoreError
+from .status import RunStatus
+from .store import RunStore
+from .store.base import COPIED_TABLES, RunRows
+
+BATCH_RUNS = 200
+"""Runs per batch: read as one snapshot of the source, written as one transaction of the destination."""
+_NAMED = 3  # run ids a message names before "..."
+
+
+class CopyRefused(RelaypointError):
+    """The copy cannot be made as asked (runs already in the destination, runs executing); nothing
+    more was written. The message says what to do."""
+
+
+@dataclass
+class CopyReport:
+    """What :func:`copy_runs` did: ``runs`` copied, ``skipped`` (already in the destination, with
+    ``skip_existing``), ``rows`` copied per table of :data:`~relaypoint.store.base.COPIED_TABLES`,
+    each batch's rows counted in the destination equal to those read from the source."""
+
+    runs: int = 0
+    skipped: int = 0
+    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COPIED_TABLES, 0))
+
+    def summary(self, source: str, destination: str) -> str:
+        """One line saying what was copied, e.g. ``copied 1,204 runs (35,112 steps, ...) from A to B;
+        counts verified``."""
+        r = self.rows
+        parts = ", ".join(f"{r[t]:,} {t}" for t in ("steps", "outputs", "checkpoints", "events"))
+        skipped = f"; {self.skipped:,} already there, skipped" if self.skipped else ""
+        return (f"copied {self.runs:,} run{'s' if self.runs != 1 else ''} ({parts}) from {source} to {destination}"
+                f"{skipped}; counts verified")
+
+
+def _named(ids: list[str]) -> str:
+    return ", ".join(ids[:_NAMED]) + (", ..." if len(ids) > _NAMED else "")
+
+
+def _pages(store: RunStore, size: int) -> Iterator[list[str]]:
+    """Every run id of ``store``, oldest first (a fork after its parent), ``size`` at a time."""
+    after = None
+    while page := store.run_page(after, size):
+        yield [rid for _, rid in page]
+        after = page[-1]
+
+
+def _executing(rows: RunRows, now: datetime) -> bool:
+    """Whether the run is running under a lease that has not expired (its process may be alive)."""
+    expires = rows.run["lease_expires_at"]
+    return rows.run["status"] == RunStatus.RUNNING and expires is not None and expires > now
+
+
+def copy_runs(source: RunStore, destination: RunStore, *, skip_existing: bool = False, batch: int = BATCH_RUNS,
+              started: Callable[[int], None] = lambda total: None,
+              progress: Callable[[int], None] = lambda runs: None) -> CopyReport:
+    """Copy every run of ``source`` into ``destination`` (see the module's docstring).
+
+    ``skip_existing``: copy only the runs the destination does not hold (else any of them there
+    refuses the copy). ``batch``: runs per transaction. ``started(total)`` is called with the
+    number of runs to copy before the first is written, ``progress(n)`` after each batch commits
+    with the number of runs it copied. Returns a :class:`CopyReport`.
+
+    Raises :class:`CopyRefused` (runs already in the destination, a run executing in the source,
+    or a run that started executing during the copy: the batches committed before stay, whole),
+    :class:`~relaypoint.errors.StoreError` from either store (a batch whose counts do not match is
+    rolled back with a ``StoreError`` naming the table).
+    """
+    # First pass, ids only: refuse before writing anything.
+    total, skipped, there = 0, 0, []
+    for ids in _pages(source, batch):
+        held = set(destination.existing(ids))
+        total += len(ids)
+        skipped += len(held)
+        if len(there) <= _NAMED:
+            there.extend(rid for rid in ids if rid in held)  # named in the copy's order
+    if skipped and not skip_existing:
+        raise CopyRefused(f"{destination.where} already holds {skipped:,} of the {total:,} runs to copy "
+                          f"({_named(there)}); nothing was copied. Copy into a new store or schema, or pass "
+                          "--skip-existing to copy only the others")
+    now = utcnow()
+    executing = sorted(o.run_id for owner in source.running_owners() for o in source.owned_runs(owner)
+                       if o.expires_at is not None and o.expires_at > now)
+    if executing:
+        raise CopyRefused(f"{len(executing)} run{'s are' if len(executing) > 1 else ' is'} executing in "
+                          f"{source.where} ({_named(executing)}); a copy made mid-execution would let both stores "
+                          "execute it. Let it finish or cancel it (a run whose process died is interrupted once "
+                          "its lease expires), then copy again; nothing was copied")
+    report = CopyReport(skipped=skipped if skip_existing else 0)
+    started(total - report.skipped)
+    for ids in _pages(source, batch):
+        if skip_existing:
+            held = set(destination.existing(ids))
+            ids = [rid for rid in ids if rid not in held]
+        bundles = source.export_runs(ids) if ids else []
+        now = utcnow()
+        if busy := [b.run_id for b in bundles if _executing(b, now)]:
+            raise CopyRefused(f"run {busy[0]} started executing in {source.where} during the copy; "
+                              f"{report.runs:,} runs were copied before it, whole. Let it finish, then copy the "
+                              "rest with --skip-existing")
+        if not bundles:
+            continue
+        expected = dict.fromkeys(COPIED_TABLES, 0)
+        for b in bundles:
+            for table, n in b.counts().items():
+                expected[table] += n
+        with destination.transaction():
+            destination.import_runs(bundles)
+            found = destination.row_counts([b.run_id for b in bundles])
+            if found != expected:  # rolled back with the batch
+                wrong = next(t for t in COPIED_TABLES if found[t] != expected[t])
+                raise StoreError(f"copying to {destination.where}: {found[wrong]:,} {wrong} rows written where "
+                                 f"{expected[wrong]:,} were read; that batch was rolled back, "
+                                 f"{report.runs:,} runs were copied before it")
+        report.runs += len(bundles)
+        for table, n in expected.items():
+            report.rows[table] += n
+        progress(len(bundles))
+    return report

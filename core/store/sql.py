@@ -1,0 +1,425 @@
+"""What the SQL backends share: :class:`SqlStore`, the query methods whose SQL is the same on SQLite
+and PostgreSQL, and the statement fragments both use.
+
+A backend subclasses it and provides the dialect hooks: :meth:`SqlStore._rows` (run a query, rows
+as dicts; SQL is written here with ``?`` placeholders, which a backend that takes ``%s`` converts),
+:meth:`SqlStore._execute` (a write, its row count), :meth:`SqlStore._stamp` (a time as the backend
+stores it), :meth:`SqlStore._free` (free text as it can hold it), ``DRIVER_ERROR`` (its driver's
+base exception) and :meth:`SqlStore.translate`. What differs between the two (opening, migrations,
+connections, transactions, the hot path, queries that use a dialect's own functions) stays in each
+backend's module.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+from abc import abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, ClassVar
+
+from .. import encoding
+from ..errors import LeaseLost, StoreError, UnknownRun
+from ..models import Checkpoint, Event, Owner, RunHead, StepRecord
+from ..status import RunStatus, StepStatus
+from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, RunRows, RunStore,
+                   StoreDamaged, StoreReadOnly)
+from .rows import _owner, _summary_fields, _time, checkpoint_from_row, readable, step_from_row
+
+# Columns of ``runs`` a listing reads (no input, no definition).
+SUMMARY_COLUMNS = (
+    "run_id, workflow, status, parent_run_id, forked_from_step, created_at, updated_at, current_step, "
+    "steps_done, steps_total, error, lease_token, lease_pid, lease_host, lease_expires_at, heartbeat_at, "
+    "lease_pid_start"
+)
+# ... with what a claim reads (no input, no definition: those live in their own tables).
+HEAD_COLUMNS = SUMMARY_COLUMNS + ", fingerprint, suspect_deaths"
+INPUT_OF_RUN = "(SELECT input FROM run_inputs i WHERE i.run_id = runs.run_id)"
+DEFINITION_OF_RUN = "(SELECT definition FROM definitions d WHERE d.fingerprint = runs.fingerprint)"
+# A pause is open until one of these decisions is recorded. Anything else in the column (a hand
+# edit, damage) reads as undecided: a decision that cannot be read is never taken as an approval.
+DECISIONS = ("approved", "rejected", "responded", "expired", "cancelled")
+UNDECIDED = f"(decision IS NULL OR decision NOT IN {DECISIONS!r})"
+PAUSE_KINDS = ("approval", "input", "orphan")
+PAUSED = f"kind IN {PAUSE_KINDS!r}"
+NESTED = "a store transaction is already open on this store (transactions do not nest)"
+STEP_COLUMNS = (
+    "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
+    "s.started_at, s.finished_at, s.idempotency_key, "
+    "EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS has_output"
+)
+RUN_FIELDS = {"status", "updated_at", "current_step", "steps_done", "steps_total", "error", "lease", "fingerprint",
+              "suspect_deaths"}
+STEP_FIELDS = {"status", "attempts", "error", "traceback", "started_at", "finished_at"}
+TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
+LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
+# Checkpoints that hold the driver state a run goes on from (not a pause's).
+STATE_KINDS = ("start", "boundary", "fork")
+
+
+def translated(method: Callable) -> Callable:
+    """Run a store method with its driver's errors (``DRIVER_ERROR``) raised as the one-line
+    ``StoreError`` subclasses its :meth:`SqlStore.translate` gives."""
+
+    @functools.wraps(method)
+    def wrapper(self: SqlStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except self.DRIVER_ERROR as e:
+            raise self.translate(e) from None
+
+    return wrapper
+
+
+class SqlStore(RunStore):
+    """A :class:`RunStore` over SQL tables (schema 3 of the SQLite store; the PostgreSQL store has
+    the same tables): the query methods both backends run alike. See the module's docstring for the
+    hooks a backend provides. Subclasses set ``_url``, ``readonly`` and ``_readonly_reason``."""
+
+    DRIVER_ERROR: ClassVar[type[Exception]]
+    """The driver's base exception class, translated by :meth:`translate`."""
+    _url: str
+    readonly: bool
+    _readonly_reason: str | None
+
+    # ---- dialect hooks
+
+    @abstractmethod
+    def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        """The rows of a query (``?`` placeholders) as dicts, counted in ``rows_read``."""
+
+    @abstractmethod
+    def _execute(self, sql: str, params: Any = ()) -> int:
+        """Run a write (``?`` placeholders) on the open connection; the number of rows it changed."""
+
+    @staticmethod
+    @abstractmethod
+    def _stamp(dt: datetime | None) -> Any:
+        """A time (aware UTC) as the backend stores it (None stays None). Raises ``TypeError`` for
+        anything but a datetime."""
+
+    @staticmethod
+    def _free(text: str | None) -> str | None:
+        """Free text a person reads (an error, a name of who decided) as the backend can hold it."""
+        return text
+
+    @abstractmethod
+    def translate(self, e: Exception) -> StoreError:
+        """One line for an error the driver raised on this store."""
+
+    @staticmethod
+    @abstractmethod
+    def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
+        """A condition "``column`` is one of ``values``" with its one ``?`` parameter: (SQL, parameter).
+        ``sql_type``: the values' SQL type (text, bigint)."""
+
+    @abstractmethod
+    def _snapshot(self) -> AbstractContextManager[None]:
+        """A read-only transaction in which every query sees the store as of one instant. Raises
+        ``RuntimeError`` inside :meth:`transaction`."""
+
+    @abstractmethod
+    def _exported(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        """A row of run ``run_id`` with its times as aware UTC datetimes. Raises ``StoreDamaged``
+        naming the run when one cannot be read."""
+
+    # ---- shared helpers
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def readonly_reason(self) -> str | None:
+        return self._readonly_reason if self.readonly else None
+
+    def _read_only(self) -> StoreReadOnly:
+        return StoreReadOnly(f"{self.where} is read-only ({self._readonly_reason}); actions that record "
+                             "something are unavailable")
+
+    def _row(self, sql: str, params: Any = ()) -> dict[str, Any] | None:
+        rows = self._rows(sql, params)
+        return rows[0] if rows else None
+
+    def _unknown(self, run_id: str) -> UnknownRun:
+        return UnknownRun(f"no run with id {run_id!r} in {self.where}; see `relaypoint list`")
+
+    def _strict(self, text: str | None, what: str) -> Any:
+        """Decode a stored JSON value a step will consume; damage fails closed with ``StoreDamaged``."""
+        try:
+            return encoding.loads(text)
+        except (ValueError, RecursionError):
+            raise StoreDamaged(f"{what} in {self.where} is not valid JSON (damaged or edited by hand); "
+                               "fix the row, or fork the run from an earlier step") from None
+
+    def _head_row(self, run_id: str, columns: str) -> dict[str, Any]:
+        row = self._row(f"SELECT {columns} FROM runs WHERE run_id = ?", (run_id,))
+        if row is None:
+            raise self._unknown(run_id)
+        return row
+
+    def _refused(self, run_id: str) -> LeaseLost | UnknownRun:
+        """Why a fenced boundary was refused (read inside its transaction, before the rollback)."""
+        row = self._row("SELECT status FROM runs WHERE run_id = ?", (run_id,))
+        if row is None:
+            return self._unknown(run_id)
+        return LeaseLost.of(run_id, cancelled=row["status"] == RunStatus.CANCELLED)
+
+    # ---- reads: runs
+
+    @translated
+    def resolve(self, run_id: str) -> str:
+        if not run_id:
+            raise UnknownRun("empty run id; see `relaypoint list`")
+        rows = self._rows("SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT 3",
+                          (run_id, run_id + "\U0010ffff"))
+        if not rows:
+            raise self._unknown(run_id)
+        if len(rows) > 1 and rows[0]["run_id"] != run_id:
+            ids = ", ".join(r["run_id"] for r in rows[:2]) + (", ..." if len(rows) > 2 else "")
+            raise UnknownRun(f"run id prefix {run_id!r} matches several runs ({ids}); give more characters")
+        return rows[0]["run_id"]
+
+    @translated
+    def exists(self, run_id: str) -> bool:
+        return self._row("SELECT 1 AS one FROM runs WHERE run_id = ?", (run_id,)) is not None
+
+    @translated
+    def run(self, run_id: str) -> RunHead:
+        r = self._head_row(run_id, f"{HEAD_COLUMNS}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS definition")
+        return RunHead(**_summary_fields(r), input=readable(r["input"], dict), definition=readable(r["definition"]),
+                       fingerprint=r["fingerprint"], suspect_deaths=r["suspect_deaths"] or 0)
+
+    @translated
+    def head(self, run_id: str) -> RunHead:
+        r = self._head_row(run_id, HEAD_COLUMNS)
+        return RunHead(**_summary_fields(r), input=None, definition=None, fingerprint=r["fingerprint"],
+                       suspect_deaths=r["suspect_deaths"] or 0)
+
+    @translated
+    def run_input(self, run_id: str) -> dict[str, Any]:
+        text = self._head_row(run_id, f"{INPUT_OF_RUN} AS input")["input"]
+        value = self._strict(text, f"the input of run {run_id}")
+        if value is not None and not isinstance(value, dict):
+            raise StoreDamaged(f"the input of run {run_id} in {self.where} is not a JSON object (damaged or "
+                               "edited by hand); fix the row, or fork the run with a new --input")
+        return value or {}
+
+    @translated
+    def run_definition(self, run_id: str) -> Any:
+        return self._strict(self.definition_text(run_id), f"the definition of run {run_id}")
+
+    @translated
+    def definition_text(self, run_id: str) -> str:
+        text = self._head_row(run_id, f"{DEFINITION_OF_RUN} AS definition")["definition"]
+        return "null" if text is None else text
+
+    @translated
+    def owner_of(self, run_id: str) -> Owner | None:
+        r = self._head_row(run_id, "status, lease_host, lease_pid, lease_pid_start, lease_expires_at")
+        return _owner(r) if r["status"] == RunStatus.RUNNING else None
+
+    @translated
+    def count_by_status(self) -> dict[str, int]:
+        # From the run_counts table its triggers keep: a few rows, whatever the number of runs.
+        return {r["status"]: r["runs"] for r in self._rows("SELECT status, runs FROM run_counts WHERE runs > 0")}
+
+    @translated
+    def forks(self, run_id: str) -> list[str]:
+        return [r["run_id"] for r in self._rows(
+            "SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY created_at", (run_id,))]
+
+    @translated
+    def running_owners(self) -> list[Owner]:
+        rows = self._rows("SELECT DISTINCT lease_host, lease_pid, lease_pid_start, lease_expires_at FROM runs "
+                          "WHERE status = ?", (RunStatus.RUNNING.value,))
+        return list(dict.fromkeys(_owner(r) for r in rows))
+
+    # ---- reads: steps and outputs
+
+    @translated
+    def steps(self, run_id: str) -> list[StepRecord]:
+        # Tree order: each group's children (appended after every top-level row) right after it.
+        return [step_from_row(r) for r in self._rows(
+            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? ORDER BY coalesce(s.parent_seq, s.seq), s.seq",
+            (run_id,))]
+
+    @translated
+    def step(self, run_id: str, seq: int) -> StepRecord | None:
+        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq = ?", (run_id, seq))
+        return None if r is None else step_from_row(r)
+
+    @translated
+    def step_named(self, run_id: str, name: str) -> StepRecord | None:
+        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.name = ? AND s.parent_seq IS NULL "
+                      "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
+        return None if r is None else step_from_row(r)
+
+    @translated
+    def step_output(self, run_id: str, seq: int) -> Any:
+        r = self._row("SELECT value FROM outputs WHERE run_id = ? AND seq = ?", (run_id, seq))
+        return None if r is None else readable(r["value"])
+
+    @translated
+    def output_of(self, run_id: str, name: str) -> tuple[bool, Any]:
+        r = self._row(
+            "SELECT s.seq, (SELECT value FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS value "
+            "FROM steps s WHERE s.run_id = ? AND s.name = ? AND s.parent_seq IS NULL AND s.status = ? "
+            "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name, StepStatus.COMPLETED.value))
+        if r is None:
+            return False, None
+        return True, self._strict(r["value"], f"the output of step '{name}' of run {run_id}")
+
+    @translated
+    def open_before(self, run_id: str, seq: int) -> StepRecord | None:
+        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS NULL "
+                      "AND s.status <> ? ORDER BY s.seq LIMIT 1", (run_id, seq, StepStatus.COMPLETED.value))
+        return None if r is None else step_from_row(r)
+
+    @translated
+    def max_seq(self, run_id: str) -> int:
+        return self._row("SELECT coalesce(max(seq), -1) AS seq FROM steps WHERE run_id = ?", (run_id,))["seq"]
+
+    # ---- reads: checkpoints and events
+
+    def _checkpoint(self, where: str, params: Iterable[Any]) -> Checkpoint | None:
+        r = self._row(f"SELECT * FROM checkpoints WHERE {where} ORDER BY checkpoint_id DESC LIMIT 1", params)
+        return None if r is None else checkpoint_from_row(r)
+
+    @translated
+    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return self._checkpoint("run_id = ?", (run_id,))
+
+    @translated
+    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        r = self._row(f"SELECT * FROM checkpoints WHERE run_id = ? AND seq = ? AND kind IN {STATE_KINDS!r} "
+                      "ORDER BY checkpoint_id LIMIT 1", (run_id, seq))
+        if r is None:
+            return None
+        state = self._strict(r["state"], f"the driver state of checkpoint {r['checkpoint_id']} of run {run_id}")
+        return checkpoint_from_row(r).model_copy(update={"state": state})
+
+    @translated
+    def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return self._checkpoint(f"run_id = ? AND {PAUSED} AND {UNDECIDED}", (run_id,))
+
+    @translated
+    def last_pause(self, run_id: str) -> Checkpoint | None:
+        return self._checkpoint(f"run_id = ? AND {PAUSED}", (run_id,))
+
+    @translated
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        return [checkpoint_from_row(r) for r in self._rows(
+            "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id", (run_id,))]
+
+    @translated
+    def responses(self, run_id: str, seq: int) -> list[Any]:
+        rows = self._rows(f"SELECT step, value FROM checkpoints WHERE run_id = ? AND {PAUSED} AND kind = 'input' "
+                          "AND seq = ? AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
+        return [self._strict(r["value"], f"a response to step '{r['step']}' of run {run_id}") for r in rows]
+
+    @translated
+    def latest_approval(self, run_id: str, step: str) -> Checkpoint | None:
+        return self._checkpoint(f"run_id = ? AND {PAUSED} AND kind = 'approval' AND step = ?", (run_id, step))
+
+    @translated
+    def due_pauses(self, now: datetime) -> list[Checkpoint]:
+        return [checkpoint_from_row(r) for r in self._rows(
+            f"SELECT * FROM checkpoints WHERE deadline_at IS NOT NULL AND deadline_at <= ? AND {UNDECIDED} "
+            "ORDER BY checkpoint_id", (self._stamp(now),))]
+
+    @translated
+    def events(self, run_id: str) -> list[Event]:
+        return [Event(event_id=r["event_id"], run_id=r["run_id"], at=_time(r, "at", f"event {r['event_id']}"),
+                      kind=r["kind"], step=r["step"], actor=r["actor"], detail=readable(r["detail"], dict))
+                for r in self._rows("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", (run_id,))]
+
+    # ---- writes
+
+    @translated
+    def decide(self, checkpoint_id: int, decision: str, by: str, at: datetime, comment: str | None = None,
+               value_json: str | None = None) -> bool:
+        return self._execute(
+            "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ?, comment = ?, value = ? "
+            f"WHERE checkpoint_id = ? AND {UNDECIDED}",
+            (decision, self._free(by), self._stamp(at), self._free(comment), value_json, checkpoint_id)) == 1
+
+    @translated
+    def close_pauses(self, run_id: str, decision: str, by: str, at: datetime) -> int:
+        return self._execute(
+            "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ? "
+            f"WHERE run_id = ? AND {PAUSED} AND {UNDECIDED}", (decision, self._free(by), self._stamp(at), run_id))
+
+    @translated
+    def add_event(self, run_id: str, at: datetime, kind: str, *, step: str | None = None,
+                  actor: str | None = None, **detail: Any) -> None:
+        self._execute("INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                      (run_id, self._stamp(at), kind, step, self._free(actor), event_detail(detail)))
+
+    # ---- copying between stores
+
+    @translated
+    def existing(self, run_ids: Sequence[str]) -> list[str]:
+        among, ids = self._among("run_id", run_ids)
+        return [r["run_id"] for r in self._rows(f"SELECT run_id FROM runs WHERE {among}", (ids,))]
+
+    @translated
+    def export_runs(self, run_ids: Sequence[str]) -> list[RunRows]:
+        among, ids = self._among("run_id", run_ids)
+        with self._snapshot():  # a boundary committed meanwhile is not half seen
+            runs = self._rows(f"SELECT {', '.join(RUN_ROW)}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS "
+                              f"definition FROM runs WHERE {among} ORDER BY created_at, run_id", (ids,))
+            tables = {table: _grouped(self._rows(f"SELECT run_id, {', '.join(columns)} FROM {table} WHERE {among} "
+                                                 f"ORDER BY run_id, {columns[0]}", (ids,)))
+                      for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW),
+                                             ("checkpoints", CHECKPOINT_ROW), ("events", EVENT_ROW))}
+            parents = _grouped(self._rows(
+                "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT parent_run_id FROM runs "
+                f"WHERE {among}) ORDER BY run_id, checkpoint_id", (ids,)))
+        return [RunRows(run=self._exported(rid, {k: r[k] for k in RUN_ROW}), input=r["input"],
+                        definition=r["definition"],
+                        steps=[self._exported(rid, x) for x in tables["steps"].get(rid, [])],
+                        outputs=tables["outputs"].get(rid, []),
+                        checkpoints=[self._exported(rid, x) for x in tables["checkpoints"].get(rid, [])],
+                        events=[self._exported(rid, x) for x in tables["events"].get(rid, [])],
+                        parent_checkpoints=[x["checkpoint_id"] for x in parents.get(r["parent_run_id"], [])])
+                for r in runs for rid in (r["run_id"],)]
+
+    @translated
+    def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        among, ids = self._among("run_id", run_ids)
+        return {table: self._row(f"SELECT count(*) AS n FROM {table} WHERE {among}", (ids,))["n"]
+                for table in COPIED_TABLES}
+
+    def _taken(self, table: str, ids: list[int]) -> set[int]:
+        """Which of ``ids`` the table (checkpoints or events) holds."""
+        column = "checkpoint_id" if table == "checkpoints" else "event_id"
+        among, values = self._among(column, ids, "bigint")
+        return {r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {among}", (values,))}
+
+    def _checkpoint_ids(self, run_ids: list[str]) -> dict[str, list[int]]:
+        """Each of these runs' checkpoint ids, in order."""
+        among, ids = self._among("run_id", run_ids)
+        return {rid: [r["checkpoint_id"] for r in group] for rid, group in _grouped(self._rows(
+            f"SELECT run_id, checkpoint_id FROM checkpoints WHERE {among} ORDER BY run_id, checkpoint_id",
+            (ids,))).items()}
+
+    @translated
+    def run_page(self, after: tuple[Any, str] | None, limit: int) -> list[tuple[Any, str]]:
+        where, params = ("WHERE (created_at, run_id) > (?, ?) ", [*after]) if after else ("", [])
+        return [(r["created_at"], r["run_id"]) for r in self._rows(
+            f"SELECT created_at, run_id FROM runs {where}ORDER BY created_at, run_id LIMIT ?", [*params, limit])]
+
+
+def event_detail(detail: dict[str, Any]) -> str | None:
+    """An event's detail as stored: JSON text (None when empty)."""
+    return json.dumps(detail, ensure_ascii=False) if detail else None
+
+
+def _grouped(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Rows ordered by run id, by run id, each without its ``run_id``."""
+    return {rid: [{k: v for k, v in r.items() if k != "run_id"} for r in group]
+            for rid, group in itertools.groupby(rows, key=lambda r: r["run_id"])}
