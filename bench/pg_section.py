@@ -3,9 +3,9 @@ PostgresSaver on one server, worker throughput, and the console on a large store
 
 Every measurement runs in its own subprocess (``tool_pg_*.py``, ``tool_relaypoint.py``) in a schema
 made for it on the server the URL names (``bench_<tool>_<pid>_<n>``) and dropped afterwards; the
-console's store gets a database of its own (``bench_console_<pid>``, dropped afterwards), so the
-server's statistics for that database count the console's work alone. The user in the URL needs
-``CREATE`` on the database, and ``CREATEDB`` for the console's measurement.
+console's store and the chains whose transactions are counted get databases of their own
+(``bench_<tool>_<pid>_<n>``, dropped afterwards), so the server's statistics for such a database
+count that work alone. The user in the URL needs ``CREATE`` on the database, and ``CREATEDB``.
 """
 
 from __future__ import annotations
