@@ -2,6 +2,7 @@
 
     pip install -e '.[bench]'
     python bench/run.py [--sizes 10,100,1000,10000] [--repeat 3] [--budget 120] [--quick] [--json FILE]
+                        [--postgres postgresql://user@host:port/db [--postgres-only]]
 
 Measures in one run: µs per step of chains of no-op steps (for relaypoint also µs per agent call of a
 two-agent debate of n/2 rounds, each call recorded at its own boundary with the pattern's state),
@@ -11,6 +12,10 @@ subprocess on a fresh store in a temporary directory and times the run itself (n
 or imports); figures are medians of ``--repeat`` runs. A measurement that takes longer than
 ``--budget`` seconds is stopped and shown as "over budget" (larger sizes of that series are skipped).
 Prints the machine, the versions, the figures, the ratios and the issue's targets beside them.
+
+With ``--postgres URL`` (or ``RELAYPOINT_BENCH_POSTGRES``) the same run also measures on that
+PostgreSQL server (see pg_section.py): µs per step of relaypoint, the raw floor, LangGraph's PostgresSaver and
+DBOS; worker throughput; the console on a large store. ``--postgres-only`` skips the SQLite section.
 """
 
 from __future__ import annotations
@@ -272,10 +277,36 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=120, help="seconds allowed per measurement")
     p.add_argument("--quick", action="store_true", help="smoke test: sizes 10 and 100, repeat 1")
     p.add_argument("--json", type=Path, help="also write the raw figures to this file")
+    p.add_argument("--postgres", metavar="URL", default=os.environ.get("RELAYPOINT_BENCH_POSTGRES"),
+                   help="also measure on this PostgreSQL database (a schema per measurement, dropped afterwards)")
+    p.add_argument("--postgres-only", action="store_true", help="measure on PostgreSQL only")
+    p.add_argument("--pg-sizes", type=sizes_arg, default=[10, 1000, 10000], help="chain lengths on PostgreSQL")
+    p.add_argument("--worker-runs", type=int, default=1000, help="queued runs per worker-throughput figure")
+    p.add_argument("--workers", type=sizes_arg, default=[1, 4, 16], help="worker-process counts")
+    p.add_argument("--worker-poll", type=float, default=0.1, help="the workers' --poll seconds")
+    p.add_argument("--console-runs", type=int, default=100_000, help="runs in the console's PostgreSQL store")
+    p.add_argument("--idle-seconds", type=int, default=60, help="seconds the idle console is watched")
     a = p.parse_args()
     if a.quick:
         a.sizes, a.resume_sizes, a.storage_steps, a.repeat = [10, 100], [10, 100], 100, 1
+        a.pg_sizes, a.worker_runs, a.workers, a.console_runs, a.idle_seconds = [10, 100], 50, [1, 4], 2000, 10
+    if a.postgres_only and not a.postgres:
+        p.error("--postgres-only needs --postgres URL")
+    figures: dict[str, Any] = {}
+    if not a.postgres_only:
+        figures = sqlite_section(a)
+    if a.postgres:
+        import pg_section  # only with --postgres: it needs psycopg
 
+        figures["postgres"] = pg_section.section(pg_section.Options(
+            a.postgres, a.pg_sizes, a.repeat, a.budget, a.worker_runs, a.workers, a.worker_poll, a.console_runs,
+            a.idle_seconds))
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=2))
+
+
+def sqlite_section(a: argparse.Namespace) -> dict[str, Any]:
+    """Measure and print the SQLite figures; returns them."""
     with tempfile.TemporaryDirectory(prefix="relaypoint-bench-") as tmp_name:
         tmp = Path(tmp_name)
         info = machine(tmp)
@@ -298,10 +329,8 @@ def main() -> None:
     goals = targets(chains, storage, resume, rp[0].label, floors["full"], [s.label for s in peers], a.sizes,
                     a.resume_sizes)
     show(info, versions, chains, storage, resume, goals, a.sizes, a.resume_sizes, a.repeat, floors)
-    if a.json:
-        a.json.write_text(json.dumps({"machine": info, "versions": versions, "repeat": a.repeat,
-                                      "us_per_step": chains, "storage": storage, "resume_ms": resume,
-                                      "targets": dict(goals)}, indent=2))
+    return {"machine": info, "versions": versions, "repeat": a.repeat, "us_per_step": chains, "storage": storage,
+            "resume_ms": resume, "targets": dict(goals)}
 
 
 if __name__ == "__main__":

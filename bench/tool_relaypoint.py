@@ -2,7 +2,8 @@
 the last step resumed.
 
 ``durability`` is "full", "normal" or "default" (the engine's own default, for an engine that
-does not take the keyword yet).
+does not take the keyword yet). The store is a SQLite file, or a PostgreSQL store URL
+(``postgresql://...?schema=NAME``: the PostgreSQL section of run.py).
 """
 
 from __future__ import annotations
