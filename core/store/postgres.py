@@ -19,10 +19,20 @@ The hot path: a step boundary is one statement, a call of the schema's ``commit_
 function (PL/pgSQL, its statements planned once per connection), in its own transaction: one round
 trip, where sending the eight statements of a boundary cost three times as much on one machine.
 
-``data_version``: the server's snapshot (``pg_current_snapshot()``), which changes whenever any
-transaction that wrote anything ends, by any connection: nothing is written to keep it, so a boundary
-pays nothing. It also changes when another schema or database of the same server is written (the
-console then re-reads what it shows, at its own pace).
+``data_version`` (the console's change check): every statement that writes the store's tables
+sends a notification on the schema's channel (``relaypoint_<schema>``, statement triggers of schema
+version 2); the server delivers one per transaction, at commit, to every listener. The first call
+opens a second connection that listens (and checks that a notification really comes back: a pooler
+in transaction mode, such as PgBouncer's, accepts LISTEN but drops what is sent to it); after that a
+check reads what already arrived on that socket, without a round trip while nothing changes. When
+notifications are unavailable, each check is one query of the server's write counters for the
+schema's tables (``pg_stat_user_tables``, flushed within about a second). Writes by this process
+count at once. Another schema or database of the server never changes it.
+
+Connections: a store holds one connection of its own; a store opened ``pooled`` (the heartbeats:
+short transactions every few seconds) borrows one for each transaction or read from its process's
+pool for the same database and settings (psycopg-pool, at most ``POOL_MAX_SIZE``), so a process's
+heartbeats share a few connections instead of holding one each.
 
 ``durability``: "full" is ``synchronous_commit = on`` (a boundary is in the server's WAL on disk when
 it returns); "normal" is ``synchronous_commit = off`` (a server crash may lose the last boundaries,
@@ -40,6 +50,8 @@ import itertools
 import json
 import logging
 import re
+import secrets
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -49,6 +61,7 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..clock import from_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
@@ -80,6 +93,13 @@ the store's write lock does not keep every other writer of the store waiting."""
 
 # The first key of the schema's advisory lock (the second is a hash of the schema name): "RPNT".
 LOCK_CLASS = 0x52504E54
+POOL_MAX_SIZE = 4
+"""Connections a process's pool for one store holds at most (heartbeat renewals: one short transaction
+each every lease/3 seconds, serialized by the schema's lock anyway)."""
+PROBE_SECONDS = 2.0
+"""How long a new listener waits for its own test notification before concluding notifications do not
+reach it (normally they take a millisecond)."""
+_PROBE = "probe "
 
 # Free text a person reads (never matched on): PostgreSQL text cannot hold NUL, so it is shown as U+FFFD.
 FREE_TEXT_FIELDS = {"error", "traceback"}
@@ -308,7 +328,33 @@ def _migrate_1(schema: str) -> list[str]:
     ]
 
 
-MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1]
+def channel(schema: str) -> str:
+    """The notification channel of the store in ``schema``: ``relaypoint_<schema>`` (a name of at most
+    63 characters, PostgreSQL's limit: a longer one ends in a hash of the schema name)."""
+    name = f"relaypoint_{schema}"
+    return name if len(name) <= 63 else f"relaypoint_{schema[:43]}_{_lock_key(schema) & 0xFFFFFFFF:08x}"
+
+
+NOTIFYING_TABLES = ("runs", "run_inputs", "definitions", "steps", "outputs", "checkpoints", "events")
+"""The tables whose writes notify the schema's channel (everything the console shows)."""
+
+
+def _migrate_2(schema: str) -> list[str]:
+    """Version 2: every statement writing a table the console shows notifies the schema's channel,
+    with an empty payload, so that the server delivers one notification per transaction (it folds
+    identical ones) at commit, to listeners of this schema only."""
+    return [
+        f"""CREATE FUNCTION {schema}.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_notify('{channel(schema)}', '');
+                RETURN NULL;
+            END $$""",
+        *(f"CREATE TRIGGER notify_change AFTER INSERT OR UPDATE OR DELETE ON {table} FOR EACH STATEMENT "
+          f"EXECUTE FUNCTION {schema}.notify_change()" for table in NOTIFYING_TABLES),
+    ]
+
+
+MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1, _migrate_2]
 """The schema's migrations in order: version N is reached by running ``MIGRATIONS[N - 1]``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -340,6 +386,50 @@ def _lock_key(schema: str) -> int:
     return int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=4).digest(), "big", signed=True)
 
 
+_registry_lock = threading.Lock()
+_commits: dict[tuple[str, str], int] = {}
+_pools: dict[tuple[str, str], tuple[ConnectionPool, int]] = {}
+
+
+def _committed(key: tuple[str, str]) -> None:
+    """Count a commit to the store ``key`` (conninfo, schema) made by this process: its stores see it
+    in ``data_version`` at once, before the notification of it comes back from the server."""
+    with _registry_lock:
+        _commits[key] = _commits.get(key, 0) + 1
+
+
+def _commits_here(key: tuple[str, str]) -> int:
+    with _registry_lock:
+        return _commits.get(key, 0)
+
+
+def _join_pool(conninfo: str, settings: dict[str, Any], name: str) -> ConnectionPool:
+    """This process's pool of connections to ``conninfo`` with ``settings`` (psycopg.connect's keyword
+    arguments), made at its first user (connections are opened when first borrowed, at most
+    ``POOL_MAX_SIZE``). Each call must be matched by one :func:`_leave_pool`."""
+    key = (conninfo, repr(sorted(settings.items())))
+    with _registry_lock:
+        pool, users = _pools.get(key, (None, 0))
+        if pool is None:
+            pool = ConnectionPool(conninfo, kwargs=settings, min_size=0, max_size=POOL_MAX_SIZE, open=True,
+                                  name=name, timeout=CONNECT_TIMEOUT_SECONDS, num_workers=1)
+        _pools[key] = (pool, users + 1)
+        return pool
+
+
+def _leave_pool(pool: ConnectionPool) -> None:
+    """One user of ``pool`` is done; the last closes it (and its connections)."""
+    with _registry_lock:
+        for key, (shared, users) in list(_pools.items()):
+            if shared is pool:
+                if users > 1:
+                    _pools[key] = (pool, users - 1)
+                    return
+                del _pools[key]
+                break
+    pool.close()
+
+
 class PostgresStore(SqlStore):
     """A relaypoint store in one schema of a PostgreSQL database.
 
@@ -347,7 +437,9 @@ class PostgresStore(SqlStore):
     ``create``: make the schema and its tables when there are none (the database must exist);
     otherwise a missing store is ``StoreMissing``. ``readonly``: every transaction read-only.
     ``durability``: "full" or "normal" (``synchronous_commit`` on or off). ``busy_timeout``: seconds
-    a write waits for a lock (``lock_timeout``).
+    a write waits for a lock (``lock_timeout``). ``pooled``: hold no connection, borrow one from the
+    process's pool (see :func:`_join_pool`) for each transaction, boundary or read; the store is then
+    used by one thread at a time, as any store is.
 
     Raises ``StoreUnreachable`` (no server, connection refused or lost), ``StoreDenied`` (bad
     credentials, missing permission), ``StoreMissing`` (no such database, or no store in the schema),
@@ -356,7 +448,7 @@ class PostgresStore(SqlStore):
 
     def __init__(self, conninfo: str, schema: str, *, url: str | None = None, create: bool = False,
                  readonly: bool = False, durability: str = DURABILITY,
-                 busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
+                 busy_timeout: float = BUSY_TIMEOUT_SECONDS, pooled: bool = False) -> None:
         if durability not in DURABILITIES:
             raise InvalidValue(f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}")
         self.conninfo = conninfo
@@ -378,22 +470,31 @@ class PostgresStore(SqlStore):
         self._where = f"{parts.username + '@' if parts.username else ''}{host}{f':{parts.port}' if parts.port else ''}" \
                       f"{parts.path or '/'}/{schema}"
         self.conn: psycopg.Connection | None = None
+        """This store's connection (while borrowed, for a pooled store; None otherwise)."""
+        self._key = (conninfo, schema)
+        self._channel = channel(schema)
+        self._listener: psycopg.Connection | None = None
+        self._feed: str | None = None  # how data_version learns of changes: "notifications" or "statistics"
+        self._notified = 0
+        self._pool: ConnectionPool | None = None
         try:
-            self._connect()
+            if pooled:
+                self._pool = _join_pool(conninfo, self._settings(), f"relaypoint-{schema}")
+            else:
+                self._connect()
         except psycopg.Error as e:
             raise self._connect_failure(e) from None
         try:
-            self._check_and_migrate(create)
-        except psycopg.Error as e:
-            self._close_quietly()
-            raise self.translate(e) from None
+            with self._connection():
+                self._check_and_migrate(create)
         except StoreError:
-            self._close_quietly()
+            self.close()
             raise
 
     # ---- opening
 
-    def _connect(self) -> None:
+    def _settings(self) -> dict[str, Any]:
+        """psycopg.connect's keyword arguments for this store's connections."""
         silent_ms = SILENT_PEER_SECONDS * 1000
         options = (f"-c search_path={self.schema} -c timezone=UTC "
                    f"-c lock_timeout={int(self.busy_timeout * 1000)} "
@@ -403,10 +504,51 @@ class PostgresStore(SqlStore):
             options += " -c default_transaction_read_only=on"
         # Keepalives notice a server gone while a statement waits for its answer (nothing unacknowledged);
         # tcp_user_timeout, one gone while what was sent is unacknowledged (and bounds the keepalives).
-        self.conn = psycopg.connect(self.conninfo, autocommit=True, row_factory=dict_row, options=options,
-                                    connect_timeout=CONNECT_TIMEOUT_SECONDS, application_name="relaypoint",
-                                    keepalives=1, keepalives_idle=SILENT_PEER_SECONDS // 2, keepalives_interval=1,
-                                    keepalives_count=SILENT_PEER_SECONDS // 2, tcp_user_timeout=silent_ms)
+        return {"autocommit": True, "row_factory": dict_row, "options": options,
+                "connect_timeout": CONNECT_TIMEOUT_SECONDS, "application_name": "relaypoint",
+                "keepalives": 1, "keepalives_idle": SILENT_PEER_SECONDS // 2, "keepalives_interval": 1,
+                "keepalives_count": SILENT_PEER_SECONDS // 2, "tcp_user_timeout": silent_ms}
+
+    def _connect(self) -> None:
+        self.conn = psycopg.connect(self.conninfo, **self._settings())
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection]:
+        """The connection for one operation, psycopg's errors raised as ``StoreError``s: this store's own
+        (reconnected if it broke), the one already borrowed (in a transaction), or one borrowed from
+        the process's pool until the block ends. Raises ``StoreBusy`` when every pooled connection
+        stays in use for ``CONNECT_TIMEOUT_SECONDS``, and what connecting raises."""
+        if self._pool is not None and self.conn is not None:  # borrowed for the transaction under way
+            yield self.conn
+            return
+        if self._pool is None:
+            self._ensure_connected()
+            try:
+                yield self.conn
+            except psycopg.Error as e:
+                raise self.translate(e) from None
+            return
+        try:
+            conn = self._pool.getconn()
+        except PoolTimeout:
+            raise self._no_pooled_connection() from None
+        self.conn = conn
+        try:
+            yield conn
+        except psycopg.Error as e:
+            raise self.translate(e) from None
+        finally:
+            self.conn = None
+            self._pool.putconn(conn)  # a broken connection is closed, not kept
+
+    def _no_pooled_connection(self) -> StoreError:
+        """Why no pooled connection came: the server's own answer to a new connection, or a busy pool."""
+        try:
+            psycopg.connect(self.conninfo, **self._settings()).close()
+        except psycopg.Error as e:
+            return self._connect_failure(e)
+        return StoreBusy(f"{self._where}: the {POOL_MAX_SIZE} shared connections of this process stayed in use "
+                         f"for {CONNECT_TIMEOUT_SECONDS} s; try again")
 
     def _connect_failure(self, e: psycopg.Error) -> StoreError:
         """One line for a connection that could not be made (libpq's message is several)."""
@@ -518,6 +660,13 @@ class PostgresStore(SqlStore):
 
     def close(self) -> None:
         self._close_quietly()
+        self.conn = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if self._pool is not None:
+            _leave_pool(self._pool)
+            self._pool = None
 
     def translate(self, e: psycopg.Error) -> StoreError:
         """One line for an error psycopg raised on this store."""
@@ -568,14 +717,15 @@ class PostgresStore(SqlStore):
     def _write(self, lock: str) -> Iterator[None]:
         if self._in_transaction:
             raise RuntimeError(NESTED)
-        self._ensure_connected()
-        self._in_transaction = True
-        try:
-            with self.conn.transaction():
-                self.conn.execute(lock, self._lock_keys)
-                yield
-        finally:
-            self._in_transaction = False
+        with self._connection() as conn:
+            self._in_transaction = True
+            try:
+                with conn.transaction():
+                    conn.execute(lock, self._lock_keys)
+                    yield
+            finally:
+                self._in_transaction = False
+        _committed(self._key)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -587,22 +737,76 @@ class PostgresStore(SqlStore):
         except psycopg.Error as e:
             raise self.translate(e) from None
 
-    @_translated
-    def data_version(self) -> tuple[int, str]:
-        """The server's current snapshot (its xmax, and the whole as text): it changes whenever a
-        transaction that wrote anything ends, on any connection."""
-        self._ensure_connected()
-        row = self.conn.execute(
-            "SELECT pg_snapshot_xmax(s)::text::bigint AS xmax, s::text AS snap FROM pg_current_snapshot() s").fetchone()
-        return row["xmax"], row["snap"]
+    def data_version(self) -> tuple[str, int, int]:
+        """How the store changes are learnt (``change_feed``), the commits of this process to the store,
+        and the notifications received (or, without notifications, the rows the schema's tables had
+        written per the server's statistics). See the module docstring."""
+        if self._feed is None:
+            self._listen()
+        here = _commits_here(self._key)
+        if self._feed == "notifications":
+            try:
+                self._drain(0)
+                return "notifications", here, self._notified
+            except psycopg.Error:  # the listener's connection was lost: notifications may have been missed
+                self._listener.close()
+                self._listener, self._feed = None, None
+                self._notified += 1
+                return self.data_version()
+        with self._connection() as conn:
+            row = conn.execute("SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint AS written "
+                               "FROM pg_stat_user_tables WHERE schemaname = %s", (self.schema,)).fetchone()
+        return "statistics", here, row["written"]
+
+    @property
+    def change_feed(self) -> str | None:
+        """How ``data_version`` learns of changes: "notifications" (LISTEN), "statistics" (a query of
+        the server's write counters per check, when notifications are unavailable), None before its
+        first call."""
+        return self._feed
+
+    def _listen(self) -> None:
+        """Open the listening connection and check that a notification sent on another connection
+        reaches it; else (it cannot connect, LISTEN is refused, or nothing arrives within
+        ``PROBE_SECONDS``: a pooler in transaction mode) use the statistics."""
+        self._feed = "statistics"
+        try:
+            listener = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                                       application_name="relaypoint")
+        except psycopg.Error:
+            return
+        self._listener = listener
+        try:
+            listener.execute(f"LISTEN {self._channel}")
+            token = _PROBE + secrets.token_hex(8)
+            with self._connection() as conn:
+                conn.execute("SELECT pg_notify(%s, %s)", (self._channel, token))
+            if self._drain(PROBE_SECONDS, until=token):
+                self._feed = "notifications"
+                return
+        except (psycopg.Error, StoreError):  # the store's own connection failing is raised by the check itself
+            pass
+        self._listener = None
+        listener.close()
+
+    def _drain(self, timeout: float, until: str | None = None) -> bool:
+        """Count the notifications that arrived (waiting up to ``timeout`` seconds for more, or for the
+        one whose payload is ``until``): test notifications (probes) are not changes. True when
+        ``until`` came."""
+        for n in self._listener.notifies(timeout=timeout):
+            if n.payload == until:
+                return True
+            if not n.payload.startswith(_PROBE):
+                self._notified += 1
+        return False
 
     # ---- query helpers
 
     DRIVER_ERROR = psycopg.Error
 
     def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
-        self._ensure_connected()
-        rows = self.conn.execute(_dialect(sql), params).fetchall()
+        with self._connection() as conn:
+            rows = conn.execute(_dialect(sql), params).fetchall()
         self.rows_read += len(rows)
         return rows
 
@@ -995,13 +1199,16 @@ class PostgresStore(SqlStore):
             None if cp is None else _free(cp.reason), None if cp is None else cp.state,
             None if cp is None else _time(cp.deadline_at),
             *events, *self._lock_keys)
-        try:
-            self._ensure_connected()
-            row = self.conn.execute(_COMMIT_BOUNDARY, params).fetchone()
-        except psycopg.Error as e:
-            if getattr(e, "sqlstate", None) == FENCE_REFUSED:
-                raise self._refused(b.run_id) from None
-            raise self.translate(e) from None
+        with self._connection() as conn:
+            try:
+                row = conn.execute(_COMMIT_BOUNDARY, params).fetchone()
+            except psycopg.Error as e:
+                if getattr(e, "sqlstate", None) != FENCE_REFUSED:
+                    raise
+                row = None
+        if row is None:
+            raise self._refused(b.run_id)
+        _committed(self._key)
         return BoundaryResult(checkpoint_id=row["checkpoint_id"])
 
 
