@@ -121,8 +121,7 @@ class LeaseHolder:
                      expires_at=now + timedelta(seconds=self.seconds), heartbeat_at=now)
 
     def start_heartbeat(self) -> None:
-        """Renew the lease every ``seconds / 3`` on a thread with its own store connection (opened
-        from ``store_url``)."""
+        """Renew the lease every ``seconds / 3`` on a thread, through :func:`heartbeat_store`."""
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{self.run_id}", daemon=True)
         self._thread.start()
 
@@ -137,7 +136,7 @@ class LeaseHolder:
         try:
             while not self._stop.wait(self.seconds / 3):
                 try:
-                    store = store or open_store(self.store_url)
+                    store = store or heartbeat_store(self.store_url)
                     with store.transaction():
                         renewed = store.update_run(self.run_id, fence=self.token, lease=self.lease())
                 except Exception:
@@ -150,6 +149,14 @@ class LeaseHolder:
         finally:
             if store is not None:
                 store.close()
+
+
+def heartbeat_store(url: str) -> RunStore:
+    """The store a heartbeat renews through: on PostgreSQL it borrows a connection from its process's
+    pool for each renewal (a worker's heartbeats share a few connections, instead of one per run);
+    on SQLite it has its own. Hold one open for as long as heartbeats may start (a worker does) and
+    the pool stays open between runs. Raises what :func:`open_store` raises."""
+    return open_store(url, pooled=True)
 
 
 def parse_expiry(text: str | None) -> datetime | None:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 
 from .defaults import DURABILITY, LEASE_SECONDS, MAX_RECOVERIES, POLL_SECONDS
 from .errors import RefusedTransition, RelaypointError
+from .lease import heartbeat_store
 from .runtime import Runtime
 from .status import RunStatus
 from .store import StoreUnreachable
@@ -29,7 +30,8 @@ CANDIDATES = 50
 
 class Worker:
     """``concurrency`` threads, each with its own store connection to ``url``, polling every ``poll_seconds``
-    for runnable runs of the workflows given (others are left for a worker that defines them).
+    for runnable runs of the workflows given (others are left for a worker that defines them). The
+    heartbeats of the runs under way share a few connections (see :func:`~relaypoint.lease.heartbeat_store`).
 
     ``max_recoveries``: an interrupted run whose executor died more than this many times while
     executing it alone is marked failed with the reason instead of being recovered again.
@@ -151,12 +153,13 @@ class Worker:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: self.stop())
         self._runtime().close()  # a missing or unreadable store fails here, before any thread starts
-        threads = [threading.Thread(target=self._loop, name=f"worker-{i}") for i in range(self.concurrency)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)  # short joins keep the main thread able to take signals
+        with heartbeat_store(self.url):  # keeps the heartbeats' shared connections open between runs
+            threads = [threading.Thread(target=self._loop, name=f"worker-{i}") for i in range(self.concurrency)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)  # short joins keep the main thread able to take signals
 
     def stop(self) -> None:
         """Finish the step under way, release its run, and stop polling."""

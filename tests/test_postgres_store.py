@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -394,3 +395,58 @@ def test_a_user_with_create_on_a_schema_an_administrator_made_can_make_the_store
         server(f"DROP SCHEMA IF EXISTS {postgres_schema} CASCADE")
         server(f"DROP OWNED BY {role}")
         server(f"DROP ROLE {role}")
+
+
+# ---- shared connections --------------------------------------------------------------------------------
+
+
+def test_the_heartbeats_of_a_process_share_a_few_connections(postgres_schema):
+    from relaypoint.clock import utcnow
+    from relaypoint.lease import LeaseHolder
+    from relaypoint.store.postgres import POOL_MAX_SIZE
+
+    role = f"{postgres_schema}_hb"  # counts this test's connections apart from everything else on the server
+    server(f"CREATE ROLE {role} LOGIN")
+    server(f"GRANT CREATE ON DATABASE {POSTGRES_URL.rsplit('/', 1)[1]} TO {role}")
+    url = f"{POSTGRES_URL.replace('postgres@', role + '@', 1)}?schema={postgres_schema}"
+    try:
+        with open_store(url, create=True) as store:
+            holders = []
+            for i in range(8):
+                holder = LeaseHolder(url, f"r{i}", utcnow, seconds=0.6)
+                add_run(store, f"r{i}", owner=holder.lease())
+                holders.append(holder)
+            before = {h.run_id: store.run(h.run_id).lease.heartbeat_at for h in holders}
+            for h in holders:
+                h.start_heartbeat()
+            try:
+                deadline = time.monotonic() + 20
+                while any(store.run(h.run_id).lease.heartbeat_at == before[h.run_id] for h in holders):
+                    assert time.monotonic() < deadline, "every heartbeat to renew its lease"
+                    time.sleep(0.1)
+                held = server("SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (role,))[0][0]
+            finally:
+                for h in holders:
+                    h.stop_heartbeat()
+            assert not any(h.lost.is_set() for h in holders)
+            assert 2 <= held <= 1 + POOL_MAX_SIZE < 1 + len(holders)  # the store's own, and the shared ones
+        assert server("SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (role,)) == [(0,)]  # all closed
+    finally:
+        drop_schema(postgres_schema)
+        server(f"DROP OWNED BY {role}")
+        server(f"DROP ROLE {role}")
+
+
+def test_a_pooled_store_reads_writes_and_reconnects_after_a_lost_connection(url):
+    with open_store(url, create=True), open_store(url, pooled=True) as pooled:
+        add_run(pooled, "r1")
+        assert pooled.conn is None  # nothing held between operations
+        with pooled.transaction():
+            pid = pooled.conn.info.backend_pid  # the pool's one connection (its first user opened it)
+        server("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(StoreUnreachable, match=r"^the connection to .* was lost") as e:
+            pooled.run("r1")
+        assert "\n" not in str(e.value)
+        assert pooled.run("r1").run_id == "r1"  # the broken one was dropped, a new one made
+        with pooled.transaction():
+            assert pooled.conn.info.backend_pid != pid

@@ -14,14 +14,16 @@ from .url import InvalidStoreURL, parse
 
 
 def open_store(url: str, *, create: bool = False, readonly: bool = False,
-               durability: str = DURABILITY) -> RunStore:
+               durability: str = DURABILITY, pooled: bool = False) -> RunStore:
     """Open the store at ``url`` (a plain path, ``sqlite:///path``, ``postgresql://user@host/dbname``;
     see :mod:`relaypoint.store.url`).
 
     ``create``: make a new store when there is none (else :class:`StoreMissing`). ``readonly``:
     never write (a console on a file it cannot write). ``durability``: "full" (every commit is on
     disk when it returns: survives a power cut) or "normal" (survives a process crash; an OS crash
-    may lose the last commits). Raises the :class:`relaypoint.errors.StoreError` subclasses:
+    may lose the last commits). ``pooled``: on PostgreSQL, hold no connection but borrow one from the
+    process's shared pool for each transaction or read (for short, occasional work such as a
+    heartbeat); a SQLite store always has its own. Raises the :class:`relaypoint.errors.StoreError` subclasses:
     ``StoreMissing``, ``NotAStore``, ``StoreNewer``, ``StoreDamaged``, ``BackendUnavailable``,
     ``InvalidStoreURL``...; ``InvalidValue`` for an unknown durability.
     """
@@ -32,12 +34,12 @@ def open_store(url: str, *, create: bool = False, readonly: bool = False,
         try:
             from .postgres import PostgresStore
         except ImportError as e:  # psycopg is an optional extra
-            if (e.name or "").split(".")[0] not in ("psycopg", "psycopg_binary", "psycopg_c"):
+            if (e.name or "").split(".")[0] not in ("psycopg", "psycopg_binary", "psycopg_c", "psycopg_pool"):
                 raise
             raise BackendUnavailable("the PostgreSQL backend needs psycopg, which is not installed; "
                                      "pip install 'relaypoint[postgres]'") from None
         return PostgresStore(where.conninfo, where.schema, url=str(url), create=create, readonly=readonly,
-                             durability=durability)
+                             durability=durability, pooled=pooled)
     from .sqlite import SqliteStore
 
     return SqliteStore(where.path, url=str(url), create=create, readonly=readonly, durability=durability)

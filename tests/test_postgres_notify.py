@@ -1,0 +1,179 @@
+"""The PostgreSQL store's change check (``data_version``, what the console's live refresh asks each
+tick): notifications on the schema's channel, read without a round trip while nothing changes; the
+server's write counters when notifications cannot be had; and the upgrade of a version-1 store.
+
+Writers are other processes (``python -c``), as a worker or another person's console would be."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from relaypoint.store import StoreReadOnly, open_store
+from relaypoint.store.postgres import MIGRATIONS, NOTIFYING_TABLES, SCHEMA_VERSION, _migrate_1, channel
+
+from conftest import POSTGRES_URL, drop_schema, postgres_server
+from test_store_contract import add_run
+
+psycopg = pytest.importorskip("psycopg")
+
+WRITE = """\
+import sys
+from datetime import UTC, datetime
+from relaypoint.store import open_store
+with open_store(sys.argv[1], create=True) as store, store.transaction():
+    for i in range(int(sys.argv[2])):  # several statements on several tables, one transaction
+        store.add_event("r1", datetime.now(UTC), "noted") if store.exists("r1") else None
+        store.update_run("r1", steps_done=i) if store.exists("r1") else None
+    store.delete_runs(["no-such-run"])
+"""
+
+
+@pytest.fixture
+def url(postgres_schema: str) -> str:
+    return f"{postgres_server()}?schema={postgres_schema}"
+
+
+def server(sql: str, params: tuple = ()) -> list[tuple]:
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else []
+
+
+def write_elsewhere(url: str, statements: int = 3) -> None:
+    """One transaction of several statements on the store at ``url``, by another process."""
+    subprocess.run([sys.executable, "-c", WRITE, url, str(statements)], check=True, timeout=60)
+
+
+def changed(store, version, seconds: float = 10):
+    """The store's version once it differs from ``version`` (notifications arrive a moment after the
+    writer's commit returns), or the unchanged one after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while (now := store.data_version()) == version and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return now
+
+
+def backends(pids: list[int]) -> list[tuple]:
+    """What the server shows of these backends: state, when it last changed, the last statement."""
+    return server("SELECT pid, state, state_change, query FROM pg_stat_activity WHERE pid = ANY(%s) ORDER BY pid",
+                  (pids,))
+
+
+def test_a_commit_by_another_process_changes_the_version_and_an_idle_check_sends_nothing(url):
+    with open_store(url, create=True) as store:
+        add_run(store, "r1")
+        version = store.data_version()
+        assert store.change_feed == "notifications"
+        pids = [store.conn.info.backend_pid, *(r[0] for r in server(
+            "SELECT pid FROM pg_stat_activity WHERE query = %s", (f"LISTEN {channel(store.schema)}",)))]
+        assert len(pids) == 2  # the store's connection and its listener
+        seen = backends(pids)
+        for _ in range(200):
+            assert store.data_version() == version
+        assert backends(pids) == seen  # no statement reached either backend: no round trip per check
+        write_elsewhere(url)
+        assert changed(store, version) != version
+
+
+def test_one_notification_per_transaction_and_none_for_another_schema(url, postgres_schema):
+    other = url.replace(postgres_schema, postgres_schema + "_b")
+    try:
+        with open_store(url, create=True) as store:
+            add_run(store, "r1")
+            kind, here, heard = store.data_version()
+            write_elsewhere(other, statements=5)  # made and written there: not this store's channel
+            write_elsewhere(url, statements=5)    # eleven statements here, one transaction
+            # Notifications come in commit order on one socket: once this schema's has come, one from
+            # the other schema would have been counted before it.
+            assert changed(store, (kind, here, heard)) == (kind, here, heard + 1)
+            time.sleep(0.5)
+            assert store.data_version() == (kind, here, heard + 1)
+    finally:
+        drop_schema(postgres_schema + "_b")
+
+
+def test_writes_of_this_process_count_at_once(url):
+    with open_store(url, create=True) as store, open_store(url) as other:
+        add_run(store, "r1")
+        version = store.data_version()
+        with other.transaction():
+            other.add_event("r1", other.run("r1").created_at, "noted")
+        assert store.data_version() != version  # no wait: the commit was made here
+
+
+def test_a_lost_listener_counts_as_a_change_and_listening_resumes(url):
+    with open_store(url, create=True) as store:
+        add_run(store, "r1")
+        version = store.data_version()
+        server("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
+               (f"LISTEN {channel(store.schema)}",))
+        version = changed(store, version)  # what was sent meanwhile may be lost: counted as a change
+        assert store.change_feed == "notifications"
+        write_elsewhere(url)
+        assert changed(store, version) != version
+
+
+@pytest.fixture
+def limited_role(url: str, postgres_schema: str):
+    """A read-only user allowed one connection (CONNECTION LIMIT 1, as hosted servers and poolers
+    impose): a console of theirs cannot open its listening connection."""
+    with open_store(url, create=True) as store:
+        add_run(store, "r1")
+    role = f"{postgres_schema}_one"
+    server(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1")
+    try:
+        server(f"GRANT USAGE ON SCHEMA {postgres_schema} TO {role}")
+        server(f"GRANT SELECT ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
+        yield url.replace("postgres@", f"{role}@", 1)
+    finally:
+        server(f"DROP OWNED BY {role}")
+        server(f"DROP ROLE {role}")
+
+
+def test_without_notifications_the_schemas_write_counters_are_checked(limited_role, url, postgres_schema):
+    other = url.replace(postgres_schema, postgres_schema + "_b")
+    try:
+        with open_store(limited_role, readonly=True) as console:
+            version = console.data_version()
+            assert console.change_feed == "statistics"  # the listener could not connect
+            console.list_runs(), console.run("r1")
+            assert console.data_version() == version  # reads are not changes
+            write_elsewhere(other)
+            time.sleep(1.5)  # the server's counters are flushed within a second (and when a backend ends)
+            assert console.data_version() == version  # another schema's writes are not counted
+            write_elsewhere(url)
+            assert changed(console, version) != version
+            assert console.change_feed == "statistics"
+    finally:
+        drop_schema(postgres_schema + "_b")
+
+
+def test_a_version_1_store_is_upgraded_on_open_and_then_notifies(url, postgres_schema):
+    server(f"CREATE SCHEMA {postgres_schema}")
+    with psycopg.connect(POSTGRES_URL, autocommit=True, options=f"-c search_path={postgres_schema}") as conn:
+        with conn.transaction():
+            for statement in _migrate_1(postgres_schema):
+                conn.execute(statement)
+            conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', '1')")
+    assert MIGRATIONS[0] is _migrate_1 and SCHEMA_VERSION == 2
+    with pytest.raises(StoreReadOnly, match="needs an upgrade to version 2"):
+        open_store(url, readonly=True)
+    with open_store(url) as store:  # upgraded here
+        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("2",)]
+        triggers = server("SELECT DISTINCT event_object_table FROM information_schema.triggers "
+                          "WHERE trigger_schema = %s AND trigger_name = 'notify_change'", (postgres_schema,))
+        assert {t for (t,) in triggers} == set(NOTIFYING_TABLES)
+        add_run(store, "r1")
+        version = store.data_version()
+        write_elsewhere(url)
+        assert changed(store, version) != version
+
+
+def test_a_channel_name_fits_postgresqls_limit():
+    assert channel("relaypoint") == "relaypoint_relaypoint"
+    long = "s" * 63
+    assert len(channel(long)) == 63 and channel(long) != channel("s" * 62 + "t")
