@@ -60,6 +60,15 @@ def connections(server: str) -> int:
         return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (DATABASE,)).fetchone()[0]
 
 
+def active_since(server: str, seconds: float) -> int:
+    """Client connections to the measurement database whose state changed in the last ``seconds``
+    (a statement sent): zero when a console sends nothing while idle."""
+    with psycopg.connect(server, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = "
+                            "'client backend' AND state_change > now() - make_interval(secs => %s)",
+                            (DATABASE, seconds)).fetchone()[0]
+
+
 def noise(server: str, per_second: float, stop: threading.Event) -> int:
     """Commit ``per_second`` one-row transactions a second in ``server``'s own database until ``stop``."""
     done = 0
@@ -91,13 +100,15 @@ def console(args: argparse.Namespace) -> None:
         time.sleep(1.5)  # a backend flushes its counts at most once a second
         after, elapsed = transactions(args.server), time.monotonic() - start - 1.5
         held = connections(args.server)
+        active = active_since(args.server, args.seconds + 1.5)
     finally:
         stop.set()
         if noisy and noisy.is_alive():
             noisy.join()
         subprocess.run(["tmux", "kill-session", "-t", session], check=False)
     print(f"console idle {elapsed:.0f} s, noise {args.noise}/s elsewhere on the server: "
-          f"{(after - before) / elapsed:.2f} transactions/s on its database, {held} connections")
+          f"{(after - before) / elapsed:.2f} transactions/s on its database (autovacuum included), {held} connections, "
+          f"{active} of them sent a statement during the window")
 
 
 APP = textwrap.dedent('''
