@@ -13,7 +13,7 @@ import time
 import pytest
 
 from relaypoint.store import StoreReadOnly, open_store
-from relaypoint.store.postgres import MIGRATIONS, NOTIFYING_TABLES, SCHEMA_VERSION, _migrate_1, channel
+from relaypoint.store.postgres import MIGRATIONS, SCHEMA_VERSION, _migrate_1, channel
 
 from conftest import POSTGRES_URL, drop_schema, postgres_server
 from test_store_contract import add_run
@@ -23,12 +23,20 @@ psycopg = pytest.importorskip("psycopg")
 WRITE = """\
 import sys
 from datetime import UTC, datetime
-from relaypoint.store import open_store
-with open_store(sys.argv[1], create=True) as store, store.transaction():
-    for i in range(int(sys.argv[2])):  # several statements on several tables, one transaction
-        store.add_event("r1", datetime.now(UTC), "noted") if store.exists("r1") else None
-        store.update_run("r1", steps_done=i) if store.exists("r1") else None
-    store.delete_runs(["no-such-run"])
+from relaypoint.store import Boundary, open_store
+with open_store(sys.argv[1], create=True) as store:
+    if sys.argv[2] == "boundary":
+        store.commit_boundary(Boundary(run_id="r1", at=datetime.now(UTC), run={"steps_done": 1}))
+    elif sys.argv[2] == "nothing":  # a transaction that only reads
+        with store.transaction():
+            store.list_runs()
+    else:
+        with store.transaction():  # several statements on several tables, one transaction
+            for i in range(3):
+                if store.exists("r1"):
+                    store.add_event("r1", datetime.now(UTC), "noted")
+                    store.update_run("r1", steps_done=i)
+            store.delete_runs(["no-such-run"])
 """
 
 
@@ -43,9 +51,10 @@ def server(sql: str, params: tuple = ()) -> list[tuple]:
         return cur.fetchall() if cur.description else []
 
 
-def write_elsewhere(url: str, statements: int = 3) -> None:
-    """One transaction of several statements on the store at ``url``, by another process."""
-    subprocess.run([sys.executable, "-c", WRITE, url, str(statements)], check=True, timeout=60)
+def write_elsewhere(url: str, what: str = "transaction") -> None:
+    """A write to the store at ``url`` by another process: one "transaction" of several statements,
+    a "boundary" of run r1, or a transaction that writes "nothing"."""
+    subprocess.run([sys.executable, "-c", WRITE, url, what], check=True, timeout=60)
 
 
 def changed(store, version, seconds: float = 10):
@@ -79,19 +88,23 @@ def test_a_commit_by_another_process_changes_the_version_and_an_idle_check_sends
         assert changed(store, version) != version
 
 
-def test_one_notification_per_transaction_and_none_for_another_schema(url, postgres_schema):
+def test_one_notification_per_write_and_none_for_another_schema_or_a_transaction_that_wrote_nothing(
+        url, postgres_schema):
     other = url.replace(postgres_schema, postgres_schema + "_b")
     try:
         with open_store(url, create=True) as store:
             add_run(store, "r1")
             kind, here, heard = store.data_version()
-            write_elsewhere(other, statements=5)  # made and written there: not this store's channel
-            write_elsewhere(url, statements=5)    # eleven statements here, one transaction
-            # Notifications come in commit order on one socket: once this schema's has come, one from
-            # the other schema would have been counted before it.
+            write_elsewhere(other)             # made and written there: not this store's channel
+            write_elsewhere(url, "nothing")
+            write_elsewhere(url)               # seven statements here, one transaction
+            # Notifications come in commit order on one socket: once this write's has come, any from
+            # the writes before it would have been counted first.
             assert changed(store, (kind, here, heard)) == (kind, here, heard + 1)
+            write_elsewhere(url, "boundary")
+            assert changed(store, (kind, here, heard + 1)) == (kind, here, heard + 2)
             time.sleep(0.5)
-            assert store.data_version() == (kind, here, heard + 1)
+            assert store.data_version() == (kind, here, heard + 2)
     finally:
         drop_schema(postgres_schema + "_b")
 
@@ -164,12 +177,12 @@ def test_a_version_1_store_is_upgraded_on_open_and_then_notifies(url, postgres_s
         open_store(url, readonly=True)
     with open_store(url) as store:  # upgraded here
         assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("2",)]
-        triggers = server("SELECT DISTINCT event_object_table FROM information_schema.triggers "
-                          "WHERE trigger_schema = %s AND trigger_name = 'notify_change'", (postgres_schema,))
-        assert {t for (t,) in triggers} == set(NOTIFYING_TABLES)
+        [(source,)] = server("SELECT prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                             "WHERE nspname = %s AND proname = 'commit_boundary'", (postgres_schema,))
+        assert f"pg_notify('{channel(postgres_schema)}', '')" in source
         add_run(store, "r1")
         version = store.data_version()
-        write_elsewhere(url)
+        write_elsewhere(url, "boundary")
         assert changed(store, version) != version
 
 

@@ -19,9 +19,10 @@ The hot path: a step boundary is one statement, a call of the schema's ``commit_
 function (PL/pgSQL, its statements planned once per connection), in its own transaction: one round
 trip, where sending the eight statements of a boundary cost three times as much on one machine.
 
-``data_version`` (the console's change check): every statement that writes the store's tables
-sends a notification on the schema's channel (``relaypoint_<schema>``, statement triggers of schema
-version 2); the server delivers one per transaction, at commit, to every listener. The first call
+``data_version`` (the console's change check): every boundary and every transaction that wrote
+notifies the schema's channel (``relaypoint_<schema>``, schema version 2); the server delivers one
+notification per transaction, at commit, to every listener (writes made by hand, outside relaypoint,
+are seen with the next one). The first call
 opens a second connection that listens (and checks that a notification really comes back: a pooler
 in transaction mode, such as PgBouncer's, accepts LISTEN but drops what is sent to it); after that a
 check reads what already arrived on that socket, without a round trip while nothing changes. When
@@ -109,6 +110,8 @@ COPIED_FREE_TEXT = {"error", "traceback", "reason", "decided_by", "comment", "ac
 FENCE_REFUSED = "RPF01"
 """The SQLSTATE a boundary's refused run update raises (commit_boundary), rolling the boundary back."""
 _LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
+# At the end of a transaction: notify the schema's channel when it wrote (it then has a transaction id).
+_NOTIFY_IF_WRITTEN = "SELECT pg_notify(%s, '') WHERE pg_current_xact_id_if_assigned() IS NOT NULL"
 _OUTPUT_INSERT = ("INSERT INTO outputs (run_id, seq, value) VALUES (%s, %s, %s) "
                   "ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value")
 _CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at) "
@@ -122,6 +125,88 @@ _CHILDREN = ("FROM steps s WHERE s.run_id = %(run)s AND s.name = (SELECT g.name 
 
 
 # ---- schema -------------------------------------------------------------------------------------
+
+def _commit_boundary_function(schema: str, notify: str | None) -> str:
+    """The schema's ``commit_boundary`` function (see ``_migrate_1``); with ``notify`` (a channel), it
+    also notifies that channel (version 2), and replaces the one there."""
+    return (
+        f"""CREATE {'OR REPLACE ' if notify else ''}FUNCTION {schema}.commit_boundary(
+                p_run text, p_fence text, p_at timestamptz, p_fields text[],
+                p_status text, p_updated_at timestamptz, p_current_step text, p_steps_done bigint,
+                p_steps_total bigint, p_error text, p_fingerprint text, p_suspect_deaths bigint,
+                p_lease_token text, p_lease_pid bigint, p_lease_pid_start text, p_lease_host text,
+                p_lease_expires_at timestamptz, p_heartbeat_at timestamptz,
+                p_end_seq bigint, p_end_status text, p_end_error text, p_end_traceback text, p_output text,
+                p_start_seq bigint, p_start_attempt bigint, p_new boolean, p_new_name text, p_new_iteration bigint,
+                p_new_agent text, p_new_parent bigint, p_new_options text, p_new_key text,
+                p_cp_kind text, p_cp_run text, p_cp_seq bigint, p_cp_step text, p_cp_at timestamptz,
+                p_cp_reason text, p_cp_state text, p_cp_deadline timestamptz,
+                p_ev_kinds text[], p_ev_steps text[], p_ev_actors text[], p_ev_details text[],
+                p_ev_names boolean[], p_lock1 integer, p_lock2 integer) RETURNS bigint
+            LANGUAGE plpgsql AS $$
+            DECLARE
+                updated bigint;
+                cp bigint;
+            BEGIN
+                PERFORM pg_advisory_xact_lock_shared(p_lock1, p_lock2);
+                UPDATE {schema}.runs SET
+                    status = CASE WHEN 'status' = ANY(p_fields) THEN p_status ELSE status END,
+                    updated_at = CASE WHEN 'updated_at' = ANY(p_fields) THEN p_updated_at ELSE updated_at END,
+                    current_step = CASE WHEN 'current_step' = ANY(p_fields) THEN p_current_step ELSE current_step END,
+                    steps_done = CASE WHEN 'steps_done' = ANY(p_fields) THEN p_steps_done ELSE steps_done END,
+                    steps_total = CASE WHEN 'steps_total' = ANY(p_fields) THEN p_steps_total ELSE steps_total END,
+                    error = CASE WHEN 'error' = ANY(p_fields) THEN p_error ELSE error END,
+                    fingerprint = CASE WHEN 'fingerprint' = ANY(p_fields) THEN p_fingerprint ELSE fingerprint END,
+                    suspect_deaths = CASE WHEN 'suspect_deaths' = ANY(p_fields) THEN p_suspect_deaths
+                                          ELSE suspect_deaths END,
+                    lease_token = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_token ELSE lease_token END,
+                    lease_pid = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_pid ELSE lease_pid END,
+                    lease_pid_start = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_pid_start ELSE lease_pid_start END,
+                    lease_host = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_host ELSE lease_host END,
+                    lease_expires_at = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_expires_at
+                                            ELSE lease_expires_at END,
+                    heartbeat_at = CASE WHEN 'lease' = ANY(p_fields) THEN p_heartbeat_at ELSE heartbeat_at END
+                WHERE run_id = p_run AND (p_fence IS NULL OR lease_token = p_fence);
+                GET DIAGNOSTICS updated = ROW_COUNT;
+                IF updated <> 1 THEN
+                    RAISE EXCEPTION 'relaypoint: the boundary''s run update was refused' USING ERRCODE = '{FENCE_REFUSED}';
+                END IF;{f"{chr(10)}                PERFORM pg_notify('{notify}', '');" if notify else ''}
+                IF p_end_seq IS NOT NULL THEN
+                    UPDATE {schema}.steps SET status = p_end_status, finished_at = p_at, error = p_end_error,
+                                              traceback = p_end_traceback
+                        WHERE run_id = p_run AND seq = p_end_seq;
+                    IF p_output IS NOT NULL THEN
+                        INSERT INTO {schema}.outputs (run_id, seq, value) VALUES (p_run, p_end_seq, p_output)
+                            ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value;
+                    END IF;
+                END IF;
+                IF p_new THEN
+                    INSERT INTO {schema}.steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts,
+                                                options, started_at, idempotency_key)
+                        VALUES (p_run, p_start_seq, p_new_name, p_new_iteration, p_new_agent, p_new_parent,
+                                '{StepStatus.RUNNING.value}', p_start_attempt, p_new_options, p_at, p_new_key);
+                ELSIF p_start_seq IS NOT NULL THEN
+                    UPDATE {schema}.steps SET status = '{StepStatus.RUNNING.value}', attempts = p_start_attempt,
+                                              started_at = p_at, finished_at = NULL, error = NULL, traceback = NULL
+                        WHERE run_id = p_run AND seq = p_start_seq;
+                END IF;
+                IF p_cp_kind IS NOT NULL THEN
+                    INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at)
+                        VALUES (p_cp_run, p_cp_seq, p_cp_step, p_cp_kind, p_cp_at, p_cp_reason, p_cp_state,
+                                p_cp_deadline)
+                        RETURNING checkpoint_id INTO cp;
+                END IF;
+                IF cardinality(p_ev_kinds) > 0 THEN
+                    INSERT INTO {schema}.events (run_id, at, kind, step, actor, detail)
+                        SELECT p_run, p_at, e.kind, e.step, e.actor,
+                               CASE WHEN e.names THEN '{{"checkpoint_id": ' || cp || e.detail ELSE e.detail END
+                        FROM unnest(p_ev_kinds, p_ev_steps, p_ev_actors, p_ev_details, p_ev_names)
+                             WITH ORDINALITY AS e(kind, step, actor, detail, names, n)
+                        ORDER BY e.n;
+                END IF;
+                RETURN cp;
+            END $$""")
+
 
 def _migrate_1(schema: str) -> list[str]:
     """The tables, indexes and triggers of the SQLite store's schema 3 (this backend's version 1)."""
@@ -234,82 +319,7 @@ def _migrate_1(schema: str) -> list[str]:
         # first (a refusal raises FENCE_REFUSED and nothing is written), the ended execution and its
         # output, the started one, the checkpoint, the events (those naming the checkpoint get its id).
         # Run fields not in p_fields keep their values. Plans are cached by PL/pgSQL per connection.
-        f"""CREATE FUNCTION {schema}.commit_boundary(
-                p_run text, p_fence text, p_at timestamptz, p_fields text[],
-                p_status text, p_updated_at timestamptz, p_current_step text, p_steps_done bigint,
-                p_steps_total bigint, p_error text, p_fingerprint text, p_suspect_deaths bigint,
-                p_lease_token text, p_lease_pid bigint, p_lease_pid_start text, p_lease_host text,
-                p_lease_expires_at timestamptz, p_heartbeat_at timestamptz,
-                p_end_seq bigint, p_end_status text, p_end_error text, p_end_traceback text, p_output text,
-                p_start_seq bigint, p_start_attempt bigint, p_new boolean, p_new_name text, p_new_iteration bigint,
-                p_new_agent text, p_new_parent bigint, p_new_options text, p_new_key text,
-                p_cp_kind text, p_cp_run text, p_cp_seq bigint, p_cp_step text, p_cp_at timestamptz,
-                p_cp_reason text, p_cp_state text, p_cp_deadline timestamptz,
-                p_ev_kinds text[], p_ev_steps text[], p_ev_actors text[], p_ev_details text[],
-                p_ev_names boolean[], p_lock1 integer, p_lock2 integer) RETURNS bigint
-            LANGUAGE plpgsql AS $$
-            DECLARE
-                updated bigint;
-                cp bigint;
-            BEGIN
-                PERFORM pg_advisory_xact_lock_shared(p_lock1, p_lock2);
-                UPDATE {schema}.runs SET
-                    status = CASE WHEN 'status' = ANY(p_fields) THEN p_status ELSE status END,
-                    updated_at = CASE WHEN 'updated_at' = ANY(p_fields) THEN p_updated_at ELSE updated_at END,
-                    current_step = CASE WHEN 'current_step' = ANY(p_fields) THEN p_current_step ELSE current_step END,
-                    steps_done = CASE WHEN 'steps_done' = ANY(p_fields) THEN p_steps_done ELSE steps_done END,
-                    steps_total = CASE WHEN 'steps_total' = ANY(p_fields) THEN p_steps_total ELSE steps_total END,
-                    error = CASE WHEN 'error' = ANY(p_fields) THEN p_error ELSE error END,
-                    fingerprint = CASE WHEN 'fingerprint' = ANY(p_fields) THEN p_fingerprint ELSE fingerprint END,
-                    suspect_deaths = CASE WHEN 'suspect_deaths' = ANY(p_fields) THEN p_suspect_deaths
-                                          ELSE suspect_deaths END,
-                    lease_token = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_token ELSE lease_token END,
-                    lease_pid = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_pid ELSE lease_pid END,
-                    lease_pid_start = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_pid_start ELSE lease_pid_start END,
-                    lease_host = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_host ELSE lease_host END,
-                    lease_expires_at = CASE WHEN 'lease' = ANY(p_fields) THEN p_lease_expires_at
-                                            ELSE lease_expires_at END,
-                    heartbeat_at = CASE WHEN 'lease' = ANY(p_fields) THEN p_heartbeat_at ELSE heartbeat_at END
-                WHERE run_id = p_run AND (p_fence IS NULL OR lease_token = p_fence);
-                GET DIAGNOSTICS updated = ROW_COUNT;
-                IF updated <> 1 THEN
-                    RAISE EXCEPTION 'relaypoint: the boundary''s run update was refused' USING ERRCODE = '{FENCE_REFUSED}';
-                END IF;
-                IF p_end_seq IS NOT NULL THEN
-                    UPDATE {schema}.steps SET status = p_end_status, finished_at = p_at, error = p_end_error,
-                                              traceback = p_end_traceback
-                        WHERE run_id = p_run AND seq = p_end_seq;
-                    IF p_output IS NOT NULL THEN
-                        INSERT INTO {schema}.outputs (run_id, seq, value) VALUES (p_run, p_end_seq, p_output)
-                            ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value;
-                    END IF;
-                END IF;
-                IF p_new THEN
-                    INSERT INTO {schema}.steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts,
-                                                options, started_at, idempotency_key)
-                        VALUES (p_run, p_start_seq, p_new_name, p_new_iteration, p_new_agent, p_new_parent,
-                                '{StepStatus.RUNNING.value}', p_start_attempt, p_new_options, p_at, p_new_key);
-                ELSIF p_start_seq IS NOT NULL THEN
-                    UPDATE {schema}.steps SET status = '{StepStatus.RUNNING.value}', attempts = p_start_attempt,
-                                              started_at = p_at, finished_at = NULL, error = NULL, traceback = NULL
-                        WHERE run_id = p_run AND seq = p_start_seq;
-                END IF;
-                IF p_cp_kind IS NOT NULL THEN
-                    INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at)
-                        VALUES (p_cp_run, p_cp_seq, p_cp_step, p_cp_kind, p_cp_at, p_cp_reason, p_cp_state,
-                                p_cp_deadline)
-                        RETURNING checkpoint_id INTO cp;
-                END IF;
-                IF cardinality(p_ev_kinds) > 0 THEN
-                    INSERT INTO {schema}.events (run_id, at, kind, step, actor, detail)
-                        SELECT p_run, p_at, e.kind, e.step, e.actor,
-                               CASE WHEN e.names THEN '{{"checkpoint_id": ' || cp || e.detail ELSE e.detail END
-                        FROM unnest(p_ev_kinds, p_ev_steps, p_ev_actors, p_ev_details, p_ev_names)
-                             WITH ORDINALITY AS e(kind, step, actor, detail, names, n)
-                        ORDER BY e.n;
-                END IF;
-                RETURN cp;
-            END $$""",
+        _commit_boundary_function(schema, None),
         f"""CREATE FUNCTION {schema}.run_counts_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
                 IF TG_OP = 'INSERT' THEN
@@ -335,23 +345,13 @@ def channel(schema: str) -> str:
     return name if len(name) <= 63 else f"relaypoint_{schema[:43]}_{_lock_key(schema) & 0xFFFFFFFF:08x}"
 
 
-NOTIFYING_TABLES = ("runs", "run_inputs", "definitions", "steps", "outputs", "checkpoints", "events")
-"""The tables whose writes notify the schema's channel (everything the console shows)."""
-
-
 def _migrate_2(schema: str) -> list[str]:
-    """Version 2: every statement writing a table the console shows notifies the schema's channel,
-    with an empty payload, so that the server delivers one notification per transaction (it folds
-    identical ones) at commit, to listeners of this schema only."""
-    return [
-        f"""CREATE FUNCTION {schema}.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                PERFORM pg_notify('{channel(schema)}', '');
-                RETURN NULL;
-            END $$""",
-        *(f"CREATE TRIGGER notify_change AFTER INSERT OR UPDATE OR DELETE ON {table} FOR EACH STATEMENT "
-          f"EXECUTE FUNCTION {schema}.notify_change()" for table in NOTIFYING_TABLES),
-    ]
+    """Version 2: a boundary notifies the schema's channel (``commit_boundary`` calls ``pg_notify``; the
+    other write transactions notify from :meth:`PostgresStore.transaction`). Statement triggers on the
+    tables would notify for any writer, but cost a boundary more than the notification itself (each
+    statement of a boundary would queue a trigger event). The version also keeps older relaypoints,
+    whose writes would not notify, from writing to the store."""
+    return [_commit_boundary_function(schema, channel(schema))]
 
 
 MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1, _migrate_2]
@@ -723,6 +723,7 @@ class PostgresStore(SqlStore):
                 with conn.transaction():
                     conn.execute(lock, self._lock_keys)
                     yield
+                    conn.execute(_NOTIFY_IF_WRITTEN, (self._channel,))
             finally:
                 self._in_transaction = False
         _committed(self._key)
