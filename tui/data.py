@@ -88,8 +88,8 @@ def read_page(rt: Runtime, query: RunQuery, kind: PageKind, anchor: RunKey | Non
     return RunsPage(query, kind, anchor, page, len(runs) > limit)
 
 
-Version = tuple[int, int, int]
-"""A store version as the console's reader sees it: (connection number, data_version, total_changes)."""
+Version = tuple[Any, ...]
+"""A store version as the console's reader sees it: (connection number, *the store's data_version())."""
 
 
 @dataclass(frozen=True)

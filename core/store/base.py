@@ -384,7 +384,8 @@ class RunStore(ABC):
     @abstractmethod
     def data_version(self) -> Hashable:
         """A value that changes whenever anything is committed to the store, by this process or
-        another. Only comparable between calls on the same store object."""
+        another (another process's commit may be seen a moment later: on PostgreSQL it arrives as a
+        notification). Only comparable between calls on the same store object."""
 
     # ---- reads: runs
 

@@ -22,13 +22,13 @@ trip, where sending the eight statements of a boundary cost three times as much 
 ``data_version`` (the console's change check): every boundary and every transaction that wrote
 notifies the schema's channel (``relaypoint_<schema>``, schema version 2); the server delivers one
 notification per transaction, at commit, to every listener (writes made by hand, outside relaypoint,
-are seen with the next one). The first call
-opens a second connection that listens (and checks that a notification really comes back: a pooler
-in transaction mode, such as PgBouncer's, accepts LISTEN but drops what is sent to it); after that a
-check reads what already arrived on that socket, without a round trip while nothing changes. When
-notifications are unavailable, each check is one query of the server's write counters for the
-schema's tables (``pg_stat_user_tables``, flushed within about a second). Writes by this process
-count at once. Another schema or database of the server never changes it.
+are seen with the next one). The first call opens a second connection that listens, and checks that
+a notification sent on the store's connection comes back (a pooler in transaction mode, such as
+PgBouncer's, accepts LISTEN but drops what is sent to it); after that a check reads what already
+arrived on that socket, without a round trip while nothing changes. When notifications are
+unavailable, each check is one query of the server's write counters for the schema's tables
+(``pg_stat_user_tables``, flushed within about a second). Writes by this process count at once.
+Another schema or database of the server never changes it.
 
 Connections: a store holds one connection of its own; a store opened ``pooled`` (the heartbeats:
 short transactions every few seconds) borrows one for each transaction or read from its process's
