@@ -73,8 +73,9 @@ def backends(pids: list[int]) -> list[tuple]:
 
 
 def test_a_commit_by_another_process_changes_the_version_and_an_idle_check_sends_nothing(url):
-    with open_store(url, create=True) as store:
-        add_run(store, "r1")
+    with open_store(url, create=True) as writer:
+        add_run(writer, "r1")
+    with open_store(url, readonly=True) as store:  # a console's store (its test notification is sent read-only)
         version = store.data_version()
         assert store.change_feed == "notifications"
         pids = [store.conn.info.backend_pid, *(r[0] for r in server(
@@ -190,3 +191,87 @@ def test_a_channel_name_fits_postgresqls_limit():
     assert channel("relaypoint") == "relaypoint_relaypoint"
     long = "s" * 63
     assert len(channel(long)) == 63 and channel(long) != channel("s" * 62 + "t")
+
+
+class NotificationDroppingProxy:
+    """A TCP proxy to the test server that passes everything but notifications (messages of type
+    'A' from the server), as a pooler in transaction mode loses them: LISTEN succeeds, nothing comes.
+    Clients must not ask for TLS or GSS encryption (PGSSLMODE/PGGSSENCMODE=disable), so every message
+    from the server after the start is a typed one."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+        import threading
+
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.dropped = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._filter, args=(upstream, client), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def _filter(self, src, dst) -> None:
+        buffer = b""
+        try:
+            while data := src.recv(65536):
+                buffer += data
+                out = b""
+                while len(buffer) >= 5:
+                    size = 1 + int.from_bytes(buffer[1:5], "big")
+                    if len(buffer) < size:
+                        break
+                    message, buffer = buffer[:size], buffer[size:]
+                    if message[:1] == b"A":
+                        self.dropped += 1
+                    else:
+                        out += message
+                dst.sendall(out)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_notifications_that_never_arrive_are_detected_and_the_counters_used(url, postgres_schema, monkeypatch):
+    with open_store(url, create=True) as writer:
+        add_run(writer, "r1")
+    monkeypatch.setenv("PGSSLMODE", "disable")
+    monkeypatch.setenv("PGGSSENCMODE", "disable")
+    server_at = psycopg.conninfo.conninfo_to_dict(POSTGRES_URL)
+    proxy = NotificationDroppingProxy(server_at.get("host") or "127.0.0.1", int(server_at.get("port") or 5432))
+    try:
+        proxied = url.replace(f"@{server_at.get('host')}:{server_at.get('port') or 5432}/", f"@127.0.0.1:{proxy.port}/")
+        assert proxied != url
+        with open_store(proxied, readonly=True) as console:
+            version = console.data_version()
+            assert console.change_feed == "statistics" and proxy.dropped >= 1  # its test notification was lost
+            assert console.data_version() == version
+            write_elsewhere(url)
+            assert changed(console, version) != version
+    finally:
+        proxy.close()
