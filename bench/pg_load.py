@@ -92,7 +92,7 @@ def console(args: argparse.Namespace) -> None:
     stop = threading.Event()
     noisy = threading.Thread(target=lambda: noise(args.server, args.noise, stop)) if args.noise else None
     try:
-        time.sleep(8)  # the first page, the first refreshes, the server's statistics flushed
+        time.sleep(20)  # the first page, the first refreshes (slow on a busy machine), statistics flushed
         if noisy:
             noisy.start()
         before, start = transactions(args.server), time.monotonic()
