@@ -772,8 +772,7 @@ class PostgresStore(SqlStore):
         ``PROBE_SECONDS``: a pooler in transaction mode) use the statistics."""
         self._feed = "statistics"
         try:
-            listener = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                                       application_name="relaypoint")
+            listener = psycopg.connect(self.conninfo, **self._settings())  # keepalives: a lost server is noticed
         except psycopg.Error:
             return
         self._listener = listener
