@@ -508,10 +508,10 @@ def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recov
     if not app_spec:
         raise click.UsageError("worker needs --app MODULE:ATTR (or RELAYPOINT_APP) to run the steps")
     workflows = load_workflows(app_spec)
-    _runtime(ctx)  # refuse a missing or unusable store here, in one line, before any thread starts
     w = Worker(ctx.obj["db"], workflows, concurrency=concurrency, poll_seconds=poll,
                max_recoveries=max_recoveries, lease_seconds=_lease_seconds(), durability=ctx.obj["durability"],
                log=lambda line: _say(line, err=True))
+    w.check_store()  # a missing, unusable or read-only store is one line, before the worker says it started
     _say(f"worker on {shown(ctx.obj['db'])}: {', '.join(wf.name for wf in workflows)}, "
          f"concurrency {concurrency}; SIGINT or SIGTERM stops it gracefully", err=True)
     with _steps_print_to_stderr():

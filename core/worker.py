@@ -21,7 +21,7 @@ from .errors import RefusedTransition, RelaypointError
 from .lease import heartbeat_store
 from .runtime import Runtime
 from .status import RunStatus
-from .store import StoreUnreachable
+from .store import StoreReadOnly, StoreUnreachable
 from .workflow import Workflow
 
 CANDIDATES = 50
@@ -148,11 +148,12 @@ class Worker:
                     self.stopping.wait(self.poll_seconds)
 
     def run(self) -> None:
-        """Run until SIGINT/SIGTERM (when called from the main thread) or :meth:`stop`."""
+        """Run until SIGINT/SIGTERM (when called from the main thread) or :meth:`stop`. Raises what
+        :meth:`check_store` raises before any thread starts."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: self.stop())
-        self._runtime().close()  # a missing or unreadable store fails here, before any thread starts
+        self.check_store()
         with heartbeat_store(self.url):  # keeps the heartbeats' shared connections open between runs
             threads = [threading.Thread(target=self._loop, name=f"worker-{i}") for i in range(self.concurrency)]
             for t in threads:
@@ -160,6 +161,14 @@ class Worker:
             for t in threads:
                 while t.is_alive():
                     t.join(0.2)  # short joins keep the main thread able to take signals
+
+    def check_store(self) -> None:
+        """Raise ``StoreError`` (one line) when the store is missing, unusable, or read-only: a worker
+        records what it executes."""
+        with self._runtime() as rt:
+            if rt.store.readonly_reason is not None:
+                raise StoreReadOnly(f"{rt.store.where} is read-only ({rt.store.readonly_reason}); a worker records "
+                                    "what it executes, so it needs a store it can write")
 
     def stop(self) -> None:
         """Finish the step under way, release its run, and stop polling."""

@@ -397,6 +397,38 @@ def test_a_user_with_create_on_a_schema_an_administrator_made_can_make_the_store
         server(f"DROP ROLE {role}")
 
 
+def test_a_user_who_may_only_read_the_tables_browses_a_read_only_store(postgres_schema, tmp_path):
+    url = f"{POSTGRES_URL}?schema={postgres_schema}"
+    with open_store(url, create=True) as store:
+        add_run(store, "r1")
+    role = f"{postgres_schema}_ro"
+    server(f"CREATE ROLE {role} LOGIN")
+    try:
+        server(f"GRANT USAGE ON SCHEMA {postgres_schema} TO {role}")
+        server(f"GRANT SELECT ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
+        reader = url.replace("postgres@", role + "@", 1)
+        with open_store(reader) as store:  # what the console shows, and why actions are unavailable
+            assert store.readonly_reason == (f"{role} may only read schema {postgres_schema}; an administrator can "
+                                             f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres_schema} "
+                                             "to it")
+            assert [r.run_id for r in store.list_runs()] == ["r1"]
+        worker = subprocess.run([sys.executable, "-m", "relaypoint", "--db", reader, "worker", "--app",
+                                 "relaypoint.demo:workflows"], capture_output=True, text=True, timeout=60,
+                                cwd=tmp_path)
+        assert worker.returncode == 1 and worker.stdout == ""
+        assert worker.stderr.splitlines() == [
+            f"Error: {role}@{reader.split('@', 1)[1].split('?')[0]}/{postgres_schema} is read-only "
+            f"({role} may only read schema {postgres_schema}; an administrator can GRANT INSERT, UPDATE, DELETE ON ALL "
+            f"TABLES IN SCHEMA {postgres_schema} to it); a worker records what it executes, so it needs a store it "
+            "can write"]
+        server(f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
+        with open_store(reader) as store:
+            assert store.readonly_reason is None
+    finally:
+        server(f"DROP OWNED BY {role}")
+        server(f"DROP ROLE {role}")
+
+
 # ---- shared connections --------------------------------------------------------------------------------
 
 

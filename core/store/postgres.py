@@ -621,6 +621,7 @@ class PostgresStore(SqlStore):
             raise StoreNewer(f"{self._where} has store schema version {version}, newer than this relaypoint "
                              f"understands ({SCHEMA_VERSION}); upgrade relaypoint to open it")
         if version == SCHEMA_VERSION:
+            self._note_a_reader()
             return
         if version == 0 and not create:
             raise StoreMissing(f"no relaypoint store at {self._where}; make one with `relaypoint --db URL demo` or "
@@ -631,6 +632,21 @@ class PostgresStore(SqlStore):
             raise StoreReadOnly(f"{self._where} has store schema version {version} and needs an upgrade to version "
                                 f"{SCHEMA_VERSION}, which writes to it; open it once as a user who can write it")
         self._migrate()
+
+    def _note_a_reader(self) -> None:
+        """A user who may read the tables but not write them browses: the store opens read-only,
+        saying why, as a SQLite file this user cannot write does (instead of failing each action)."""
+        if self.readonly:
+            return
+        writes = self.conn.execute(
+            "SELECT bool_and(has_table_privilege(c.oid, 'INSERT') AND has_table_privilege(c.oid, 'UPDATE') "
+            "AND has_table_privilege(c.oid, 'DELETE')) AS writes FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r' "
+            "AND c.relname <> 'meta'", (self.schema,)).fetchone()["writes"]
+        if not writes:
+            self.readonly = True
+            self._readonly_reason = (f"{self._user or 'this user'} may only read schema {self.schema}; an administrator "
+                                     f"can GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {self.schema} to it")
 
     def _migrate(self) -> None:
         with self.conn.transaction():
