@@ -16,6 +16,7 @@ from relaypoint.store import StoreReadOnly, open_store
 from relaypoint.store.postgres import MIGRATIONS, SCHEMA_VERSION, _migrate_1, channel
 
 from conftest import POSTGRES_URL, drop_schema, postgres_server
+from test_postgres_store import server
 from test_store_contract import add_run
 
 psycopg = pytest.importorskip("psycopg")
@@ -43,12 +44,6 @@ with open_store(sys.argv[1], create=True) as store:
 @pytest.fixture
 def url(postgres_schema: str) -> str:
     return f"{postgres_server()}?schema={postgres_schema}"
-
-
-def server(sql: str, params: tuple = ()) -> list[tuple]:
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        cur = conn.execute(sql, params)
-        return cur.fetchall() if cur.description else []
 
 
 def write_elsewhere(url: str, what: str = "transaction") -> None:
