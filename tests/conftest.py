@@ -10,6 +10,7 @@ import functools
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,20 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     """The URL of a store not yet created (open it with ``open_store(url, create=True)``)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('store')}/runs.db"
+    elif request.param == "postgres":
+        schema = request.getfixturevalue("postgres_schema")
+        yield f"{postgres_server()}?schema={schema}"
+    else:
+        raise AssertionError(f"no store for backend {request.param!r}")
+
+
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of a store not yet created, for tests of relaypoint's behaviour on each backend:
+    ``sqlite:///<tmp_path>/store.db`` (the file helpers.DB names in the test's directory), or the
+    test server's URL with a schema of the test's own, dropped afterwards."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
     elif request.param == "postgres":
         schema = request.getfixturevalue("postgres_schema")
         yield f"{postgres_server()}?schema={schema}"
