@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 
+import pytest
+
 from relaypoint import Runtime, Workflow
 from relaypoint.clock import to_text
 from relaypoint.lease import HOST
@@ -28,6 +30,9 @@ from relaypoint.workflow import Context
 import stores
 
 DB = "store.db"
+sqlite_only = pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+"""Mark a test taking conftest's ``db`` to run on SQLite alone: what it checks happens before any
+store is touched (a refusal of bad input), so a PostgreSQL run would add time and no coverage."""
 StepBehaviour = Callable[[Context], Any]
 
 
