@@ -227,6 +227,12 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def store_state(db: str) -> str | dict[str, list[tuple]]:
+    """What a test compares before and after to prove nothing at all was written to store ``db``:
+    a SQLite file's bytes (their digest), a PostgreSQL schema's rows (:func:`snapshot`)."""
+    return snapshot(db) if stores.is_postgres(db) else digest(stores.sqlite_path(db))
+
+
 def sidecars(path: Path) -> list[str]:
     """SQLite's -wal/-shm/-journal files next to ``path`` that exist."""
     return [s for s in ("-wal", "-shm", "-journal") if Path(f"{path}{s}").exists()]

@@ -523,7 +523,7 @@ def test_list_memory_does_not_grow_with_the_listing(tmp_path, monkeypatch):
 
 
 def test_list_json_of_an_empty_store_is_an_empty_array(app, db):
-    prepare(app)
+    prepare(db)
     assert ok(relaypoint(app, "list", "--json", db=db)) == "[]\n"
 
 
