@@ -527,6 +527,18 @@ def test_list_json_of_an_empty_store_is_an_empty_array(app, db):
     assert ok(relaypoint(app, "list", "--json", db=db)) == "[]\n"
 
 
+def test_demo_builds_the_same_runs_on_every_backend(app, db):
+    """``relaypoint demo`` (its killed run included) leaves one run in each state the console shows."""
+    (app / "audited").mkdir()
+    (app / "audited" / "mod.py").write_text("def f(x):\n    return x + 1\n")
+    ok(relaypoint(app, "demo", "--no-console", "--root", str(app / "audited"), db=db))
+    listed = as_json(app, db, "list")
+    assert sorted(r["status"] for r in listed) == sorted([
+        "queued", "awaiting_approval", "awaiting_input", "awaiting_input", "interrupted", "interrupted",
+        "completed", "completed", "failed", "rejected", "cancelled"])
+    assert sorted(r["workflow"] for r in listed) == ["panel", "panel", "panel-with-person"] + ["repo-audit"] * 8
+
+
 # ---- a step that exits, forks past gates, awaiting input ------------------------------------------
 
 
