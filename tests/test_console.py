@@ -6,6 +6,7 @@ stored text shown literally."""
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from textual.widgets import Button, Label, Markdown, Select, Static, TextArea
 
 
 from relaypoint import Runtime, RunStatus, Workflow
+from relaypoint.background import resume_log
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.modals import ApproveScreen, ConfirmScreen, ForkScreen, HelpScreen, RejectScreen, RespondScreen
 
@@ -26,8 +28,9 @@ SIZE = (160, 45)
 
 
 @pytest.fixture
-def store(db: str) -> tuple[str, dict[str, str]]:
+def store(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, str]]:
     """The fixture store (fixtures.build_fixture_store) on each backend: its URL and its runs by role."""
+    monkeypatch.chdir(tmp_path)  # where the resume log of a PostgreSQL store goes
     return db, build_fixture_store(db)
 
 
@@ -214,6 +217,7 @@ workflows = [tiny]
 
 async def test_resume_runs_the_run_to_the_end_in_another_process(db, tmp_path, monkeypatch):
     write_apps(tmp_path, monkeypatch, tinyapp=TINY_APP)
+    monkeypatch.chdir(tmp_path)  # a PostgreSQL store's resume log goes to the current directory
     import tinyapp
 
     path = db
@@ -877,7 +881,7 @@ async def test_a_10_mb_output_shows_a_bounded_preview_with_its_size_and_more_on_
         assert len(shown) < 2 * PREVIEW_CHARS  # one page, not 10 MB
         assert "9.5MiBinall(10,000,018bytes);thefirst" in shown
         assert "THE-END" not in shown
-        assert squash(f"relaypoint --db {path} show {run_id[:8]} --output huge") in shown
+        assert squash(f"relaypoint --db {shlex.quote(path)} show {run_id[:8]} --output huge") in shown
         await pilot.press("m")  # a second page
         await until(pilot, lambda: detail(pilot).output.pages == 2)
         await settle(pilot)
@@ -936,6 +940,7 @@ workflows = [tiny]
 
 async def test_a_resume_refused_for_drift_says_why_and_offers_to_allow_it(db, tmp_path, monkeypatch):
     write_apps(tmp_path, monkeypatch, tinyapp=TINY_APP, driftedapp=DRIFTED_APP)
+    monkeypatch.chdir(tmp_path)  # a PostgreSQL store's resume log goes to the current directory
     import tinyapp
 
     path = db
@@ -961,7 +966,7 @@ async def test_a_resume_refused_for_drift_says_why_and_offers_to_allow_it(db, tm
     with Runtime(path, create=False) as rt:
         assert rt.step_output(run_id, "three") == {"n": 3}
         assert any(e.kind == "drift_allowed" for e in rt.events(run_id))
-    assert os.stat(f"{path}.resume.log").st_mode & 0o777 == 0o600  # like the store: errors may quote data
+    assert os.stat(resume_log(path)).st_mode & 0o777 == 0o600  # like the store: errors may quote data
 
 
 async def test_the_step_chain_is_usable_at_80x24_with_a_long_step_name(db):
