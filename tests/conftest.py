@@ -76,11 +76,12 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 @pytest.fixture(params=BACKENDS)
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The URL of a store not yet created, for tests of relaypoint's behaviour on each backend:
-    ``sqlite:///<tmp_path>/store.db`` (the file helpers.DB names in the test's directory), or the
-    test server's URL with a schema of the test's own, dropped afterwards."""
+    """The ``--db`` of a store not yet created, for tests of relaypoint's behaviour on each backend:
+    the path of ``store.db`` in the test's directory (the file helpers.DB names; a plain path, the
+    form users give, which the console's status line and snapshots show as is), or the test
+    server's URL with a schema of the test's own, dropped afterwards."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
+        yield str(tmp_path / "store.db")
     elif request.param == "postgres":
         schema = request.getfixturevalue("postgres_schema")
         yield f"{postgres_server()}?schema={schema}"

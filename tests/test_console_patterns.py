@@ -582,9 +582,10 @@ def showing(run_id: str, *keys: str, form: type | None = None) -> Any:
 
 
 @pytest.fixture
-def console(store: tuple[str, dict[str, str]]) -> tuple[RelaypointConsole, dict[str, str]]:
-    path, runs = store
-    return RelaypointConsole(path, clock=fixed_clock()), runs
+def console(tmp_path: Path) -> tuple[RelaypointConsole, dict[str, str]]:
+    """The console on the pattern store in a SQLite file, for snapshots (pictures, taken once)."""
+    path = str(tmp_path / "store.db")
+    return RelaypointConsole(path, clock=fixed_clock()), build_pattern_store(path)
 
 
 def test_snapshot_of_a_debate_expanded_into_its_rounds(snap_compare, console):
