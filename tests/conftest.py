@@ -10,6 +10,7 @@ import functools
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,21 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     """The URL of a store not yet created (open it with ``open_store(url, create=True)``)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('store')}/runs.db"
+    elif request.param == "postgres":
+        schema = request.getfixturevalue("postgres_schema")
+        yield f"{postgres_server()}?schema={schema}"
+    else:
+        raise AssertionError(f"no store for backend {request.param!r}")
+
+
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The ``--db`` of a store not yet created, for tests of relaypoint's behaviour on each backend:
+    the path of ``store.db`` in the test's directory (the file helpers.DB names; a plain path, the
+    form users give, which the console's status line and snapshots show as is), or the test
+    server's URL with a schema of the test's own, dropped afterwards."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "store.db")
     elif request.param == "postgres":
         schema = request.getfixturevalue("postgres_schema")
         yield f"{postgres_server()}?schema={schema}"

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import sqlite3
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from relaypoint import Runtime, Workflow
 from relaypoint.workflow import Context
+
+import stores
 
 START = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
 CONSOLE_NOW = datetime(2026, 3, 14, 11, 30, tzinfo=UTC)
@@ -98,7 +100,7 @@ WORKFLOWS = [publish, intake]
 
 
 def build_fixture_store(path: str) -> dict[str, str]:
-    """Fill a new store at ``path`` with one run per interesting state; returns their ids by role:
+    """Fill a new store at ``path`` (a SQLite path or any store URL) with one run per interesting state; returns their ids by role:
     ``completed``, ``awaiting_approval``, ``awaiting_input``, ``failed``, ``rejected``,
     ``cancelled``, ``fork`` (queued, forked from ``completed`` at step ``review``).
 
@@ -130,7 +132,19 @@ def build_fixture_store(path: str) -> dict[str, str]:
         runs["awaiting_approval"] = rt.start("publish-post", {"topic": "release notes"})
         clock.advance(25)
         runs["fork"] = rt.fork(runs["completed"], "review", {"topic": "weekly update, take two"})
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE events SET detail = json_set(detail, '$.pid', 4242, '$.host', 'fixture-host') "
-                     "WHERE json_extract(detail, '$.pid') IS NOT NULL")
+    fix_hosts(path)
     return runs
+
+
+def fix_hosts(db: str) -> None:
+    """Set ``pid`` and ``host`` to ``4242``/``fixture-host`` in every event detail that names them."""
+    if not stores.is_postgres(db):
+        stores.execute(db, "UPDATE events SET detail = json_set(detail, '$.pid', 4242, '$.host', 'fixture-host') "
+                           "WHERE json_extract(detail, '$.pid') IS NOT NULL")
+        return
+    for event in stores.query(db, "SELECT event_id, detail FROM events WHERE detail LIKE '%\"pid\"%'"):
+        detail = json.loads(event["detail"])
+        if "pid" in detail:  # the same keys in the same order, as SQLite's json_set leaves them
+            detail.update(pid=4242, host="fixture-host")
+            stores.execute(db, "UPDATE events SET detail = ? WHERE event_id = ?",
+                           json.dumps(detail, ensure_ascii=False, separators=(",", ":")), event["event_id"])

@@ -1,7 +1,9 @@
 """Shared workflows and helpers for the runtime, store, boundary and CLI tests.
 
-Everything works on a real SQLite file under pytest's ``tmp_path``. Direct SQL (``sql``,
-``kill_owner``, ``set_owner``) stands for what another process would have left in the file.
+Everything works on a real store: ``db`` is a store URL (conftest's ``db`` fixture: a SQLite file
+under pytest's ``tmp_path`` or a PostgreSQL schema of the test's own). Direct SQL (``sql``,
+``kill_owner``, ``set_owner``, through tests/stores.py on either backend) stands for what another
+process would have left in the store.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 
+import pytest
+
 from relaypoint import Runtime, Workflow
 from relaypoint.clock import to_text
 from relaypoint.lease import HOST
@@ -26,6 +30,9 @@ from relaypoint.workflow import Context
 import stores
 
 DB = "store.db"
+sqlite_only = pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+"""Mark a test taking conftest's ``db`` to run on SQLite alone: what it checks happens before any
+store is touched (a refusal of bad input), so a PostgreSQL run would add time and no coverage."""
 StepBehaviour = Callable[[Context], Any]
 
 
@@ -114,10 +121,12 @@ def ids(*run_ids: str) -> Callable[[], str]:
     return iter(run_ids).__next__
 
 
-def runtime(tmp_path: Path, *flows: Flow | Workflow, **options: Any) -> Runtime:
-    """A Runtime on ``tmp_path/store.db`` with the flows' workflows (close it, or use ``with``)."""
+def runtime(db: str | Path, *flows: Flow | Workflow, **options: Any) -> Runtime:
+    """A Runtime with the flows' workflows (close it, or use ``with``) on the store ``db``: a store
+    URL (conftest's ``db`` fixture), or a directory (a SQLite-only test's ``tmp_path``) whose
+    ``store.db`` file is the store."""
     workflows = [f.wf if isinstance(f, Flow) else f for f in flows]
-    return Runtime(str(tmp_path / DB), workflows, **options)
+    return Runtime(str(db / DB) if isinstance(db, Path) else db, workflows, **options)
 
 
 # ---- processes that die mid-step ------------------------------------------------------------------
@@ -146,8 +155,8 @@ workflows = [wf]
 '''
 
 
-def die_in(tmp_path: Path, flow: Flow, step: str, *args: str) -> None:
-    """Run ``relaypoint ARGS --app`` in a separate process on ``tmp_path/store.db`` with an app
+def die_in(tmp_path: Path, db: str, flow: Flow, step: str, *args: str) -> None:
+    """Run ``relaypoint --db DB ARGS --app`` in a separate process in ``tmp_path`` with an app
     defining ``flow``'s workflow (same name, step names and options: no drift for the in-process
     flow) whose step ``step`` SIGKILLs its own process, and wait for that death. The executions
     of that process are added to ``flow.calls``, so a test counts executions across processes."""
@@ -155,21 +164,21 @@ def die_in(tmp_path: Path, flow: Flow, step: str, *args: str) -> None:
     (tmp_path / f"{KILLED_APP}.py").write_text(KILLED_SOURCE.format(name=flow.wf.name, steps=steps, kill=step))
     log = tmp_path / "executions.log"
     log.unlink(missing_ok=True)
-    done = relaypoint(tmp_path, *args, "--app", f"{KILLED_APP}:workflows")
+    done = relaypoint(tmp_path, *args, "--app", f"{KILLED_APP}:workflows", db=db)
     assert done.returncode == -9, (done.returncode, done.stdout, done.stderr)  # SIGKILL, nothing else
     flow.calls.update(log.read_text().split())
 
 
-def killed_start(tmp_path: Path, flow: Flow, step: str) -> str:
-    """Start ``flow``'s workflow in a process that dies (SIGKILL) inside ``step``; return the id of
-    the run it left behind (``running``, owned by a dead pid). See :func:`die_in`."""
-    before = set(sql(tmp_path / DB, "SELECT run_id FROM runs")) if (tmp_path / DB).exists() else set()
-    die_in(tmp_path, flow, step, "start", flow.wf.name)
-    ((rid,),) = set(sql(tmp_path / DB, "SELECT run_id FROM runs")) - before
+def killed_start(tmp_path: Path, db: str, flow: Flow, step: str) -> str:
+    """Start ``flow``'s workflow on store ``db`` in a process that dies (SIGKILL) inside ``step``;
+    return the id of the run it left behind (``running``, owned by a dead pid). See :func:`die_in`."""
+    before = {r["run_id"] for r in stores.query(db, "SELECT run_id FROM runs")}
+    die_in(tmp_path, db, flow, step, "start", flow.wf.name)
+    (rid,) = {r["run_id"] for r in stores.query(db, "SELECT run_id FROM runs")} - before
     return rid
 
 
-# ---- what another process leaves in the file ------------------------------------------------------
+# ---- what another process leaves in the store -----------------------------------------------------
 
 
 sql = stores.execute
@@ -216,6 +225,12 @@ snapshot = stores.dump
 
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def store_state(db: str) -> str | dict[str, list[tuple]]:
+    """What a test compares before and after to prove nothing at all was written to store ``db``:
+    a SQLite file's bytes (their digest), a PostgreSQL schema's rows (:func:`snapshot`)."""
+    return snapshot(db) if stores.is_postgres(db) else digest(stores.sqlite_path(db))
 
 
 def sidecars(path: Path) -> list[str]:

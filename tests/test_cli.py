@@ -14,6 +14,7 @@ import tracemalloc
 
 import pytest
 
+import stores
 from helpers import (APP, DB, FakeClock, app_workflows, digest, one_line_error, relaypoint, rows, set_owner,
                      sidecars, sql, write_app)
 from click.testing import CliRunner
@@ -37,11 +38,11 @@ def app(tmp_path):
     return tmp_path
 
 
-def prepare(app, *starts: str | tuple[str, dict]) -> list[str]:
-    """Start runs of the app's workflows in-process, one second apart; return their ids."""
+def prepare(db: str, *starts: str | tuple[str, dict]) -> list[str]:
+    """Start runs of the app's workflows in-process on store ``db``, one second apart; return their ids."""
     clock = FakeClock()
     started = []
-    with Runtime(str(app / DB), app_workflows(), clock=clock) as rt:
+    with Runtime(db, app_workflows(), clock=clock) as rt:
         for start in starts:
             workflow, input = (start, None) if isinstance(start, str) else start
             clock.advance(seconds=1)
@@ -55,34 +56,34 @@ def ok(result) -> str:
     return result.stdout
 
 
-def as_json(app, *args):
-    return json.loads(ok(relaypoint(app, *args, "--json")))
+def as_json(app, db, *args):
+    return json.loads(ok(relaypoint(app, *args, "--json", db=db)))
 
 
 # ---- start ----------------------------------------------------------------------------------------
 
 
-def test_start_prints_the_run_id_and_exits_0_when_the_run_completes(app):
-    out = ok(relaypoint(app, "start", "simple", "--app", APP, "--input", '{"x": 1}'))
+def test_start_prints_the_run_id_and_exits_0_when_the_run_completes(app, db):
+    out = ok(relaypoint(app, "start", "simple", "--app", APP, "--input", '{"x": 1}', db=db))
     rid = out.strip()
     assert out == f"{rid}\n"
-    run = as_json(app, "show", rid)
+    run = as_json(app, db, "show", rid)
     assert (run["status"], run["input"], run["tasks"][0]["output"]) == ("completed", {"x": 1}, {"x": 1})
 
 
-def test_start_exits_0_when_the_run_pauses_and_says_where(app):
-    result = relaypoint(app, "start", "review", "--app", APP)
+def test_start_exits_0_when_the_run_pauses_and_says_where(app, db):
+    result = relaypoint(app, "start", "review", "--app", APP, db=db)
     rid = ok(result).strip()
     assert f"run {rid} is awaiting_approval at step 'check'" in result.stderr
-    assert as_json(app, "show", rid)["status"] == "awaiting_approval"
+    assert as_json(app, db, "show", rid)["status"] == "awaiting_approval"
 
 
-def test_start_exits_1_when_the_run_fails_naming_the_step(app):
-    result = relaypoint(app, "start", "boom", "--app", APP)
+def test_start_exits_1_when_the_run_fails_naming_the_step(app, db):
+    result = relaypoint(app, "start", "boom", "--app", APP, db=db)
     rid = result.stdout.strip()
     line = one_line_error(result)
     assert f"run {rid} failed: step 'explode' failed: RuntimeError: kaboom" in line
-    assert [t["status"] for t in as_json(app, "show", rid)["tasks"]] == ["completed", "failed"]
+    assert [t["status"] for t in as_json(app, db, "show", rid)["tasks"]] == ["completed", "failed"]
 
 
 def test_start_creates_the_store_owner_only(app):
@@ -93,32 +94,32 @@ def test_start_creates_the_store_owner_only(app):
 # ---- list, show, events ---------------------------------------------------------------------------
 
 
-def test_list_json_newest_first_with_filters_and_limit(app):
-    simple, review, boom, ask = prepare(app, "simple", "review", "boom", "ask")
-    runs = as_json(app, "list")
+def test_list_json_newest_first_with_filters_and_limit(app, db):
+    simple, review, boom, ask = prepare(db, "simple", "review", "boom", "ask")
+    runs = as_json(app, db, "list")
     assert [r["run_id"] for r in runs] == [ask, boom, review, simple]
     assert all(LIST_KEYS <= r.keys() for r in runs)
     assert [(r["workflow"], r["status"], r["parent_run_id"]) for r in runs] == [
         ("ask", "awaiting_input", None), ("boom", "failed", None), ("review", "awaiting_approval", None),
         ("simple", "completed", None)]
     assert all(r["created_at"].endswith("Z") and r["updated_at"].endswith("Z") for r in runs)
-    assert [r["run_id"] for r in as_json(app, "list", "--status", "awaiting_approval")] == [review]
-    assert [r["run_id"] for r in as_json(app, "list", "--workflow", "boom")] == [boom]
-    assert [r["run_id"] for r in as_json(app, "list", "--status", "completed", "--workflow", "boom")] == []
-    assert [r["run_id"] for r in as_json(app, "list", "--limit", "2")] == [ask, boom]
+    assert [r["run_id"] for r in as_json(app, db, "list", "--status", "awaiting_approval")] == [review]
+    assert [r["run_id"] for r in as_json(app, db, "list", "--workflow", "boom")] == [boom]
+    assert [r["run_id"] for r in as_json(app, db, "list", "--status", "completed", "--workflow", "boom")] == []
+    assert [r["run_id"] for r in as_json(app, db, "list", "--limit", "2")] == [ask, boom]
 
 
-def test_list_and_show_for_people(app):
-    (rid,) = prepare(app, "review")
-    listing = ok(relaypoint(app, "list"))
+def test_list_and_show_for_people(app, db):
+    (rid,) = prepare(db, "review")
+    listing = ok(relaypoint(app, "list", db=db))
     assert rid in listing and "awaiting_approval" in listing and "2/3" in listing
-    shown = ok(relaypoint(app, "show", rid[:6]))
+    shown = ok(relaypoint(app, "show", rid[:6], db=db))
     assert rid in shown and "check" in shown and "approve the output of step 'check'" in shown
 
 
-def test_show_json_has_the_run_and_its_tasks_in_order(app):
-    (rid,) = prepare(app, ("review", {"topic": "cats"}))
-    run = as_json(app, "show", rid)
+def test_show_json_has_the_run_and_its_tasks_in_order(app, db):
+    (rid,) = prepare(db, ("review", {"topic": "cats"}))
+    run = as_json(app, db, "show", rid)
     assert SHOW_KEYS <= run.keys()
     assert (run["run_id"], run["workflow"], run["status"], run["input"]) == (
         rid, "review", "awaiting_approval", {"topic": "cats"})
@@ -133,116 +134,117 @@ def test_show_json_has_the_run_and_its_tasks_in_order(app):
     assert run["lease"] is None  # nobody executes a paused run
 
 
-def test_show_names_the_process_executing_a_running_run(app):
-    (rid,) = prepare(app, ("review", {"topic": "cats"}))
-    set_owner(app / DB, rid, pid=os.getpid(), host="worker-7", expires_in=30)
-    lease = as_json(app, "show", rid)["lease"]
+def test_show_names_the_process_executing_a_running_run(app, db):
+    (rid,) = prepare(db, ("review", {"topic": "cats"}))
+    set_owner(db, rid, pid=os.getpid(), host="worker-7", expires_in=30)
+    lease = as_json(app, db, "show", rid)["lease"]
     assert (lease["pid"], lease["host"]) == (os.getpid(), "worker-7") and lease["heartbeat_at"].endswith("Z")
     assert "token" not in lease  # the fence is never printed
-    assert f"executor: pid {os.getpid()} on worker-7, last heartbeat " in ok(relaypoint(app, "show", rid))
+    assert f"executor: pid {os.getpid()} on worker-7, last heartbeat " in ok(relaypoint(app, "show", rid, db=db))
 
 
-def test_events_json_is_the_audit_trail_oldest_first(app):
-    (rid,) = prepare(app, "simple")
-    events = as_json(app, "events", rid)
+def test_events_json_is_the_audit_trail_oldest_first(app, db):
+    (rid,) = prepare(db, "simple")
+    events = as_json(app, db, "events", rid)
     assert all(e.keys() == EVENT_KEYS for e in events)
     assert [e["kind"] for e in events] == ["run_started", "step_started", "step_completed", "run_completed"]
     assert [e["event_id"] for e in events] == sorted(e["event_id"] for e in events)
-    assert "step_completed" in ok(relaypoint(app, "events", rid))
+    assert "step_completed" in ok(relaypoint(app, "events", rid, db=db))
 
 
 # ---- decisions ------------------------------------------------------------------------------------
 
 
-def test_approve_with_an_edited_output_queues_and_resume_uses_it(app):
-    (rid,) = prepare(app, "review")
-    out = ok(relaypoint(app, "approve", rid[:8], "--comment", "fine", "--output", '{"edited": true}'))
+def test_approve_with_an_edited_output_queues_and_resume_uses_it(app, db):
+    (rid,) = prepare(db, "review")
+    out = ok(relaypoint(app, "approve", rid[:8], "--comment", "fine", "--output", '{"edited": true}', db=db))
     assert f"of run {rid}; the run is queued" in out and "(step 'check')" in out
-    run = as_json(app, "show", rid)
+    run = as_json(app, db, "show", rid)
     assert (run["status"], run["tasks"][1]["output"]) == ("queued", {"edited": True})
-    approved = [e for e in as_json(app, "events", rid) if e["kind"] == "approved"]
+    approved = [e for e in as_json(app, db, "events", rid) if e["kind"] == "approved"]
     assert [(e["actor"], e["detail"]["comment"], e["detail"]["output_edited"]) for e in approved] == [
         (getpass.getuser(), "fine", True)]
 
-    assert ok(relaypoint(app, "resume", rid, "--app", APP)).strip() == f"run {rid} is completed"
-    assert as_json(app, "show", rid)["tasks"][2]["output"] == {"published": {"edited": True}}
+    assert ok(relaypoint(app, "resume", rid, "--app", APP, db=db)).strip() == f"run {rid} is completed"
+    assert as_json(app, db, "show", rid)["tasks"][2]["output"] == {"published": {"edited": True}}
 
 
-def test_approve_records_by_and_refuses_a_second_approval(app):
-    (rid,) = prepare(app, "review")
-    ok(relaypoint(app, "approve", rid, "--by", "alice"))
-    assert [e["actor"] for e in as_json(app, "events", rid) if e["kind"] == "approved"] == ["alice"]
-    assert "nothing to approve" in one_line_error(relaypoint(app, "approve", rid))
+def test_approve_records_by_and_refuses_a_second_approval(app, db):
+    (rid,) = prepare(db, "review")
+    ok(relaypoint(app, "approve", rid, "--by", "alice", db=db))
+    assert [e["actor"] for e in as_json(app, db, "events", rid) if e["kind"] == "approved"] == ["alice"]
+    assert "nothing to approve" in one_line_error(relaypoint(app, "approve", rid, db=db))
 
 
-def test_approve_with_a_stale_checkpoint_is_refused(app):
-    (rid,) = prepare(app, "review")
-    current = as_json(app, "show", rid)["pending"]["checkpoint_id"]
-    line = one_line_error(relaypoint(app, "approve", rid, "--checkpoint", str(current - 1)))
+def test_approve_with_a_stale_checkpoint_is_refused(app, db):
+    (rid,) = prepare(db, "review")
+    current = as_json(app, db, "show", rid)["pending"]["checkpoint_id"]
+    line = one_line_error(relaypoint(app, "approve", rid, "--checkpoint", str(current - 1), db=db))
     assert "moved on" in line
-    ok(relaypoint(app, "approve", rid, "--checkpoint", str(current)))
+    ok(relaypoint(app, "approve", rid, "--checkpoint", str(current), db=db))
 
 
-def test_reject_ends_the_run_and_resume_points_at_fork(app):
-    (rid,) = prepare(app, "review")
-    assert "rejected checkpoint" in ok(relaypoint(app, "reject", rid, "--comment", "too vague"))
-    run = as_json(app, "show", rid)
+def test_reject_ends_the_run_and_resume_points_at_fork(app, db):
+    (rid,) = prepare(db, "review")
+    assert "rejected checkpoint" in ok(relaypoint(app, "reject", rid, "--comment", "too vague", db=db))
+    run = as_json(app, db, "show", rid)
     assert run["status"] == "rejected"
     assert [t["status"] for t in run["tasks"]] == ["completed", "completed", "cancelled"]
-    assert "fork" in one_line_error(relaypoint(app, "resume", rid, "--app", APP))
+    assert "fork" in one_line_error(relaypoint(app, "resume", rid, "--app", APP, db=db))
 
 
-def test_reject_needs_a_comment(app):
-    (rid,) = prepare(app, "review")
-    result = relaypoint(app, "reject", rid)
+def test_reject_needs_a_comment(app, db):
+    (rid,) = prepare(db, "review")
+    result = relaypoint(app, "reject", rid, db=db)
     assert result.returncode == 2 and "--comment" in result.stderr
-    assert "reason" in one_line_error(relaypoint(app, "reject", rid, "--comment", "  "))
-    assert as_json(app, "show", rid)["status"] == "awaiting_approval"
+    assert "reason" in one_line_error(relaypoint(app, "reject", rid, "--comment", "  ", db=db))
+    assert as_json(app, db, "show", rid)["status"] == "awaiting_approval"
 
 
-def test_respond_queues_and_resume_returns_the_answer_to_the_step(app):
-    (rid,) = prepare(app, "ask")
-    assert as_json(app, "show", rid)["pending"]["reason"] == "Title?"
-    ok(relaypoint(app, "respond", rid, "--value", '"Dune"'))
-    assert as_json(app, "show", rid)["status"] == "queued"
-    assert "nothing to respond to" in one_line_error(relaypoint(app, "respond", rid, "--value", '"again"'))
-    ok(relaypoint(app, "resume", rid, "--app", APP))
-    assert as_json(app, "show", rid)["tasks"][0]["output"] == {"title": "Dune"}
+def test_respond_queues_and_resume_returns_the_answer_to_the_step(app, db):
+    (rid,) = prepare(db, "ask")
+    assert as_json(app, db, "show", rid)["pending"]["reason"] == "Title?"
+    ok(relaypoint(app, "respond", rid, "--value", '"Dune"', db=db))
+    assert as_json(app, db, "show", rid)["status"] == "queued"
+    assert "nothing to respond to" in one_line_error(relaypoint(app, "respond", rid, "--value", '"again"', db=db))
+    ok(relaypoint(app, "resume", rid, "--app", APP, db=db))
+    assert as_json(app, db, "show", rid)["tasks"][0]["output"] == {"title": "Dune"}
 
 
-def test_fork_prints_the_new_run_which_reuses_upstream_outputs(app):
-    (parent,) = prepare(app, ("review", {"topic": "cats"}))
-    with Runtime(str(app / DB), app_workflows()) as rt:
+def test_fork_prints_the_new_run_which_reuses_upstream_outputs(app, db):
+    (parent,) = prepare(db, ("review", {"topic": "cats"}))
+    with Runtime(db, app_workflows()) as rt:
         rt.approve(parent)
         rt.resume(parent)
-    before = rows(app / DB, parent)
-    child = ok(relaypoint(app, "fork", parent[:8], "--from", "check", "--input", '{"topic": "dogs"}')).strip()
-    run = as_json(app, "show", child)
+    before = rows(db, parent)
+    child = ok(relaypoint(app, "fork", parent[:8], "--from", "check", "--input", '{"topic": "dogs"}', db=db)).strip()
+    run = as_json(app, db, "show", child)
     assert (run["status"], run["parent_run_id"], run["forked_from_step"], run["input"]) == (
         "queued", parent, "check", {"topic": "dogs"})
     assert [(t["name"], t["status"]) for t in run["tasks"]] == [
         ("draft", "completed"), ("check", "pending"), ("publish", "pending")]
     assert run["tasks"][0]["output"] == {"text": "about cats"}  # copied, not re-run with the new input
-    assert ok(relaypoint(app, "resume", child, "--app", APP)).strip() == (
+    assert ok(relaypoint(app, "resume", child, "--app", APP, db=db)).strip() == (
         f"run {child} is awaiting_approval at step 'check'")
-    assert rows(app / DB, parent) == before
-    assert as_json(app, "show", parent)["forks"] == [child]
+    assert rows(db, parent) == before
+    assert as_json(app, db, "show", parent)["forks"] == [child]
 
 
-def test_cancel_says_what_it_did_and_refuses_twice(app):
-    (rid,) = prepare(app, "review")
-    assert ok(relaypoint(app, "cancel", rid[:8])).strip() == f"cancelled run {rid} (it was awaiting_approval)"
-    assert as_json(app, "show", rid)["status"] == "cancelled"
-    assert "already cancelled" in one_line_error(relaypoint(app, "cancel", rid))
+def test_cancel_says_what_it_did_and_refuses_twice(app, db):
+    (rid,) = prepare(db, "review")
+    assert ok(relaypoint(app, "cancel", rid[:8], db=db)).strip() == f"cancelled run {rid} (it was awaiting_approval)"
+    assert as_json(app, db, "show", rid)["status"] == "cancelled"
+    assert "already cancelled" in one_line_error(relaypoint(app, "cancel", rid, db=db))
 
 
 # ---- environment ----------------------------------------------------------------------------------
 
 
-def test_store_and_app_from_the_environment(app):
-    env = {"RELAYPOINT_DB": str(app / "env.db"), "RELAYPOINT_APP": APP}
+def test_store_and_app_from_the_environment(app, db):
+    env = {"RELAYPOINT_DB": db, "RELAYPOINT_APP": APP}
     rid = ok(relaypoint(app, "start", "review", db=None, env=env)).strip()
-    assert (app / "env.db").exists() and not (app / "relaypoint.db").exists()
+    assert stores.query(db, "SELECT run_id FROM runs") == [{"run_id": rid}]
+    assert not (app / "relaypoint.db").exists()
     assert [r["run_id"] for r in json.loads(ok(relaypoint(app, "list", "--json", db=None, env=env)))] == [rid]
     ok(relaypoint(app, "approve", rid, db=None, env=env))
     ok(relaypoint(app, "resume", rid, db=None, env=env))
@@ -252,25 +254,25 @@ def test_store_and_app_from_the_environment(app):
 # ---- resume refusals ------------------------------------------------------------------------------
 
 
-def test_resume_of_a_paused_run_is_refused(app):
-    (rid,) = prepare(app, "review")
-    assert f"approve {rid}" in one_line_error(relaypoint(app, "resume", rid, "--app", APP))
+def test_resume_of_a_paused_run_is_refused(app, db):
+    (rid,) = prepare(db, "review")
+    assert f"approve {rid}" in one_line_error(relaypoint(app, "resume", rid, "--app", APP, db=db))
 
 
-def test_resume_of_an_ended_run_is_refused(app):
-    (rid,) = prepare(app, "simple")
-    assert "cannot be resumed; fork it" in one_line_error(relaypoint(app, "resume", rid, "--app", APP))
+def test_resume_of_an_ended_run_is_refused(app, db):
+    (rid,) = prepare(db, "simple")
+    assert "cannot be resumed; fork it" in one_line_error(relaypoint(app, "resume", rid, "--app", APP, db=db))
 
 
-def test_resume_of_a_run_a_live_process_executes_is_refused(app):
-    (rid,) = prepare(app, "review")
-    with Runtime(str(app / DB)) as rt:
+def test_resume_of_a_run_a_live_process_executes_is_refused(app, db):
+    (rid,) = prepare(db, "review")
+    with Runtime(db) as rt:
         rt.approve(rid)
-    set_owner(app / DB, rid, pid=os.getpid(), expires_in=300, step="publish")
-    before = rows(app / DB, rid)
-    line = one_line_error(relaypoint(app, "resume", rid, "--app", APP))
+    set_owner(db, rid, pid=os.getpid(), expires_in=300, step="publish")
+    before = rows(db, rid)
+    line = one_line_error(relaypoint(app, "resume", rid, "--app", APP, db=db))
     assert f"being executed by pid {os.getpid()}" in line
-    assert rows(app / DB, rid) == before
+    assert rows(db, rid) == before
 
 
 # ---- errors: one line, exit 1, no traceback, nothing changed ---------------------------------------
@@ -282,16 +284,16 @@ def test_resume_of_a_run_a_live_process_executes_is_refused(app):
     ["cancel", "feedface"], ["fork", "feedface", "--from", "draft"], ["resume", "feedface", "--app", APP],
     ["delete", "feedface"],
 ])
-def test_an_unknown_run_id_is_echoed(app, args):
-    prepare(app, "review")
-    assert "'feedface'" in one_line_error(relaypoint(app, *args))
+def test_an_unknown_run_id_is_echoed(app, db, args):
+    prepare(db, "review")
+    assert "'feedface'" in one_line_error(relaypoint(app, *args, db=db))
 
 
-def test_an_ambiguous_prefix_is_refused(app):
-    prepare(app, *["simple"] * 40)  # 40 random hex ids: some share a first character
-    ids = [r["run_id"] for r in as_json(app, "list")]
+def test_an_ambiguous_prefix_is_refused(app, db):
+    prepare(db, *["simple"] * 40)  # 40 random hex ids: some share a first character
+    ids = [r["run_id"] for r in as_json(app, db, "list")]
     shared = next(i[0] for i in ids if sum(j.startswith(i[0]) for j in ids) > 1)
-    assert "matches several runs" in one_line_error(relaypoint(app, "show", shared))
+    assert "matches several runs" in one_line_error(relaypoint(app, "show", shared, db=db))
 
 
 @pytest.mark.parametrize("args, what", [
@@ -302,22 +304,22 @@ def test_an_ambiguous_prefix_is_refused(app):
     (["start", "review", "--app", APP, "--input", "{'single': 1}"], "--input is not valid JSON"),
     (["start", "review", "--app", APP, "--input", "NaN"], "--input: nan is not valid JSON"),
 ])
-def test_bad_json_is_refused_and_changes_nothing(app, args, what):
-    (rid,) = prepare(app, "review")
-    before = rows(app / DB, rid)
-    assert what in one_line_error(relaypoint(app, *[a.replace("{rid}", rid) for a in args]))
-    assert rows(app / DB, rid) == before
-    assert len(as_json(app, "list")) == 1
+def test_bad_json_is_refused_and_changes_nothing(app, db, args, what):
+    (rid,) = prepare(db, "review")
+    before = rows(db, rid)
+    assert what in one_line_error(relaypoint(app, *[a.replace("{rid}", rid) for a in args], db=db))
+    assert rows(db, rid) == before
+    assert len(as_json(app, db, "list")) == 1
 
 
-def test_an_unknown_step_names_the_steps(app):
-    (rid,) = prepare(app, "review")
-    line = one_line_error(relaypoint(app, "fork", rid, "--from", "nope"))
+def test_an_unknown_step_names_the_steps(app, db):
+    (rid,) = prepare(db, "review")
+    line = one_line_error(relaypoint(app, "fork", rid, "--from", "nope", db=db))
     assert "no step 'nope'; its steps are: draft, check, publish" in line
 
 
-def test_an_unknown_workflow_names_the_known_ones(app):
-    line = one_line_error(relaypoint(app, "start", "nope", "--app", APP))
+def test_an_unknown_workflow_names_the_known_ones(app, db):
+    line = one_line_error(relaypoint(app, "start", "nope", "--app", APP, db=db))
     assert "unknown workflow 'nope'" in line and "review" in line
 
 
@@ -442,27 +444,28 @@ BIG_APP = textwrap.dedent("""
 """)
 
 
-def test_show_prints_a_bounded_preview_of_big_values_and_says_how_to_get_them_whole(app):
+def test_show_prints_a_bounded_preview_of_big_values_and_says_how_to_get_them_whole(app, db):
     (app / "bigflows.py").write_text(BIG_APP)
     size = 2_000_000
-    done = relaypoint(app, "start", "big", "--app", "bigflows:workflows", "--input", json.dumps({"size": size}))
+    done = relaypoint(app, "start", "big", "--app", "bigflows:workflows", "--input", json.dumps({"size": size}), db=db)
     rid = done.stdout.strip()
-    shown = ok(relaypoint(app, "show", rid))
+    shown = ok(relaypoint(app, "show", rid, db=db))
     assert len(shown) < 6 * PREVIEW_CHARS and "Z9Z9" not in shown
     assert f"… cut here: {size + 6:,} bytes (1.9 MiB) in all; the whole value: relaypoint show {rid} --output produce" in shown
     assert f"the whole value: relaypoint show {rid} --json" in shown  # the long error and traceback
-    whole = ok(relaypoint(app, "show", rid, "--output", "produce"))
+    whole = ok(relaypoint(app, "show", rid, "--output", "produce", db=db))
     assert json.loads(whole) == "x" * size + "Z9Z9"
-    run = as_json(app, "show", rid)  # never truncated
+    run = as_json(app, db, "show", rid)  # never truncated
     assert run["tasks"][0]["output"] == "x" * size + "Z9Z9"
     assert run["tasks"][1]["error"].endswith(" Z9Z9") and run["tasks"][1]["traceback"].rstrip().endswith(" Z9Z9")
 
 
-def test_show_output_of_a_step_without_output_or_unknown_is_one_line(app):
-    (rid,) = prepare(app, "review")
-    assert "step 'publish' of run" in one_line_error(relaypoint(app, "show", rid, "--output", "publish"))
-    assert "its steps are: draft, check, publish" in one_line_error(relaypoint(app, "show", rid, "--output", "x"))
-    assert json.loads(ok(relaypoint(app, "show", rid, "--output", "check"))) == {"draft": "about nothing"}
+def test_show_output_of_a_step_without_output_or_unknown_is_one_line(app, db):
+    (rid,) = prepare(db, "review")
+    assert "step 'publish' of run" in one_line_error(relaypoint(app, "show", rid, "--output", "publish", db=db))
+    unknown = one_line_error(relaypoint(app, "show", rid, "--output", "x", db=db))
+    assert "its steps are: draft, check, publish" in unknown
+    assert json.loads(ok(relaypoint(app, "show", rid, "--output", "check", db=db))) == {"draft": "about nothing"}
 
 
 # ---- streamed listings -----------------------------------------------------------------------------
@@ -519,55 +522,67 @@ def test_list_memory_does_not_grow_with_the_listing(tmp_path, monkeypatch):
     assert peaks[300] < peaks[40] * 1.5, peaks
 
 
-def test_list_json_of_an_empty_store_is_an_empty_array(app):
-    prepare(app)
-    assert ok(relaypoint(app, "list", "--json")) == "[]\n"
+def test_list_json_of_an_empty_store_is_an_empty_array(app, db):
+    prepare(db)
+    assert ok(relaypoint(app, "list", "--json", db=db)) == "[]\n"
+
+
+def test_demo_builds_the_same_runs_on_every_backend(app, db):
+    """``relaypoint demo`` (its killed run included) leaves one run in each state the console shows."""
+    (app / "audited").mkdir()
+    (app / "audited" / "mod.py").write_text("def f(x):\n    return x + 1\n")
+    ok(relaypoint(app, "demo", "--no-console", "--root", str(app / "audited"), db=db))
+    listed = as_json(app, db, "list")
+    assert sorted(r["status"] for r in listed) == sorted([
+        "queued", "awaiting_approval", "awaiting_input", "awaiting_input", "interrupted", "interrupted",
+        "completed", "completed", "failed", "rejected", "cancelled"])
+    assert sorted(r["workflow"] for r in listed) == ["panel", "panel", "panel-with-person"] + ["repo-audit"] * 8
 
 
 # ---- a step that exits, forks past gates, awaiting input ------------------------------------------
 
 
-def test_a_step_calling_sys_exit_fails_the_run_in_one_line(app):
+def test_a_step_calling_sys_exit_fails_the_run_in_one_line(app, db):
     (app / "exits.py").write_text("import sys\nfrom relaypoint import Workflow\nwf = Workflow('quits')\n"
                                   "wf.step(name='leave')(lambda ctx: sys.exit(0))\nworkflows = [wf]\n")
-    done = relaypoint(app, "start", "quits", "--app", "exits:workflows")
+    done = relaypoint(app, "start", "quits", "--app", "exits:workflows", db=db)
     rid = done.stdout.strip()
     assert one_line_error(done) == f"Error: run {rid} failed: step 'leave' failed: SystemExit: 0"
-    assert as_json(app, "show", rid)["status"] == "failed"
+    assert as_json(app, db, "show", rid)["status"] == "failed"
 
 
-def test_fork_past_a_gate_not_approved_pauses_and_says_so(app):
-    (parent,) = prepare(app, "review")
-    ok(relaypoint(app, "reject", parent, "--comment", "no"))
-    done = relaypoint(app, "fork", parent, "--from", "publish")
+def test_fork_past_a_gate_not_approved_pauses_and_says_so(app, db):
+    (parent,) = prepare(db, "review")
+    ok(relaypoint(app, "reject", parent, "--comment", "no", db=db))
+    done = relaypoint(app, "fork", parent, "--from", "publish", db=db)
     child = ok(done).strip()
     assert done.stderr.strip() == (f"run {child} is awaiting_approval at step 'check': approve the output of step "
                                    f"'check', copied from run {parent}, where its approval was rejected by "
                                    f"{getpass.getuser()}")
-    assert "approve" in one_line_error(relaypoint(app, "resume", child, "--app", APP))
-    ok(relaypoint(app, "approve", child))
-    assert ok(relaypoint(app, "resume", child, "--app", APP)).strip() == f"run {child} is completed"
-    events = [e["kind"] for e in as_json(app, "events", child)]
+    assert "approve" in one_line_error(relaypoint(app, "resume", child, "--app", APP, db=db))
+    ok(relaypoint(app, "approve", child, db=db))
+    assert ok(relaypoint(app, "resume", child, "--app", APP, db=db)).strip() == f"run {child} is completed"
+    events = [e["kind"] for e in as_json(app, db, "events", child)]
     assert events[:2] == ["forked", "paused"] and "approval_inherited" not in events
 
 
-def test_fork_past_an_approved_gate_inherits_it(app):
-    (parent,) = prepare(app, "review")
-    ok(relaypoint(app, "approve", parent, "--by", "ana"))
-    ok(relaypoint(app, "resume", parent, "--app", APP))
-    done = relaypoint(app, "fork", parent, "--from", "publish")
+def test_fork_past_an_approved_gate_inherits_it(app, db):
+    (parent,) = prepare(db, "review")
+    ok(relaypoint(app, "approve", parent, "--by", "ana", db=db))
+    ok(relaypoint(app, "resume", parent, "--app", APP, db=db))
+    done = relaypoint(app, "fork", parent, "--from", "publish", db=db)
     child = ok(done).strip()
     assert done.stderr == ""
-    inherited = [e for e in as_json(app, "events", child) if e["kind"] == "approval_inherited"]
+    inherited = [e for e in as_json(app, db, "events", child) if e["kind"] == "approval_inherited"]
     assert [(e["step"], e["detail"]["decided_by"]) for e in inherited] == [("check", "ana")]
-    assert ok(relaypoint(app, "resume", child, "--app", APP)).strip() == f"run {child} is completed"
+    assert ok(relaypoint(app, "resume", child, "--app", APP, db=db)).strip() == f"run {child} is completed"
 
 
-def test_a_step_waiting_for_input_shows_as_awaiting_input(app):
-    (rid,) = prepare(app, "ask")
-    (question,) = as_json(app, "show", rid)["tasks"]
+def test_a_step_waiting_for_input_shows_as_awaiting_input(app, db):
+    (rid,) = prepare(db, "ask")
+    (question,) = as_json(app, db, "show", rid)["tasks"]
     assert (question["status"], question["attempts"]) == ("awaiting_input", 1)
-    assert "? question  awaiting_input  attempts 1" in ok(relaypoint(app, "show", rid))
+    assert "? question  awaiting_input  attempts 1" in ok(relaypoint(app, "show", rid, db=db))
 
 
 # ---- store URLs and durability ----------------------------------------------------------------------
@@ -593,7 +608,7 @@ def test_durability_is_a_group_option_and_an_environment_variable(app, how):
     args = ["--durability", "normal"] if how == "option" else []
     env = {"RELAYPOINT_DURABILITY": "normal"} if how == "env" else {}
     rid = ok(relaypoint(app, *args, "start", "simple", "--app", APP, env=env)).strip()
-    assert as_json(app, "show", rid)["status"] == "completed"
+    assert as_json(app, DB, "show", rid)["status"] == "completed"
     bad = relaypoint(app, "list", env={"RELAYPOINT_DURABILITY": "sometimes"})
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1  # a usage error, one line
     assert "Invalid value for '--durability': 'sometimes' is not one of 'full', 'normal'" in bad.stderr
@@ -664,7 +679,7 @@ def test_durability_is_read_in_any_case(app, monkeypatch, given, used, how):
             seen.append(durability)
             super().__init__(*args, durability=durability, **kwargs)
 
-    (rid,) = prepare(app, "simple")
+    (rid,) = prepare(str(app / DB), "simple")
     monkeypatch.setattr(cli, "Runtime", Recording)
     args = ["--durability", given] if how == "option" else []
     env = {"RELAYPOINT_DURABILITY": given} if how == "env" else {}

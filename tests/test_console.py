@@ -6,6 +6,7 @@ stored text shown literally."""
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from textual.widgets import Button, Label, Markdown, Select, Static, TextArea
 
 
 from relaypoint import Runtime, RunStatus, Workflow
+from relaypoint.background import resume_log
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.modals import ApproveScreen, ConfirmScreen, ForkScreen, HelpScreen, RejectScreen, RespondScreen
 
@@ -26,9 +28,10 @@ SIZE = (160, 45)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> tuple[str, dict[str, str]]:
-    path = str(tmp_path / "store.db")
-    return path, build_fixture_store(path)
+def store(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, str]]:
+    """The fixture store (fixtures.build_fixture_store) on each backend: its URL and its runs by role."""
+    monkeypatch.chdir(tmp_path)  # where the resume log of a PostgreSQL store goes
+    return db, build_fixture_store(db)
 
 
 def recorded_notifications(app: RelaypointConsole) -> list[tuple[str, str]]:
@@ -230,11 +233,12 @@ workflows = [tiny]
 '''
 
 
-async def test_resume_runs_the_run_to_the_end_in_another_process(tmp_path, monkeypatch):
+async def test_resume_runs_the_run_to_the_end_in_another_process(db, tmp_path, monkeypatch):
     write_apps(tmp_path, monkeypatch, tinyapp=TINY_APP)
+    monkeypatch.chdir(tmp_path)  # a PostgreSQL store's resume log goes to the current directory
     import tinyapp
 
-    path = str(tmp_path / "store.db")
+    path = db
     with Runtime(path, tinyapp.workflows) as rt:
         run_id = rt.start("tiny")
         rt.approve(run_id, by="test")
@@ -349,10 +353,10 @@ async def test_the_refresh_pauses_while_a_modal_is_open(store):
         await until(pilot, lambda: table.runs[runs["awaiting_approval"]].status == RunStatus.QUEUED, timeout=3)
 
 
-async def test_the_list_reads_a_page_at_a_time(tmp_path):
+async def test_the_list_reads_a_page_at_a_time(db):
     wf = Workflow("bulk")
     wf.step(lambda ctx: None, name="only")
-    path = str(tmp_path / "store.db")
+    path = db
     with Runtime(path, [wf]) as rt:
         for _ in range(120):
             rt.start("bulk")
@@ -690,10 +694,10 @@ async def test_the_step_cursor_follows_the_run_until_the_user_moves_it(store):
 # ---- the run's input --------------------------------------------------------------------------------
 
 
-async def test_the_run_header_shows_the_input_on_one_line(tmp_path):
+async def test_the_run_header_shows_the_input_on_one_line(db):
     wf = Workflow("echo")
     wf.step(lambda ctx: ctx.input, name="only")
-    path = str(tmp_path / "store.db")
+    path = db
     with Runtime(path, [wf]) as rt:
         short = rt.start("echo", {"topic": "release notes"})
         long = rt.start("echo", {"topic": "x" * 400, "n": 1})
@@ -821,8 +825,8 @@ def squash(text: str) -> str:
     return "".join(text.split())
 
 
-async def test_hostile_stored_text_is_shown_literally(tmp_path):
-    path = str(tmp_path / "store.db")
+async def test_hostile_stored_text_is_shown_literally(db):
+    path = db
     run_id = hostile_store(path)
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
@@ -876,10 +880,10 @@ def big_output_store(path: str) -> str:
         return rt.start("big")
 
 
-async def test_a_10_mb_output_shows_a_bounded_preview_with_its_size_and_more_on_demand(tmp_path):
+async def test_a_10_mb_output_shows_a_bounded_preview_with_its_size_and_more_on_demand(db):
     from relaypoint.display import PREVIEW_CHARS
 
-    path = str(tmp_path / "store.db")
+    path = db
     run_id = big_output_store(path)
     app = RelaypointConsole(path)
     notes = recorded_notifications(app)
@@ -895,7 +899,7 @@ async def test_a_10_mb_output_shows_a_bounded_preview_with_its_size_and_more_on_
         assert len(shown) < 2 * PREVIEW_CHARS  # one page, not 10 MB
         assert "9.5MiBinall(10,000,018bytes);thefirst" in shown
         assert "THE-END" not in shown
-        assert squash(f"relaypoint --db {path} show {run_id[:8]} --output huge") in shown
+        assert squash(f"relaypoint --db {shlex.quote(path)} show {run_id[:8]} --output huge") in shown
         await pilot.press("m")  # a second page
         await until(pilot, lambda: detail(pilot).output.pages == 2)
         await settle(pilot)
@@ -952,11 +956,12 @@ workflows = [tiny]
 '''
 
 
-async def test_a_resume_refused_for_drift_says_why_and_offers_to_allow_it(tmp_path, monkeypatch):
+async def test_a_resume_refused_for_drift_says_why_and_offers_to_allow_it(db, tmp_path, monkeypatch):
     write_apps(tmp_path, monkeypatch, tinyapp=TINY_APP, driftedapp=DRIFTED_APP)
+    monkeypatch.chdir(tmp_path)  # a PostgreSQL store's resume log goes to the current directory
     import tinyapp
 
-    path = str(tmp_path / "store.db")
+    path = db
     with Runtime(path, tinyapp.workflows) as rt:
         run_id = rt.start("tiny")
         rt.approve(run_id, by="test")
@@ -979,10 +984,10 @@ async def test_a_resume_refused_for_drift_says_why_and_offers_to_allow_it(tmp_pa
     with Runtime(path, create=False) as rt:
         assert rt.step_output(run_id, "three") == {"n": 3}
         assert any(e.kind == "drift_allowed" for e in rt.events(run_id))
-    assert os.stat(f"{path}.resume.log").st_mode & 0o777 == 0o600  # like the store: errors may quote data
+    assert os.stat(resume_log(path)).st_mode & 0o777 == 0o600  # like the store: errors may quote data
 
 
-async def test_the_step_chain_is_usable_at_80x24_with_a_long_step_name(tmp_path):
+async def test_the_step_chain_is_usable_at_80x24_with_a_long_step_name(db):
     wf = Workflow("long")
     long_name = "extract_every_invoice_line_item_and_reconcile_it_against_the_ledger_of_the_month"
 
@@ -994,7 +999,7 @@ async def test_the_step_chain_is_usable_at_80x24_with_a_long_step_name(tmp_path)
     def second(ctx: Any) -> Any:
         return 2
 
-    path = str(tmp_path / "store.db")
+    path = db
     with Runtime(path, [wf]) as rt:
         run_id = rt.start("long")
     app = RelaypointConsole(path)
@@ -1009,14 +1014,14 @@ async def test_the_step_chain_is_usable_at_80x24_with_a_long_step_name(tmp_path)
         assert "…" in first_row and "second" in "".join(lines)
 
 
-async def test_a_gated_10_mb_output_is_approved_as_is_without_an_editor_of_megabytes(tmp_path):
+async def test_a_gated_10_mb_output_is_approved_as_is_without_an_editor_of_megabytes(db):
     wf = Workflow("big-gate")
 
     @wf.step(approval=True)
     def huge(ctx: Any) -> Any:
         return BIG
 
-    path = str(tmp_path / "store.db")
+    path = db
     with Runtime(path, [wf]) as rt:
         run_id = rt.start("big-gate")
     app = RelaypointConsole(path)
@@ -1038,7 +1043,7 @@ def text_length(table: Any) -> int:
     return sum(len(str(cell)) for column in table.columns for cell in column.cells)
 
 
-async def test_a_long_error_is_bounded_in_the_header_the_events_and_the_output_box(tmp_path):
+async def test_a_long_error_is_bounded_in_the_header_the_events_and_the_output_box(db):
     from relaypoint.display import PREVIEW_CHARS
     from relaypoint.tui.detail import events_view, run_header
 
@@ -1048,7 +1053,7 @@ async def test_a_long_error_is_bounded_in_the_header_the_events_and_the_output_b
     def boom(ctx: Any) -> Any:
         raise ValueError("E" * 1_000_000 + "TAIL-OF-THE-ERROR")
 
-    path = str(tmp_path / "store.db")
+    path = db
     with Runtime(path, [wf]) as rt:
         run_id = rt.start("loud")
     app = RelaypointConsole(path)
@@ -1066,11 +1071,11 @@ async def test_a_long_error_is_bounded_in_the_header_the_events_and_the_output_b
     assert "TAIL-OF-THE-ERROR" in output  # the traceback's end, where the error is raised, is kept
 
 
-async def test_a_burst_of_pgdn_in_the_step_chain_moves_the_output_a_page_per_key(tmp_path):
+async def test_a_burst_of_pgdn_in_the_step_chain_moves_the_output_a_page_per_key(db):
     from textual import events
     from textual.containers import VerticalScroll
 
-    path = str(tmp_path / "store.db")
+    path = db
     run_id = big_output_store(path)
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
@@ -1094,7 +1099,7 @@ async def test_a_burst_of_pgdn_in_the_step_chain_moves_the_output_a_page_per_key
         assert box.scroll_y == 4 * page
 
 
-async def test_a_big_json_output_is_previewed_without_encoding_it_whole(tmp_path):
+async def test_a_big_json_output_is_previewed_without_encoding_it_whole(db):
     from relaypoint.display import PREVIEW_CHARS
 
     wf = Workflow("big-json")
@@ -1103,7 +1108,7 @@ async def test_a_big_json_output_is_previewed_without_encoding_it_whole(tmp_path
     def rows(ctx: Any) -> Any:
         return [{"i": i, "name": f"item {i}"} for i in range(200_000)]
 
-    path = str(tmp_path / "store.db")
+    path = db
     with Runtime(path, [wf]) as rt:
         run_id = rt.start("big-json")
     app = RelaypointConsole(path)

@@ -12,14 +12,13 @@ Update the snapshots after an intended change with ``pytest tests/test_console_p
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from console_pilot import detail, press_to_run, screen_lines, select_run, settle, until, write_apps
-from fixtures import CONSOLE_NOW, FixtureClock, counter_ids, fixed_clock
+from fixtures import CONSOLE_NOW, FixtureClock, counter_ids, fix_hosts, fixed_clock
 from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widgets import Input, Select, Static, TextArea
@@ -133,17 +132,15 @@ def build_pattern_store(path: str) -> dict[str, str]:
                                ("supervisor", "triage"), ("person", "debate-with-a-person")):
             runs[role] = rt.start(workflow)
             CLOCK.advance(minutes=5)
-    with sqlite3.connect(path) as conn:  # as tests/fixtures.py: the executor's pid and host vary
-        conn.execute("UPDATE events SET detail = json_set(detail, '$.pid', 4242, '$.host', 'fixture-host') "
-                     "WHERE json_extract(detail, '$.pid') IS NOT NULL")
-    conn.close()
+    fix_hosts(path)  # as tests/fixtures.py: the executor's pid and host vary
     return runs
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> tuple[str, dict[str, str]]:
-    path = str(tmp_path / "store.db")
-    return path, build_pattern_store(path)
+def store(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, str]]:
+    """The pattern store on each backend: its URL and its runs by role."""
+    monkeypatch.chdir(tmp_path)  # where the resume log of a PostgreSQL store goes
+    return db, build_pattern_store(db)
 
 
 def tasks(path: str, run_id: str) -> list[StepRecord]:
@@ -437,11 +434,12 @@ workflows = [person]
 '''
 
 
-async def test_respond_to_a_persons_turn_then_resume_it_in_another_process(tmp_path, monkeypatch):
+async def test_respond_to_a_persons_turn_then_resume_it_in_another_process(db, tmp_path, monkeypatch):
     write_apps(tmp_path, monkeypatch, personapp=PERSON_APP)
+    monkeypatch.chdir(tmp_path)  # a PostgreSQL store's resume log goes to the current directory
     import personapp
 
-    path = str(tmp_path / "store.db")
+    path = db
     with Runtime(path, personapp.workflows) as rt:
         rid = rt.start("debate-with-a-person")
     app = RelaypointConsole(path, "personapp:workflows")
@@ -533,8 +531,8 @@ def literally(shown: str) -> bool:
             and ("\\x1b[31mred" in shown or "\\u001b[31mred" in shown))
 
 
-async def test_hostile_pattern_agent_and_task_names_and_outputs_are_shown_literally(tmp_path):
-    path = str(tmp_path / "store.db")
+async def test_hostile_pattern_agent_and_task_names_and_outputs_are_shown_literally(db):
+    path = db
     rid = hostile_store(path)["run"]
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
@@ -584,9 +582,10 @@ def showing(run_id: str, *keys: str, form: type | None = None) -> Any:
 
 
 @pytest.fixture
-def console(store: tuple[str, dict[str, str]]) -> tuple[RelaypointConsole, dict[str, str]]:
-    path, runs = store
-    return RelaypointConsole(path, clock=fixed_clock()), runs
+def console(tmp_path: Path) -> tuple[RelaypointConsole, dict[str, str]]:
+    """The console on the pattern store in a SQLite file, for snapshots (pictures, taken once)."""
+    path = str(tmp_path / "store.db")
+    return RelaypointConsole(path, clock=fixed_clock()), build_pattern_store(path)
 
 
 def test_snapshot_of_a_debate_expanded_into_its_rounds(snap_compare, console):
@@ -625,7 +624,7 @@ def test_snapshot_of_the_fork_form_from_a_round(snap_compare, console):
                         run_before=showing(runs["debate"], "tab", "enter", "j", "j", "j", "f", form=ForkScreen))
 
 
-def test_an_agent_an_allowed_drift_removed_is_shown_with_a_placeholder_mark(tmp_path):
+def test_an_agent_an_allowed_drift_removed_is_shown_with_a_placeholder_mark(db):
     """Reading never needs the definition: a supervisor's records name an agent an allowed drift
     removed from its definition; the summary still shows that agent's calls and counts, marked."""
     from rich.console import Console
@@ -639,12 +638,12 @@ def test_an_agent_an_allowed_drift_removed_is_shown_with_a_placeholder_mark(tmp_
         wf.supervisor("triage", agents=agents, route=lambda c: ["ask", "search", None][c.iteration - 1])
         return wf
 
-    with Runtime(str(tmp_path / "s.db"), [flow({"ask": human("?"), "search": human("where?")})]) as rt:
+    with Runtime(db, [flow({"ask": human("?"), "search": human("where?")})]) as rt:
         rid = rt.start("sup")
         rt.respond(rid, "answer")
         assert rt.resume(rid) == "awaiting_input"  # search's turn: ask's is recorded
         rt.respond(rid, "here")
-    with Runtime(str(tmp_path / "s.db"), [flow({"search": human("where?")})]) as rt:
+    with Runtime(db, [flow({"search": human("where?")})]) as rt:
         assert rt.resume(rid, allow_drift=True) == "completed"
         run = rt.get(rid)
         group = next(t for t in run.tasks if t.name == "triage" and t.parent is None)

@@ -193,9 +193,9 @@ def rounds_flow(interrupt_once: str | None = None) -> tuple[RoundsFlow, list]:
     return wf, seen
 
 
-def test_a_driver_repeats_a_name_appends_executions_and_runs_independent_calls(tmp_path):
+def test_a_driver_repeats_a_name_appends_executions_and_runs_independent_calls(db):
     wf, seen = rounds_flow()
-    with Runtime(str(tmp_path / "r.db"), [wf]) as rt:
+    with Runtime(db, [wf]) as rt:
         rid = rt.start("rounds")
         run = rt.get(rid)
         assert run.status == "completed" and run.definition == {"pattern": "rounds", "rounds": 3,
@@ -214,9 +214,9 @@ def test_a_driver_repeats_a_name_appends_executions_and_runs_independent_calls(t
                     ("review", 1, "bo", "review#1/bo", {"round": 3})]
 
 
-def test_a_resume_reruns_only_the_appended_call_not_recorded_in_its_own_row(tmp_path):
+def test_a_resume_reruns_only_the_appended_call_not_recorded_in_its_own_row(db):
     wf, seen = rounds_flow(interrupt_once="bo")
-    with Runtime(str(tmp_path / "r.db"), [wf]) as rt:
+    with Runtime(db, [wf]) as rt:
         with pytest.raises(KeyboardInterrupt):
             rt.start("rounds")
         (rid,) = [r.run_id for r in rt.list()]

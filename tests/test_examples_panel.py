@@ -71,8 +71,8 @@ def test_the_findings_are_the_audits_most_severe_first(project):
     assert gather_findings(str(project), limit=2)["considered"] == 6
 
 
-def test_the_panel_runs_every_pattern_end_to_end_on_a_real_store(tmp_path, project):
-    with Runtime(str(tmp_path / "runs.db"), panel.workflows) as rt:
+def test_the_panel_runs_every_pattern_end_to_end_on_a_real_store(db, project):
+    with Runtime(db, panel.workflows) as rt:
         rid = rt.start("panel", {"root": str(project)})
         run = rt.get(rid)
         assert run.status == "completed", run.error
@@ -130,8 +130,8 @@ def test_the_panel_runs_every_pattern_end_to_end_on_a_real_store(tmp_path, proje
             assert line in markdown
 
 
-def test_runs_of_the_panel_are_deterministic_and_the_threshold_ends_the_loop(tmp_path, project):
-    with Runtime(str(tmp_path / "runs.db"), panel.workflows) as rt:
+def test_runs_of_the_panel_are_deterministic_and_the_threshold_ends_the_loop(db, project):
+    with Runtime(db, panel.workflows) as rt:
         first, second = (rt.start("panel", {"root": str(project)}) for _ in range(2))
         assert tree(rt, first) == tree(rt, second)
         lower = rt.start("panel", {"root": str(project), "threshold": 0.8, "max_fixes": 1})
@@ -139,8 +139,8 @@ def test_runs_of_the_panel_are_deterministic_and_the_threshold_ends_the_loop(tmp
         assert [f["finding"] for f in rt.step_output(lower, "triage")["fixes"]] == ["F1"]
 
 
-def test_a_max_fixes_out_of_range_fails_the_run_in_one_line(tmp_path, project):
-    with Runtime(str(tmp_path / "runs.db"), panel.workflows) as rt:
+def test_a_max_fixes_out_of_range_fails_the_run_in_one_line(db, project):
+    with Runtime(db, panel.workflows) as rt:
         run = rt.get(rt.start("panel", {"root": str(project), "max_fixes": 9}))
     assert run.status == "failed"
     assert run.tasks[0].error == "ValueError: max_fixes must be 1 to 8, not 9"

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import APP, DB, FakeClock, app_workflows, digest, ids, one_line_error, relaypoint, write_app
+from helpers import APP, DB, FakeClock, app_workflows, ids, one_line_error, relaypoint, store_state, write_app
 from test_store_contract import DEBATE, add_debate, add_run, at
 
 from relaypoint import Runtime, Workflow, human
@@ -92,10 +92,9 @@ def paused_turn(path: str, run_id: str, status: StepStatus, kind: str, deadline:
     return 5
 
 
-def test_approving_a_persons_turn_re_runs_it_with_the_decision_kept_in_the_checkpoint(tmp_path):
-    path = str(tmp_path / DB)
-    seq = paused_turn(path, "r1", StepStatus.AWAITING_APPROVAL, CheckpointKind.APPROVAL)
-    with Runtime(path) as rt:
+def test_approving_a_persons_turn_re_runs_it_with_the_decision_kept_in_the_checkpoint(db):
+    seq = paused_turn(db, "r1", StepStatus.AWAITING_APPROVAL, CheckpointKind.APPROVAL)
+    with Runtime(db) as rt:
         cp = rt.approve("r1", by="ann", comment="agreed", output={"points": 3})
         turn, group = rt.store.step("r1", seq), rt.store.step("r1", 1)
         assert (turn.status, turn.attempts, turn.has_output) == (StepStatus.PENDING, 1, False)
@@ -112,10 +111,9 @@ def test_approving_a_persons_turn_re_runs_it_with_the_decision_kept_in_the_check
 
 
 @pytest.mark.parametrize("output", [None, {"said": "pro wins"}], ids=["re-run", "recorded"])
-def test_approving_a_held_orphan_inside_a_pattern_acts_on_its_own_row(tmp_path, output):
-    path = str(tmp_path / DB)
-    seq = paused_turn(path, "r1", StepStatus.INTERRUPTED, CheckpointKind.ORPHAN)
-    with Runtime(path) as rt:
+def test_approving_a_held_orphan_inside_a_pattern_acts_on_its_own_row(db, output):
+    seq = paused_turn(db, "r1", StepStatus.INTERRUPTED, CheckpointKind.ORPHAN)
+    with Runtime(db) as rt:
         rt.approve("r1", by="ops", output=output)
         orphan, group = rt.store.step("r1", seq), rt.store.step("r1", 1)
         assert orphan.status == (StepStatus.PENDING if output is None else StepStatus.COMPLETED)
@@ -126,11 +124,10 @@ def test_approving_a_held_orphan_inside_a_pattern_acts_on_its_own_row(tmp_path, 
 
 
 @pytest.mark.parametrize("end", ["reject", "expire", "cancel"])
-def test_ending_a_run_paused_on_a_persons_turn_cancels_the_turn(tmp_path, end):
-    path = str(tmp_path / DB)
+def test_ending_a_run_paused_on_a_persons_turn_cancels_the_turn(db, end):
     clock = FakeClock(at(100))
-    seq = paused_turn(path, "r1", StepStatus.AWAITING_APPROVAL, CheckpointKind.APPROVAL, deadline=50)
-    with Runtime(path, clock=clock) as rt:
+    seq = paused_turn(db, "r1", StepStatus.AWAITING_APPROVAL, CheckpointKind.APPROVAL, deadline=50)
+    with Runtime(db, clock=clock) as rt:
         if end == "reject":
             clock.now = at(10)
             rt.reject("r1", "not convincing", by="ann")
@@ -148,16 +145,15 @@ def test_ending_a_run_paused_on_a_persons_turn_cancels_the_turn(tmp_path, end):
 # ---- forks from an iteration boundary -----------------------------------------------------------
 
 
-def debate_store(tmp_path: Path) -> str:
+def debate_store(db: str) -> str:
     """A store holding run 'r1': 'brief' completed, debate 'argue' through round 3 (seqs 3..8)."""
-    path = str(tmp_path / DB)
-    with open_store(path, create=True) as store:
+    with open_store(db, create=True) as store:
         add_debate(store, "r1", rounds=3)
-    return path
+    return db
 
 
-def test_a_fork_from_a_round_copies_the_rounds_before_it_and_starts_from_the_state_there(tmp_path):
-    with Runtime(debate_store(tmp_path), id_factory=ids("f1")) as rt:
+def test_a_fork_from_a_round_copies_the_rounds_before_it_and_starts_from_the_state_there(db):
+    with Runtime(debate_store(db), id_factory=ids("f1")) as rt:
         assert rt.fork("r1", "argue", {"topic": "new"}, iteration=2) == "f1"
         run = rt.get("f1")
         assert (run.status, run.parent_run_id, run.forked_from_step, run.current_step, run.steps_done,
@@ -176,8 +172,8 @@ def test_a_fork_from_a_round_copies_the_rounds_before_it_and_starts_from_the_sta
         assert rt.store.max_seq("f1") + 1 == fork.seq
 
 
-def test_forking_a_fork_from_an_iteration_it_copied_names_the_run_that_recorded_it(tmp_path):
-    with Runtime(debate_store(tmp_path), id_factory=ids("f1", "f2")) as rt:
+def test_forking_a_fork_from_an_iteration_it_copied_names_the_run_that_recorded_it(db):
+    with Runtime(debate_store(db), id_factory=ids("f1", "f2")) as rt:
         rt.fork("r1", "argue", iteration=2)
         with pytest.raises(RefusedTransition, match="^run f1 recorded no driver state where iteration 1 of 'argue' "
                                                     r"began \(its earlier iterations were copied from another run\); "
@@ -194,38 +190,38 @@ def test_forking_a_fork_from_an_iteration_it_copied_names_the_run_that_recorded_
     (("--from", "verdict", "--iteration", "1"),
      "step 'argue' of run r1 has not completed, so there is no output to reuse; fork from 'argue' or earlier"),
 ], ids=["not-a-pattern", "no-such-iteration", "pattern-not-completed"])
-def test_a_fork_from_an_iteration_it_cannot_copy_is_refused_in_one_line(tmp_path, args, refusal):
-    path = debate_store(tmp_path)
-    before = digest(Path(path))
-    assert one_line_error(relaypoint(tmp_path, "fork", "r1", *args)) == f"Error: {refusal}"
-    assert digest(Path(path)) == before
+def test_a_fork_from_an_iteration_it_cannot_copy_is_refused_in_one_line(db, tmp_path, args, refusal):
+    debate_store(db)
+    before = store_state(db)
+    assert one_line_error(relaypoint(tmp_path, "fork", "r1", *args, db=db)) == f"Error: {refusal}"
+    assert store_state(db) == before
 
 
-def test_a_fork_from_a_round_after_an_unfinished_execution_is_refused(tmp_path):
-    path = debate_store(tmp_path)
-    with open_store(path) as store, store.transaction():
+def test_a_fork_from_a_round_after_an_unfinished_execution_is_refused(db, tmp_path):
+    debate_store(db)
+    with open_store(db) as store, store.transaction():
         store.update_step("r1", 6, status=StepStatus.INTERRUPTED)
-    assert one_line_error(relaypoint(tmp_path, "fork", "r1", "--from", "argue", "--iteration", "3")) == (
+    assert one_line_error(relaypoint(tmp_path, "fork", "r1", "--from", "argue", "--iteration", "3", db=db)) == (
         "Error: execution 6 of pattern 'argue' of run r1 (iteration 2, agent 'con') is interrupted, so there is no "
         "output to reuse; fork from iteration 2 or earlier")
-    with open_store(path) as store, store.transaction():  # a failure the pattern went on from is copied as recorded
+    with open_store(db) as store, store.transaction():  # a failure the pattern went on from is copied as recorded
         store.update_step("r1", 6, status=StepStatus.FAILED, error="boom")
-    new_id = relaypoint(tmp_path, "fork", "r1", "--from", "argue", "--iteration", "3").stdout.strip()
-    with open_store(path) as store:
+    new_id = relaypoint(tmp_path, "fork", "r1", "--from", "argue", "--iteration", "3", db=db).stdout.strip()
+    with open_store(db) as store:
         assert (store.step(new_id, 6).status, store.step(new_id, 6).error) == (StepStatus.FAILED, "boom")
 
 
 # ---- resume --replan ----------------------------------------------------------------------------
 
 
-def test_replanning_a_run_that_is_not_inside_a_planner_is_refused_in_one_line_and_writes_nothing(tmp_path):
+def test_replanning_a_run_that_is_not_inside_a_planner_is_refused_in_one_line_and_writes_nothing(db, tmp_path):
     write_app(tmp_path)
-    with Runtime(str(tmp_path / DB), app_workflows(), clock=FakeClock()) as rt:
+    with Runtime(db, app_workflows(), clock=FakeClock()) as rt:
         rid = rt.start("boom")  # fails at its second step: resumable
-    before = digest(tmp_path / DB)
-    assert one_line_error(relaypoint(tmp_path, "resume", rid, "--app", APP, "--replan")) == (
+    before = store_state(db)
+    assert one_line_error(relaypoint(tmp_path, "resume", rid, "--app", APP, "--replan", db=db)) == (
         "Error: this run is not inside a planner, so there is nothing to re-plan; resume it without --replan")
-    assert digest(tmp_path / DB) == before
+    assert store_state(db) == before
 
 
 # ---- end to end: real pattern runs --------------------------------------------------------------
@@ -263,9 +259,9 @@ def shown(rt: Runtime, rid: str) -> list[tuple]:
     return [(t.name, t.iteration, t.agent, t.parent, t.status, t.output) for t in rt.get(rid).tasks]
 
 
-def test_a_debate_forked_from_round_3_re_runs_round_3_onward_and_ends_as_its_parent(tmp_path):
+def test_a_debate_forked_from_round_3_re_runs_round_3_onward_and_ends_as_its_parent(db):
     calls: Counter = Counter()
-    with Runtime(str(tmp_path / DB), [debate_flow(calls)], id_factory=ids("parent", "fork")) as rt:
+    with Runtime(db, [debate_flow(calls)], id_factory=ids("parent", "fork")) as rt:
         rt.start("panel", {"topic": "tests"})
         calls.clear()
         assert rt.fork("parent", "argue", iteration=3) == "fork"
@@ -279,9 +275,9 @@ def test_a_debate_forked_from_round_3_re_runs_round_3_onward_and_ends_as_its_par
         assert (run.steps_done, run.steps_total) == (3, 3)
 
 
-def test_a_debate_forked_from_a_round_with_a_new_input_keeps_the_rounds_before_it(tmp_path):
+def test_a_debate_forked_from_a_round_with_a_new_input_keeps_the_rounds_before_it(db):
     calls: Counter = Counter()
-    with Runtime(str(tmp_path / DB), [debate_flow(calls, rounds=3)], id_factory=ids("parent", "fork")) as rt:
+    with Runtime(db, [debate_flow(calls, rounds=3)], id_factory=ids("parent", "fork")) as rt:
         rt.start("panel", {"topic": "cats"})
         rt.fork("parent", "argue", {"topic": "dogs"}, iteration=2)
         assert rt.resume("fork") == RunStatus.COMPLETED
@@ -291,7 +287,7 @@ def test_a_debate_forked_from_a_round_with_a_new_input_keeps_the_rounds_before_i
         assert rt.get("fork").input == {"topic": "dogs"} and calls["brief"] == 1
 
 
-def test_a_supervisor_forked_from_turn_3_routes_as_its_parent_without_asking_turns_1_and_2_again(tmp_path):
+def test_a_supervisor_forked_from_turn_3_routes_as_its_parent_without_asking_turns_1_and_2_again(db):
     calls: Counter = Counter()
     wf = Workflow("sup")
 
@@ -304,7 +300,7 @@ def test_a_supervisor_forked_from_turn_3_routes_as_its_parent_without_asking_tur
         return None if ctx.agent == "search" and ctx.state["activations"]["search"] else f"{ctx.agent} {ctx.iteration}"
 
     wf.supervisor("triage", agents={"search": agent, "code": agent}, route=route, max_turns=10, max_idle=3)
-    with Runtime(str(tmp_path / DB), [wf], id_factory=ids("parent", "fork")) as rt:
+    with Runtime(db, [wf], id_factory=ids("parent", "fork")) as rt:
         rt.start("sup")
         calls.clear()
         rt.fork("parent", "triage", iteration=3)
@@ -316,7 +312,7 @@ def test_a_supervisor_forked_from_turn_3_routes_as_its_parent_without_asking_tur
         assert calls == Counter({("route", 3): 1, ("search", 3): 1, ("route", 4): 1, ("code", 4): 1, ("route", 5): 1})
 
 
-def test_resume_replan_asks_the_planner_for_a_new_plan_keeping_the_completed_subtasks(tmp_path):
+def test_resume_replan_asks_the_planner_for_a_new_plan_keeping_the_completed_subtasks(db):
     calls: Counter = Counter()
     wf = Workflow("plan")
 
@@ -334,7 +330,7 @@ def test_resume_replan_asks_the_planner_for_a_new_plan_keeping_the_completed_sub
         return f"edited {ctx.input['file']}"
 
     wf.planner("build", plan=make_plan, agents={"code": code})  # no replan function: a failed subtask fails the run
-    with Runtime(str(tmp_path / DB), [wf], id_factory=ids("r1")) as rt:
+    with Runtime(db, [wf], id_factory=ids("r1")) as rt:
         rt.start("plan")
         assert rt.get("r1").error == ("subtask 't2' of 'build' failed: RuntimeError: cannot edit b.py (no replan "
                                       "function to recover)")
@@ -349,7 +345,7 @@ def test_resume_replan_asks_the_planner_for_a_new_plan_keeping_the_completed_sub
         assert kinds.index(("replan_requested", "build")) == kinds.index(("resumed", None)) - 1
 
 
-def test_an_allowed_drift_keeps_a_debate_under_way_and_the_answer_of_a_person_waiting_in_it(tmp_path):
+def test_an_allowed_drift_keeps_a_debate_under_way_and_the_answer_of_a_person_waiting_in_it(db):
     calls: Counter = Counter()
 
     def panel(with_report: bool) -> Workflow:
@@ -365,12 +361,12 @@ def test_an_allowed_drift_keeps_a_debate_under_way_and_the_answer_of_a_person_wa
             wf.step(name="report")(lambda ctx: len(ctx.results["argue"]))
         return wf
 
-    with Runtime(str(tmp_path / DB), [panel(False)], id_factory=ids("r1")) as rt:
+    with Runtime(db, [panel(False)], id_factory=ids("r1")) as rt:
         rt.start("panel")
         rt.respond("r1", "mine 1")
         assert rt.resume("r1") == RunStatus.AWAITING_INPUT  # round 2: my turn again
         rt.respond("r1", "mine 2")
-    with Runtime(str(tmp_path / DB), [panel(True)]) as rt:  # a step added after the debate: children shift by 1
+    with Runtime(db, [panel(True)]) as rt:  # a step added after the debate: children shift by 1
         assert rt.resume("r1", allow_drift=True) == RunStatus.COMPLETED
         assert calls == Counter({("pro", 1): 1, ("pro", 2): 1})
         assert rt.step_output("r1", "argue") == ["pro 1", "mine 1", "pro 2", "mine 2"]
@@ -380,15 +376,15 @@ def test_an_allowed_drift_keeps_a_debate_under_way_and_the_answer_of_a_person_wa
             (6, 3, "judge", 0), (1, 1, None, None)]
 
 
-def test_show_lists_a_patterns_executions_after_its_row_naming_iteration_and_agent(tmp_path):
-    debate_store(tmp_path)
-    shown_text = relaypoint(tmp_path, "show", "r1").stdout
+def test_show_lists_a_patterns_executions_after_its_row_naming_iteration_and_agent(db, tmp_path):
+    debate_store(db)
+    shown_text = relaypoint(tmp_path, "show", "r1", db=db).stdout
     lines = [line for line in shown_text.splitlines() if "attempts" in line]
     assert lines == ["✔ brief  completed  attempts 1", "· argue  pending  attempts 0",
                      *[f"  ✔ argue (iteration {r}, agent '{a}')  completed  attempts 1" for r in (1, 2, 3)
                        for a in ("pro", "con")],
                      "· verdict  pending  attempts 0"]
-    tasks = json.loads(relaypoint(tmp_path, "show", "r1", "--json").stdout)["tasks"]
+    tasks = json.loads(relaypoint(tmp_path, "show", "r1", "--json", db=db).stdout)["tasks"]
     assert [(t["name"], t["iteration"], t["agent"], t["parent"]) for t in tasks] == [
         ("brief", 1, None, None), ("argue", 1, None, None),
         *[("argue", r, a, 1) for r in (1, 2, 3) for a in ("pro", "con")], ("verdict", 1, None, None)]

@@ -23,7 +23,7 @@ def children(rt: Runtime, rid: str, name: str) -> list:
     return [t for t in run.tasks if t.parent == group.seq]
 
 
-def test_a_debate_records_every_speech_then_the_judge_and_its_result_reaches_later_steps(tmp_path):
+def test_a_debate_records_every_speech_then_the_judge_and_its_result_reaches_later_steps(db):
     seen = []
     wf = Workflow("panel")
 
@@ -45,7 +45,7 @@ def test_a_debate_records_every_speech_then_the_judge_and_its_result_reaches_lat
     def report(ctx):
         return ctx.results["argue"]["heard"][-1]
 
-    with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+    with Runtime(db, [wf]) as rt:
         rid = rt.start("panel", {"topic": "tests"})
         run = rt.get(rid)
         assert run.status == "completed" and (run.steps_done, run.steps_total) == (3, 3)
@@ -67,7 +67,7 @@ def test_a_debate_records_every_speech_then_the_judge_and_its_result_reaches_lat
         assert started[:3] == [("brief", None, None), ("argue", 1, "pro"), ("argue", 1, "con")]
 
 
-def test_a_loop_stops_when_until_says_so_or_at_max_iterations(tmp_path):
+def test_a_loop_stops_when_until_says_so_or_at_max_iterations(db):
     wf = Workflow("refine")
     verdicts = []
 
@@ -85,7 +85,7 @@ def test_a_loop_stops_when_until_says_so_or_at_max_iterations(tmp_path):
     def again(ctx):
         return [h["output"] for h in ctx.history]
 
-    with Runtime(str(tmp_path / "s.db"), [wf, capped]) as rt:
+    with Runtime(db, [wf, capped]) as rt:
         rid = rt.start("refine")
         assert [(t.iteration, t.output) for t in children(rt, rid, "draft")] == [(1, 1), (2, 3)]
         assert verdicts == [(1, 1), (2, 3)] and rt.step_output(rid, "draft") == 3
@@ -95,14 +95,14 @@ def test_a_loop_stops_when_until_says_so_or_at_max_iterations(tmp_path):
             "again#1", "again#2", "again#3"]
 
 
-def test_a_vote_runs_each_voter_once_and_reports_a_majority_a_tie_or_a_custom_tally(tmp_path):
+def test_a_vote_runs_each_voter_once_and_reports_a_majority_a_tie_or_a_custom_tally(db):
     wf = Workflow("vote")
     wf.vote("decide", voters={"a": lambda c: "x", "b": lambda c: {"pick": 1}, "c": lambda c: "x"})
     tie = Workflow("tie")
     tie.vote("decide", voters={"a": lambda c: "x", "b": lambda c: "y"})
     custom = Workflow("custom")
     custom.vote("decide", voters={"a": lambda c: 2, "b": lambda c: 5}, tally=lambda votes: sum(votes.values()))
-    with Runtime(str(tmp_path / "s.db"), [wf, tie, custom]) as rt:
+    with Runtime(db, [wf, tie, custom]) as rt:
         rid = rt.start("vote")
         assert [(t.agent, t.output) for t in children(rt, rid, "decide")] == [("a", "x"), ("b", {"pick": 1}),
                                                                                 ("c", "x")]
@@ -124,14 +124,14 @@ def supervised(route, *, max_turns=20, max_idle=2, search=lambda c: None):
     return wf
 
 
-def test_a_supervisor_records_each_routing_decision_and_keeps_activation_and_idle_counts(tmp_path):
+def test_a_supervisor_records_each_routing_decision_and_keeps_activation_and_idle_counts(db):
     states = []
 
     def route(ctx):
         states.append(dict(ctx.state))
         return ["search", "search", "code", "search", None][ctx.state["turn"]]
 
-    with Runtime(str(tmp_path / "s.db"), [supervised(route)]) as rt:
+    with Runtime(db, [supervised(route)]) as rt:
         rid = rt.start("sup")
         kids = children(rt, rid, "triage")
         assert [(t.iteration, t.agent) for t in kids] == [
@@ -145,13 +145,13 @@ def test_a_supervisor_records_each_routing_decision_and_keeps_activation_and_idl
         assert rt.step_output(rid, "triage") is None  # the last agent call was an idle turn
 
 
-def test_a_supervisor_stops_at_max_turns_and_when_every_agent_is_idle(tmp_path):
+def test_a_supervisor_stops_at_max_turns_and_when_every_agent_is_idle(db):
     always_code = supervised(lambda ctx: "code", max_turns=3)
     always_code.name = "turns"
     idle = Workflow("idle")
     idle.supervisor("triage", agents={"a": lambda c: None, "b": lambda c: None},
                     route=lambda ctx: "a" if ctx.state["turn"] % 2 == 0 else "b", max_idle=2)
-    with Runtime(str(tmp_path / "s.db"), [always_code, idle]) as rt:
+    with Runtime(db, [always_code, idle]) as rt:
         rid = rt.start("turns")
         assert [t.agent for t in children(rt, rid, "triage")] == ["route", "code"] * 3
         assert rt.step_output(rid, "triage") == "patch 3"
@@ -159,8 +159,8 @@ def test_a_supervisor_stops_at_max_turns_and_when_every_agent_is_idle(tmp_path):
         assert [t.agent for t in children(rt, rid, "triage") if t.agent != "route"] == ["a", "b", "a", "b"]
 
 
-def test_a_router_naming_an_unknown_agent_fails_the_run_with_one_line(tmp_path):
-    with Runtime(str(tmp_path / "s.db"), [supervised(lambda ctx: "nobody")]) as rt:
+def test_a_router_naming_an_unknown_agent_fails_the_run_with_one_line(db):
+    with Runtime(db, [supervised(lambda ctx: "nobody")]) as rt:
         rid = rt.start("sup")
         run = rt.get(rid)
         assert run.status == "failed"
@@ -192,9 +192,9 @@ def planner_flow(fail: set[str], *, max_replans: int = 2, replan=True):
     return wf, calls
 
 
-def test_a_planner_runs_subtasks_in_dependency_order_with_their_own_input(tmp_path):
+def test_a_planner_runs_subtasks_in_dependency_order_with_their_own_input(db):
     wf, calls = planner_flow(set())
-    with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+    with Runtime(db, [wf]) as rt:
         rid = rt.start("plan")
         kids = children(rt, rid, "build")
         assert [(t.iteration, t.agent, t.options.get("task")) for t in kids] == [
@@ -204,9 +204,9 @@ def test_a_planner_runs_subtasks_in_dependency_order_with_their_own_input(tmp_pa
         assert calls["plan"] == 1
 
 
-def test_a_failed_subtask_is_re_planned_and_max_replans_is_enforced(tmp_path):
+def test_a_failed_subtask_is_re_planned_and_max_replans_is_enforced(db):
     wf, calls = planner_flow({"b.py"})
-    with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+    with Runtime(db, [wf]) as rt:
         rid = rt.start("plan")
         assert rt.get(rid).status == "completed"
         kids = children(rt, rid, "build")
@@ -220,14 +220,14 @@ def test_a_failed_subtask_is_re_planned_and_max_replans_is_enforced(tmp_path):
         assert rt.step_output(rid, "build")["t3b"] == "edited fixed.py as subtask 4"
 
     wf, _ = planner_flow({"b.py", "fixed.py"}, max_replans=1)
-    with Runtime(str(tmp_path / "t.db"), [wf]) as rt:
+    with Runtime(db, [wf]) as rt:
         run = rt.get(rt.start("plan"))
         assert run.status == "failed"
         assert run.error == ("subtask 't3b' of 'build' failed: RuntimeError: cannot edit fixed.py; the plan was "
                              "already re-planned 1 times (max_replans=1)")
 
 
-def test_an_invalid_plan_fails_its_execution_with_the_reason(tmp_path):
+def test_an_invalid_plan_fails_its_execution_with_the_reason(db):
     for plan, why in [
         ([{"id": "t1", "agent": "deploy"}], "subtask 't1' names agent 'deploy', not one of: code"),
         ([{"id": "t1", "agent": "code"}, {"id": "t1", "agent": "code"}], "subtask id 't1' is used twice"),
@@ -238,20 +238,20 @@ def test_an_invalid_plan_fails_its_execution_with_the_reason(tmp_path):
     ]:
         wf = Workflow("bad")
         wf.planner("build", plan=lambda ctx, p=plan: p, agents={"code": lambda c: 1})
-        with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+        with Runtime(db, [wf]) as rt:
             run = rt.get(rt.start("bad"))
             assert run.status == "failed"
             assert run.error == f"step 'build' (iteration 1, agent 'plan') failed: the plan of 'build' is not valid: {why}"
 
 
-def test_a_person_in_a_debate_pauses_on_their_turn_and_their_answer_is_their_output(tmp_path):
+def test_a_person_in_a_debate_pauses_on_their_turn_and_their_answer_is_their_output(db):
     wf = Workflow("human")
     wf.debate("argue", agents={"pro": lambda c: f"pro {c.iteration}", "me": human("Your rebuttal?", timeout=600)},
               rounds=2, judge=lambda c: [h["output"] for h in c.history])
     approving = Workflow("approving")
     approving.supervisor("triage", agents={"ok": human("Sign off?", kind="approval"), "work": lambda c: "done"},
                          route=lambda c: [None, "work", "ok"][min(c.iteration, 2)] if c.iteration < 3 else None)
-    with Runtime(str(tmp_path / "s.db"), [wf, approving]) as rt:
+    with Runtime(db, [wf, approving]) as rt:
         rid = rt.start("human")
         run = rt.get(rid)
         assert run.status == "awaiting_input" and run.pending.kind == "input"
@@ -274,7 +274,7 @@ def test_a_person_in_a_debate_pauses_on_their_turn_and_their_answer_is_their_out
             {"approved": True, "by": "ana", "comment": "fine", "value": {"note": "ship it"}}]
 
 
-def test_definitions_are_refused_with_one_line(tmp_path):
+def test_definitions_are_refused_with_one_line():
     wf = Workflow("w")
     wf.step(name="argue")(lambda c: 1)
     cases = [
@@ -300,7 +300,7 @@ def test_definitions_are_refused_with_one_line(tmp_path):
     assert [s.name for s in wf.steps] == ["argue"]  # nothing half-registered
 
 
-def test_pattern_parameters_are_part_of_the_fingerprint_and_a_change_is_drift(tmp_path):
+def test_pattern_parameters_are_part_of_the_fingerprint_and_a_change_is_drift(db):
     def panel(rounds: int, gate: bool) -> Workflow:
         wf = Workflow("panel")
         agents = {"pro": lambda c: 1, "con": human("?") if gate else (lambda c: 2)}
@@ -313,25 +313,25 @@ def test_pattern_parameters_are_part_of_the_fingerprint_and_a_change_is_drift(tm
                                   "humans": {"con": {"kind": "input", "timeout": None}}, "rounds": 3,
                                   "judge": True}]
     assert len({panel(3, True).fingerprint(), panel(4, True).fingerprint(), panel(3, False).fingerprint()}) == 3
-    with Runtime(str(tmp_path / "s.db"), [base]) as rt:
+    with Runtime(db, [base]) as rt:
         rid = rt.start("panel")
         rt.respond(rid, "x")
-    with Runtime(str(tmp_path / "s.db"), [panel(4, True)]) as rt:
+    with Runtime(db, [panel(4, True)]) as rt:
         with pytest.raises(DriftError, match=r"options changed for argue \(rounds: 3 -> 4\)"):
             rt.resume(rid)
 
 
-def test_resuming_past_an_agent_an_allowed_drift_removed_is_refused_with_one_line(tmp_path):
+def test_resuming_past_an_agent_an_allowed_drift_removed_is_refused_with_one_line(db):
     def flow(agents):
         wf = Workflow("p")
         wf.planner("build", plan=lambda c: [{"id": "t1", "agent": "code"}, {"id": "t2", "agent": "ask",
                                                                            "after": ["t1"]}], agents=agents)
         return wf
 
-    with Runtime(str(tmp_path / "s.db"), [flow({"code": lambda c: 1, "ask": human("?")})]) as rt:
+    with Runtime(db, [flow({"code": lambda c: 1, "ask": human("?")})]) as rt:
         rid = rt.start("p")
         rt.respond(rid, "x")
-    with Runtime(str(tmp_path / "s.db"), [flow({"code": lambda c: 1, "other": lambda c: 2})]) as rt:
+    with Runtime(db, [flow({"code": lambda c: 1, "other": lambda c: 2})]) as rt:
         with pytest.raises(DriftError, match=r'agents: \["code", "ask"\] -> \["code", "other"\]'):
             rt.resume(rid)
         with pytest.raises(DriftError, match=r"goes on with 'build' \(iteration 2, agent 'ask', subtask 't2'\), "
@@ -340,7 +340,7 @@ def test_resuming_past_an_agent_an_allowed_drift_removed_is_refused_with_one_lin
         assert rt.get(rid).status == "queued"  # nothing written
 
 
-def test_an_allowed_drift_that_would_restart_a_pattern_under_way_is_refused(tmp_path):
+def test_an_allowed_drift_that_would_restart_a_pattern_under_way_is_refused(db):
     def flow(before: bool) -> Workflow:
         wf = Workflow("p")
         if before:
@@ -348,10 +348,10 @@ def test_an_allowed_drift_that_would_restart_a_pattern_under_way_is_refused(tmp_
         wf.debate("argue", agents={"pro": lambda c: 1, "me": human("?")}, rounds=2)
         return wf
 
-    with Runtime(str(tmp_path / "s.db"), [flow(False)]) as rt:
+    with Runtime(db, [flow(False)]) as rt:
         rid = rt.start("p")
         rt.respond(rid, "x")
-    with Runtime(str(tmp_path / "s.db"), [flow(True)]) as rt:
+    with Runtime(db, [flow(True)]) as rt:
         with pytest.raises(DriftError, match="would drop or restart pattern 'argue', whose recorded executions "
                                              "would run again; fork the run instead"):
             rt.resume(rid, allow_drift=True)
@@ -362,15 +362,15 @@ def test_an_allowed_drift_that_would_restart_a_pattern_under_way_is_refused(tmp_
     plain = Workflow("p")
     plain.step(name="argue")(lambda c: 1)
     for wf in (renamed, plain):  # the pattern dropped, or turned into a step of its name
-        with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+        with Runtime(db, [wf]) as rt:
             with pytest.raises(DriftError, match="would drop or restart pattern 'argue'"):
                 rt.resume(rid, allow_drift=True)
             assert len(rt.get(rid).tasks) == 3  # nothing deleted
 
 
-def test_re_planning_by_the_operator_never_reuses_an_idempotency_key(tmp_path):
+def test_re_planning_by_the_operator_never_reuses_an_idempotency_key(db):
     wf, calls = planner_flow({"b.py"}, max_replans=0)
-    with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+    with Runtime(db, [wf]) as rt:
         rid = rt.start("plan")
         assert rt.get(rid).status == "failed"
         assert rt.resume(rid, replan=True) == "failed"  # the new plan's t3 fails again
@@ -380,17 +380,17 @@ def test_re_planning_by_the_operator_never_reuses_an_idempotency_key(tmp_path):
             (3, "code", "failed"), (4, "plan", "completed"), (4, "code", "failed")]
 
 
-def test_after_an_allowed_drift_each_agent_left_speaks_once_a_round_and_an_abandoned_call_is_cancelled(tmp_path):
+def test_after_an_allowed_drift_each_agent_left_speaks_once_a_round_and_an_abandoned_call_is_cancelled(db):
     def flow(agents):
         wf = Workflow("d")
         wf.debate("argue", agents=agents, rounds=2, judge=lambda c: [(h["iteration"], h["agent"]) for h in c.history])
         return wf
 
-    with Runtime(str(tmp_path / "s.db"), [flow({"pro": lambda c: 1, "con": human("?"), "x": lambda c: 3})]) as rt:
+    with Runtime(db, [flow({"pro": lambda c: 1, "con": human("?"), "x": lambda c: 3})]) as rt:
         rid = rt.start("d")  # round 1: pro spoke, con's turn waits
         rt.respond(rid, "answer")
         assert rt.get(rid).status == "queued"
-    with Runtime(str(tmp_path / "s.db"), [flow({"x": lambda c: 3, "pro": lambda c: 1})]) as rt:
+    with Runtime(db, [flow({"x": lambda c: 3, "pro": lambda c: 1})]) as rt:
         assert rt.resume(rid, allow_drift=True) == "completed"
         assert rt.step_output(rid, "argue") == [[1, "pro"], [1, "x"], [2, "x"], [2, "pro"]]
         con = [t for t in rt.get(rid).tasks if t.agent == "con"]
@@ -399,7 +399,7 @@ def test_after_an_allowed_drift_each_agent_left_speaks_once_a_round_and_an_aband
         assert resumed.detail["abandoned"] == {"seq": con[0].seq, "step": "argue", "iteration": 1, "agent": "con"}
 
 
-def test_re_planning_a_planner_stopped_at_an_answered_persons_turn_keeps_the_answer(tmp_path):
+def test_re_planning_a_planner_stopped_at_an_answered_persons_turn_keeps_the_answer(db):
     wf = Workflow("p")
     asked = []
 
@@ -408,7 +408,7 @@ def test_re_planning_a_planner_stopped_at_an_answered_persons_turn_keeps_the_ans
         return [{"id": "ask", "agent": "person"}, {"id": "use", "agent": "code", "after": ["ask"]}]
 
     wf.planner("build", plan=make_plan, agents={"person": human("which file?"), "code": lambda c: c.results}, )
-    with Runtime(str(tmp_path / "s.db"), [wf]) as rt:
+    with Runtime(db, [wf]) as rt:
         rid = rt.start("p")
         rt.respond(rid, "a.py")
         assert rt.resume(rid, replan=True) == "completed"
@@ -419,14 +419,14 @@ def test_re_planning_a_planner_stopped_at_an_answered_persons_turn_keeps_the_ans
         assert asked == [1, 2]
 
 
-def test_a_router_returning_a_list_fails_its_turn_in_one_line_and_ctx_history_can_be_returned(tmp_path):
-    with Runtime(str(tmp_path / "s.db"), [supervised(lambda ctx: ["search"])]) as rt:
+def test_a_router_returning_a_list_fails_its_turn_in_one_line_and_ctx_history_can_be_returned(db):
+    with Runtime(db, [supervised(lambda ctx: ["search"])]) as rt:
         run = rt.get(rt.start("sup"))
         assert run.error.endswith("the router of 'triage' returned ['search'] for turn 1, not one of its agents "
                                   "(search, code) or None to stop")
     wf = Workflow("h")
     wf.debate("argue", agents={"a": lambda c: c.iteration}, rounds=2, judge=lambda c: c.history)
-    with Runtime(str(tmp_path / "t.db"), [wf]) as rt:
+    with Runtime(db, [wf]) as rt:
         rid = rt.start("h")
         assert rt.step_output(rid, "argue") == [{"iteration": 1, "agent": "a", "output": 1},
                                                 {"iteration": 2, "agent": "a", "output": 2}]

@@ -21,7 +21,7 @@ import pytest
 from console_pilot import detail, runs_table, select_run, select_step, settle
 
 from relaypoint import Runtime, RunStatus
-from relaypoint.background import spawn_resume
+from relaypoint.background import resume_log, spawn_resume
 from relaypoint.tui import RelaypointConsole
 
 CORPUS = {
@@ -86,9 +86,10 @@ def load_app(directory: Path) -> Any:
     return module
 
 
-def hostile_store(path: str) -> dict[str, str]:
-    """Runs whose every stored text field carries the corpus."""
-    app = load_app(Path(path).parent)
+def hostile_store(path: str, app_dir: Path) -> dict[str, str]:
+    """Runs in store ``path`` whose every stored text field carries the corpus (the app written
+    in ``app_dir``)."""
+    app = load_app(app_dir)
     wf = app.wf
     with Runtime(path, [wf]) as rt:
         approved = rt.start(wf.name)
@@ -111,9 +112,11 @@ def assert_inert(text: str) -> None:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> tuple[str, dict[str, str]]:
-    path = str(tmp_path / "store.db")
-    return path, hostile_store(path)
+def store(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, str]]:
+    """The hostile store on each backend: its URL and its runs. The test runs in ``tmp_path``,
+    where the app is (and where a PostgreSQL store's resume log goes)."""
+    monkeypatch.chdir(tmp_path)
+    return db, hostile_store(db, tmp_path)
 
 
 async def test_the_console_shows_the_corpus_literally_and_stays_usable(store):
@@ -149,7 +152,7 @@ async def test_the_console_shows_the_corpus_literally_and_stays_usable(store):
 def relaypoint(path: str, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
     return subprocess.run([sys.executable, "-m", "relaypoint", "--db", path, *args], capture_output=True,
-                          text=True, env=env, timeout=120, cwd=Path(path).parent)
+                          text=True, env=env, timeout=120, cwd=Path.cwd())
 
 
 def test_the_cli_shows_the_corpus_literally(store):
@@ -238,14 +241,10 @@ def test_the_console_resume_log_is_inert(store):
     path, runs = store
     with Runtime(path) as rt:
         rid = rt.fork(runs["failed"], runs["boom"])
-    cwd = os.getcwd()
-    os.chdir(Path(path).parent)  # the console's resume keeps the current directory, where --app is found
-    try:
-        spawn_resume(path, APP, rid).wait(timeout=120)
-        spawn_resume(path, APP, ARG).wait(timeout=120)  # refused: the id echoed in the error
-    finally:
-        os.chdir(cwd)
-    log = Path(f"{path}.resume.log").read_text()
+    # the console's resume keeps the current directory (the store fixture's), where --app is found
+    spawn_resume(path, APP, rid).wait(timeout=120)
+    spawn_resume(path, APP, ARG).wait(timeout=120)  # refused: the id echoed in the error
+    log = resume_log(path).read_text()
     errors = [line for line in log.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 2 and "a step's own stderr" in log and "Traceback" not in log
     assert errors[0].startswith(f"Error: run {rid} failed: step 'boom \\x1b]52;c;")

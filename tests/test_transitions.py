@@ -33,9 +33,9 @@ def gated(*later: str) -> Flow:
 # ---- start ----------------------------------------------------------------------------------------
 
 
-def test_start_runs_every_step_to_completed(tmp_path):
+def test_start_runs_every_step_to_completed(db):
     flow = Flow("a", "b", "c")
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow", {"topic": "x"})
         run = rt.get(rid)
         assert run.status == RunStatus.COMPLETED
@@ -48,9 +48,9 @@ def test_start_runs_every_step_to_completed(tmp_path):
     assert flow.calls == {"a": 1, "b": 1, "c": 1}
 
 
-def test_start_pauses_at_gate_with_gated_output_recorded_and_later_steps_pending(tmp_path):
+def test_start_pauses_at_gate_with_gated_output_recorded_and_later_steps_pending(db):
     flow = gated("c", "d")
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         run = rt.get(rid)
         assert run.status == RunStatus.AWAITING_APPROVAL
@@ -61,25 +61,25 @@ def test_start_pauses_at_gate_with_gated_output_recorded_and_later_steps_pending
     assert flow.calls["c"] == 0
 
 
-def test_start_refuses_input_that_is_not_a_json_object_and_records_nothing(tmp_path):
-    with runtime(tmp_path, Flow("a")) as rt:
+def test_start_refuses_input_that_is_not_a_json_object_and_records_nothing(db):
+    with runtime(db, Flow("a")) as rt:
         for bad in ([1, 2], "text", {"n": float("nan")}, {1: "x"}):
             with pytest.raises(InvalidValue):
                 rt.start("flow", bad)
         assert rt.list() == []
 
 
-def test_a_workflow_without_steps_completes(tmp_path):
-    with runtime(tmp_path, Workflow("empty")) as rt:
+def test_a_workflow_without_steps_completes(db):
+    with runtime(db, Workflow("empty")) as rt:
         assert rt.get(rt.start("empty")).status == RunStatus.COMPLETED
 
 
 # ---- approve ----------------------------------------------------------------------------------------
 
 
-def test_approve_queues_the_run_and_never_continues_it(tmp_path):
+def test_approve_queues_the_run_and_never_continues_it(db):
     flow = gated()
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         cp = rt.approve(rid, by="ada", comment="fine")
         run = rt.get(rid)
@@ -93,8 +93,8 @@ def test_approve_queues_the_run_and_never_continues_it(tmp_path):
     assert flow.calls["c"] == 0
 
 
-def test_second_approve_is_refused(tmp_path):
-    with runtime(tmp_path, gated()) as rt:
+def test_second_approve_is_refused(db):
+    with runtime(db, gated()) as rt:
         rid = rt.start("flow")
         rt.approve(rid)
         with pytest.raises(RefusedTransition, match="nothing to approve"):
@@ -102,16 +102,16 @@ def test_second_approve_is_refused(tmp_path):
         assert sum(e.kind == "approved" for e in rt.events(rid)) == 1
 
 
-def test_approve_without_by_records_the_os_user(tmp_path):
-    with runtime(tmp_path, gated()) as rt:
+def test_approve_without_by_records_the_os_user(db):
+    with runtime(db, gated()) as rt:
         rid = rt.start("flow")
         assert rt.approve(rid).decided_by == getpass.getuser()
         assert rt.events(rid)[-1].actor == getpass.getuser()
 
 
-def test_approve_with_output_replaces_the_gated_step_output(tmp_path):
+def test_approve_with_output_replaces_the_gated_step_output(db):
     flow = gated().on("c", lambda ctx: ctx.results["b"])
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         rt.approve(rid, output={"edited": [1, 2]})
         assert rt.step_output(rid, "b") == {"edited": [1, 2]}
@@ -120,18 +120,18 @@ def test_approve_with_output_replaces_the_gated_step_output(tmp_path):
     assert flow.calls["b"] == 1
 
 
-def test_approve_with_unstorable_output_is_refused_and_changes_nothing(tmp_path):
-    with runtime(tmp_path, gated()) as rt:
+def test_approve_with_unstorable_output_is_refused_and_changes_nothing(db):
+    with runtime(db, gated()) as rt:
         rid = rt.start("flow")
-        before = rows(tmp_path / DB, rid)
+        before = rows(db, rid)
         with pytest.raises(InvalidValue, match="output"):
             rt.approve(rid, output={"x": float("nan")})
-        assert rows(tmp_path / DB, rid) == before
+        assert rows(db, rid) == before
 
 
-def test_approve_with_a_stale_checkpoint_id_is_refused(tmp_path):
+def test_approve_with_a_stale_checkpoint_id_is_refused(db):
     flow = Flow(("a", {"approval": True}), ("b", {"approval": True}), "c")
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         first = rt.get(rid).pending.checkpoint_id
         rt.approve(rid, checkpoint_id=first)
@@ -151,9 +151,9 @@ def test_approve_with_a_stale_checkpoint_id_is_refused(tmp_path):
         assert rt.approve(rid, checkpoint_id=second).checkpoint_id == second
 
 
-def test_resume_after_approve_continues_and_stops_at_the_next_gate(tmp_path):
+def test_resume_after_approve_continues_and_stops_at_the_next_gate(db):
     flow = Flow(("a", {"approval": True}), "b", ("c", {"approval": True}), "d")
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         rt.approve(rid)
         assert rt.resume(rid) == RunStatus.AWAITING_APPROVAL
@@ -164,9 +164,9 @@ def test_resume_after_approve_continues_and_stops_at_the_next_gate(tmp_path):
     assert flow.calls == {"a": 1, "b": 1, "c": 1, "d": 1}
 
 
-def test_approve_refused_unless_awaiting_approval(tmp_path):
+def test_approve_refused_unless_awaiting_approval(db):
     flow = Flow("a", "q").on("q", asks("title?"))
-    with runtime(tmp_path, flow, Flow("a", name="plain")) as rt:
+    with runtime(db, flow, Flow("a", name="plain")) as rt:
         asking = rt.start("flow")
         with pytest.raises(RefusedTransition, match="awaiting_input; there is nothing to approve"):
             rt.approve(asking)
@@ -179,17 +179,17 @@ def test_approve_refused_unless_awaiting_approval(tmp_path):
 
 
 @pytest.mark.parametrize("reason", ["", "   ", None])
-def test_reject_requires_a_reason(tmp_path, reason):
-    with runtime(tmp_path, gated()) as rt:
+def test_reject_requires_a_reason(db, reason):
+    with runtime(db, gated()) as rt:
         rid = rt.start("flow")
         with pytest.raises(InvalidValue, match="reason"):
             rt.reject(rid, reason)
         assert rt.get(rid).status == RunStatus.AWAITING_APPROVAL
 
 
-def test_reject_cancels_remaining_steps_and_resume_is_refused_pointing_at_fork(tmp_path):
+def test_reject_cancels_remaining_steps_and_resume_is_refused_pointing_at_fork(db):
     flow = gated("c", "d")
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         cp = rt.reject(rid, "wrong numbers", by="bob")
         run = rt.get(rid)
@@ -209,9 +209,9 @@ def test_reject_cancels_remaining_steps_and_resume_is_refused_pointing_at_fork(t
 # ---- input ------------------------------------------------------------------------------------------
 
 
-def test_request_input_pauses_then_respond_queues_and_resume_reruns_the_step(tmp_path):
+def test_request_input_pauses_then_respond_queues_and_resume_reruns_the_step(db):
     flow = Flow("a", "ask", "c").on("ask", lambda ctx: {"title": ctx.request_input("Title?")})
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         run = rt.get(rid)
         assert run.status == RunStatus.AWAITING_INPUT
@@ -232,9 +232,9 @@ def test_request_input_pauses_then_respond_queues_and_resume_reruns_the_step(tmp
     assert flow.attempts("ask") == [1, 2]
 
 
-def test_two_request_input_calls_in_one_step_are_answered_in_order(tmp_path):
+def test_two_request_input_calls_in_one_step_are_answered_in_order(db):
     flow = Flow("ask").on("ask", asks("first?", "second?"))
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         assert rt.get(rid).pending.reason == "first?"
         rt.respond(rid, 1)
@@ -246,9 +246,9 @@ def test_two_request_input_calls_in_one_step_are_answered_in_order(tmp_path):
     assert flow.calls["ask"] == 3
 
 
-def test_respond_refused_at_an_approval_gate_and_refuses_unstorable_values(tmp_path):
+def test_respond_refused_at_an_approval_gate_and_refuses_unstorable_values(db):
     flow = Flow("ask", name="asking").on("ask", asks("n?"))
-    with runtime(tmp_path, gated(), flow) as rt:
+    with runtime(db, gated(), flow) as rt:
         gate = rt.start("flow")
         with pytest.raises(RefusedTransition, match="nothing to respond to"):
             rt.respond(gate, 1)
@@ -260,10 +260,10 @@ def test_respond_refused_at_an_approval_gate_and_refuses_unstorable_values(tmp_p
 
 
 @pytest.mark.parametrize("end", ["cancel", "deadline"])
-def test_a_step_awaiting_input_is_cancelled_with_its_run(tmp_path, end):
+def test_a_step_awaiting_input_is_cancelled_with_its_run(db, end):
     clock = FakeClock()
     flow = Flow("a", ("ask", {"timeout": 60}), "c").on("ask", asks("?"))
-    with runtime(tmp_path, flow, clock=clock) as rt:
+    with runtime(db, flow, clock=clock) as rt:
         rid = rt.start("flow")
         if end == "cancel":
             rt.cancel(rid)
@@ -286,9 +286,9 @@ class Fatal(BaseException):
     pytest.param(lambda: sys.exit("bye"), "SystemExit: bye", id="sys.exit(text)"),
     pytest.param(lambda: (_ for _ in ()).throw(Fatal("deep")), "Fatal: deep", id="BaseException"),
 ])
-def test_anything_a_step_raises_fails_the_step(tmp_path, raise_, message):
+def test_anything_a_step_raises_fails_the_step(db, raise_, message):
     flow = Flow("a", "b", "c").on("b", lambda ctx: raise_())
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         run = rt.get(rid)
         assert (run.status, run.error, run.lease) == (RunStatus.FAILED, f"step 'b' failed: {message}", None)
@@ -298,11 +298,11 @@ def test_anything_a_step_raises_fails_the_step(tmp_path, raise_, message):
         assert rt.resume(rid) == RunStatus.COMPLETED
 
 
-def test_ctrl_c_in_a_step_releases_the_run_interrupted_not_failed(tmp_path):
+def test_ctrl_c_in_a_step_releases_the_run_interrupted_not_failed(db):
     def interrupt(ctx):
         raise KeyboardInterrupt
     flow = Flow("a", "b").on("b", interrupt)
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         with pytest.raises(KeyboardInterrupt):
             rt.start("flow")
         (run,) = rt.list()
@@ -310,9 +310,9 @@ def test_ctrl_c_in_a_step_releases_the_run_interrupted_not_failed(tmp_path):
         assert statuses(rt, run.run_id) == {"a": "completed", "b": "interrupted"}
 
 
-def test_failure_records_step_and_exception_and_keeps_what_came_before(tmp_path):
+def test_failure_records_step_and_exception_and_keeps_what_came_before(db):
     flow = Flow("a", "b", "c").on("b", fails(message="disk on fire"))
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         run = rt.get(rid)
         assert run.status == RunStatus.FAILED
@@ -325,9 +325,9 @@ def test_failure_records_step_and_exception_and_keeps_what_came_before(tmp_path)
         assert event_kinds(rt, rid)[-2:] == ["step_failed", "run_failed"]
 
 
-def test_resume_of_failed_run_retries_only_the_failed_step(tmp_path):
+def test_resume_of_failed_run_retries_only_the_failed_step(db):
     flow = Flow("a", "b", "c").on("b", fails(times=1))
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         assert rt.get(rid).status == RunStatus.FAILED
         assert rt.resume(rid) == RunStatus.COMPLETED
@@ -338,9 +338,9 @@ def test_resume_of_failed_run_retries_only_the_failed_step(tmp_path):
     assert flow.attempts("b") == [1, 2]
 
 
-def test_retries_rerun_a_failing_step_automatically(tmp_path):
+def test_retries_rerun_a_failing_step_automatically(db):
     flow = Flow("a", ("b", {"retries": 2}), "c").on("b", fails(times=2))
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         assert rt.get(rid).status == RunStatus.COMPLETED
         assert rt.step_output(rid, "b") == {"ok": 3}
@@ -349,9 +349,9 @@ def test_retries_rerun_a_failing_step_automatically(tmp_path):
     assert flow.attempts("b") == [1, 2, 3]
 
 
-def test_exhausted_retries_fail_the_run(tmp_path):
+def test_exhausted_retries_fail_the_run(db):
     flow = Flow(("b", {"retries": 1})).on("b", fails())
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         assert rt.get(rid).status == RunStatus.FAILED
         assert rt.get(rid).tasks[0].attempts == 2
@@ -363,9 +363,9 @@ def test_exhausted_retries_fail_the_run(tmp_path):
     ({"n": [1.0, float("nan")]}, "output.n[1]: nan is not valid JSON"),
     ({1: "x"}, "output: key 1 is not a string"),
 ])
-def test_unstorable_output_fails_the_step_without_retry_and_keeps_prior_outputs(tmp_path, bad, message):
+def test_unstorable_output_fails_the_step_without_retry_and_keeps_prior_outputs(db, bad, message):
     flow = Flow("a", ("b", {"retries": 3}), "c").on("b", returns(bad))
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         run = rt.get(rid)
         assert run.status == RunStatus.FAILED
@@ -375,10 +375,10 @@ def test_unstorable_output_fails_the_step_without_retry_and_keeps_prior_outputs(
     assert flow.calls["b"] == 1  # retrying cannot make the value storable
 
 
-def test_none_is_a_valid_output(tmp_path):
+def test_none_is_a_valid_output(db):
     flow = Flow("a", "b").on("a", returns(None))
     flow.on("b", lambda ctx: {"a": ctx.results["a"], "keys": list(ctx.results)})
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         a = rt.get(rid).tasks[0]
         assert (a.status, a.output, a.has_output) == ("completed", None, True)
@@ -390,18 +390,18 @@ class Report(BaseModel):
     pages: list[int]
 
 
-def test_pydantic_model_output_is_stored_as_json(tmp_path):
+def test_pydantic_model_output_is_stored_as_json(db):
     flow = Flow("a").on("a", returns(Report(title="t", pages=[1, 2])))
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
-    (raw,) = sql(tmp_path / DB, "SELECT value FROM outputs WHERE run_id = ?", rid)[0]
+    (raw,) = sql(db, "SELECT value FROM outputs WHERE run_id = ?", rid)[0]
     assert json.loads(raw) == {"title": "t", "pages": [1, 2]}
 
 
 # ---- context ----------------------------------------------------------------------------------------
 
 
-def test_context_carries_run_step_attempt_input_and_upstream_results(tmp_path):
+def test_context_carries_run_step_attempt_input_and_upstream_results(db):
     seen: dict[str, list[dict]] = {}  # ctx.results is read from the store while the step runs
 
     def keep(inner):
@@ -411,7 +411,7 @@ def test_context_carries_run_step_attempt_input_and_upstream_results(tmp_path):
         return step
     flow = Flow("a", "b", ("c", {"retries": 1})).on("a", keep(returns([1]))).on("b", keep(returns({"step": "b"})))
     flow.on("c", keep(fails(times=1)))
-    with runtime(tmp_path, flow, id_factory=ids("run-1")) as rt:
+    with runtime(db, flow, id_factory=ids("run-1")) as rt:
         rt.start("flow", {"topic": "x"})
     a, b = flow.seen["a"][0], flow.seen["b"][0]
     c1, c2 = flow.seen["c"]
@@ -432,22 +432,22 @@ def _queued(rt):
     return rid
 
 
-def _interrupted(rt, flow):
-    return killed_start(rt.store.path.parent, flow, "b")
+def _interrupted(rt, flow, tmp_path, db):
+    return killed_start(tmp_path, db, flow, "b")
 
 
 @pytest.mark.parametrize("make, previous", [
-    pytest.param(lambda rt, flow: _queued(rt), RunStatus.QUEUED, id="queued"),
-    pytest.param(lambda rt, flow: rt.start("flow"), RunStatus.AWAITING_APPROVAL, id="awaiting_approval"),
-    pytest.param(lambda rt, flow: rt.start("asking"), RunStatus.AWAITING_INPUT, id="awaiting_input"),
-    pytest.param(lambda rt, flow: rt.start("failing"), RunStatus.FAILED, id="failed"),
+    pytest.param(lambda rt, flow, tmp_path, db: _queued(rt), RunStatus.QUEUED, id="queued"),
+    pytest.param(lambda rt, flow, tmp_path, db: rt.start("flow"), RunStatus.AWAITING_APPROVAL, id="awaiting_approval"),
+    pytest.param(lambda rt, flow, tmp_path, db: rt.start("asking"), RunStatus.AWAITING_INPUT, id="awaiting_input"),
+    pytest.param(lambda rt, flow, tmp_path, db: rt.start("failing"), RunStatus.FAILED, id="failed"),
     pytest.param(_interrupted, RunStatus.INTERRUPTED, id="interrupted"),
 ])
-def test_cancel_of_a_run_that_has_not_ended(tmp_path, make, previous):
+def test_cancel_of_a_run_that_has_not_ended(db, tmp_path, make, previous):
     flows = [gated(), Flow("a", "ask", "c", name="asking").on("ask", asks("?")),
              Flow("a", "b", "c", name="failing").on("b", fails())]
-    with runtime(tmp_path, *flows) as rt:
-        rid = make(rt, flows[0])
+    with runtime(db, *flows) as rt:
+        rid = make(rt, flows[0], tmp_path, db)
         assert rt.get(rid).status == previous
         assert rt.cancel(rid, by="ops") == previous
         run = rt.get(rid)
@@ -460,19 +460,19 @@ def test_cancel_of_a_run_that_has_not_ended(tmp_path, make, previous):
             rt.resume(rid)
 
 
-def test_cancel_of_a_run_whose_owner_died_unnoticed_says_it_was_interrupted(tmp_path):
+def test_cancel_of_a_run_whose_owner_died_unnoticed_says_it_was_interrupted(db):
     flow = gated()
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = _queued(rt)
-        kill_owner(tmp_path / DB, rid, "c")  # no sweep has seen the death yet: the row says running
-        assert sql(tmp_path / DB, "SELECT status FROM runs WHERE run_id = ?", rid) == [("running",)]
+        kill_owner(db, rid, "c")  # no sweep has seen the death yet: the row says running
+        assert sql(db, "SELECT status FROM runs WHERE run_id = ?", rid) == [("running",)]
         assert rt.cancel(rid) == RunStatus.INTERRUPTED
         assert [e.kind for e in rt.events(rid)][-2:] == ["interruption_detected", "cancelled"]
 
 
 @pytest.mark.parametrize("end", ["completed", "rejected", "cancelled"])
-def test_cancel_of_an_ended_run_is_refused(tmp_path, end):
-    with runtime(tmp_path, gated(), Flow("a", name="plain")) as rt:
+def test_cancel_of_an_ended_run_is_refused(db, end):
+    with runtime(db, gated(), Flow("a", name="plain")) as rt:
         if end == "completed":
             rid = rt.start("plain")
         else:
@@ -481,22 +481,22 @@ def test_cancel_of_an_ended_run_is_refused(tmp_path, end):
                 rt.reject(rid, "no")
             else:
                 rt.cancel(rid)
-        before = rows(tmp_path / DB, rid)
+        before = rows(db, rid)
         with pytest.raises(RefusedTransition, match=f"already {end}"):
             rt.cancel(rid)
-        assert rows(tmp_path / DB, rid) == before
+        assert rows(db, rid) == before
 
 
-def test_cancel_while_a_step_runs_revokes_the_lease_and_the_step_is_not_recorded(tmp_path):
+def test_cancel_while_a_step_runs_revokes_the_lease_and_the_step_is_not_recorded(db):
     flow = Flow("a", "b", "c")
 
     def cancel_from_elsewhere(ctx):
-        with Runtime(str(tmp_path / DB)) as other:
+        with Runtime(db) as other:
             assert other.cancel(ctx.run_id) == RunStatus.RUNNING
         return {"late": True}
 
     flow.on("b", cancel_from_elsewhere)
-    with runtime(tmp_path, flow, id_factory=ids("r1")) as rt:
+    with runtime(db, flow, id_factory=ids("r1")) as rt:
         with pytest.raises(LeaseLost, match="cancelled"):
             rt.start("flow")
         run = rt.get("r1")
@@ -509,19 +509,19 @@ def test_cancel_while_a_step_runs_revokes_the_lease_and_the_step_is_not_recorded
 # ---- resume refusals and ownership -----------------------------------------------------------------
 
 
-def test_resume_of_a_run_executed_by_a_live_process_is_refused(tmp_path):
+def test_resume_of_a_run_executed_by_a_live_process_is_refused(db):
     flow = Flow("a", "b")
     refusals = []
 
     def resume_from_elsewhere(ctx):
-        with Runtime(str(tmp_path / DB), [flow.wf]) as other:
+        with Runtime(db, [flow.wf]) as other:
             with pytest.raises(RefusedTransition) as refused:
                 other.resume(ctx.run_id)
             refusals.append(str(refused.value))
         return 1
 
     flow.on("b", resume_from_elsewhere)
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         assert rt.get(rid).status == RunStatus.COMPLETED
     assert len(refusals) == 1 and f"is being executed by pid {os.getpid()}" in refusals[0]
@@ -529,9 +529,9 @@ def test_resume_of_a_run_executed_by_a_live_process_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("status", ["awaiting_approval", "awaiting_input", "completed"])
-def test_resume_refused_for_paused_and_ended_runs(tmp_path, status):
+def test_resume_refused_for_paused_and_ended_runs(db, status):
     flows = [gated(), Flow("ask", name="asking").on("ask", asks("?")), Flow("a", name="plain")]
-    with runtime(tmp_path, *flows) as rt:
+    with runtime(db, *flows) as rt:
         rid = rt.start({"awaiting_approval": "flow", "awaiting_input": "asking", "completed": "plain"}[status])
         hint = {"awaiting_approval": "approve", "awaiting_input": "respond", "completed": "fork"}[status]
         with pytest.raises(RefusedTransition, match=hint):
@@ -539,15 +539,15 @@ def test_resume_refused_for_paused_and_ended_runs(tmp_path, status):
         assert rt.get(rid).status == status
 
 
-def test_owner_on_another_host_is_gone_only_when_its_lease_expired(tmp_path):
+def test_owner_on_another_host_is_gone_only_when_its_lease_expired(db):
     flow = gated()
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = _queued(rt)
-        set_owner(tmp_path / DB, rid, pid=1, host="elsewhere", expires_in=300, step="c")
+        set_owner(db, rid, pid=1, host="elsewhere", expires_in=300, step="c")
         with pytest.raises(RefusedTransition, match="pid 1 on elsewhere"):
             rt.resume(rid)
         assert rt.get(rid).status == RunStatus.RUNNING
-        set_owner(tmp_path / DB, rid, pid=1, host="elsewhere", expires_in=-1, step="c")
+        set_owner(db, rid, pid=1, host="elsewhere", expires_in=-1, step="c")
         assert rt.get(rid).status == RunStatus.INTERRUPTED
         assert rt.resume(rid) == RunStatus.COMPLETED
     assert flow.calls["c"] == 1
@@ -564,29 +564,29 @@ def test_duplicate_step_names_are_refused_at_definition():
     assert [s.name for s in wf.steps] == ["a"]
 
 
-def test_two_workflows_with_one_name_are_refused(tmp_path):
+def test_two_workflows_with_one_name_are_refused(db):
     with pytest.raises(DefinitionError, match="two workflows"):
-        runtime(tmp_path, Flow("a"), Flow("b"))
+        runtime(db, Flow("a"), Flow("b"))
 
 
-def test_unknown_workflow(tmp_path):
-    with runtime(tmp_path, Flow("a")) as rt:
+def test_unknown_workflow(db):
+    with runtime(db, Flow("a")) as rt:
         with pytest.raises(UnknownWorkflow, match="'nope'.*flow"):
             rt.start("nope")
         assert rt.list() == []
 
 
-def test_resume_needs_the_run_workflow(tmp_path):
-    with runtime(tmp_path, gated()) as rt:
+def test_resume_needs_the_run_workflow(db):
+    with runtime(db, gated()) as rt:
         rid = _queued(rt)
-    with runtime(tmp_path) as bare, pytest.raises(UnknownWorkflow, match="--app"):
+    with runtime(db) as bare, pytest.raises(UnknownWorkflow, match="--app"):
         bare.resume(rid)
-    with runtime(tmp_path, Flow("a", name="other")) as wrong, pytest.raises(UnknownWorkflow, match="other"):
+    with runtime(db, Flow("a", name="other")) as wrong, pytest.raises(UnknownWorkflow, match="other"):
         wrong.resume(rid)
 
 
-def test_unknown_step(tmp_path):
-    with runtime(tmp_path, Flow("a", "b")) as rt:
+def test_unknown_step(db):
+    with runtime(db, Flow("a", "b")) as rt:
         rid = rt.start("flow")
         with pytest.raises(UnknownStep, match="no step 'zz'; its steps are: a, b"):
             rt.fork(rid, "zz")
@@ -598,15 +598,15 @@ def test_unknown_step(tmp_path):
     ("get", ()), ("events", ()), ("steps", ()), ("approve", ()), ("reject", ("no",)), ("respond", (1,)),
     ("cancel", ()), ("fork", ("a",)), ("resume", ()), ("step_output", ("a",)), ("delete", ()),
 ])
-def test_unknown_run_echoes_the_id(tmp_path, operation, args):
-    with runtime(tmp_path, Flow("a")) as rt:
+def test_unknown_run_echoes_the_id(db, operation, args):
+    with runtime(db, Flow("a")) as rt:
         rt.start("flow")
         with pytest.raises(UnknownRun, match="'feedface'"):
             getattr(rt, operation)("feedface", *args)
 
 
-def test_run_id_prefixes(tmp_path):
-    with runtime(tmp_path, gated(), id_factory=ids("abc123", "abd456", "abc1234")) as rt:
+def test_run_id_prefixes(db):
+    with runtime(db, gated(), id_factory=ids("abc123", "abd456", "abc1234")) as rt:
         for _ in range(3):
             rt.start("flow")
         with pytest.raises(UnknownRun, match="prefix 'ab' matches several runs"):
@@ -624,20 +624,20 @@ def test_run_id_prefixes(tmp_path):
 # ---- forks ------------------------------------------------------------------------------------------
 
 
-def _completed_parent(tmp_path, flow, **options):
-    rt = runtime(tmp_path, flow, **options)
+def _completed_parent(db, flow, **options):
+    rt = runtime(db, flow, **options)
     rid = rt.start("flow", {"topic": "x"})
     assert rt.get(rid).status == RunStatus.COMPLETED
     return rt, rid
 
 
-def test_fork_copies_upstream_outputs_and_queues_the_rest(tmp_path):
+def test_fork_copies_upstream_outputs_and_queues_the_rest(db):
     flow = Flow("a", "b", "c").on("a", lambda ctx: {"a": ctx.attempt, "topic": ctx.input["topic"]})
     flow.on("b", lambda ctx: {"saw": ctx.results["a"]})
-    rt, parent = _completed_parent(tmp_path, flow)
+    rt, parent = _completed_parent(db, flow)
     with rt:
         before_get = rt.get(parent).model_dump(exclude={"forks"})
-        before_rows = rows(tmp_path / DB, parent)
+        before_rows = rows(db, parent)
         child = rt.fork(parent, "b")
         run = rt.get(child)
         assert (run.status, run.parent_run_id, run.forked_from_step) == ("queued", parent, "b")
@@ -645,31 +645,31 @@ def test_fork_copies_upstream_outputs_and_queues_the_rest(tmp_path):
         assert run.tasks[0].output == {"a": 1, "topic": "x"} and run.input == {"topic": "x"}
         assert run.steps_done == 1
         assert rt.get(parent).model_dump(exclude={"forks"}) == before_get
-        assert rows(tmp_path / DB, parent) == before_rows
+        assert rows(db, parent) == before_rows
         assert rt.get(parent).forks == [child]
 
         assert rt.resume(child) == RunStatus.COMPLETED
         assert rt.step_output(child, "b") == {"saw": {"a": 1, "topic": "x"}}
-        assert rows(tmp_path / DB, parent) == before_rows
+        assert rows(db, parent) == before_rows
     assert flow.calls == {"a": 1, "b": 2, "c": 2}
 
 
-def test_two_forks_of_one_boundary_are_independent(tmp_path):
+def test_two_forks_of_one_boundary_are_independent(db):
     flow = Flow("a", "b", "c")
-    rt, parent = _completed_parent(tmp_path, flow)
+    rt, parent = _completed_parent(db, flow)
     with rt:
         one, two = rt.fork(parent, "b"), rt.fork(parent, "b")
         assert one != two
-        before = rows(tmp_path / DB, two)
+        before = rows(db, two)
         assert rt.resume(one) == RunStatus.COMPLETED
-        assert rows(tmp_path / DB, two) == before
+        assert rows(db, two) == before
         assert rt.get(two).status == RunStatus.QUEUED
         assert rt.get(parent).forks == [one, two]
 
 
-def test_fork_with_a_new_input(tmp_path):
+def test_fork_with_a_new_input(db):
     flow = Flow("a", "b").on("b", lambda ctx: ctx.input)
-    rt, parent = _completed_parent(tmp_path, flow)
+    rt, parent = _completed_parent(db, flow)
     with rt:
         child = rt.fork(parent, "b", {"topic": "y"})
         assert rt.get(child).input == {"topic": "y"}
@@ -680,9 +680,9 @@ def test_fork_with_a_new_input(tmp_path):
             rt.fork(parent, "b", ["not", "an", "object"])
 
 
-def test_fork_from_a_step_whose_upstream_did_not_complete_is_refused(tmp_path):
+def test_fork_from_a_step_whose_upstream_did_not_complete_is_refused(db):
     flow = Flow("a", "b", "c").on("b", fails())
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         with pytest.raises(RefusedTransition, match="step 'b' .* has not completed.*fork from 'b' or earlier"):
             rt.fork(rid, "c")
@@ -690,9 +690,9 @@ def test_fork_from_a_step_whose_upstream_did_not_complete_is_refused(tmp_path):
         assert [t.status for t in rt.get(child).tasks] == ["completed", "pending", "pending"]
 
 
-def test_idempotency_key_is_stable_across_attempts_and_new_in_a_fork(tmp_path):
+def test_idempotency_key_is_stable_across_attempts_and_new_in_a_fork(db):
     flow = Flow("a", ("b", {"retries": 1})).on("b", fails(times=1))
-    rt, parent = _completed_parent(tmp_path, flow, id_factory=ids("parent", "child"))
+    rt, parent = _completed_parent(db, flow, id_factory=ids("parent", "child"))
     with rt:
         child = rt.fork(parent, "b")
         rt.resume(child)
@@ -713,11 +713,11 @@ def _gate_left(rt, decision):
 
 
 @pytest.mark.parametrize("decision, why", [("rejected", "rejected by rita"), ("awaiting", "not yet decided")])
-def test_a_fork_past_a_gate_that_was_not_approved_pauses_at_that_gate(tmp_path, decision, why):
+def test_a_fork_past_a_gate_that_was_not_approved_pauses_at_that_gate(db, decision, why):
     flow = gated("c", "d").on("b", lambda ctx: {"draft": ctx.attempt})
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         parent = _gate_left(rt, decision)
-        before = rows(tmp_path / DB, parent)
+        before = rows(db, parent)
         child = rt.fork(parent, "c")
         run = rt.get(child)
         assert (run.status, run.current_step) == (RunStatus.AWAITING_APPROVAL, "b")
@@ -730,13 +730,13 @@ def test_a_fork_past_a_gate_that_was_not_approved_pauses_at_that_gate(tmp_path, 
         assert flow.calls["c"] == 0
         rt.approve(child, by="ana", comment="fine after all")
         assert rt.resume(child) == RunStatus.COMPLETED
-        assert rows(tmp_path / DB, parent) == before
+        assert rows(db, parent) == before
     assert flow.calls == {"a": 1, "b": 1, "c": 1, "d": 1}
 
 
-def test_a_fork_past_a_rejected_gate_can_be_rejected_again(tmp_path):
+def test_a_fork_past_a_rejected_gate_can_be_rejected_again(db):
     flow = gated("c")
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         child = rt.fork(_gate_left(rt, "rejected"), "c")
         rt.reject(child, "still no")
         assert rt.get(child).status == RunStatus.REJECTED
@@ -744,9 +744,9 @@ def test_a_fork_past_a_rejected_gate_can_be_rejected_again(tmp_path):
     assert flow.calls["c"] == 0
 
 
-def test_a_fork_past_an_approved_gate_inherits_the_approval_and_runs_on(tmp_path):
+def test_a_fork_past_an_approved_gate_inherits_the_approval_and_runs_on(db):
     flow = gated("c", "d")
-    with runtime(tmp_path, flow, id_factory=ids("parent", "child", "grandchild")) as rt:
+    with runtime(db, flow, id_factory=ids("parent", "child", "grandchild")) as rt:
         parent = rt.start("flow")
         rt.approve(parent, by="ana", comment="good")
         assert rt.resume(parent) == RunStatus.COMPLETED
@@ -773,9 +773,9 @@ def test_a_fork_past_an_approved_gate_inherits_the_approval_and_runs_on(tmp_path
     assert flow.calls == {"a": 1, "b": 1, "c": 2, "d": 3}
 
 
-def test_a_fork_of_a_fork_paused_at_an_unapproved_gate_pauses_too(tmp_path):
+def test_a_fork_of_a_fork_paused_at_an_unapproved_gate_pauses_too(db):
     flow = gated("c", "d")
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         child = rt.fork(_gate_left(rt, "awaiting"), "c")
         grandchild = rt.fork(child, "c")
         assert rt.get(grandchild).status == RunStatus.AWAITING_APPROVAL
@@ -786,15 +786,15 @@ def test_a_fork_of_a_fork_paused_at_an_unapproved_gate_pauses_too(tmp_path):
 # ---- orphans: a step that was running when its process died ----------------------------------------
 
 
-def _orphan(tmp_path, on_orphan, **options):
+def _orphan(tmp_path, db, on_orphan, **options):
     """A run whose process was SIGKILLed while step b ran, and the in-process flow to resume it."""
     flow = Flow("a", ("b", {"on_orphan": on_orphan}), "c").on("b", with_attempt)
-    rid = killed_start(tmp_path, flow, "b")
-    return flow, runtime(tmp_path, flow, **options), rid
+    rid = killed_start(tmp_path, db, flow, "b")
+    return flow, runtime(db, flow, **options), rid
 
 
-def test_a_dead_owner_is_seen_and_the_run_marked_interrupted(tmp_path):
-    flow, rt, rid = _orphan(tmp_path, "retry")
+def test_a_dead_owner_is_seen_and_the_run_marked_interrupted(db, tmp_path):
+    flow, rt, rid = _orphan(tmp_path, db, "retry")
     with rt:
         run = rt.get(rid)
         assert (run.status, run.lease) == (RunStatus.INTERRUPTED, None)
@@ -803,16 +803,16 @@ def test_a_dead_owner_is_seen_and_the_run_marked_interrupted(tmp_path):
         assert (seen.step, seen.detail["attempt"]) == ("b", 1)
 
 
-def test_orphan_retry_reruns_the_step_with_the_next_attempt(tmp_path):
-    flow, rt, rid = _orphan(tmp_path, "retry")
+def test_orphan_retry_reruns_the_step_with_the_next_attempt(db, tmp_path):
+    flow, rt, rid = _orphan(tmp_path, db, "retry")
     with rt:
         assert rt.resume(rid) == RunStatus.COMPLETED
         assert rt.step_output(rid, "b") == {"step": "b", "attempt": 2}
     assert flow.calls == {"a": 1, "b": 2, "c": 1}
 
 
-def test_orphan_hold_pauses_for_a_person(tmp_path):
-    flow, rt, rid = _orphan(tmp_path, "hold")
+def test_orphan_hold_pauses_for_a_person(db, tmp_path):
+    flow, rt, rid = _orphan(tmp_path, db, "hold")
     with rt:
         assert rt.resume(rid) == RunStatus.AWAITING_APPROVAL
         run = rt.get(rid)
@@ -823,8 +823,8 @@ def test_orphan_hold_pauses_for_a_person(tmp_path):
     assert flow.calls["b"] == 1
 
 
-def test_orphan_hold_approved_without_output_reruns_the_step(tmp_path):
-    flow, rt, rid = _orphan(tmp_path, "hold")
+def test_orphan_hold_approved_without_output_reruns_the_step(db, tmp_path):
+    flow, rt, rid = _orphan(tmp_path, db, "hold")
     with rt:
         rt.resume(rid)
         rt.approve(rid)
@@ -834,8 +834,8 @@ def test_orphan_hold_approved_without_output_reruns_the_step(tmp_path):
     assert flow.calls == {"a": 1, "b": 2, "c": 1}
 
 
-def test_orphan_hold_approved_with_output_records_it_instead_of_rerunning(tmp_path):
-    flow, rt, rid = _orphan(tmp_path, "hold")
+def test_orphan_hold_approved_with_output_records_it_instead_of_rerunning(db, tmp_path):
+    flow, rt, rid = _orphan(tmp_path, db, "hold")
     flow.on("c", lambda ctx: ctx.results["b"])
     with rt:
         rt.resume(rid)
@@ -848,8 +848,8 @@ def test_orphan_hold_approved_with_output_records_it_instead_of_rerunning(tmp_pa
     assert flow.calls == {"a": 1, "b": 1, "c": 1}
 
 
-def test_orphan_hold_rejected_ends_the_run(tmp_path):
-    flow, rt, rid = _orphan(tmp_path, "hold")
+def test_orphan_hold_rejected_ends_the_run(db, tmp_path):
+    flow, rt, rid = _orphan(tmp_path, db, "hold")
     with rt:
         rt.resume(rid)
         rt.reject(rid, "side effect unknown")
@@ -857,11 +857,11 @@ def test_orphan_hold_rejected_ends_the_run(tmp_path):
         assert rt.get(rid).status == RunStatus.REJECTED
 
 
-def test_a_run_whose_executor_keeps_dying_is_failed(tmp_path):
+def test_a_run_whose_executor_keeps_dying_is_failed(db, tmp_path):
     flow = Flow("a", "b")
-    rid = killed_start(tmp_path, flow, "b")
-    die_in(tmp_path, flow, "b", "resume", rid)  # recovery 1: b dies again
-    with runtime(tmp_path, flow, max_recoveries=1) as rt:
+    rid = killed_start(tmp_path, db, flow, "b")
+    die_in(tmp_path, db, flow, "b", "resume", rid)  # recovery 1: b dies again
+    with runtime(db, flow, max_recoveries=1) as rt:
         assert rt.resume(rid) == RunStatus.FAILED
         run = rt.get(rid)
         assert run.status == RunStatus.FAILED and "died 2 times" in run.error
@@ -872,9 +872,9 @@ def test_a_run_whose_executor_keeps_dying_is_failed(tmp_path):
 # ---- releasing, deadlines ---------------------------------------------------------------------------
 
 
-def test_a_stopping_executor_releases_the_run_queued_at_the_next_boundary(tmp_path):
+def test_a_stopping_executor_releases_the_run_queued_at_the_next_boundary(db):
     flow = Flow(("a", {"approval": True}), "b", "c")
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         rt.approve(rid)
         assert rt.resume(rid, should_stop=lambda: True) == RunStatus.QUEUED
@@ -885,13 +885,13 @@ def test_a_stopping_executor_releases_the_run_queued_at_the_next_boundary(tmp_pa
 
 
 @pytest.mark.parametrize("pause", ["approval", "input"])
-def test_a_pause_past_its_deadline_is_rejected(tmp_path, pause):
+def test_a_pause_past_its_deadline_is_rejected(db, pause):
     clock = FakeClock()
     options = {"approval": True, "timeout": 60} if pause == "approval" else {"timeout": 60}
     flow = Flow("a", ("b", options), "c")
     if pause == "input":
         flow.on("b", asks("?"))
-    with runtime(tmp_path, flow, clock=clock) as rt:
+    with runtime(db, flow, clock=clock) as rt:
         rid = rt.start("flow")
         assert rt.get(rid).pending.deadline_at == clock.now + timedelta(seconds=60)
         clock.advance(seconds=59)
@@ -907,13 +907,13 @@ def test_a_pause_past_its_deadline_is_rejected(tmp_path, pause):
 
 
 @pytest.mark.parametrize("decision", ["approve", "reject", "respond"])
-def test_a_decision_after_the_deadline_is_refused_even_with_no_worker_running(tmp_path, decision):
+def test_a_decision_after_the_deadline_is_refused_even_with_no_worker_running(db, decision):
     clock = FakeClock()
     options = {"timeout": 60} if decision == "respond" else {"approval": True, "timeout": 60}
     flow = Flow("a", ("b", options), "c")
     if decision == "respond":
         flow.on("b", asks("?"))
-    with runtime(tmp_path, flow, clock=clock) as rt:
+    with runtime(db, flow, clock=clock) as rt:
         rid = rt.start("flow")
         clock.advance(seconds=61)  # no worker has looked since
         with pytest.raises(RefusedTransition, match="already decided: expired by deadline"):
@@ -925,10 +925,10 @@ def test_a_decision_after_the_deadline_is_refused_even_with_no_worker_running(tm
     assert flow.calls["c"] == 0
 
 
-def test_a_decided_pause_never_expires(tmp_path):
+def test_a_decided_pause_never_expires(db):
     clock = FakeClock()
     flow = Flow(("a", {"approval": True, "timeout": 5}), "b")
-    with runtime(tmp_path, flow, clock=clock) as rt:
+    with runtime(db, flow, clock=clock) as rt:
         rid = rt.start("flow")
         rt.approve(rid)
         clock.advance(hours=1)
@@ -939,47 +939,47 @@ def test_a_decided_pause_never_expires(tmp_path):
 # ---- drift ------------------------------------------------------------------------------------------
 
 
-def _drifted(tmp_path, *new_steps):
-    with runtime(tmp_path, gated()) as rt:
+def _drifted(db, *new_steps):
+    with runtime(db, gated()) as rt:
         rid = _queued(rt)
     new = Flow(*new_steps)
-    return new, runtime(tmp_path, new), rid
+    return new, runtime(db, new), rid
 
 
-def test_resume_with_changed_steps_raises_drift_listing_added_and_removed(tmp_path):
-    new, rt, rid = _drifted(tmp_path, "d", "a", ("b", {"approval": True}))
+def test_resume_with_changed_steps_raises_drift_listing_added_and_removed(db):
+    new, rt, rid = _drifted(db, "d", "a", ("b", {"approval": True}))
     with rt:
-        before = rows(tmp_path / DB, rid)
+        before = rows(db, rid)
         with pytest.raises(DriftError, match=rf"workflow 'flow' changed since run {rid} was recorded "
                                              r"\(added d; removed c\)"):
             rt.resume(rid)
-        assert rows(tmp_path / DB, rid) == before
+        assert rows(db, rid) == before
     assert sum(new.calls.values()) == 0
 
 
-def test_resume_with_a_renamed_step_or_changed_options_raises_drift(tmp_path):
-    new, rt, rid = _drifted(tmp_path, "a", ("b", {"approval": True}), "d")
+def test_resume_with_a_renamed_step_or_changed_options_raises_drift(db):
+    new, rt, rid = _drifted(db, "a", ("b", {"approval": True}), "d")
     with rt, pytest.raises(DriftError, match="renamed c -> d"):
         rt.resume(rid)
-    new, rt, rid = _drifted(tmp_path, "a", "b", "c")
+    new, rt, rid = _drifted(db, "a", "b", "c")
     with rt, pytest.raises(DriftError, match="options changed for b"):
         rt.resume(rid)
 
 
-def test_resume_with_an_added_step_names_it(tmp_path):
-    new, rt, rid = _drifted(tmp_path, "a", ("b", {"approval": True}), "c", "e")
+def test_resume_with_an_added_step_names_it(db):
+    new, rt, rid = _drifted(db, "a", ("b", {"approval": True}), "c", "e")
     with rt, pytest.raises(DriftError, match="added e"):
         rt.resume(rid)
 
 
-def test_resume_with_a_removed_step_names_it(tmp_path):
-    new, rt, rid = _drifted(tmp_path, "a", ("b", {"approval": True}))
+def test_resume_with_a_removed_step_names_it(db):
+    new, rt, rid = _drifted(db, "a", ("b", {"approval": True}))
     with rt, pytest.raises(DriftError, match="removed c"):
         rt.resume(rid)
 
 
-def test_allow_drift_runs_the_new_definition_keeping_completed_steps(tmp_path):
-    new, rt, rid = _drifted(tmp_path, "a", ("b", {"approval": True}), "c", "e")
+def test_allow_drift_runs_the_new_definition_keeping_completed_steps(db):
+    new, rt, rid = _drifted(db, "a", ("b", {"approval": True}), "c", "e")
     with rt:
         assert rt.resume(rid, allow_drift=True) == RunStatus.COMPLETED
         assert statuses(rt, rid) == {"a": "completed", "b": "completed", "c": "completed", "e": "completed"}
@@ -990,21 +990,21 @@ def test_allow_drift_runs_the_new_definition_keeping_completed_steps(tmp_path):
 # ---- deletion -------------------------------------------------------------------------------------
 
 
-def test_delete_removes_every_row_of_the_run_and_forks_keep_their_parent_id(tmp_path):
-    rt, parent = _completed_parent(tmp_path, Flow("a", "b"))
+def test_delete_removes_every_row_of_the_run_and_forks_keep_their_parent_id(db):
+    rt, parent = _completed_parent(db, Flow("a", "b"))
     with rt:
         child = rt.fork(parent, "b")
         assert rt.delete(parent[:6]) == parent
-        assert all(found == [] for found in rows(tmp_path / DB, parent).values())
+        assert all(found == [] for found in rows(db, parent).values())
         assert rt.get(child).parent_run_id == parent
         with pytest.raises(UnknownRun):
             rt.get(parent)
 
 
-def test_delete_of_a_run_a_live_process_executes_is_refused(tmp_path):
-    with runtime(tmp_path, gated()) as rt:
+def test_delete_of_a_run_a_live_process_executes_is_refused(db):
+    with runtime(db, gated()) as rt:
         rid = _queued(rt)
-        set_owner(tmp_path / DB, rid, pid=os.getpid(), expires_in=300, step="c")
+        set_owner(db, rid, pid=os.getpid(), expires_in=300, step="c")
         with pytest.raises(RefusedTransition, match="cancel it"):
             rt.delete(rid)
         assert rt.get(rid).status == RunStatus.RUNNING
@@ -1013,9 +1013,9 @@ def test_delete_of_a_run_a_live_process_executes_is_refused(tmp_path):
 # ---- the driver state and lazy upstream values ------------------------------------------------------
 
 
-def test_each_boundary_commits_the_driver_state_and_a_resume_restores_it(tmp_path):
+def test_each_boundary_commits_the_driver_state_and_a_resume_restores_it(db):
     flow = Flow("a", ("b", {"approval": True}), "c")
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         states = [(c.kind, c.seq, c.state) for c in rt.store.checkpoints(rid)]
         assert states == [("start", 0, {"next": 0}), ("boundary", 1, {"next": 1}),
@@ -1026,30 +1026,30 @@ def test_each_boundary_commits_the_driver_state_and_a_resume_restores_it(tmp_pat
         assert rt.store.checkpoints(rid)[-1].state == {"next": 3}
 
 
-def test_a_resume_follows_the_latest_checkpoint_state_not_the_step_rows(tmp_path):
+def test_a_resume_follows_the_latest_checkpoint_state_not_the_step_rows(db):
     flow = Flow("a", ("b", {"approval": True}), "c", "d")
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         rt.approve(rid, by="ana")
         # a hand edit of the state (standing for a driver's own bookkeeping) is what the resume follows
-        sql(tmp_path / DB, "UPDATE checkpoints SET state = '{\"next\":3}' WHERE run_id = ? AND kind = 'approval'", rid)
+        sql(db, "UPDATE checkpoints SET state = '{\"next\":3}' WHERE run_id = ? AND kind = 'approval'", rid)
         assert rt.resume(rid) == RunStatus.COMPLETED
         assert (flow.calls["c"], flow.calls["d"]) == (0, 1)
 
 
-def test_a_step_sees_the_driver_state_read_only(tmp_path):
+def test_a_step_sees_the_driver_state_read_only(db):
     def meddle(ctx):
         with pytest.raises(TypeError):
             ctx.state["next"] = 99
         return dict(ctx.state)
     flow = Flow("a", "b").on("b", meddle)
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         assert rt.get(rid).status == RunStatus.COMPLETED
         assert rt.step_output(rid, "b") == {"next": 1}
 
 
-def test_a_damaged_upstream_output_releases_the_run_interrupted_without_failing_the_step(tmp_path):
+def test_a_damaged_upstream_output_releases_the_run_interrupted_without_failing_the_step(db):
     swallowed = []
 
     def reads(ctx):
@@ -1059,10 +1059,10 @@ def test_a_damaged_upstream_output_releases_the_run_interrupted_without_failing_
             swallowed.append(type(e).__name__)
             return "made up"
     flow = Flow("a", ("b", {"approval": True}), "c").on("c", reads)
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         rt.approve(rid, by="ana")
-        sql(tmp_path / DB, "UPDATE outputs SET value = '{\"broken' WHERE run_id = ? AND seq = 0", rid)
+        sql(db, "UPDATE outputs SET value = '{\"broken' WHERE run_id = ? AND seq = 0", rid)
         with pytest.raises(StoreError, match="the output of step 'a'.*not valid JSON"):
             rt.resume(rid)
         run = rt.get(rid, with_outputs=False)
@@ -1074,10 +1074,10 @@ def test_a_damaged_upstream_output_releases_the_run_interrupted_without_failing_
         assert not any(e.kind == "step_failed" for e in rt.events(rid))
 
 
-def test_a_step_that_reads_no_upstream_output_runs_although_one_is_damaged(tmp_path):
+def test_a_step_that_reads_no_upstream_output_runs_although_one_is_damaged(db):
     flow = Flow("a", ("b", {"approval": True}), "c")
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         rt.approve(rid, by="ana")
-        sql(tmp_path / DB, "UPDATE outputs SET value = '{\"broken' WHERE run_id = ? AND seq = 0", rid)
+        sql(db, "UPDATE outputs SET value = '{\"broken' WHERE run_id = ? AND seq = 0", rid)
         assert rt.resume(rid) == RunStatus.COMPLETED

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sqlite3
 import sys
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -23,7 +22,8 @@ from uuid import UUID
 import pytest
 from pydantic import BaseModel
 
-from helpers import snapshot, APP, DB, Flow, app_workflows, asks, one_line_error, relaypoint, returns, runtime, write_app
+from helpers import (APP, DB, Flow, app_workflows, asks, one_line_error, relaypoint, returns, runtime, snapshot,
+                     sql, sqlite_only, write_app)
 from relaypoint import InvalidValue, RunStatus, Runtime, StepStatus, Workflow
 
 CORE = Path(__file__).resolve().parent.parent / "core"
@@ -133,9 +133,9 @@ def still_usable(rt: Runtime) -> None:
 
 
 @pytest.mark.parametrize(("value", "expected"), ROUND_TRIPS)
-def test_step_output_round_trips(tmp_path: Path, value: Any, expected: Any) -> None:
+def test_step_output_round_trips(db: str, value: Any, expected: Any) -> None:
     flow = chain().on("b", returns({"v": value}))
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         run = rt.get(rid)
         assert run.status == RunStatus.COMPLETED
@@ -143,17 +143,17 @@ def test_step_output_round_trips(tmp_path: Path, value: Any, expected: Any) -> N
         assert rt.step_output(rid, "b") == {"v": expected}
         assert flow.seen["c"][0].results["b"] == {"v": expected}
         assert run.tasks[2].output == {"seen": {"v": expected}}
-    with Runtime(str(tmp_path / DB), create=False) as rt:  # and after re-opening the file
+    with Runtime(db, create=False) as rt:  # and after re-opening the file
         assert rt.get(rid).tasks[1].output == {"v": expected}
 
 
 @pytest.mark.parametrize(("value", "tail"), INVALID)
 def test_step_output_that_cannot_be_stored_fails_the_step_naming_the_path(
-        tmp_path: Path, value: Any, tail: str | None) -> None:
+        db: str, value: Any, tail: str | None) -> None:
     flow = chain(retries=2).on("a", returns({"kept": [1, "é"]}))
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         earlier = rt.start("flow")
-        before = snapshot(tmp_path / DB)
+        before = snapshot(db)
         flow.on("b", returns({"v": value}))
 
         rid = rt.start("flow")
@@ -167,18 +167,18 @@ def test_step_output_that_cannot_be_stored_fails_the_step_naming_the_path(
         assert run.error == f"step 'b' failed: {b.error}"
         assert c.status == StepStatus.PENDING and flow.calls["c"] == 1  # only the earlier run's c
         assert flow.calls["b"] == 2  # an unstorable value is not retried: once in each run
-        after = snapshot(tmp_path / DB)
+        after = snapshot(db)
         for table in ("meta", "runs", "steps", "checkpoints", "events"):
             assert [r for r in after[table] if earlier in r] == [r for r in before[table] if earlier in r]
         flow.on("b", returns({"v": 1}))
         still_usable(rt)
 
 
-def test_a_step_may_return_ctx_results_whole_or_nested_in_its_output(tmp_path: Path) -> None:
+def test_a_step_may_return_ctx_results_whole_or_nested_in_its_output(db: str) -> None:
     flow = Flow("a", "b", "c").on("a", returns({"x": [1, "é"]}))
     flow.on("b", lambda ctx: ctx.results)  # a lazy mapping: stored as the object it reads as
     flow.on("c", lambda ctx: {"upstream": ctx.results, "names": list(ctx.results)})
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         assert rt.get(rid).status == RunStatus.COMPLETED
         assert rt.step_output(rid, "b") == {"a": {"x": [1, "é"]}}
@@ -186,17 +186,17 @@ def test_a_step_may_return_ctx_results_whole_or_nested_in_its_output(tmp_path: P
                                             "names": ["a", "b"]}
 
 
-def test_ten_megabyte_output_round_trips(tmp_path: Path) -> None:
+def test_ten_megabyte_output_round_trips(db: str, tmp_path: Path) -> None:
     big = ("0123456789abcdef" * 65536 * 10)[:-3] + "é😀"  # about 10 MB
     flow = chain().on("b", returns({"text": big}))
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow")
         assert rt.get(rid).status == RunStatus.COMPLETED
         assert flow.seen["c"][0].results["b"]["text"] == big
         assert rt.step_output(rid, "b") == {"text": big}
         assert rt.get(rid).tasks[2].output == {"seen": {"text": big}}
         assert [s.has_output for s in rt.steps(rid)] == [True, True, True]
-    shown = relaypoint(tmp_path, "show", rid, "--json")
+    shown = relaypoint(tmp_path, "show", rid, "--json", db=db)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["tasks"][1]["output"] == {"text": big}
 
@@ -205,9 +205,9 @@ def test_ten_megabyte_output_round_trips(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("value", "expected"), ROUND_TRIPS)
-def test_run_input_round_trips(tmp_path: Path, value: Any, expected: Any) -> None:
+def test_run_input_round_trips(db: str, value: Any, expected: Any) -> None:
     flow = chain()
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rid = rt.start("flow", input={"v": value})
         assert rt.get(rid).input == {"v": expected}
         assert [ctx.input for ctx in flow.seen["a"]] == [{"v": expected}]
@@ -216,12 +216,13 @@ def test_run_input_round_trips(tmp_path: Path, value: Any, expected: Any) -> Non
 
 
 @pytest.mark.parametrize(("value", "tail"), INVALID)
+@sqlite_only
 def test_run_input_that_cannot_be_stored_is_refused_naming_the_path(
-        tmp_path: Path, value: Any, tail: str | None) -> None:
+        db: str, value: Any, tail: str | None) -> None:
     flow = chain()
-    with runtime(tmp_path, flow) as rt:
+    with runtime(db, flow) as rt:
         rt.start("flow", {"fine": 1})
-        before = snapshot(tmp_path / DB)
+        before = snapshot(db)
         with pytest.raises(InvalidValue) as refused:
             rt.start("flow", input={"v": value})
         assert_names_path(str(refused.value), "input", tail)
@@ -229,7 +230,7 @@ def test_run_input_that_cannot_be_stored_is_refused_naming_the_path(
         with pytest.raises(InvalidValue) as refused:
             rt.fork(parent, "b", input={"v": value})
         assert_names_path(str(refused.value), "input", tail)
-        assert snapshot(tmp_path / DB) == before
+        assert snapshot(db) == before
         assert flow.calls["a"] == 1
         still_usable(rt)
 
@@ -237,18 +238,18 @@ def test_run_input_that_cannot_be_stored_is_refused_naming_the_path(
 # ---- approvals and answers ------------------------------------------------------------------------
 
 
-def gated(tmp_path: Path) -> tuple[Flow, Runtime, str]:
+def gated(db: str) -> tuple[Flow, Runtime, str]:
     """A run paused at the approval of ``b`` (its output ``{"draft": 1}``)."""
     flow = chain(approval=True).on("b", returns({"draft": 1}))
-    rt = runtime(tmp_path, flow)
+    rt = runtime(db, flow)
     rid = rt.start("flow")
     assert rt.get(rid).status == RunStatus.AWAITING_APPROVAL
     return flow, rt, rid
 
 
 @pytest.mark.parametrize(("value", "expected"), ROUND_TRIPS)
-def test_approval_output_round_trips(tmp_path: Path, value: Any, expected: Any) -> None:
-    flow, rt, rid = gated(tmp_path)
+def test_approval_output_round_trips(db: str, value: Any, expected: Any) -> None:
+    flow, rt, rid = gated(db)
     with rt:
         rt.approve(rid, by="ana", output={"v": value})
         assert rt.step_output(rid, "b") == {"v": expected}
@@ -259,15 +260,16 @@ def test_approval_output_round_trips(tmp_path: Path, value: Any, expected: Any) 
 
 
 @pytest.mark.parametrize(("value", "tail"), INVALID)
+@sqlite_only
 def test_approval_output_that_cannot_be_stored_is_refused_naming_the_path(
-        tmp_path: Path, value: Any, tail: str | None) -> None:
-    flow, rt, rid = gated(tmp_path)
+        db: str, value: Any, tail: str | None) -> None:
+    flow, rt, rid = gated(db)
     with rt:
-        before = snapshot(tmp_path / DB)
+        before = snapshot(db)
         with pytest.raises(InvalidValue) as refused:
             rt.approve(rid, by="ana", output={"v": value})
         assert_names_path(str(refused.value), "output", tail)
-        assert snapshot(tmp_path / DB) == before
+        assert snapshot(db) == before
         run = rt.get(rid)
         assert run.status == RunStatus.AWAITING_APPROVAL and run.pending.decision is None
         rt.approve(rid, by="ana", output={"v": "fixed"})  # the pause is still open: decide it properly
@@ -275,19 +277,19 @@ def test_approval_output_that_cannot_be_stored_is_refused_naming_the_path(
         assert flow.seen["c"][0].results["b"] == {"v": "fixed"}
 
 
-def asking(tmp_path: Path) -> tuple[Flow, Runtime, str]:
+def asking(db: str) -> tuple[Flow, Runtime, str]:
     """A run paused awaiting the answer to step ``q``'s question."""
     flow = Flow("q", "c").on("q", asks("value?"))
     flow.on("c", lambda ctx: {"seen": ctx.results["q"]})
-    rt = runtime(tmp_path, flow)
+    rt = runtime(db, flow)
     rid = rt.start("flow")
     assert rt.get(rid).status == RunStatus.AWAITING_INPUT
     return flow, rt, rid
 
 
 @pytest.mark.parametrize(("value", "expected"), ROUND_TRIPS)
-def test_respond_value_round_trips(tmp_path: Path, value: Any, expected: Any) -> None:
-    flow, rt, rid = asking(tmp_path)
+def test_respond_value_round_trips(db: str, value: Any, expected: Any) -> None:
+    flow, rt, rid = asking(db)
     with rt:
         rt.respond(rid, {"v": value}, by="ana")
         assert rt.store.responses(rid, 0) == [{"v": expected}]  # the answers to execution 0, q
@@ -297,15 +299,16 @@ def test_respond_value_round_trips(tmp_path: Path, value: Any, expected: Any) ->
 
 
 @pytest.mark.parametrize(("value", "tail"), INVALID)
+@sqlite_only
 def test_respond_value_that_cannot_be_stored_is_refused_naming_the_path(
-        tmp_path: Path, value: Any, tail: str | None) -> None:
-    _, rt, rid = asking(tmp_path)
+        db: str, value: Any, tail: str | None) -> None:
+    _, rt, rid = asking(db)
     with rt:
-        before = snapshot(tmp_path / DB)
+        before = snapshot(db)
         with pytest.raises(InvalidValue) as refused:
             rt.respond(rid, {"v": value}, by="ana")
         assert_names_path(str(refused.value), "value", tail)
-        assert snapshot(tmp_path / DB) == before
+        assert snapshot(db) == before
         assert rt.get(rid).status == RunStatus.AWAITING_INPUT
         rt.respond(rid, {"v": "fixed"}, by="ana")
         assert rt.resume(rid) == RunStatus.COMPLETED
@@ -341,15 +344,16 @@ CLI_INVALID = [
 
 
 @pytest.fixture
-def cli_store(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """The CLI test app in ``tmp_path`` and a store with a paused review run and an ask run."""
+def cli_store(tmp_path: Path, db: str) -> tuple[Path, str, dict[str, str]]:
+    """The CLI test app in ``tmp_path`` and the store ``db`` with a paused review run, an ask run
+    and a completed simple run: the directory, ``db`` and the runs' ids by workflow."""
     write_app(tmp_path)
     ids = {}
-    with Runtime(str(tmp_path / DB), app_workflows()) as rt:
+    with Runtime(db, app_workflows()) as rt:
         ids["review"] = rt.start("review", {"topic": "t"})
         ids["ask"] = rt.start("ask")
         ids["simple"] = rt.start("simple", {"kept": "é"})
-    return tmp_path, ids
+    return tmp_path, db, ids
 
 
 def cli_error_is(result, expected: str | None, option: str) -> None:
@@ -362,58 +366,61 @@ def cli_error_is(result, expected: str | None, option: str) -> None:
 
 @pytest.mark.parametrize(("text", "expected"), CLI_ROUND_TRIPS)
 def test_cli_input_round_trips(cli_store, text: str, expected: dict) -> None:
-    cwd, _ = cli_store
-    started = relaypoint(cwd, "start", "simple", "--app", APP, "--input", text)
+    cwd, db, _ = cli_store
+    started = relaypoint(cwd, "start", "simple", "--app", APP, "--input", text, db=db)
     assert started.returncode == 0, started.stderr
     rid = started.stdout.strip()
-    shown = json.loads(relaypoint(cwd, "show", rid, "--json").stdout)
+    shown = json.loads(relaypoint(cwd, "show", rid, "--json", db=db).stdout)
     assert shown["input"] == expected
     assert shown["tasks"][0]["output"] == expected  # the step returned ctx.input
-    with Runtime(str(cwd / DB), create=False) as rt:
+    with Runtime(db, create=False) as rt:
         assert rt.get(rid).input == expected
 
 
 @pytest.mark.parametrize(("text", "expected"), CLI_INVALID)
+@sqlite_only
 def test_cli_input_that_cannot_be_stored_is_one_line(cli_store, text: str, expected: str | None) -> None:
-    cwd, _ = cli_store
-    before = snapshot(cwd / DB)
-    cli_error_is(relaypoint(cwd, "start", "simple", "--app", APP, "--input", text), expected, "--input")
-    cli_error_is(relaypoint(cwd, "fork", cli_store[1]["simple"], "--from", "only", "--input", text),
+    cwd, db, _ = cli_store
+    before = snapshot(db)
+    cli_error_is(relaypoint(cwd, "start", "simple", "--app", APP, "--input", text, db=db), expected, "--input")
+    cli_error_is(relaypoint(cwd, "fork", cli_store[2]["simple"], "--from", "only", "--input", text, db=db),
                  expected, "--input")
-    assert snapshot(cwd / DB) == before
+    assert snapshot(db) == before
 
 
+@sqlite_only
 def test_cli_input_must_be_an_object(cli_store) -> None:
-    cwd, _ = cli_store
-    line = one_line_error(relaypoint(cwd, "start", "simple", "--app", APP, "--input", "[1, 2]"))
+    cwd, db, _ = cli_store
+    line = one_line_error(relaypoint(cwd, "start", "simple", "--app", APP, "--input", "[1, 2]", db=db))
     assert "must be a JSON object" in line
 
 
 @pytest.mark.parametrize(("text", "expected"), CLI_ROUND_TRIPS)
 def test_cli_approve_output_and_respond_value_round_trip(cli_store, text: str, expected: dict) -> None:
-    cwd, ids = cli_store
-    approved = relaypoint(cwd, "approve", ids["review"], "--by", "ana", "--output", text)
+    cwd, db, ids = cli_store
+    approved = relaypoint(cwd, "approve", ids["review"], "--by", "ana", "--output", text, db=db)
     assert approved.returncode == 0, approved.stderr
-    responded = relaypoint(cwd, "respond", ids["ask"], "--by", "ana", "--value", text)
+    responded = relaypoint(cwd, "respond", ids["ask"], "--by", "ana", "--value", text, db=db)
     assert responded.returncode == 0, responded.stderr
     for rid in (ids["review"], ids["ask"]):
-        resumed = relaypoint(cwd, "resume", rid, "--app", APP)
+        resumed = relaypoint(cwd, "resume", rid, "--app", APP, db=db)
         assert resumed.returncode == 0, resumed.stderr
-    with Runtime(str(cwd / DB), create=False) as rt:
+    with Runtime(db, create=False) as rt:
         assert rt.step_output(ids["review"], "check") == expected
         assert rt.step_output(ids["review"], "publish") == {"published": expected}
         assert rt.step_output(ids["ask"], "question") == {"title": expected}
 
 
 @pytest.mark.parametrize(("text", "expected"), CLI_INVALID)
+@sqlite_only
 def test_cli_approve_output_and_respond_value_that_cannot_be_stored_are_one_line(
         cli_store, text: str, expected: str | None) -> None:
-    cwd, ids = cli_store
-    before = snapshot(cwd / DB)
-    cli_error_is(relaypoint(cwd, "approve", ids["review"], "--output", text), expected, "--output")
-    cli_error_is(relaypoint(cwd, "respond", ids["ask"], "--value", text), expected, "--value")
-    assert snapshot(cwd / DB) == before
-    assert relaypoint(cwd, "approve", ids["review"], "--by", "ana").returncode == 0
+    cwd, db, ids = cli_store
+    before = snapshot(db)
+    cli_error_is(relaypoint(cwd, "approve", ids["review"], "--output", text, db=db), expected, "--output")
+    cli_error_is(relaypoint(cwd, "respond", ids["ask"], "--value", text, db=db), expected, "--value")
+    assert snapshot(db) == before
+    assert relaypoint(cwd, "approve", ids["review"], "--by", "ana", db=db).returncode == 0
 
 
 # ---- nothing is unpickled, evaluated or imported because the store says so ------------------------
@@ -436,7 +443,7 @@ TRAP_SOURCE = ("import pathlib\n"
                "workflows = []\n")
 
 
-def test_reading_a_store_never_imports_modules_it_names(tmp_path: Path) -> None:
+def test_reading_a_store_never_imports_modules_it_names(db: str, tmp_path: Path) -> None:
     (tmp_path / f"{TRAP}.py").write_text(TRAP_SOURCE)
     write_app(tmp_path)
     marker = tmp_path / "IMPORTED"
@@ -445,28 +452,28 @@ def test_reading_a_store_never_imports_modules_it_names(tmp_path: Path) -> None:
     named.step(name="os:system", approval=True)(lambda ctx: "os.system('touch pwned')")
     shell = Workflow("os:system")
     shell.step(name=TRAP)(lambda ctx: None)
-    with Runtime(str(tmp_path / DB), [named, shell]) as rt:
+    with Runtime(db, [named, shell]) as rt:
         paused = rt.start(named.name, {"app": f"{TRAP}:workflows", "callable": "os:system"})
         done = rt.start(shell.name, {"--app": TRAP})
-    with sqlite3.connect(tmp_path / DB) as conn:  # a definition naming modules, as a hand edit might
-        conn.execute("UPDATE runs SET workflow = ?, status = 'failed' WHERE run_id = ?", (TRAP, done))
-        conn.execute("INSERT INTO events (run_id, at, kind, detail) VALUES (?, ?, ?, ?)",
-                     (done, "2031-01-01T00:00:00.000Z", f"{TRAP}:workflows", json.dumps({"app": f"{TRAP}:x"})))
+    # a definition naming modules, as a hand edit might
+    sql(db, "UPDATE runs SET workflow = ?, status = 'failed' WHERE run_id = ?", TRAP, done)
+    sql(db, "INSERT INTO events (run_id, at, kind, detail) VALUES (?, ?, ?, ?)",
+        done, "2031-01-01T00:00:00.000Z", f"{TRAP}:workflows", json.dumps({"app": f"{TRAP}:x"}))
     env = {"PYTHONPATH": str(tmp_path)}  # the trap is importable: only a deliberate import is missing
 
     for args in (["list"], ["list", "--json"], ["show", paused], ["show", paused, "--json"], ["show", done],
                  ["events", paused], ["events", done, "--json"]):
-        result = relaypoint(tmp_path, *args, env=env)
+        result = relaypoint(tmp_path, *args, env=env, db=db)
         assert result.returncode == 0, (args, result.stderr)
-    line = one_line_error(relaypoint(tmp_path, "resume", done, "--app", APP, env=env))
+    line = one_line_error(relaypoint(tmp_path, "resume", done, "--app", APP, env=env, db=db))
     assert f"workflow '{TRAP}' is not defined by the loaded app" in line
-    assert relaypoint(tmp_path, "approve", paused, "--by", "ana", env=env).returncode == 0
+    assert relaypoint(tmp_path, "approve", paused, "--by", "ana", env=env, db=db).returncode == 0
     assert not marker.exists()
     assert not (tmp_path / "pwned").exists()
 
     from relaypoint.tui.data import PageKind, RunQuery, load_detail, read_page
 
-    with Runtime(str(tmp_path / DB), create=False) as rt:
+    with Runtime(db, create=False) as rt:
         for rid in (paused, done):
             rt.get(rid), rt.events(rid), load_detail(rt, rid)
         read_page(rt, RunQuery(), PageKind.FIRST)
