@@ -160,11 +160,9 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
 
     sqlite3.connect = _traced_connect
 
-    try:
+    if os.environ.get("CRASHAPP_POSTGRES"):
         import psycopg
-    except ImportError:  # a SQLite-only installation
-        psycopg = None
-    if psycopg is not None:
+
         # PostgreSQL: B once a store transaction holds the schema's advisory lock (claims, heartbeats,
         # decisions: PostgresStore._write), E when it has ended. A boundary is one statement that
         # commits itself (the schema's commit_boundary function): here it runs inside an explicit
@@ -498,7 +496,8 @@ def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None
         dwell = 0.0 if rng.random() < 1 / 4 else round(rng.uniform(0.003, 0.02), 4)
     txn_log = tmp / "txn.log"
     box = procs.Sandbox(tmp, sc.app.spec, lease_seconds=lease_seconds,  # type: ignore[arg-type]
-                        extra_env={"CRASHAPP_TXN_LOG": str(txn_log), "CRASHAPP_TXN_DWELL": str(dwell)},
+                        extra_env={"CRASHAPP_TXN_LOG": str(txn_log), "CRASHAPP_TXN_DWELL": str(dwell),
+                                   **({"CRASHAPP_POSTGRES": "1"} if db and stores.is_postgres(db) else {})},
                         db=db or "")
     run_input = sc.make_input(rng)
     result = TrialResult(seed=seed, lease_seconds=lease_seconds, dwell=float(dwell))  # type: ignore[arg-type]
