@@ -189,3 +189,49 @@ def test_a_run_released_by_ctrl_c_is_not_charged_as_a_death(app, monkeypatch):
         assert seen.detail["cause"] == "released by its owner" and seen.detail["suspect"] is False
         assert rt.resume(run_id) == RunStatus.COMPLETED  # no death charged: not a poison pill
     assert executions(app) == ["first", "slow", "slow", "last"]
+
+
+def test_postgres_a_boundary_sent_before_its_owner_was_killed_commits_fenced_and_runs_nothing_twice(
+        tmp_path: Path, postgres_schema: str):
+    # PostgreSQL's form of a kill inside a boundary (SQLite's: inside BEGIN IMMEDIATE ... COMMIT, rolled
+    # back): the owner's commit_boundary statement is on its way, waiting for the schema's lock, when
+    # the owner is SIGKILLed. The server runs a statement it has to its end and only then finds the
+    # client gone, so the boundary commits after its owner's death, still fenced on its lease; a
+    # resumer queued behind it then finds the next step interrupted, and no step runs twice.
+    import psycopg
+
+    from conftest import POSTGRES_URL
+    from relaypoint.store.postgres import LOCK_CLASS, _lock_key
+
+    (tmp_path / "crashapp.py").write_text(APP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
+    env.update(EXEC_LOG=str(tmp_path / "exec.log"), PYTHONPATH=str(tmp_path))
+    app = {"db": f"{POSTGRES_URL}?schema={postgres_schema}", "cwd": str(tmp_path), "log": env["EXEC_LOG"], "env": env}
+    waiting = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+               "AND classid::text::bigint = %s AND objid::text::bigint = %s AND objsubid = 2")
+    keys = (LOCK_CLASS & 0xFFFFFFFF, _lock_key(postgres_schema) & 0xFFFFFFFF)
+
+    owner = cli(app, "start", "chain", "--app", "crashapp:workflows", "--input", json.dumps({"sleep": 1.0}),
+                wait=False)
+    run_id = wait_for_step(app["db"], "slow", timeout=60)
+    with psycopg.connect(POSTGRES_URL) as holder:  # the schema's lock, as a writer elsewhere would hold it
+        holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, _lock_key(postgres_schema)))
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as watcher:
+            procs.wait_until(lambda: watcher.execute(waiting, keys).fetchone()[0] >= 1, 60,
+                             "the owner's boundary to wait for the lock")
+            owner.send_signal(signal.SIGKILL)
+            owner.wait()
+            resumer = cli(app, "resume", run_id, "--app", "crashapp:workflows", wait=False)
+            procs.wait_until(lambda: watcher.execute(waiting, keys).fetchone()[0] >= 2, 60,
+                             "the resumer's claim to queue behind the boundary")
+    out, err = resumer.communicate(timeout=60)  # the lock is released: the boundary, then the claim
+    assert resumer.returncode == 0 and out.strip() == f"run {run_id} is completed", out + err
+
+    assert executions(app) == ["first", "slow", "last"]  # slow's output was recorded by the dead owner
+    with Runtime(app["db"], create=False) as rt:
+        run = rt.get(run_id)
+        assert run.status == RunStatus.COMPLETED
+        assert [t.output for t in run.tasks] == [{"n": 1}, {"n": 2}, {"n": 3}]
+        assert [t.attempts for t in run.tasks] == [1, 1, 2]
+        cut = [e for e in rt.events(run_id) if e.kind == "interruption_detected"]
+    assert [(e.step, e.detail["pid"]) for e in cut] == [("last", owner.pid)]
