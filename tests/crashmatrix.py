@@ -12,18 +12,26 @@ One trial (:func:`run_trial`), in a fresh directory with its own store:
    when the trigger fires is SIGKILLed. Rounds go on until the run is completed; after
    ``max_rounds`` one last round runs unkilled. Racers started for a round that turns out not to be
    needed are released anyway and must be refused cleanly.
-3. After every round the store is read (plain sqlite3, read-only): which process owned the run
-   when it died and which step was running (that is where the kill landed), the step chain's shape,
-   and the stored output of every completed step.
+3. After every round the store is read (tests/stores.py: the runs and the steps in one snapshot;
+   on PostgreSQL once the server processes of the round's clients have ended, see :func:`settle`):
+   which process owned the run when it died and which step was running (that is where the kill
+   landed), the step chain's shape, and the stored output of every completed step.
+
+The store is a SQLite file in the trial's directory, or a PostgreSQL schema of the trial's own
+(:func:`run_trials` with a ``postgresql://`` URL; dropped after the trial).
 
 A kill trigger is either a seeded instant after the release (anywhere in the work left, or within
 the claim and the first trivial boundaries), or a seeded transaction: the moment the round's n-th
 transaction of a given kind holds the write lock. The app module's head (:data:`INSTRUMENTATION`,
-test instrumentation) gives the store's connections a class that appends ``pid thread B|E caller``
-around every transaction (B once BEGIN IMMEDIATE holds the lock, E after COMMIT or ROLLBACK) and, in
-most trials, to hold the lock a seeded 3-20 ms like a slow disk; so the harness can aim at, and afterwards tell,
-kills inside ``commit_boundary`` (a step boundary; the last one completes the run), ``_beat`` (a
-heartbeat renewal), ``resume`` (a claim), ``sweep``, ``start`` and ``_check_and_migrate``.
+test instrumentation) makes the store's connections append ``pid thread B|E caller`` around every
+transaction and, in most trials, hold it a seeded 3-20 ms like a slow disk; so the harness can aim
+at, and afterwards tell, kills inside ``commit_boundary`` (a step boundary; the last one completes
+the run), ``_beat`` (a heartbeat renewal), ``resume`` (a claim), ``sweep``, ``start`` and
+``_migrate`` (a new store's schema). On SQLite, B once BEGIN IMMEDIATE holds the write lock, E after
+COMMIT or ROLLBACK. On PostgreSQL, B once a transaction holds the schema's advisory lock, and for a
+boundary (one self-committing statement in the product) B once its function has written inside an
+explicit transaction, E after COMMIT: a kill there leaves the server an open transaction that it
+rolls back, as SQLite's journal does.
 
 What a trial runs is its :class:`Scenario`; the default, :data:`CHAIN`, is a workflow of six steps:
 four trivial ones and two that sleep a seeded fraction of a second (tests/patternmatrix.py has a
@@ -53,8 +61,9 @@ Invariants (each breach is one line in :attr:`TrialResult.violations`):
   a resumer that exits normally either completed the run (exit 0) or lost the race (exit 1, one
   line: the run is being executed by another process, or is already completed).
 
-Soak: ``RELAYPOINT_CRASH_TRIALS=300 python -m pytest tests/test_crash_matrix.py -q -s``, or
-``python tests/crashmatrix.py --trials 300 [--seed N]`` for a line per trial.
+Soak: ``RELAYPOINT_CRASH_TRIALS=300 python -m pytest tests/test_crash_matrix.py -q -s [-k postgres]``,
+or ``python tests/crashmatrix.py --trials 300 [--seed N] [--db postgresql://user@host/dbname]`` for a
+line per trial.
 """
 
 from __future__ import annotations
@@ -69,14 +78,16 @@ import signal
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import procs  # (tests/ is not a package)
+import stores
 
 APP_MODULE = "crashapp"
 WORKFLOW = "matrix"
@@ -90,7 +101,7 @@ SHORT_LEASE = 0.6
 # ``sleeps`` by label; none in the reference run, which sets ``NO_SLEEP``), and the transaction
 # markers. An app appends its workflows and defines ``workflows``.
 INSTRUMENTATION = r'''
-import hashlib, json, os, sys, threading, time
+import contextlib, hashlib, json, os, sys, threading, time
 from relaypoint import Workflow
 
 EXEC_LOG = os.environ.get("EXEC_LOG")
@@ -148,6 +159,70 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
         return _connect(*args, **kwargs)
 
     sqlite3.connect = _traced_connect
+
+    if os.environ.get("CRASHAPP_POSTGRES"):
+        import psycopg
+
+        # PostgreSQL: B once a store transaction holds the schema's advisory lock (claims, heartbeats,
+        # decisions: PostgresStore._write), E when it has ended. A boundary is one statement that
+        # commits itself (the schema's commit_boundary function): here it runs inside an explicit
+        # transaction instead, B once the function has written and E after COMMIT, so that a kill
+        # can land between its writes and their commit, as inside SQLite's BEGIN IMMEDIATE.
+        # C: a new connection and its server process (the harness waits for the server processes of
+        # a round's killed clients to end before it reads the store: a statement already sent still
+        # runs to its end there).
+        from psycopg import pq as _pq
+
+        _pg_execute = psycopg.Connection.execute
+        _pg_transaction = psycopg.Connection.transaction
+        _pg_connect = psycopg.Connection.connect.__func__
+        _pg_open = {}  # id(connection) -> the operation whose transaction holds the lock
+
+        def _pg_traced_execute(self, query, params=None, **kwargs):
+            text = query if isinstance(query, str) else ""
+            if text.startswith("SELECT commit_boundary(") \
+                    and self.info.transaction_status == _pq.TransactionStatus.IDLE:
+                where = _where()
+                written = False
+                try:
+                    with _pg_transaction(self):
+                        cur = _pg_execute(self, query, params, **kwargs)
+                        written = True
+                        _append(TXN_LOG, f"{_tag()} B {where} {time.monotonic():.4f}")
+                        if DWELL:
+                            time.sleep(DWELL)
+                finally:
+                    if written:
+                        _append(TXN_LOG, f"{_tag()} E {where} {time.monotonic():.4f}")
+                return cur
+            cur = _pg_execute(self, query, params, **kwargs)
+            if text.startswith("SELECT pg_advisory_xact_lock("):
+                where = _where()
+                _pg_open[id(self)] = where
+                _append(TXN_LOG, f"{_tag()} B {where} {time.monotonic():.4f}")
+                if DWELL:
+                    time.sleep(DWELL)
+            return cur
+
+        @contextlib.contextmanager
+        def _pg_traced_transaction(self, *args, **kwargs):
+            try:
+                with _pg_transaction(self, *args, **kwargs) as tx:
+                    yield tx
+            finally:
+                where = _pg_open.pop(id(self), None)
+                if where is not None:
+                    _append(TXN_LOG, f"{_tag()} E {where} {time.monotonic():.4f}")
+
+        def _pg_traced_connect(cls, *args, **kwargs):
+            conn = _pg_connect(cls, *args, **kwargs)
+            _append(TXN_LOG, f"{_tag()} C {conn.info.backend_pid} {time.monotonic():.4f}")
+            return conn
+
+        psycopg.Connection.execute = _pg_traced_execute
+        psycopg.Connection.transaction = _pg_traced_transaction
+        psycopg.Connection.connect = classmethod(_pg_traced_connect)
+        psycopg.connect = psycopg.Connection.connect  # (psycopg.connect is an alias bound at import)
 
 
 def label(ctx):
@@ -396,11 +471,11 @@ class Scenario:
 
 # ---- one trial -----------------------------------------------------------------------------------
 
-def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None,
+def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None, db: str | None = None,
               lease_seconds: float | None | str = "seeded", dwell: float | str = "seeded", max_rounds: int = 10,
               round_timeout: float = 60.0) -> TrialResult:
-    """Run one seeded trial of ``scenario`` (default :data:`CHAIN`) in ``tmpdir`` (created; it
-    must not hold a store yet).
+    """Run one seeded trial of ``scenario`` (default :data:`CHAIN`) in ``tmpdir`` (created), on the
+    store ``db`` (a URL of either backend naming no store yet; None: ``runs.db`` in ``tmpdir``).
 
     ``lease_seconds``: the lease of every process (None: the default 30 s), or ``"seeded"``: a
     0.6 s lease in about a third of the trials. ``dwell``: seconds each transaction holds the write
@@ -421,7 +496,9 @@ def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None
         dwell = 0.0 if rng.random() < 1 / 4 else round(rng.uniform(0.003, 0.02), 4)
     txn_log = tmp / "txn.log"
     box = procs.Sandbox(tmp, sc.app.spec, lease_seconds=lease_seconds,  # type: ignore[arg-type]
-                        extra_env={"CRASHAPP_TXN_LOG": str(txn_log), "CRASHAPP_TXN_DWELL": str(dwell)})
+                        extra_env={"CRASHAPP_TXN_LOG": str(txn_log), "CRASHAPP_TXN_DWELL": str(dwell),
+                                   **({"CRASHAPP_POSTGRES": "1"} if db and stores.is_postgres(db) else {})},
+                        db=db or "")
     run_input = sc.make_input(rng)
     result = TrialResult(seed=seed, lease_seconds=lease_seconds, dwell=float(dwell))  # type: ignore[arg-type]
     first_seen: dict[str, str] = {}
@@ -449,6 +526,7 @@ def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None
         prepare = (lambda rid=run_id: launch(box, _resumers(rng, sc, rid))) if role == "resume" else None
         done, killed, instant, ahead = play(group, trigger, round_timeout, txn_log, prepare)
         result.processes += len(done)
+        settle(box.db, txn_log, {d.pid for d in done})
 
         # -- what each process said
         for d in done:
@@ -517,7 +595,7 @@ def _trigger(rng: random.Random, role: str, left: tuple[float, int, bool], lease
     ``("at", seconds)`` after the release, or ``("txn", caller, n)``: the moment the round's n-th
     transaction opened by ``caller`` holds the write lock (``commit_boundary`` a step boundary, the
     last one completing the run; ``_beat`` a heartbeat; ``resume`` the claim; ``sweep``;
-    ``start``/``_check_and_migrate`` the start's first writes)."""
+    ``start``/``_migrate`` the start's first writes)."""
     work, boundaries, naps = left
     r = rng.random()
     if r < 0.25:  # anywhere in the work left
@@ -525,7 +603,7 @@ def _trigger(rng: random.Random, role: str, left: tuple[float, int, bool], lease
     if r < 0.35:  # the claim and the first trivial steps' boundaries
         return ("at", rng.uniform(0.0, 0.02 + 6 * dwell))
     targets = {"commit_boundary": 4.0}
-    targets.update({"start": 1.0, "_check_and_migrate": 0.5} if role == "start" else {"resume": 0.5, "sweep": 0.5})
+    targets.update({"start": 1.0, "_migrate": 0.5} if role == "start" else {"resume": 0.5, "sweep": 0.5})
     if lease is not None and naps:
         targets["_beat"] = 3.0
     where = rng.choices(list(targets), weights=list(targets.values()))[0]
@@ -611,12 +689,26 @@ def _check_exit(d: procs.Done, role: str, run_id: str | None, rnd: int, v: list[
                  "line saying the run is being executed or is completed)")
 
 
-def _snapshot(db: Path) -> dict[str, list[dict[str, Any]]]:
-    with procs.ro(db) as conn:
-        if conn is None:
-            return {"runs": [], "steps": []}
-        return {"runs": [dict(r) for r in conn.execute("SELECT * FROM runs")],
-                "steps": [dict(r) for r in conn.execute("SELECT s.*, o.value AS output FROM steps s LEFT JOIN outputs o USING (run_id, seq) ORDER BY run_id, seq")]}
+def _snapshot(db: Path | str) -> dict[str, list[dict[str, Any]]]:
+    """The runs and the steps (with their outputs), read in one snapshot of the store."""
+    runs, steps = stores.query_together(db, "SELECT * FROM runs", "SELECT s.*, o.value AS output FROM steps s "
+                                        "LEFT JOIN outputs o USING (run_id, seq) ORDER BY run_id, seq")
+    return {"runs": runs, "steps": steps}
+
+
+def settle(db: Path | str, txn_log: Path, pids: set[int], timeout: float = 30.0) -> None:
+    """On PostgreSQL, wait until the server processes of the connections that ``pids`` opened (the
+    ``C`` markers) have ended. A client killed while a statement of its own was on its way (a
+    boundary waiting for the schema's lock) does not stop it: the server runs it to its end, and
+    only then finds the client gone. Until then, where a kill landed cannot be read from the store."""
+    if not stores.is_postgres(db):
+        return
+    backends = [int(parts[3]) for parts in procs.read_lines(txn_log)
+                if len(parts) >= 4 and parts[2] == "C" and int(parts[0]) in pids]
+    if backends:
+        procs.wait_until(lambda: not stores.execute(db, "SELECT pid FROM pg_stat_activity WHERE pid = ANY(?)",
+                                                    backends), timeout,
+                         f"the server processes {backends} of the round's clients to end")
 
 
 def _check_chain(row: dict[str, Any], chain: list[dict[str, Any]], rnd: int, result: TrialResult) -> None:
@@ -754,6 +846,36 @@ CHAIN = Scenario(App(APP_MODULE, APP_SOURCE), WORKFLOW, make_input, work_left, _
 
 # ---- many trials ---------------------------------------------------------------------------------
 
+def trial_store(db: str | None, seed: int) -> str | None:
+    """The store of trial ``seed`` on the backend of ``db``: None (``runs.db`` in the trial's
+    directory) for a SQLite store or none; for a PostgreSQL URL, a schema of the trial's own on the
+    same server, named by the URL's schema and the seed."""
+    if db is None or not stores.is_postgres(db):
+        return None
+    where = stores.parse(db)
+    return f"{where.conninfo}?schema={where.schema[:55]}_s{seed}"
+
+
+def run_trials(directory: Path, seeds: Iterable[int], *, db: str | None = None, scenario: Scenario | None = None,
+               keep: Callable[[TrialResult], bool] = lambda r: False,
+               echo: Callable[[TrialResult], None] = lambda r: None) -> list[TrialResult]:
+    """Run a trial per seed in ``directory``/trial-SEED, each on a store of its own on the backend of
+    ``db`` (see :func:`trial_store`); ``echo`` is called with each result. A trial's PostgreSQL
+    schema is dropped after it unless ``keep(result)``."""
+    results = []
+    for seed in seeds:
+        store = trial_store(db, seed)
+        result = None
+        try:
+            result = run_trial(directory / f"trial-{seed}", seed, scenario=scenario, db=store)
+            results.append(result)
+            echo(result)
+        finally:
+            if store is not None and not (result is not None and keep(result)):
+                stores.drop(store)
+    return results
+
+
 def check(results: list[TrialResult], where: Path) -> list[Kill]:
     """Print the totals of ``results`` and the known gaps seen; assert no violation (naming the
     trial directories under ``where``) and that the harness killed something. Returns the kills."""
@@ -787,20 +909,25 @@ def main(argv: list[str] | None = None, scenario: Scenario | None = None) -> int
     parser = argparse.ArgumentParser(description="Run the crash matrix (a soak); exits 1 on any violation.")
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1, help="Seed of the first trial (then +1 each).")
-    parser.add_argument("--keep", action="store_true", help="Keep every trial's directory.")
+    parser.add_argument("--keep", action="store_true", help="Keep every trial's directory (and PostgreSQL schema).")
+    parser.add_argument("--db", metavar="URL", help="A PostgreSQL server (postgresql://user@host/dbname): each "
+                        "trial in a schema crashmatrix_<hex>_s<seed> of its own. Default: a SQLite file per trial.")
     args = parser.parse_args(argv)
-    results = []
     base = Path(tempfile.mkdtemp(prefix="crashmatrix-"))
-    for seed in range(args.seed, args.seed + args.trials):
-        r = run_trial(base / f"trial-{seed}", seed, scenario=scenario)
-        results.append(r)
+    db = args.db and f"{stores.parse(args.db).conninfo}?schema=crashmatrix_{uuid.uuid4().hex[:8]}"
+
+    def echo(r: TrialResult) -> None:
         print(r.line() + "".join(f"\n  VIOLATION {x}" for x in r.violations)
               + "".join(f"\n  known gap {x}" for x in r.known), flush=True)
         if not args.keep and not r.violations:
-            shutil.rmtree(base / f"trial-{seed}", ignore_errors=True)
+            shutil.rmtree(base / f"trial-{r.seed}", ignore_errors=True)
+
+    results = run_trials(base, range(args.seed, args.seed + args.trials), db=db, scenario=scenario,
+                         keep=lambda r: args.keep or bool(r.violations), echo=echo)
     print(summarize(results))
     if args.keep or any(r.violations for r in results):
-        print(f"trial directories under {base}")
+        print(f"trial directories under {base}" + (f", stores in schemas {stores.parse(db).schema}_s<seed>"
+                                                   if db else ""))
     return 1 if any(r.violations for r in results) else 0
 
 

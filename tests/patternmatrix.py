@@ -23,7 +23,7 @@ after it. Two environment variables aim a process at one execution: ``PATTERNAPP
 it wait there (to be killed), ``PATTERNAPP_FAIL=label`` makes it raise there.
 
 Soak: ``RELAYPOINT_PATTERN_TRIALS=100 python -m pytest tests/test_pattern_crash_matrix.py -q -s``, or
-``python tests/patternmatrix.py --trials 100 [--seed N]`` for a line per trial.
+``python tests/patternmatrix.py --trials 100 [--seed N] [--db postgresql://...]`` for a line per trial.
 """
 
 from __future__ import annotations

@@ -95,16 +95,20 @@ class Barrier:
 
 @dataclass
 class Sandbox:
-    """One test's directory: the store, the app module(s), the executions log, the environment."""
+    """One test's directory: the app module(s), the executions log, the environment, and the store:
+    ``db``, the ``--db`` every command gets (a store URL of either backend, such as the ``store_url``
+    fixture's; by default the SQLite file ``runs.db`` in the directory)."""
 
     dir: Path
     app: str = ""
     lease_seconds: float | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    db: Path | str = ""
 
-    @property
-    def db(self) -> Path:
-        return self.dir / "runs.db"
+    def __post_init__(self) -> None:
+        self.dir = Path(self.dir)
+        if not self.db:
+            self.db = self.dir / "runs.db"
 
     @property
     def exec_log(self) -> Path:

@@ -84,6 +84,47 @@ def query(db: Path | str, statement: str, params: tuple = ()) -> list[dict[str, 
         conn.close()
 
 
+def query_together(db: Path | str, *statements: str) -> list[list[dict[str, Any]]]:
+    """Rows of each read-only statement (no parameters), all read in one snapshot: one read
+    transaction on SQLite, one ``REPEATABLE READ`` transaction on PostgreSQL, so rows of several
+    tables agree even while another process writes. Empty lists while the tables do not exist."""
+    if not _created(db):
+        return [[] for _ in statements]
+    if is_postgres(db):
+        import psycopg
+
+        with _postgres(db) as conn:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+            found = []
+            for statement in statements:
+                cur = conn.execute(_postgres_sql(statement))
+                names = [c.name for c in cur.description]
+                found.append([{n: _plain(v) for n, v in zip(names, row)} for row in cur.fetchall()])
+            return found
+    conn = sqlite3.connect(f"file:{sqlite_path(db).resolve()}?mode=ro", uri=True, timeout=30)
+    conn.row_factory = sqlite3.Row
+    try:
+        conn.execute("BEGIN")  # the snapshot is taken at the first read and kept to the end
+        return [[dict(r) for r in conn.execute(statement)] for statement in statements]
+    finally:
+        conn.close()
+
+
+def drop(db: Path | str) -> None:
+    """Remove the store at ``db``: a PostgreSQL store's schema (if any), a SQLite file and its sidecars."""
+    if is_postgres(db):
+        import psycopg
+
+        where = parse(str(db))
+        with psycopg.connect(where.conninfo, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {where.schema} CASCADE")
+        return
+    path = sqlite_path(db)
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+        p.unlink(missing_ok=True)
+
+
 def execute(db: Path | str, statement: str, *params: Any) -> list[tuple]:
     """Run one statement on a connection of its own and commit; returns its rows as tuples."""
     if is_postgres(db):

@@ -1,5 +1,7 @@
 """Real processes: SIGKILL mid-step then resume, concurrent resumers racing for one run, and who owns
-a run: on this host a live process (pid and start identity), elsewhere an unexpired lease."""
+a run: on this host a live process (pid and start identity), elsewhere an unexpired lease. Every
+test runs on both backends (the ``store_url`` fixture); the store is staged and read behind
+relaypoint's back through tests/stores.py."""
 
 from __future__ import annotations
 
@@ -7,14 +9,14 @@ import importlib.util
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
+import procs
 import pytest
+import stores
 
 from relaypoint import Runtime, RunStatus, StepStatus
 from relaypoint.lease import HOST, process_start
@@ -50,10 +52,11 @@ APP = textwrap.dedent('''
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> dict[str, str]:
+def app(tmp_path: Path, store_url: str) -> dict[str, str]:
     (tmp_path / "crashapp.py").write_text(APP)
-    env = {**os.environ, "EXEC_LOG": str(tmp_path / "exec.log"), "PYTHONPATH": str(tmp_path)}
-    return {"db": str(tmp_path / "runs.db"), "cwd": str(tmp_path), "log": env["EXEC_LOG"], "env": env}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
+    env.update(EXEC_LOG=str(tmp_path / "exec.log"), PYTHONPATH=str(tmp_path))
+    return {"db": store_url, "cwd": str(tmp_path), "log": env["EXEC_LOG"], "env": env}
 
 
 def cli(app, *args: str, wait: bool = True):
@@ -72,19 +75,12 @@ def executions(app) -> list[str]:
 
 
 def wait_for_step(db: str, step: str, status: str = "running", timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if os.path.exists(db):
-            with sqlite3.connect(db) as conn:
-                try:
-                    row = conn.execute("SELECT run_id FROM steps WHERE name = ? AND status = ?",
-                                       (step, status)).fetchone()
-                except sqlite3.OperationalError:
-                    row = None  # schema not created yet
-            if row:
-                return row[0]
-        time.sleep(0.02)
-    raise AssertionError(f"step {step} never reached {status}")
+    return procs.wait_step(db, step, status, timeout=timeout)["run_id"]
+
+
+def set_input(db: str, run_id: str, run_input: dict) -> None:
+    """Change a run's stored input behind relaypoint's back (how long its step sleeps on a resume)."""
+    stores.execute(db, "UPDATE run_inputs SET input = ? WHERE run_id = ?", json.dumps(run_input), run_id)
 
 
 def test_sigkill_mid_step_then_resume_reruns_only_the_interrupted_step(app):
@@ -98,7 +94,7 @@ def test_sigkill_mid_step_then_resume_reruns_only_the_interrupted_step(app):
         run = rt.get(run_id)
         assert run.status == RunStatus.INTERRUPTED
         assert [t.status for t in run.tasks] == [StepStatus.COMPLETED, StepStatus.INTERRUPTED, StepStatus.PENDING]
-        rt.store.conn.execute("UPDATE run_inputs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 0}), run_id))
+    set_input(app["db"], run_id, {"sleep": 0})
 
     code, out, err = cli(app, "resume", run_id, "--app", "crashapp:workflows")
     assert code == 0, err
@@ -120,8 +116,7 @@ def test_concurrent_resumers_exactly_one_executes(app):
     run_id = wait_for_step(app["db"], "slow")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    with sqlite3.connect(app["db"]) as conn:
-        conn.execute("UPDATE run_inputs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 1.5}), run_id))
+    set_input(app["db"], run_id, {"sleep": 1.5})
 
     racers = [cli(app, "resume", run_id, "--app", "crashapp:workflows", wait=False) for _ in range(4)]
     results = [(p.wait(timeout=60), *p.communicate()) for p in racers]
@@ -147,9 +142,9 @@ def test_owner_on_another_host_is_interrupted_only_after_its_lease_expires(app):
         run_id = rt.list()[0].run_id
         for expires, expected in (("2999-01-01T00:00:00.000Z", RunStatus.RUNNING),
                                   ("2000-01-01T00:00:00.000Z", RunStatus.INTERRUPTED)):
-            rt.store.conn.execute(
-                "UPDATE runs SET status = 'running', lease_token = 't', lease_pid = 1, lease_host = 'elsewhere', "
-                "lease_expires_at = ? WHERE run_id = ?", (expires, run_id))
+            stores.execute(
+                app["db"], "UPDATE runs SET status = 'running', lease_token = 't', lease_pid = 1, "
+                "lease_host = 'elsewhere', lease_expires_at = ? WHERE run_id = ?", expires, run_id)
             assert rt.get(run_id).status == expected
 
 
@@ -167,10 +162,10 @@ def test_a_live_owner_on_this_host_keeps_its_run_past_its_lease_unless_its_pid_w
                                        (None, RunStatus.RUNNING),             # nothing recorded: the pid decides
                                        (f"{boot}:{int(ticks) + 1}", RunStatus.INTERRUPTED),  # pid reused
                                        (f"another-boot:{ticks}", RunStatus.INTERRUPTED)):    # before a reboot
-                rt.store.conn.execute(
-                    "UPDATE runs SET status = 'running', lease_token = 't', lease_pid = ?, lease_pid_start = ?, "
-                    "lease_host = ?, lease_expires_at = '2000-01-01T00:00:00.000Z' WHERE run_id = ?",
-                    (live.pid, recorded, HOST, run_id))
+                stores.execute(
+                    app["db"], "UPDATE runs SET status = 'running', lease_token = 't', lease_pid = ?, "
+                    "lease_pid_start = ?, lease_host = ?, lease_expires_at = '2000-01-01T00:00:00.000Z' "
+                    "WHERE run_id = ?", live.pid, recorded, HOST, run_id)
                 assert rt.get(run_id).status == expected, recorded
     finally:
         live.kill()
@@ -184,8 +179,7 @@ def test_a_run_released_by_ctrl_c_is_not_charged_as_a_death(app, monkeypatch):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "Traceback" not in err, err
-    with sqlite3.connect(app["db"]) as conn:
-        conn.execute("UPDATE run_inputs SET input = ? WHERE run_id = ?", (json.dumps({"sleep": 0}), run_id))
+    set_input(app["db"], run_id, {"sleep": 0})
     monkeypatch.setenv("EXEC_LOG", app["log"])
     spec = importlib.util.spec_from_file_location("crashapp_released", Path(app["cwd"]) / "crashapp.py")
     module = importlib.util.module_from_spec(spec)
@@ -195,3 +189,49 @@ def test_a_run_released_by_ctrl_c_is_not_charged_as_a_death(app, monkeypatch):
         assert seen.detail["cause"] == "released by its owner" and seen.detail["suspect"] is False
         assert rt.resume(run_id) == RunStatus.COMPLETED  # no death charged: not a poison pill
     assert executions(app) == ["first", "slow", "slow", "last"]
+
+
+def test_postgres_a_boundary_sent_before_its_owner_was_killed_commits_fenced_and_runs_nothing_twice(
+        tmp_path: Path, postgres_schema: str):
+    # PostgreSQL's form of a kill inside a boundary (SQLite's: inside BEGIN IMMEDIATE ... COMMIT, rolled
+    # back): the owner's commit_boundary statement is on its way, waiting for the schema's lock, when
+    # the owner is SIGKILLed. The server runs a statement it has to its end and only then finds the
+    # client gone, so the boundary commits after its owner's death, still fenced on its lease; a
+    # resumer queued behind it then finds the next step interrupted, and no step runs twice.
+    import psycopg
+
+    from conftest import POSTGRES_URL
+    from relaypoint.store.postgres import LOCK_CLASS, _lock_key
+
+    (tmp_path / "crashapp.py").write_text(APP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
+    env.update(EXEC_LOG=str(tmp_path / "exec.log"), PYTHONPATH=str(tmp_path))
+    app = {"db": f"{POSTGRES_URL}?schema={postgres_schema}", "cwd": str(tmp_path), "log": env["EXEC_LOG"], "env": env}
+    waiting = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+               "AND classid::text::bigint = %s AND objid::text::bigint = %s AND objsubid = 2")
+    keys = (LOCK_CLASS & 0xFFFFFFFF, _lock_key(postgres_schema) & 0xFFFFFFFF)
+
+    owner = cli(app, "start", "chain", "--app", "crashapp:workflows", "--input", json.dumps({"sleep": 1.0}),
+                wait=False)
+    run_id = wait_for_step(app["db"], "slow", timeout=60)
+    with psycopg.connect(POSTGRES_URL) as holder:  # the schema's lock, as a writer elsewhere would hold it
+        holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, _lock_key(postgres_schema)))
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as watcher:
+            procs.wait_until(lambda: watcher.execute(waiting, keys).fetchone()[0] >= 1, 60,
+                             "the owner's boundary to wait for the lock")
+            owner.send_signal(signal.SIGKILL)
+            owner.wait()
+            resumer = cli(app, "resume", run_id, "--app", "crashapp:workflows", wait=False)
+            procs.wait_until(lambda: watcher.execute(waiting, keys).fetchone()[0] >= 2, 60,
+                             "the resumer's claim to queue behind the boundary")
+    out, err = resumer.communicate(timeout=60)  # the lock is released: the boundary, then the claim
+    assert resumer.returncode == 0 and out.strip() == f"run {run_id} is completed", out + err
+
+    assert executions(app) == ["first", "slow", "last"]  # slow's output was recorded by the dead owner
+    with Runtime(app["db"], create=False) as rt:
+        run = rt.get(run_id)
+        assert run.status == RunStatus.COMPLETED
+        assert [t.output for t in run.tasks] == [{"n": 1}, {"n": 2}, {"n": 3}]
+        assert [t.attempts for t in run.tasks] == [1, 1, 2]
+        cut = [e for e in rt.events(run_id) if e.kind == "interruption_detected"]
+    assert [(e.step, e.detail["pid"]) for e in cut] == [("last", owner.pid)]

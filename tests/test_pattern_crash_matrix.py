@@ -5,12 +5,13 @@ resumed by racing processes until it completes, with the chain's invariants chec
 trial (tests/crashmatrix.py) by execution: no completed agent call repeated (an execution runs at
 most once more per kill that landed inside it), every output equal to an uninterrupted run's (each
 agent's output digests what it saw, so a wrongly restored history or state shows), one executor at a
-time, no recorded output lost or changed.
+time, no recorded output lost or changed. On each backend (``store_url``: a SQLite file, or a
+PostgreSQL schema, per trial).
 
 Trials: ``RELAYPOINT_PATTERN_TRIALS`` (default 3: about 15 s on two idle cores), seeds from
 ``RELAYPOINT_PATTERN_SEED`` (default 1) upward. The soak (one command)::
 
-    RELAYPOINT_PATTERN_TRIALS=100 python -m pytest tests/test_pattern_crash_matrix.py -q -s
+    RELAYPOINT_PATTERN_TRIALS=100 python -m pytest tests/test_pattern_crash_matrix.py -q -s [-k postgres]
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ TRIALS = int(os.environ.get("RELAYPOINT_PATTERN_TRIALS", "3"))
 SEED = int(os.environ.get("RELAYPOINT_PATTERN_SEED", "1"))
 
 
-def test_pattern_crash_matrix(tmp_path):
-    results = [crashmatrix.run_trial(tmp_path / f"trial-{seed}", seed, scenario=patternmatrix.PATTERNS)
-               for seed in range(SEED, SEED + TRIALS)]
+def test_pattern_crash_matrix(tmp_path, store_url):
+    results = crashmatrix.run_trials(tmp_path, range(SEED, SEED + TRIALS), db=store_url,
+                                     scenario=patternmatrix.PATTERNS)
     kills = crashmatrix.check(results, tmp_path)
     assert any(k.owner and k.step and "#" in k.step for k in kills), "no kill landed inside an agent call"
     assert any("main:commit_boundary" in k.txns for k in kills), "no kill landed inside a boundary transaction"

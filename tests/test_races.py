@@ -3,7 +3,8 @@ concurrent decisions, resume against fork, cancel during a step, and the worker 
 claims, graceful stop, poison pill, pause deadlines).
 
 Every command runs the CLI entry point in its own process (see procs.py); racers are released
-together by a barrier after their imports. Waits poll the store (read-only) with timeouts.
+together by a barrier after their imports. Waits poll the store (read-only) with timeouts. Every
+test runs on both backends (the ``store_url`` fixture of conftest.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import importlib.util
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import procs
 import pytest
+import stores
 from procs import Sandbox, finish, wait_until
 
 APP = "raceapp:workflows"
@@ -239,23 +240,27 @@ workflows = [slow, slowfirst, gated, ask, quick, poison, bail, gil, timed, timed
 FAULT_APP_SOURCE = r'''
 import os, signal, threading, time
 import relaypoint.lease as _lease
-from relaypoint.store.sqlite import SqliteStore as _Store
+from relaypoint.store.postgres import PostgresStore
+from relaypoint.store.sqlite import SqliteStore
 from relaypoint import StoreError, Workflow
 
-_commit_boundary = _Store.commit_boundary
 _boundaries = 0
 
 
-def _dying(self, boundary):
-    global _boundaries
-    result = _commit_boundary(self, boundary)
-    _boundaries += 1
-    if _boundaries == int(os.environ.get("GAP_KILL_AFTER", "0")):
-        os.kill(os.getpid(), signal.SIGKILL)  # the boundary has committed
-    return result
+def _dying(commit_boundary):
+    def dying(self, boundary):
+        global _boundaries
+        result = commit_boundary(self, boundary)
+        _boundaries += 1
+        if _boundaries == int(os.environ.get("GAP_KILL_AFTER", "0")):
+            os.kill(os.getpid(), signal.SIGKILL)  # the boundary has committed
+        return result
+
+    return dying
 
 
-_Store.commit_boundary = _dying
+for _Store in (SqliteStore, PostgresStore):
+    _Store.commit_boundary = _dying(_Store.commit_boundary)
 _open_store = _lease.open_store
 
 
@@ -285,9 +290,9 @@ workflows = [wf]
 
 
 @pytest.fixture
-def box(tmp_path: Path) -> Sandbox:
+def box(tmp_path: Path, store_url: str) -> Sandbox:
     (tmp_path / "raceapp.py").write_text(APP_SOURCE)
-    return Sandbox(tmp_path, APP)
+    return Sandbox(tmp_path, APP, db=store_url)
 
 
 def api(box: Sandbox):
@@ -333,15 +338,14 @@ def refused(d: procs.Done, *needles: str) -> str:
 
 # ---- the zombie -------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def zombie(tmp_path_factory) -> dict:
+@pytest.fixture
+def zombie(tmp_path: Path, store_url: str) -> dict:
     """An executor SIGSTOPped in a sleeping step, recorded as an owner on another host whose 1.5 s
     lease then expires, while another process resumes and completes the run; then SIGCONTed while
     its step is still sleeping. (On its own host a live owner is never taken over: see
     test_a_stopped_owner_past_its_lease_keeps_the_run_until_it_is_killed.)"""
-    d = tmp_path_factory.mktemp("zombie")
-    (d / "raceapp.py").write_text(APP_SOURCE)
-    box = Sandbox(d, APP, lease_seconds=1.5)
+    (tmp_path / "raceapp.py").write_text(APP_SOURCE)
+    box = Sandbox(tmp_path, APP, lease_seconds=1.5, db=store_url)
     z = box.spawn("start", "slow", "--app", APP, "--input", json.dumps({"sleep": 4}))
     rid = procs.wait_step(box.db, "nap")["run_id"]
     os.kill(z.pid, signal.SIGSTOP)
@@ -361,12 +365,7 @@ def zombie(tmp_path_factory) -> dict:
 
 def write(box: Sandbox, statement: str, *params) -> None:
     """One statement committed on the box's store: what another process would have left in it."""
-    conn = sqlite3.connect(box.db, timeout=30)
-    try:
-        with conn:
-            conn.execute(statement, params)
-    finally:
-        conn.close()
+    stores.execute(box.db, statement, *params)
 
 
 def test_zombie_writes_nothing_once_continued(zombie):
@@ -683,9 +682,9 @@ def test_cancel_while_a_step_runs(box, lease):
 # ---- faults around the boundaries ------------------------------------------------------------------
 
 @pytest.fixture
-def faulty(tmp_path: Path) -> Sandbox:
+def faulty(tmp_path: Path, store_url: str) -> Sandbox:
     (tmp_path / "faultapp.py").write_text(FAULT_APP_SOURCE)
-    return Sandbox(tmp_path, "faultapp:workflows")
+    return Sandbox(tmp_path, "faultapp:workflows", db=store_url)
 
 
 def test_owner_killed_right_after_the_last_boundary_leaves_the_run_completed(faulty):
