@@ -291,7 +291,8 @@ NOTES = [
     "Console: headless (Textual run_test at 160x45), store of 10-step runs with 100-byte outputs in a database of "
     "its own; idle load = transactions and rows returned for that database per second, read from "
     "pg_stat_database, and the CPU of the server processes serving it; 'other transactions' is the rest of the "
-    "server's load meanwhile (any commit on the server changes the console's change check, pg_current_snapshot()).",
+    "server's load meanwhile (the console learns of its schema's commits by LISTEN/NOTIFY, so the rest does not "
+    "reach it).",
 ]
 
 

@@ -31,10 +31,11 @@ INPUT = {"topic": "durable-debates"}
 
 
 @pytest.fixture
-def box(tmp_path: Path) -> procs.Sandbox:
-    """A directory with the pattern app, its store and executions log."""
+def box(tmp_path: Path, store_url: str) -> procs.Sandbox:
+    """A directory with the pattern app and its executions log, and a store of each backend. (The
+    module-scoped runs below, and the kill placed inside SQLite's commit, stay on SQLite.)"""
     APP.write(tmp_path)
-    return procs.Sandbox(tmp_path, APP.spec)
+    return procs.Sandbox(tmp_path, APP.spec, db=store_url)
 
 
 def calls(box: procs.Sandbox) -> list[Logged]:
