@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 from rich.table import Table
-from run import OverBudget, Series, call, console, fmt, ratio, verdict
+from run import OverBudget, Series, call, console, fmt, print_verdicts, ratio, verdict
 
 SERVER_SETTINGS = ("synchronous_commit", "fsync", "wal_sync_method", "full_page_writes", "shared_buffers")
 BUSY_OTHERS = 0.25
@@ -361,14 +361,7 @@ def show(info: dict[str, str], versions: dict[str, str], chains, commits, worker
         t.add_row("not measured", c["error"])
     console.print(t)
 
-    for note in NOTES:
-        console.print(note, style="dim")
-    t = Table(title="PostgreSQL targets of issue 9")
-    t.add_column("target")
-    t.add_column("result")
-    for name, result in goals:
-        t.add_row(name, result, style="green" if result.startswith("met") else "red")
-    console.print(t)
+    print_verdicts(NOTES, "PostgreSQL targets of issue 9", goals)
 
 
 def section(o: Options) -> dict[str, Any]:

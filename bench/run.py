@@ -146,6 +146,18 @@ def machine(tmp: Path) -> dict[str, str]:
             "filesystem": f"{mount[2]} on {mount[1]} ({mount[0]})" if mount else "unknown", "tmp": str(tmp)}
 
 
+def print_verdicts(notes: list[str], title: str, goals: list[tuple[str, str]]) -> None:
+    """Print the notes under the tables, then each target with its result (green when met)."""
+    for note in notes:
+        console.print(note, style="dim")
+    t = Table(title=title)
+    t.add_column("target")
+    t.add_column("result")
+    for name, result in goals:
+        t.add_row(name, result, style="green" if result.startswith("met") else "red")
+    console.print(t)
+
+
 def fmt(v: Any, spec: str = ",.0f") -> str:
     return format(v, spec) if isinstance(v, (int, float)) else str(v)
 
@@ -251,15 +263,7 @@ def show(info, versions, chains, storage, resume, goals, sizes, resume_sizes, re
         t.add_row(label, *cells)
     console.print(t)
 
-    for note in NOTES:
-        console.print(note, style="dim")
-
-    t = Table(title="targets of issue 7")
-    t.add_column("target")
-    t.add_column("result")
-    for name, result in goals:
-        t.add_row(name, result, style="green" if result.startswith("met") else "red")
-    console.print(t)
+    print_verdicts(NOTES, "targets of issue 7", goals)
     if any(label.endswith("*") for label in chains):
         console.print(DEFAULT_NOTE)
 
