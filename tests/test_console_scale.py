@@ -384,10 +384,11 @@ async def test_typing_a_search_word_runs_one_query(tmp_path):
 async def test_an_owner_that_dies_while_the_console_is_idle_is_noticed(tmp_path):
     # A death writes nothing, so the store's version does not move: while runs are running, each
     # refresh still looks for dead owners, and the interruption it records counts as a change.
-    proc = start_slow(tmp_path)
+    db = str(tmp_path / "store.db")
+    proc = start_slow(tmp_path, db)
     try:
-        run_id = wait_for_running(tmp_path / "store.db", "wait")
-        app = RelaypointConsole(str(tmp_path / "store.db"))
+        run_id = wait_for_running(db, "wait")
+        app = RelaypointConsole(db)
         async with app.run_test(size=SIZE) as pilot:
             table = runs_table(pilot)
             await until(pilot, lambda: run_id in table.runs and table.runs[run_id].status == "running")
