@@ -51,7 +51,7 @@ class Claims:
         at = now_of(self.clock)
         state = driver.initial_state()
         planned = driver.planned()
-        with self.store.transaction():
+        with self.store.transaction(run_id):
             self.store.insert_run(NewRun(
                 run_id=run_id, workflow=wf.name, status=RunStatus.RUNNING, input=input_text,
                 definition=encoding.dumps_trusted(definition, "definition"), fingerprint=wf.fingerprint(),
@@ -93,57 +93,67 @@ class Claims:
     # ---- resume
 
     def resume(self, rid: str, workflow_of: Callable[[str], Workflow], allow_drift: bool, *,
-               replan: bool = False, only_if: RunStatus | None = None) -> Claim | RunStatus:
-        """Claim an existing run (see :meth:`relaypoint.Runtime.resume`). Returns the claim, or the
-        status the run was left in without executing anything (failed as a poison pill, or paused
-        to hold an orphan step). ``replan``: the planner the run is inside decomposes its goal
-        again (the driver refuses, nothing written, when the run is not inside one). ``only_if``:
-        ``RefusedTransition``, nothing written, unless the run is in this status (a run whose
-        owner is gone counts as interrupted)."""
+               replan: bool = False, only_if: RunStatus | None = None, skip_locked: bool = False) -> Claim | RunStatus:
+        """Claim an existing run (see :meth:`relaypoint.Runtime.resume`) in one transaction of that
+        run. Returns the claim, or the status the run was left in without executing anything (failed
+        as a poison pill, or paused to hold an orphan step). ``replan``: the planner the run is
+        inside decomposes its goal again (the driver refuses, nothing written, when the run is not
+        inside one). ``only_if``: ``RefusedTransition``, nothing written, unless the run is in this
+        status (a run whose owner is gone counts as interrupted). ``skip_locked``: ``RunLocked``,
+        nothing written, when another process holds the run in a transaction."""
         lease = self.lease(rid)
-        with self.store.transaction():
-            head = self.store.head(rid)
-            owner = head.lease
-            if head.status == RunStatus.RUNNING and owner and owner_gone(
-                    owner.host, owner.pid, owner.pid_start, owner.expires_at, self.clock()):
+        while True:
+            with self.store.transaction(rid, skip_locked=skip_locked):
+                head = self.store.head(rid)
+                owner = head.lease
+                if not (head.status == RunStatus.RUNNING and owner and owner_gone(
+                        owner.host, owner.pid, owner.pid_start, owner.expires_at, self.clock())):
+                    return self._claim(head, lease, workflow_of, allow_drift, replan, only_if)
+            # Its owner is gone: every run that process executed is marked interrupted. That writes
+            # beyond this run, so as the store's only writer; then the claim is tried again.
+            with self.store.transaction():
                 self.recovery.interrupt_owner(Owner(host=owner.host, pid=owner.pid, pid_start=owner.pid_start,
                                                     expires_at=owner.expires_at))
-                head = self.store.head(rid)
-            if only_if is not None and head.status != only_if:
-                raise RefusedTransition(f"run {rid} is {head.status}, no longer {only_if}")
-            if (refusal := resume_refusal(head)) is not None:
-                raise RefusedTransition(refusal)
-            self._refuse_unless_decided(rid)
-            wf = workflow_of(head.workflow)
-            driver = wf.driver()
-            at = now_of(self.clock)
-            steps_done = self._reconcile(head, wf, driver, allow_drift, at)
-            input = self.store.run_input(rid)
-            checkpoint = self.store.latest_checkpoint(rid)
-            state = driver.initial_state() if checkpoint is None else self._restored(driver, checkpoint)
-            resume_at = checkpoint.seq if checkpoint else None
-            state, action, cur = self.executor.resolve(rid, driver, state, input, resume_at=resume_at)
-            if replan:
-                self.store.add_event(rid, at, EventKind.REPLAN_REQUESTED, step=checkpoint.step if checkpoint else None)
-                if cur is not None and cur.seq is not None and cur.status != StepStatus.FAILED:
-                    # the execution the run stopped at (interrupted, or answered) finishes first
-                    state = driver.replan(state)
-                else:  # a subtask failed for good is re-planned, not run again
-                    state, action, cur = self.executor.resolve(rid, driver, driver.replan(state), input)
-            abandoned = self._abandon(rid, resume_at, cur, at) if resume_at is not None else None
-            if head.status == RunStatus.INTERRUPTED and self._poisoned(head, cur, at):
-                return RunStatus.FAILED
-            if cur is not None and cur.seq is not None:
-                self.store.responses(rid, cur.seq)  # fail closed before claiming: answers it will consume
-            if cur is not None and cur.status == StepStatus.INTERRUPTED and driver.spec(cur.call).on_orphan == "hold":
-                self._hold(rid, cur, state, at)
-                return RunStatus.AWAITING_APPROVAL
-            self.store.update_run(rid, status=RunStatus.RUNNING, updated_at=at, error=None, lease=lease.lease(),
-                                  current_step=cur.call.name if cur else None)
-            self.store.add_event(rid, at, EventKind.RESUMED, pid=lease.pid, host=HOST, previous_status=head.status,
-                                 **({"abandoned": abandoned} if abandoned else {}))
-            claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done)
-            self._begin(claim, at)
+
+    def _claim(self, head: RunHead, lease: LeaseHolder, workflow_of: Callable[[str], Workflow], allow_drift: bool,
+               replan: bool, only_if: RunStatus | None) -> Claim | RunStatus:
+        """Inside the run's transaction, its owner not gone: the rest of :meth:`resume`."""
+        rid = head.run_id
+        if only_if is not None and head.status != only_if:
+            raise RefusedTransition(f"run {rid} is {head.status}, no longer {only_if}")
+        if (refusal := resume_refusal(head)) is not None:
+            raise RefusedTransition(refusal)
+        self._refuse_unless_decided(rid)
+        wf = workflow_of(head.workflow)
+        driver = wf.driver()
+        at = now_of(self.clock)
+        steps_done = self._reconcile(head, wf, driver, allow_drift, at)
+        input = self.store.run_input(rid)
+        checkpoint = self.store.latest_checkpoint(rid)
+        state = driver.initial_state() if checkpoint is None else self._restored(driver, checkpoint)
+        resume_at = checkpoint.seq if checkpoint else None
+        state, action, cur = self.executor.resolve(rid, driver, state, input, resume_at=resume_at)
+        if replan:
+            self.store.add_event(rid, at, EventKind.REPLAN_REQUESTED, step=checkpoint.step if checkpoint else None)
+            if cur is not None and cur.seq is not None and cur.status != StepStatus.FAILED:
+                # the execution the run stopped at (interrupted, or answered) finishes first
+                state = driver.replan(state)
+            else:  # a subtask failed for good is re-planned, not run again
+                state, action, cur = self.executor.resolve(rid, driver, driver.replan(state), input)
+        abandoned = self._abandon(rid, resume_at, cur, at) if resume_at is not None else None
+        if head.status == RunStatus.INTERRUPTED and self._poisoned(head, cur, at):
+            return RunStatus.FAILED
+        if cur is not None and cur.seq is not None:
+            self.store.responses(rid, cur.seq)  # fail closed before claiming: answers it will consume
+        if cur is not None and cur.status == StepStatus.INTERRUPTED and driver.spec(cur.call).on_orphan == "hold":
+            self._hold(rid, cur, state, at)
+            return RunStatus.AWAITING_APPROVAL
+        self.store.update_run(rid, status=RunStatus.RUNNING, updated_at=at, error=None, lease=lease.lease(),
+                              current_step=cur.call.name if cur else None)
+        self.store.add_event(rid, at, EventKind.RESUMED, pid=lease.pid, host=HOST, previous_status=head.status,
+                             **({"abandoned": abandoned} if abandoned else {}))
+        claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done)
+        self._begin(claim, at)
         return claim
 
     def _abandon(self, rid: str, seq: int, cur: Current | None, at: datetime) -> dict[str, Any] | None:

@@ -308,7 +308,7 @@ class Executor:
         deadline = deadline_of(self.clock, timeout)
         approval = kind == CheckpointKind.APPROVAL
         status = RunStatus.AWAITING_APPROVAL if approval else RunStatus.AWAITING_INPUT
-        with self.store.transaction():
+        with self.store.transaction(claim.run_id):
             if not self.store.update_run(claim.run_id, fence=claim.lease.token, updated_at=at,
                                          status=status, current_step=cur.call.name, lease=None):
                 raise lease_lost(self.store, claim.run_id)

@@ -137,7 +137,7 @@ class LeaseHolder:
             while not self._stop.wait(self.seconds / 3):
                 try:
                     store = store or heartbeat_store(self.store_url)
-                    with store.transaction():
+                    with store.transaction(self.run_id):
                         renewed = store.update_run(self.run_id, fence=self.token, lease=self.lease())
                 except Exception:
                     # A beat that cannot write (busy, I/O) is retried at the next one; if none gets

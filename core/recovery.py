@@ -95,7 +95,7 @@ class Recovery:
         step failed (the store, a signal). Not a death, so never charged. Best effort: the store
         may be what failed. Returns whether the release was recorded."""
         try:
-            with self.store.transaction():
+            with self.store.transaction(run_id):
                 self.mark_interrupted(run_id, token, pid, host, co_executing=None)
         except Exception:
             return False

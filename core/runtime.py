@@ -189,7 +189,8 @@ class Runtime:
         return run
 
     def resume(self, run_id: str, *, allow_drift: bool = False, replan: bool = False,
-               should_stop: Callable[[], bool | str] | None = None, only_if: RunStatus | None = None) -> RunStatus:
+               should_stop: Callable[[], bool | str] | None = None, only_if: RunStatus | None = None,
+               skip_locked: bool = False) -> RunStatus:
         """Continue a queued, interrupted or failed run at its next step, in this process, until it
         completes, pauses or fails; returns the status it ends in.
 
@@ -206,6 +207,10 @@ class Runtime:
         ``only_if``: resume only a run still in this status (a worker's list of candidates may be
         stale: a run it listed interrupted may since have failed as a poison pill), else
         ``RefusedTransition`` with nothing written; a run whose owner is gone counts as interrupted.
+        ``skip_locked``: when another process holds the run in a transaction (claiming it, committing
+        its boundary), refuse at once with ``RunLocked`` (a ``RefusedTransition``) instead of waiting
+        for it to end, so workers going down the same candidates spread over them (PostgreSQL's
+        ``FOR UPDATE SKIP LOCKED``; on SQLite the claim waits its turn as any write does).
         With ``max_recoveries`` set, an interrupted run whose executor has died more than that many
         times while executing it alone is marked ``failed`` instead (a poison-pill guard; see
         :mod:`relaypoint.recovery`).
@@ -218,7 +223,8 @@ class Runtime:
         """
         self.sweep()
         rid = self.store.resolve(run_id)
-        claim = self._claims.resume(rid, self._workflow_of, allow_drift, replan=replan, only_if=only_if)
+        claim = self._claims.resume(rid, self._workflow_of, allow_drift, replan=replan, only_if=only_if,
+                                    skip_locked=skip_locked)
         if isinstance(claim, RunStatus):
             return claim
         return self._executor.drive(claim, should_stop)

@@ -87,9 +87,9 @@ class Worker:
                 # only as listed: a run listed interrupted may have failed as a poison pill since
                 # (a failed run is resumable), one listed queued may need recovering alone
                 ended = rt.resume(rid, should_stop=self._alone_until_boundary if alone else self._should_release,
-                                  only_if=status)
+                                  only_if=status, skip_locked=True)
             except RefusedTransition:
-                continue  # another worker claimed it first, or it changed state meanwhile
+                continue  # another worker is claiming it or claimed it first, or it changed state meanwhile
             except RelaypointError as e:  # LeaseLost, drift, a failing definition: say it, go on
                 self.log(str(e) if str(e).startswith(f"run {rid}") else f"run {rid}: {e}")
                 if isinstance(e, StoreUnreachable):

@@ -374,6 +374,60 @@ def test_a_transaction_excludes_other_writers_as_on_sqlite_and_waits_the_busy_ti
         assert one.step("r1", 0).status == "running" and one.run("r1").steps_done == 1
 
 
+def test_transactions_of_different_runs_commit_side_by_side_and_those_of_one_run_one_at_a_time(url):
+    from relaypoint.store import Boundary, RunLocked, StepStart, StoreBusy
+    from relaypoint.store.postgres import PostgresStore
+
+    where = parse(url)
+    with open_store(url, create=True) as one, PostgresStore(where.conninfo, where.schema, busy_timeout=0.5) as two:
+        add_run(one, "r1", owner=lease())
+        add_run(one, "r2", owner=lease())
+        with one.transaction("r1"):
+            one.update_run("r1", steps_done=1)
+            with two.transaction("r2"):  # another run's transaction, and boundary, do not wait
+                two.update_run("r2", steps_done=1)
+            two.commit_boundary(Boundary(run_id="r2", at=at(1), fence="tok", started=StepStart(0)))
+            with two.transaction("new"):  # nor does the start of a new run
+                two.insert_run(NewRun(run_id="new", workflow="w", status=RunStatus.RUNNING, input="{}",
+                                      definition="[]", fingerprint="fp", created_at=at(2), steps_total=0))
+            started = time.monotonic()
+            with pytest.raises(RunLocked, match=r"^run r1 is held by another process's transaction"):
+                with two.transaction("r1", skip_locked=True):
+                    two.update_run("r1", steps_done=9)
+            assert time.monotonic() - started < 0.4  # refused at once, not after the busy timeout
+            with pytest.raises(StoreBusy):  # waiting for the run: one at a time
+                with two.transaction("r1"):
+                    pass
+            with pytest.raises(StoreBusy):  # its boundary too, as the fenced update locks the row first
+                two.commit_boundary(Boundary(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
+            with pytest.raises(StoreBusy):  # and a transaction of the whole store
+                with two.transaction():
+                    pass
+        with two.transaction("r1", skip_locked=True):  # free again: it sees the committed write
+            assert two.run("r1").steps_done == 1
+            two.update_run("r1", steps_done=2)
+        assert one.run("r1").steps_done == 2 and one.run("r2").steps_done == 1 and one.exists("new")
+        with one.transaction():  # the whole store's transaction holds back every run's
+            with pytest.raises(StoreBusy):
+                with two.transaction("r2"):
+                    pass
+
+
+def test_a_worker_claim_skips_a_run_another_process_holds(url):
+    from relaypoint.store import RunLocked
+
+    wf = Workflow("w")
+    wf.step(name="a")(lambda ctx: 1)
+    with Runtime(url, [wf]) as rt, open_store(url) as other:
+        parent = rt.start("w")
+        queued = [rt.fork(parent, "a") for _ in range(2)]
+        with other.transaction(queued[0]):
+            with pytest.raises(RunLocked):
+                rt.resume(queued[0], skip_locked=True)
+            assert rt.resume(queued[1], skip_locked=True) == RunStatus.COMPLETED
+        assert rt.resume(queued[0], skip_locked=True) == RunStatus.COMPLETED
+
+
 def test_a_user_with_create_on_a_schema_an_administrator_made_can_make_the_store_there(postgres_schema):
     role = f"{postgres_schema}_user"
     server(f"CREATE ROLE {role} LOGIN")

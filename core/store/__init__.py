@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..defaults import DURABILITIES, DURABILITY
 from ..errors import InvalidValue
 from .base import (BackendUnavailable, Boundary, BoundaryResult, NewCheckpoint, NewEvent, NewRun, NewStep,
-                   NotAStore, RunStore, StepEnd, StepStart, StoreBusy, StoreDamaged, StoreDenied, StoreFull,
+                   NotAStore, RunLocked, RunStore, StepEnd, StepStart, StoreBusy, StoreDamaged, StoreDenied, StoreFull,
                    StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable)
 from .url import InvalidStoreURL, parse
 
@@ -47,6 +47,6 @@ def open_store(url: str, *, create: bool = False, readonly: bool = False,
 
 __all__ = [
     "BackendUnavailable", "Boundary", "BoundaryResult", "InvalidStoreURL", "NewCheckpoint", "NewEvent", "NewRun",
-    "NewStep", "NotAStore", "RunStore", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreDenied", "StoreFull",
+    "NewStep", "NotAStore", "RunLocked", "RunStore", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreDenied", "StoreFull",
     "StoreMissing", "StoreNewer", "StoreReadOnly", "StoreUnreachable", "open_store",
 ]

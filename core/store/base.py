@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ..errors import StoreError
+from ..errors import RefusedTransition, StoreError
 from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
 from ..status import RunStatus, StepStatus
 
@@ -42,6 +42,11 @@ class NotAStore(StoreError):
 
 class StoreBusy(StoreError):
     """Another process held the store's write lock longer than the busy timeout."""
+
+
+class RunLocked(RefusedTransition):
+    """``transaction(run, skip_locked=True)``: another process holds the run in a transaction of its
+    own (claiming it, committing its boundary); nothing was written."""
 
 
 class StoreReadOnly(StoreError):
@@ -375,11 +380,20 @@ class RunStore(ABC):
         """Release the connection. The store is unusable afterwards."""
 
     @abstractmethod
-    def transaction(self) -> AbstractContextManager[None]:
+    def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> AbstractContextManager[None]:
         """A write transaction: everything written inside commits together, or nothing does (an
         exception rolls it back and propagates). Waits up to the busy timeout for another writer
         (then :class:`StoreBusy`). Raises :class:`StoreReadOnly` on a read-only store, and
-        ``RuntimeError`` when nested."""
+        ``RuntimeError`` when nested.
+
+        Without ``run`` the transaction is the store's only writer while it lasts (recovery, forks
+        and decisions read several runs and write what they read). With ``run`` (a run id, existing
+        or about to be inserted), the transaction promises to write only that run's rows: a backend
+        with concurrent writers (PostgreSQL) then lets transactions of different runs, and
+        boundaries, commit side by side, and serializes those of one run. ``skip_locked`` (with
+        ``run``): when another transaction holds that run, raise :class:`RunLocked` at once (nothing
+        written) instead of waiting for it, as ``SELECT ... FOR UPDATE SKIP LOCKED`` does (a worker
+        going down its list of candidates). SQLite has one writer at a time and ignores both."""
 
     @abstractmethod
     def data_version(self) -> Hashable:

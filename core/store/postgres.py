@@ -10,10 +10,15 @@ bytewise (``COLLATE "C"``, SQLite's order).
 
 Writers: SQLite lets one transaction write at a time, and the engine's read-then-write blocks
 (claims, decisions, forks) rely on it. Here a :meth:`transaction` takes the schema's advisory lock
-exclusively, and a :meth:`commit_boundary` takes it shared: boundaries (each fenced on its run's
-lease token, touching that run's rows only) commit side by side, and every other write sees the
-store as SQLite's single writer would. A lock waited on longer than the busy timeout is
-:class:`StoreBusy`.
+exclusively, and sees the store as SQLite's single writer would. Writes confined to one run take it
+shared: a :meth:`commit_boundary` (fenced on its run's lease token, its first statement the run's
+row update, which locks that row), and a ``transaction(run)`` (claims, heartbeats, pauses), which
+then locks the run's row (``SELECT ... FOR UPDATE``, or ``SKIP LOCKED`` for a worker going down its
+candidates). So the runs of many workers are claimed, renewed and committed side by side, the
+writes of one run happen one at a time, and each sees every write committed before its lock was
+granted (read committed: each statement reads the latest commits). Every writer takes the schema's
+lock before any row lock, so the two never deadlock. A lock waited on longer than the busy timeout
+is :class:`StoreBusy`.
 
 The hot path: a step boundary is one statement, a call of the schema's ``commit_boundary``
 function (PL/pgSQL, its statements planned once per connection), in its own transaction: one round
@@ -70,7 +75,7 @@ from ..errors import InvalidValue, StoreError
 from ..models import Lease, OwnedRun, Owner, RunSummary, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
-                   BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
+                   BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunLocked, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
                    renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _summary_or_none, _vocabulary, step_from_row
@@ -110,6 +115,12 @@ COPIED_FREE_TEXT = {"error", "traceback", "reason", "decided_by", "comment", "ac
 FENCE_REFUSED = "RPF01"
 """The SQLSTATE a boundary's refused run update raises (commit_boundary), rolling the boundary back."""
 _LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
+_LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s, %s)"
+# A run's transaction, after the schema's lock (shared; the order every writer takes them in): the
+# run's row, which a boundary's fenced update locks too.
+_LOCK_RUN = "SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE"
+_SKIP_LOCKED_RUN = "SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = %(run)s FOR UPDATE SKIP LOCKED) AS taken, " \
+                   "EXISTS (SELECT 1 FROM runs WHERE run_id = %(run)s) AS known"
 # At the end of a transaction: notify the schema's channel when it wrote (it then has a transaction id).
 _NOTIFY_IF_WRITTEN = "SELECT pg_notify(%s, '') WHERE pg_current_xact_id_if_assigned() IS NOT NULL"
 _OUTPUT_INSERT = ("INSERT INTO outputs (run_id, seq, value) VALUES (%s, %s, %s) "
@@ -730,14 +741,21 @@ class PostgresStore(SqlStore):
                 raise self._connect_failure(e) from None
 
     @contextmanager
-    def _write(self, lock: str) -> Iterator[None]:
+    def _write(self, run: str | None, skip_locked: bool) -> Iterator[None]:
         if self._in_transaction:
             raise RuntimeError(NESTED)
         with self._connection() as conn:
             self._in_transaction = True
             try:
                 with conn.transaction():
-                    conn.execute(lock, self._lock_keys)
+                    conn.execute(_LOCK if run is None else _LOCK_SHARED, self._lock_keys)
+                    if run is not None and not skip_locked:
+                        conn.execute(_LOCK_RUN, (run,))
+                    elif run is not None:
+                        row = conn.execute(_SKIP_LOCKED_RUN, {"run": run}).fetchone()
+                        if row["known"] and not row["taken"]:
+                            raise RunLocked(f"run {run} is held by another process's transaction (a claim or "
+                                            "a boundary); nothing was written")
                     yield
                     conn.execute(_NOTIFY_IF_WRITTEN, (self._channel,))
             finally:
@@ -745,11 +763,11 @@ class PostgresStore(SqlStore):
         _committed(self._key)
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
         if self.readonly:
             raise self._read_only()
         try:
-            with self._write(_LOCK):
+            with self._write(run, skip_locked):
                 yield
         except psycopg.Error as e:
             raise self.translate(e) from None

@@ -494,7 +494,8 @@ class SqliteStore(SqlStore):
             self._in_transaction = False
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
+        # One writer at a time (BEGIN IMMEDIATE): ``run`` and ``skip_locked`` change nothing here.
         if self.readonly:
             raise self._read_only()
         try:
