@@ -308,7 +308,9 @@ def test_the_data_version_ignores_reads_and_follows_commits(url):
 
 
 def plans(store, call) -> list[str]:
-    """The plans of the statements ``call`` runs on ``store`` (EXPLAIN of each, with its parameters)."""
+    """The plans of the statements ``call`` runs on ``store`` (EXPLAIN of each as sent, with its parameters)."""
+    from relaypoint.store.postgres import _dialect  # shared queries are written with ? placeholders
+
     seen: list[tuple[str, object]] = []
     rows = store._rows
 
@@ -321,7 +323,8 @@ def plans(store, call) -> list[str]:
         call()
     finally:
         store._rows = rows
-    return ["\n".join(r["QUERY PLAN"] for r in store.conn.execute("EXPLAIN " + sql, params)) for sql, params in seen]
+    return ["\n".join(r["QUERY PLAN"] for r in store.conn.execute("EXPLAIN " + _dialect(sql), params))
+            for sql, params in seen]
 
 
 def test_the_listing_reads_the_runs_indexes_without_sorting(url, postgres_schema):

@@ -46,8 +46,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import heapq
-import itertools
 import json
 import logging
 import re
@@ -67,15 +65,15 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..clock import from_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError
-from ..models import Lease, OwnedRun, Owner, RunSummary, StepRecord
+from ..models import Lease, OwnedRun, Owner, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
                    renumbered_batch)
-from .rows import _execution, _lenient_time, _owner, _summary_or_none, _vocabulary, step_from_row
-from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, SUMMARY_COLUMNS, TIME_FIELDS,
-                  UNDECIDED, SqlStore, event_detail)
+from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNDECIDED,
+                  SqlStore, event_detail)
 
 # psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
 # when the application configured no logging: a second, raw line beside the error raised and said here
@@ -838,6 +836,11 @@ class PostgresStore(SqlStore):
         return _free(text)
 
     @staticmethod
+    def _position_values(position: tuple[Any, str]) -> tuple[datetime | None, str]:
+        created, run_id = position
+        return _time(from_text(created) if isinstance(created, str) else created), run_id
+
+    @staticmethod
     def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
         return f"{column} = ANY(?::{sql_type}[])", list(values)
 
@@ -854,58 +857,6 @@ class PostgresStore(SqlStore):
         return row  # timestamptz columns read as aware datetimes already
 
     # ---- reads: runs
-
-    @_translated
-    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
-                  before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
-                  within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
-                  search: str | None = None) -> list[RunSummary]:
-        where: list[str] = []
-        params: list[Any] = []
-        if status:
-            where.append("status = %s")
-            params.append(status)
-        if workflow:
-            where.append("workflow = %s")
-            params.append(workflow)
-        if before:
-            where.append("(created_at, run_id) < (%s, %s)")
-            params.extend(_position_values(before))
-        if after:
-            where.append("(created_at, run_id) > (%s, %s)")
-            params.extend(_position_values(after))
-        if within:
-            where.append("(created_at, run_id) <= (%s, %s) AND (created_at, run_id) >= (%s, %s)")
-            params.extend([*_position_values(within[0]), *_position_values(within[1])])
-        order = "ASC" if oldest_first else "DESC"
-
-        def runs(*condition: str, values: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-            clauses = [*where, *condition]
-            sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
-            if clauses:
-                sql += " WHERE " + " AND ".join(clauses)
-            sql += f" ORDER BY created_at {order}, run_id {order} LIMIT %s"
-            return self._rows(sql, [*params, *values, limit])
-
-        if not search:
-            rows: Iterator[dict[str, Any]] = iter(runs())
-        else:
-            end = search + "\U0010ffff"
-            streams = [runs("workflow = %s", values=(name,)) for name in self._workflows_from(search, end)]
-            streams.append(runs("run_id >= %s AND run_id < %s", values=(search, end)))
-            merged = heapq.merge(*streams, key=_position, reverse=not oldest_first)
-            rows = (next(group) for _, group in itertools.groupby(merged, key=_position))
-        return [s for s in map(_summary_or_none, itertools.islice(rows, limit)) if s is not None]
-
-    def _workflows_from(self, low: str, high: str) -> list[str]:
-        """The distinct workflow names in [low, high), by a loose index scan of ``runs_by_workflow``."""
-        return [r["name"] for r in self._rows(
-            """WITH RECURSIVE names(name) AS (
-                   SELECT (SELECT min(workflow) FROM runs WHERE workflow >= %(low)s AND workflow < %(high)s)
-                   UNION ALL
-                   SELECT (SELECT min(workflow) FROM runs WHERE workflow > names.name AND workflow < %(high)s)
-                   FROM names WHERE names.name IS NOT NULL)
-               SELECT name FROM names WHERE name IS NOT NULL""", {"low": low, "high": high})]
 
     @_translated
     def owned_runs(self, owner: Owner) -> list[OwnedRun]:
@@ -1252,15 +1203,6 @@ def _copied(column: str, value: Any) -> Any:
     if column in ROW_TIMES:
         return _time(value)
     return _free(value) if column in COPIED_FREE_TEXT else value
-
-
-def _position_values(position: tuple[str, str]) -> tuple[datetime, str]:
-    created, run_id = position
-    return _time(from_text(created) if isinstance(created, str) else created), run_id
-
-
-def _position(r: dict[str, Any]) -> tuple[datetime, str]:
-    return r["created_at"], r["run_id"]
 
 
 def _free(text: str | None) -> str | None:

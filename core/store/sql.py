@@ -13,21 +13,23 @@ backend's module.
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 import json
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, ClassVar
 
 from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun
-from ..models import Checkpoint, Event, Owner, RunHead, StepRecord
+from ..models import Checkpoint, Event, Owner, RunHead, RunSummary, StepRecord
 from ..status import RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, RunRows, RunStore,
                    StoreDamaged, StoreReadOnly)
-from .rows import _owner, _summary_fields, _time, checkpoint_from_row, readable, step_from_row
+from .rows import (_owner, _position, _summary_fields, _summary_or_none, _time, checkpoint_from_row, readable,
+                   step_from_row)
 
 # Columns of ``runs`` a listing reads (no input, no definition).
 SUMMARY_COLUMNS = (
@@ -105,6 +107,12 @@ class SqlStore(RunStore):
     def _free(text: str | None) -> str | None:
         """Free text a person reads (an error, a name of who decided) as the backend can hold it."""
         return text
+
+    @staticmethod
+    def _position_values(position: tuple[Any, str]) -> Iterable[Any]:
+        """A listing position (created_at store text, run_id) as the two parameters its query compares
+        ``(created_at, run_id)`` with."""
+        return position
 
     @abstractmethod
     def translate(self, e: Exception) -> StoreError:
@@ -216,6 +224,62 @@ class SqlStore(RunStore):
     def definition_text(self, run_id: str) -> str:
         text = self._head_row(run_id, f"{DEFINITION_OF_RUN} AS definition")["definition"]
         return "null" if text is None else text
+
+    @translated
+    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
+                  before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
+                  within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
+                  search: str | None = None) -> list[RunSummary]:
+        # Each matching workflow name of a search (found by a loose index scan) is read in its
+        # index's order and the streams are merged, so no match is sorted and at most about
+        # ``limit`` rows per name are read.
+        where: list[str] = []
+        params: list[Any] = []
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if workflow:
+            where.append("workflow = ?")
+            params.append(workflow)
+        if before:
+            where.append("(created_at, run_id) < (?, ?)")
+            params.extend(self._position_values(before))
+        if after:
+            where.append("(created_at, run_id) > (?, ?)")
+            params.extend(self._position_values(after))
+        if within:
+            where.append("(created_at, run_id) <= (?, ?) AND (created_at, run_id) >= (?, ?)")
+            params.extend([*self._position_values(within[0]), *self._position_values(within[1])])
+        order = "ASC" if oldest_first else "DESC"
+
+        def runs(*condition: str, values: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+            clauses = [*where, *condition]
+            sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
+            if clauses:
+                sql += " WHERE " + " AND ".join(clauses)
+            sql += f" ORDER BY created_at {order}, run_id {order} LIMIT ?"
+            return self._rows(sql, [*params, *values, limit])
+
+        if not search:
+            rows: Iterator[dict[str, Any]] = iter(runs())
+        else:
+            end = search + "\U0010ffff"
+            streams = [runs("workflow = ?", values=(name,)) for name in self._workflows_from(search, end)]
+            streams.append(runs("run_id >= ? AND run_id < ?", values=(search, end)))  # few: the primary key's range
+            merged = heapq.merge(*streams, key=_position, reverse=not oldest_first)
+            rows = (next(group) for _, group in itertools.groupby(merged, key=_position))  # in both streams
+        return [s for s in map(_summary_or_none, itertools.islice(rows, limit)) if s is not None]
+
+    def _workflows_from(self, low: str, high: str) -> list[str]:
+        """The distinct workflow names in [low, high), by a loose index scan of ``runs_by_workflow``
+        (one index seek per name, not a read of every matching run)."""
+        return [r["name"] for r in self._rows(
+            """WITH RECURSIVE names(name) AS (
+                   SELECT (SELECT min(workflow) FROM runs WHERE workflow >= ? AND workflow < ?)
+                   UNION ALL
+                   SELECT (SELECT min(workflow) FROM runs WHERE workflow > names.name AND workflow < ?)
+                   FROM names WHERE names.name IS NOT NULL)
+               SELECT name FROM names WHERE name IS NOT NULL""", (low, high, high))]
 
     @translated
     def owner_of(self, run_id: str) -> Owner | None:

@@ -10,8 +10,6 @@ Every ``sqlite3`` error is translated here into a :class:`~relaypoint.errors.Sto
 from __future__ import annotations
 
 import functools
-import heapq
-import itertools
 import json
 import os
 import secrets
@@ -27,14 +25,14 @@ import sqlite_utils
 from ..clock import from_text, to_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError
-from ..models import Lease, OwnedRun, Owner, RunSummary, StepRecord
+from ..models import Lease, OwnedRun, Owner, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
-from .rows import _execution, _lenient_time, _owner, _position, _summary_or_none, _vocabulary, step_from_row
-from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, SUMMARY_COLUMNS, TIME_FIELDS,
-                  UNDECIDED, SqlStore, event_detail)
+from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNDECIDED,
+                  SqlStore, event_detail)
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
@@ -549,61 +547,6 @@ class SqliteStore(SqlStore):
                                "or delete the run, then copy again") from None
 
     # ---- reads: runs
-
-    @_translated
-    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
-                  before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
-                  within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
-                  search: str | None = None) -> list[RunSummary]:
-        # Each matching workflow name of a search (found by a loose index scan) is read in its
-        # index's order and the streams are merged, so no match is sorted and at most about
-        # ``limit`` rows per name are read.
-        where, params = [], []
-        if status:
-            where.append("status = ?")
-            params.append(status)
-        if workflow:
-            where.append("workflow = ?")
-            params.append(workflow)
-        if before:
-            where.append("(created_at, run_id) < (?, ?)")
-            params.extend(before)
-        if after:
-            where.append("(created_at, run_id) > (?, ?)")
-            params.extend(after)
-        if within:
-            where.append("(created_at, run_id) <= (?, ?) AND (created_at, run_id) >= (?, ?)")
-            params.extend([*within[0], *within[1]])
-        order = "ASC" if oldest_first else "DESC"
-
-        def runs(*condition: str, values: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-            clauses = [*where, *condition]
-            sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
-            if clauses:
-                sql += " WHERE " + " AND ".join(clauses)
-            sql += f" ORDER BY created_at {order}, run_id {order} LIMIT ?"
-            return self._rows(sql, [*params, *values, limit])
-
-        if not search:
-            rows: Iterator[dict[str, Any]] = iter(runs())
-        else:
-            end = search + "\U0010ffff"
-            streams = [runs("workflow = ?", values=(name,)) for name in self._workflows_from(search, end)]
-            streams.append(runs("run_id >= ? AND run_id < ?", values=(search, end)))  # few: the primary key's range
-            merged = heapq.merge(*streams, key=_position, reverse=not oldest_first)
-            rows = (next(group) for _, group in itertools.groupby(merged, key=_position))  # in both streams
-        return [s for s in map(_summary_or_none, itertools.islice(rows, limit)) if s is not None]
-
-    def _workflows_from(self, low: str, high: str) -> list[str]:
-        """The distinct workflow names in [low, high), by a loose index scan of ``runs_by_workflow``
-        (one index seek per name, not a read of every matching run)."""
-        return [r["name"] for r in self._rows(
-            """WITH RECURSIVE names(name) AS (
-                   SELECT (SELECT min(workflow) FROM runs WHERE workflow >= ?1 AND workflow < ?2)
-                   UNION ALL
-                   SELECT (SELECT min(workflow) FROM runs WHERE workflow > names.name AND workflow < ?2)
-                   FROM names WHERE names.name IS NOT NULL)
-               SELECT name FROM names WHERE name IS NOT NULL""", (low, high))]
 
     @_translated
     def owned_runs(self, owner: Owner) -> list[OwnedRun]:
