@@ -472,6 +472,14 @@ def test_the_heartbeats_of_a_process_share_a_few_connections(postgres_schema):
         server(f"DROP ROLE {role}")
 
 
+def test_a_stores_connections_name_its_schema_in_pg_stat_activity(url, postgres_schema):
+    with open_store(url, create=True) as store, open_store(url, pooled=True) as pooled:
+        with pooled.transaction():  # a connection borrowed from the process's pool
+            pids = [store.conn.info.backend_pid, pooled.conn.info.backend_pid]
+            shown = server("SELECT application_name FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,))
+    assert shown == [(f"relaypoint-{postgres_schema}",)] * 2
+
+
 def test_a_pooled_store_reads_writes_and_reconnects_after_a_lost_connection(url):
     with open_store(url, create=True), open_store(url, pooled=True) as pooled:
         add_run(pooled, "r1")

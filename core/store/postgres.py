@@ -470,6 +470,9 @@ class PostgresStore(SqlStore):
         self.conn: psycopg.Connection | None = None
         """This store's connection (while borrowed, for a pooled store; None otherwise)."""
         self._key = (conninfo, schema)
+        self._name = f"{APP_ID}-{schema}"
+        """Its connections' ``application_name`` (shown in ``pg_stat_activity``; the server keeps 63
+        bytes of it) and its pool's name."""
         self._channel = channel(schema)
         self._listener: psycopg.Connection | None = None
         self._feed: str | None = None  # how data_version learns of changes: "notifications" or "statistics"
@@ -477,7 +480,7 @@ class PostgresStore(SqlStore):
         self._pool: ConnectionPool | None = None
         try:
             if pooled:
-                self._pool = _join_pool(conninfo, self._settings(), f"relaypoint-{schema}")
+                self._pool = _join_pool(conninfo, self._settings(), self._name)
             else:
                 self._connect()
         except psycopg.Error as e:
@@ -503,7 +506,7 @@ class PostgresStore(SqlStore):
         # Keepalives notice a server gone while a statement waits for its answer (nothing unacknowledged);
         # tcp_user_timeout, one gone while what was sent is unacknowledged (and bounds the keepalives).
         return {"autocommit": True, "row_factory": dict_row, "options": options,
-                "connect_timeout": CONNECT_TIMEOUT_SECONDS, "application_name": "relaypoint",
+                "connect_timeout": CONNECT_TIMEOUT_SECONDS, "application_name": self._name,
                 "keepalives": 1, "keepalives_idle": SILENT_PEER_SECONDS // 2, "keepalives_interval": 1,
                 "keepalives_count": SILENT_PEER_SECONDS // 2, "tcp_user_timeout": silent_ms}
 
