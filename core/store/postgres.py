@@ -73,7 +73,7 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNDECIDED,
-                  SqlStore, event_detail)
+                  SqlStore, event_detail, translated)
 
 # psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
 # when the application configured no logging: a second, raw line beside the error raised and said here
@@ -364,19 +364,6 @@ def _one_line(e: BaseException) -> str:
     diag = getattr(e, "diag", None)
     text = (getattr(diag, "message_primary", None) or str(e) or type(e).__name__).strip()
     return " ".join(text.split())
-
-
-def _translated(method: Callable) -> Callable:
-    """Run a store method with psycopg's errors raised as one-line ``StoreError`` subclasses."""
-
-    @functools.wraps(method)
-    def wrapper(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except psycopg.Error as e:
-            raise self.translate(e) from None
-
-    return wrapper
 
 
 def _lock_key(schema: str) -> int:
@@ -861,7 +848,7 @@ class PostgresStore(SqlStore):
 
     # ---- reads: runs
 
-    @_translated
+    @translated
     def owned_runs(self, owner: Owner) -> list[OwnedRun]:
         rows = self._rows(
             "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = %s "
@@ -871,14 +858,14 @@ class PostgresStore(SqlStore):
         return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
                 for r in rows]
 
-    @_translated
+    @translated
     def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
         rows = self._rows("SELECT run_id, status FROM runs WHERE status IN (%s, %s) AND workflow = ANY(%s::text[]) "
                           "ORDER BY updated_at LIMIT %s",
                           (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value, list(workflows), limit))
         return [(r["run_id"], RunStatus(r["status"])) for r in rows]
 
-    @_translated
+    @translated
     def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
         rows = self._rows("SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at "
                           "FROM runs WHERE status = ANY(%s::text[]) AND updated_at < %s",
@@ -887,19 +874,19 @@ class PostgresStore(SqlStore):
 
     # ---- reads: steps and outputs
 
-    @_translated
+    @translated
     def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
         return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}",
                                                      {"run": run_id, "parent": parent_seq})]
 
-    @_translated
+    @translated
     def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
         rows = self._rows(f"SELECT {STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
                           f"AND o.seq = s.seq) AS value {_CHILDREN}", {"run": run_id, "parent": parent_seq})
         return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
                 for r in rows if r["status"] == StepStatus.COMPLETED]
 
-    @_translated
+    @translated
     def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
         r = self._row("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = %s AND seq = %s",
                       (run_id, seq))
@@ -908,7 +895,7 @@ class PostgresStore(SqlStore):
         return StepBrief(r["name"], _vocabulary(StepStatus, r["status"], f"step {r['name']!r}"), r["attempts"],
                          r["idempotency_key"])
 
-    @_translated
+    @translated
     def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
         # SQLite's json_extract(options, '$.approval') = 1: true, 1 or 1.0 (never "1"); options that
         # are not valid JSON ask for nothing. Read here from the top-level rows before the cut.
@@ -918,7 +905,7 @@ class PostgresStore(SqlStore):
 
     # ---- writes
 
-    @_translated
+    @translated
     def insert_run(self, run: NewRun) -> None:
         at = _time(run.created_at)
         self.conn.execute(
@@ -942,14 +929,14 @@ class PostgresStore(SqlStore):
         return (run_id, s.seq, s.name, s.iteration, s.agent, s.parent, str(s.status), s.attempts, s.options,
                 s.idempotency_key)
 
-    @_translated
+    @translated
     def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
         values = [self._step_values(run_id, s) for s in steps]
         if values:
             with self.conn.cursor() as cur:
                 cur.executemany(self._STEP_INSERT, values)
 
-    @_translated
+    @translated
     def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
         rows = self._rows("SELECT * FROM steps WHERE run_id = %s ORDER BY seq", (run_id,))
         top = [r for r in rows if r["parent_seq"] is None]
@@ -991,7 +978,7 @@ class PostgresStore(SqlStore):
                 cur.executemany("UPDATE checkpoints SET seq = %s WHERE checkpoint_id = %s", changes)
         return sorted(old)
 
-    @_translated
+    @translated
     def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
         if "definition" in fields:
             if "fingerprint" not in fields:
@@ -1001,7 +988,7 @@ class PostgresStore(SqlStore):
         return self.conn.execute(_run_update(names, fence is not None),
                                  (*values, run_id) if fence is None else (*values, run_id, fence)).rowcount == 1
 
-    @_translated
+    @translated
     def update_step(self, run_id: str, seq: int, **fields: Any) -> None:
         unknown = set(fields) - STEP_FIELDS
         if unknown or not fields:
@@ -1010,24 +997,24 @@ class PostgresStore(SqlStore):
         self.conn.execute(f"UPDATE steps SET {', '.join(f'{k} = %s' for k in fields)} WHERE run_id = %s AND seq = %s",
                           [*values, run_id, seq])
 
-    @_translated
+    @translated
     def set_output(self, run_id: str, seq: int, json_text: str) -> None:
         self.conn.execute(_OUTPUT_INSERT, (run_id, seq, json_text))
 
-    @_translated
+    @translated
     def add_checkpoint(self, checkpoint: NewCheckpoint) -> int:
         c = checkpoint
         return self.conn.execute(_CHECKPOINT_INSERT, (c.run_id, c.seq, c.step, c.kind, _time(c.at), _free(c.reason),
                                                       c.state, _time(c.deadline_at))).fetchone()["checkpoint_id"]
 
-    @_translated
+    @translated
     def cancel_open_steps(self, run_id: str, at: datetime) -> None:
         self.conn.execute(
             "UPDATE steps SET status = %s, finished_at = coalesce(finished_at, %s) "
             "WHERE run_id = %s AND status = ANY(%s::text[])",
             (StepStatus.CANCELLED.value, _time(at), run_id, sorted(str(s) for s in OPEN_STEPS)))
 
-    @_translated
+    @translated
     def delete_runs(self, run_ids: Iterable[str]) -> None:
         ids = list(run_ids)
         if not ids:
@@ -1039,7 +1026,7 @@ class PostgresStore(SqlStore):
         self.conn.execute("DELETE FROM definitions d WHERE d.fingerprint = ANY(%s::text[]) AND NOT EXISTS "
                           "(SELECT 1 FROM runs r WHERE r.fingerprint = d.fingerprint)", (fingerprints,))
 
-    @_translated
+    @translated
     def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
         values = {"child": child, "parent": parent, "cut": cut_seq, "before": children_before,
                   "pending": StepStatus.PENDING.value}
@@ -1063,7 +1050,7 @@ class PostgresStore(SqlStore):
                           "FROM steps s JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
                           f"WHERE s.run_id = %(parent)s AND {copied} ORDER BY s.seq", values)
 
-    @_translated
+    @translated
     def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
         # The state as SQLite's json_object writes it: {"inherited_from":{"run_id":..,"checkpoint_id":..}}.
         row = self.conn.execute(
@@ -1085,7 +1072,7 @@ class PostgresStore(SqlStore):
 
     # ---- copying between stores
 
-    @_translated
+    @translated
     def import_runs(self, batch: Sequence[RunRows]) -> None:
         if not self._in_transaction:
             raise RuntimeError("import_runs: call it inside transaction()")

@@ -32,7 +32,7 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNDECIDED,
-                  SqlStore, event_detail)
+                  SqlStore, event_detail, translated)
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
@@ -249,22 +249,6 @@ def _migrate_3(db: sqlite_utils.Database) -> None:
 
 
 MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3}
-
-
-# ---- error translation --------------------------------------------------------------------------
-
-
-def _translated(method: Callable) -> Callable:
-    """Run a store method with SQLite's own errors raised as one-line ``StoreError`` subclasses."""
-
-    @functools.wraps(method)
-    def wrapper(self: SqliteStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except sqlite3.Error as e:
-            raise self.translate(e) from None
-
-    return wrapper
 
 
 class SqliteStore(SqlStore):
@@ -501,7 +485,7 @@ class SqliteStore(SqlStore):
         except sqlite3.Error as e:
             raise self.translate(e) from None
 
-    @_translated
+    @translated
     def data_version(self) -> tuple[int, int]:
         """SQLite's ``PRAGMA data_version`` (commits by other connections) with this connection's
         ``total_changes`` (its own)."""
@@ -548,7 +532,7 @@ class SqliteStore(SqlStore):
 
     # ---- reads: runs
 
-    @_translated
+    @translated
     def owned_runs(self, owner: Owner) -> list[OwnedRun]:
         rows = self._rows(
             "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = ? AND lease_host IS ? "
@@ -556,7 +540,7 @@ class SqliteStore(SqlStore):
         return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
                 for r in rows]
 
-    @_translated
+    @translated
     def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
         names = list(workflows)
         marks = ", ".join("?" * len(names))
@@ -564,7 +548,7 @@ class SqliteStore(SqlStore):
                           "ORDER BY updated_at LIMIT ?", (RunStatus.QUEUED, RunStatus.INTERRUPTED, *names, limit))
         return [(r["run_id"], RunStatus(r["status"])) for r in rows]
 
-    @_translated
+    @translated
     def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
         wanted = list(statuses)
         marks = ", ".join("?" * len(wanted))
@@ -574,18 +558,18 @@ class SqliteStore(SqlStore):
 
     # ---- reads: steps and outputs
 
-    @_translated
+    @translated
     def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
         return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}", (run_id, parent_seq))]
 
-    @_translated
+    @translated
     def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
         rows = self._rows(f"SELECT {STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
                           f"AND o.seq = s.seq) AS value {_CHILDREN}", (run_id, parent_seq))
         return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
                 for r in rows if r["status"] == StepStatus.COMPLETED]
 
-    @_translated
+    @translated
     def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
         r = self.conn.execute("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = ? AND seq = ?",
                               (run_id, seq)).fetchone()
@@ -594,7 +578,7 @@ class SqliteStore(SqlStore):
         self.rows_read += 1
         return StepBrief(r[0], _vocabulary(StepStatus, r[1], f"step {r[0]!r}"), r[2], r[3])
 
-    @_translated
+    @translated
     def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
         return [step_from_row(r) for r in self._rows(
             f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS NULL "
@@ -603,7 +587,7 @@ class SqliteStore(SqlStore):
 
     # ---- writes
 
-    @_translated
+    @translated
     def insert_run(self, run: NewRun) -> None:
         at = _text(run.created_at)
         self.conn.execute(
@@ -628,11 +612,11 @@ class SqliteStore(SqlStore):
         return (run_id, s.seq, s.name, s.iteration, s.agent, s.parent, s.status, s.attempts, s.options,
                 s.idempotency_key)
 
-    @_translated
+    @translated
     def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
         self.conn.executemany(self._STEP_INSERT, (self._step_values(run_id, s) for s in steps))
 
-    @_translated
+    @translated
     def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
         rows = self._rows("SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
         top = [r for r in rows if r["parent_seq"] is None]
@@ -674,7 +658,7 @@ class SqliteStore(SqlStore):
             if moved.get(r["seq"]) != r["seq"]])
         return sorted(old)
 
-    @_translated
+    @translated
     def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
         if "definition" in fields:
             if "fingerprint" not in fields:
@@ -684,7 +668,7 @@ class SqliteStore(SqlStore):
         return self.conn.execute(_run_update(names, fence is not None),
                                  (*values, run_id) if fence is None else (*values, run_id, fence)).rowcount == 1
 
-    @_translated
+    @translated
     def update_step(self, run_id: str, seq: int, **fields: Any) -> None:
         unknown = set(fields) - STEP_FIELDS
         if unknown or not fields:
@@ -693,7 +677,7 @@ class SqliteStore(SqlStore):
         self.conn.execute(f"UPDATE steps SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ? AND seq = ?",
                           [*values, run_id, seq])
 
-    @_translated
+    @translated
     def set_output(self, run_id: str, seq: int, json_text: str) -> None:
         self.conn.execute(_OUTPUT_INSERT, (run_id, seq, json_text))
 
@@ -702,18 +686,18 @@ class SqliteStore(SqlStore):
                                                           c.state, _text(c.deadline_at)))
         return int(cur.lastrowid)
 
-    @_translated
+    @translated
     def add_checkpoint(self, checkpoint: NewCheckpoint) -> int:
         return self._insert_checkpoint(checkpoint)
 
-    @_translated
+    @translated
     def cancel_open_steps(self, run_id: str, at: datetime) -> None:
         self.conn.execute(
             "UPDATE steps SET status = ?, finished_at = coalesce(finished_at, ?) "
             f"WHERE run_id = ? AND status IN ({', '.join('?' * len(OPEN_STEPS))})",
             (StepStatus.CANCELLED, _text(at), run_id, *sorted(OPEN_STEPS)))
 
-    @_translated
+    @translated
     def delete_runs(self, run_ids: Iterable[str]) -> None:
         ids = [(i,) for i in run_ids]
         fingerprints = [(r["fingerprint"],) for r in self._rows(
@@ -725,7 +709,7 @@ class SqliteStore(SqlStore):
         self.conn.executemany("DELETE FROM definitions WHERE fingerprint = ? AND NOT EXISTS "
                               "(SELECT 1 FROM runs WHERE fingerprint = definitions.fingerprint)", fingerprints)
 
-    @_translated
+    @translated
     def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
         # In SQL: upstream outputs move as stored text, never decoded or re-run.
         values = {"child": child, "parent": parent, "cut": cut_seq, "before": children_before,
@@ -750,7 +734,7 @@ class SqliteStore(SqlStore):
                           "JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
                           f"WHERE s.run_id = :parent AND {copied} ORDER BY s.seq", values)
 
-    @_translated
+    @translated
     def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
         # The decision keeps its original author and time; the comment names where it came from.
         cur = self.conn.execute(
@@ -770,7 +754,7 @@ class SqliteStore(SqlStore):
 
     # ---- copying between stores
 
-    @_translated
+    @translated
     def import_runs(self, batch: Sequence[RunRows]) -> None:
         if not self._in_transaction:
             raise RuntimeError("import_runs: call it inside transaction()")
