@@ -817,6 +817,11 @@ class PostgresStore(SqlStore):
     def _execute(self, sql: str, params: Any = ()) -> int:
         return self.conn.execute(_dialect(sql), params).rowcount
 
+    def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        if rows:
+            with self.conn.cursor() as cur:
+                cur.executemany(_dialect(sql), rows)
+
     @staticmethod
     def _stamp(dt: datetime | None) -> datetime | None:
         return _time(dt)
@@ -920,63 +925,6 @@ class PostgresStore(SqlStore):
     def _keep_definition(self, fingerprint: str, definition: str) -> None:
         self.conn.execute("INSERT INTO definitions (fingerprint, definition) VALUES (%s, %s) "
                           "ON CONFLICT (fingerprint) DO NOTHING", (fingerprint, definition))
-
-    _STEP_INSERT = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
-                    "idempotency_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
-
-    @staticmethod
-    def _step_values(run_id: str, s: NewStep) -> tuple[Any, ...]:
-        return (run_id, s.seq, s.name, s.iteration, s.agent, s.parent, str(s.status), s.attempts, s.options,
-                s.idempotency_key)
-
-    @translated
-    def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
-        values = [self._step_values(run_id, s) for s in steps]
-        if values:
-            with self.conn.cursor() as cur:
-                cur.executemany(self._STEP_INSERT, values)
-
-    @translated
-    def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
-        rows = self._rows("SELECT * FROM steps WHERE run_id = %s ORDER BY seq", (run_id,))
-        top = [r for r in rows if r["parent_seq"] is None]
-        old = {r["name"]: r for r in top}
-        shift = len(steps) - len(top)
-        moved: dict[int, int] = {}
-        kept_rows = []
-        for s in steps:
-            kept = old.pop(s.name, None)
-            if kept is None:
-                kept_rows.append(self._step_values(run_id, s) + (None, None, None, None))
-                continue
-            moved[kept["seq"]] = s.seq
-            kept_rows.append((run_id, s.seq, s.name, kept["iteration"], kept["agent"], None, kept["status"],
-                              kept["attempts"], s.options, kept["idempotency_key"], kept["error"], kept["traceback"],
-                              kept["started_at"], kept["finished_at"]))
-        for r in rows:
-            if r["parent_seq"] is not None and r["parent_seq"] in moved:
-                moved[r["seq"]] = r["seq"] + shift
-                kept_rows.append((run_id, moved[r["seq"]], r["name"], r["iteration"], r["agent"],
-                                  moved[r["parent_seq"]], r["status"], r["attempts"], r["options"],
-                                  r["idempotency_key"], r["error"], r["traceback"], r["started_at"], r["finished_at"]))
-        with self.conn.cursor() as cur:
-            cur.execute("DELETE FROM steps WHERE run_id = %s", (run_id,))
-            if kept_rows:
-                cur.executemany(
-                    "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
-                    "idempotency_key, error, traceback, started_at, finished_at) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", kept_rows)
-            cur.execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = %s", (run_id,))
-            if moved:
-                cur.executemany("UPDATE outputs SET seq = %s WHERE run_id = %s AND seq = %s",
-                                [(new, run_id, -1 - was) for was, new in moved.items()])
-            cur.execute("DELETE FROM outputs WHERE run_id = %s AND seq < 0", (run_id,))
-            changes = [(moved.get(r["seq"], -1 - r["seq"]), r["checkpoint_id"]) for r in self._rows(
-                "SELECT checkpoint_id, seq FROM checkpoints WHERE run_id = %s AND seq >= 0", (run_id,))
-                if moved.get(r["seq"]) != r["seq"]]
-            if changes:
-                cur.executemany("UPDATE checkpoints SET seq = %s WHERE checkpoint_id = %s", changes)
-        return sorted(old)
 
     @translated
     def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:

@@ -3,11 +3,12 @@ and PostgreSQL, and the statement fragments both use.
 
 A backend subclasses it and provides the dialect hooks: :meth:`SqlStore._rows` (run a query, rows
 as dicts; SQL is written here with ``?`` placeholders, which a backend that takes ``%s`` converts),
-:meth:`SqlStore._execute` (a write, its row count), :meth:`SqlStore._stamp` (a time as the backend
-stores it), :meth:`SqlStore._free` (free text as it can hold it), ``DRIVER_ERROR`` (its driver's
-base exception) and :meth:`SqlStore.translate`. What differs between the two (opening, migrations,
-connections, transactions, the hot path, queries that use a dialect's own functions) stays in each
-backend's module.
+:meth:`SqlStore._execute` (a write, its row count), :meth:`SqlStore._execute_many` (a write per row of
+parameters), :meth:`SqlStore._stamp` (a time as the backend stores it), :meth:`SqlStore._free` (free
+text as it can hold it), :meth:`SqlStore._position_values` (a listing position as query parameters),
+``DRIVER_ERROR`` (its driver's base exception) and :meth:`SqlStore.translate`. What differs between
+the two (opening, migrations, connections, transactions, the hot path, queries that use a dialect's
+own functions) stays in each backend's module.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun
 from ..models import Checkpoint, Event, Owner, RunHead, RunSummary, StepRecord
 from ..status import RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, RunRows, RunStore,
-                   StoreDamaged, StoreReadOnly)
+from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, NewStep, RunRows,
+                   RunStore, StoreDamaged, StoreReadOnly)
 from .rows import (_owner, _position, _summary_fields, _summary_or_none, _time, checkpoint_from_row, readable,
                    step_from_row)
 
@@ -96,6 +97,11 @@ class SqlStore(RunStore):
     @abstractmethod
     def _execute(self, sql: str, params: Any = ()) -> int:
         """Run a write (``?`` placeholders) on the open connection; the number of rows it changed."""
+
+    @abstractmethod
+    def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        """Run a write (``?`` placeholders) once per row of parameters on the open connection (not at
+        all when ``rows`` is empty)."""
 
     @staticmethod
     @abstractmethod
@@ -402,6 +408,60 @@ class SqlStore(RunStore):
                 for r in self._rows("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", (run_id,))]
 
     # ---- writes
+
+    _STEP_INSERT = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
+                    "idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+    @staticmethod
+    def _step_values(run_id: str, s: NewStep) -> tuple[Any, ...]:
+        return (run_id, s.seq, s.name, s.iteration, s.agent, s.parent, str(s.status), s.attempts, s.options,
+                s.idempotency_key)
+
+    @translated
+    def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
+        self._execute_many(self._STEP_INSERT, [self._step_values(run_id, s) for s in steps])
+
+    @translated
+    def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
+        rows = self._rows("SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
+        top = [r for r in rows if r["parent_seq"] is None]
+        old = {r["name"]: r for r in top}
+        shift = len(steps) - len(top)  # children stay after every top-level row, in their order
+        moved: dict[int, int] = {}  # old seq -> new seq of each kept execution
+        kept_rows = []
+        for s in steps:
+            kept = old.pop(s.name, None)
+            if kept is None:
+                kept_rows.append(self._step_values(run_id, s) + (None, None, None, None))
+                continue
+            moved[kept["seq"]] = s.seq
+            kept_rows.append((run_id, s.seq, s.name, kept["iteration"], kept["agent"], None, kept["status"],
+                              kept["attempts"], s.options, kept["idempotency_key"], kept["error"], kept["traceback"],
+                              kept["started_at"], kept["finished_at"]))
+        for r in rows:  # in seq order: a parent is placed before its children
+            if r["parent_seq"] is not None and r["parent_seq"] in moved:
+                moved[r["seq"]] = r["seq"] + shift
+                kept_rows.append((run_id, moved[r["seq"]], r["name"], r["iteration"], r["agent"],
+                                  moved[r["parent_seq"]], r["status"], r["attempts"], r["options"],
+                                  r["idempotency_key"], r["error"], r["traceback"], r["started_at"], r["finished_at"]))
+        self._execute("DELETE FROM steps WHERE run_id = ?", (run_id,))
+        self._execute_many(
+            "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
+            "idempotency_key, error, traceback, started_at, finished_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", kept_rows)
+        # Outputs move with their execution without being read: park them at negative seqs, move the
+        # kept ones to their new seq, drop the rest.
+        self._execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = ?", (run_id,))
+        self._execute_many("UPDATE outputs SET seq = ? WHERE run_id = ? AND seq = ?",
+                           [(new, run_id, -1 - was) for was, new in moved.items()])
+        self._execute("DELETE FROM outputs WHERE run_id = ? AND seq < 0", (run_id,))
+        # Checkpoints follow their execution (an answer stays with the step that asked for it); one
+        # at no kept execution names none (negative), so it never matches an execution added later.
+        self._execute_many("UPDATE checkpoints SET seq = ? WHERE checkpoint_id = ?", [
+            (moved.get(r["seq"], -1 - r["seq"]), r["checkpoint_id"]) for r in self._rows(
+                "SELECT checkpoint_id, seq FROM checkpoints WHERE run_id = ? AND seq >= 0", (run_id,))
+            if moved.get(r["seq"]) != r["seq"]])
+        return sorted(old)
 
     @translated
     def decide(self, checkpoint_id: int, decision: str, by: str, at: datetime, comment: str | None = None,

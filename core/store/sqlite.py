@@ -505,6 +505,9 @@ class SqliteStore(SqlStore):
     def _execute(self, sql: str, params: Iterable[Any] = ()) -> int:
         return self.conn.execute(sql, tuple(params)).rowcount
 
+    def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        self.conn.executemany(sql, rows)
+
     @staticmethod
     def _stamp(dt: datetime | None) -> str | None:
         return _text(dt)
@@ -603,60 +606,6 @@ class SqliteStore(SqlStore):
         # A fingerprint is a hash of its definition: one row serves every run of that definition.
         self.conn.execute("INSERT OR IGNORE INTO definitions (fingerprint, definition) VALUES (?, ?)",
                           (fingerprint, definition))
-
-    _STEP_INSERT = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
-                    "idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-
-    @staticmethod
-    def _step_values(run_id: str, s: NewStep) -> tuple[Any, ...]:
-        return (run_id, s.seq, s.name, s.iteration, s.agent, s.parent, s.status, s.attempts, s.options,
-                s.idempotency_key)
-
-    @translated
-    def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
-        self.conn.executemany(self._STEP_INSERT, (self._step_values(run_id, s) for s in steps))
-
-    @translated
-    def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
-        rows = self._rows("SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
-        top = [r for r in rows if r["parent_seq"] is None]
-        old = {r["name"]: r for r in top}
-        shift = len(steps) - len(top)  # children stay after every top-level row, in their order
-        moved: dict[int, int] = {}  # old seq -> new seq of each kept execution
-        kept_rows = []
-        for s in steps:
-            kept = old.pop(s.name, None)
-            if kept is None:
-                kept_rows.append(self._step_values(run_id, s) + (None, None, None, None))
-                continue
-            moved[kept["seq"]] = s.seq
-            kept_rows.append((run_id, s.seq, s.name, kept["iteration"], kept["agent"], None, kept["status"],
-                              kept["attempts"], s.options, kept["idempotency_key"], kept["error"], kept["traceback"],
-                              kept["started_at"], kept["finished_at"]))
-        for r in rows:  # in seq order: a parent is placed before its children
-            if r["parent_seq"] is not None and r["parent_seq"] in moved:
-                moved[r["seq"]] = r["seq"] + shift
-                kept_rows.append((run_id, moved[r["seq"]], r["name"], r["iteration"], r["agent"],
-                                  moved[r["parent_seq"]], r["status"], r["attempts"], r["options"],
-                                  r["idempotency_key"], r["error"], r["traceback"], r["started_at"], r["finished_at"]))
-        self.conn.execute("DELETE FROM steps WHERE run_id = ?", (run_id,))
-        self.conn.executemany(
-            "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
-            "idempotency_key, error, traceback, started_at, finished_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", kept_rows)
-        # Outputs move with their execution without being read: park them at negative seqs, move the
-        # kept ones to their new seq, drop the rest.
-        self.conn.execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = ?", (run_id,))
-        self.conn.executemany("UPDATE outputs SET seq = ? WHERE run_id = ? AND seq = ?",
-                              [(new, run_id, -1 - was) for was, new in moved.items()])
-        self.conn.execute("DELETE FROM outputs WHERE run_id = ? AND seq < 0", (run_id,))
-        # Checkpoints follow their execution (an answer stays with the step that asked for it); one
-        # at no kept execution names none (negative), so it never matches an execution added later.
-        self.conn.executemany("UPDATE checkpoints SET seq = ? WHERE checkpoint_id = ?", [
-            (moved.get(r["seq"], -1 - r["seq"]), r["checkpoint_id"]) for r in self._rows(
-                "SELECT checkpoint_id, seq FROM checkpoints WHERE run_id = ? AND seq >= 0", (run_id,))
-            if moved.get(r["seq"]) != r["seq"]])
-        return sorted(old)
 
     @translated
     def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
