@@ -308,7 +308,9 @@ def test_the_data_version_ignores_reads_and_follows_commits(url):
 
 
 def plans(store, call) -> list[str]:
-    """The plans of the statements ``call`` runs on ``store`` (EXPLAIN of each, with its parameters)."""
+    """The plans of the statements ``call`` runs on ``store`` (EXPLAIN of each as sent, with its parameters)."""
+    from relaypoint.store.postgres import _dialect  # shared queries are written with ? placeholders
+
     seen: list[tuple[str, object]] = []
     rows = store._rows
 
@@ -321,7 +323,8 @@ def plans(store, call) -> list[str]:
         call()
     finally:
         store._rows = rows
-    return ["\n".join(r["QUERY PLAN"] for r in store.conn.execute("EXPLAIN " + sql, params)) for sql, params in seen]
+    return ["\n".join(r["QUERY PLAN"] for r in store.conn.execute("EXPLAIN " + _dialect(sql), params))
+            for sql, params in seen]
 
 
 def test_the_listing_reads_the_runs_indexes_without_sorting(url, postgres_schema):
@@ -521,6 +524,14 @@ def test_the_heartbeats_of_a_process_share_a_few_connections(postgres_schema):
         drop_schema(postgres_schema)
         server(f"DROP OWNED BY {role}")
         server(f"DROP ROLE {role}")
+
+
+def test_a_stores_connections_name_its_schema_in_pg_stat_activity(url, postgres_schema):
+    with open_store(url, create=True) as store, open_store(url, pooled=True) as pooled:
+        with pooled.transaction():  # a connection borrowed from the process's pool
+            pids = [store.conn.info.backend_pid, pooled.conn.info.backend_pid]
+            shown = server("SELECT application_name FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,))
+    assert shown == [(f"relaypoint-{postgres_schema}",)] * 2
 
 
 def test_a_pooled_store_reads_writes_and_reconnects_after_a_lost_connection(url):

@@ -51,8 +51,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import heapq
-import itertools
 import json
 import logging
 import re
@@ -72,15 +70,15 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..clock import from_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError
-from ..models import Lease, OwnedRun, Owner, RunSummary, StepRecord
+from ..models import Lease, OwnedRun, Owner, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunLocked, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
                    renumbered_batch)
-from .rows import _execution, _lenient_time, _owner, _summary_or_none, _vocabulary, step_from_row
-from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, SUMMARY_COLUMNS, TIME_FIELDS,
-                  UNDECIDED, SqlStore, event_detail)
+from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNDECIDED,
+                  SqlStore, event_detail, translated)
 
 # psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
 # when the application configured no logging: a second, raw line beside the error raised and said here
@@ -379,19 +377,6 @@ def _one_line(e: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _translated(method: Callable) -> Callable:
-    """Run a store method with psycopg's errors raised as one-line ``StoreError`` subclasses."""
-
-    @functools.wraps(method)
-    def wrapper(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except psycopg.Error as e:
-            raise self.translate(e) from None
-
-    return wrapper
-
-
 def _lock_key(schema: str) -> int:
     """The second key of the schema's advisory lock: a stable 32-bit hash of its name."""
     return int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=4).digest(), "big", signed=True)
@@ -483,6 +468,9 @@ class PostgresStore(SqlStore):
         self.conn: psycopg.Connection | None = None
         """This store's connection (while borrowed, for a pooled store; None otherwise)."""
         self._key = (conninfo, schema)
+        self._name = f"{APP_ID}-{schema}"
+        """Its connections' ``application_name`` (shown in ``pg_stat_activity``; the server keeps 63
+        bytes of it) and its pool's name."""
         self._channel = channel(schema)
         self._listener: psycopg.Connection | None = None
         self._feed: str | None = None  # how data_version learns of changes: "notifications" or "statistics"
@@ -490,7 +478,7 @@ class PostgresStore(SqlStore):
         self._pool: ConnectionPool | None = None
         try:
             if pooled:
-                self._pool = _join_pool(conninfo, self._settings(), f"relaypoint-{schema}")
+                self._pool = _join_pool(conninfo, self._settings(), self._name)
             else:
                 self._connect()
         except psycopg.Error as e:
@@ -516,7 +504,7 @@ class PostgresStore(SqlStore):
         # Keepalives notice a server gone while a statement waits for its answer (nothing unacknowledged);
         # tcp_user_timeout, one gone while what was sent is unacknowledged (and bounds the keepalives).
         return {"autocommit": True, "row_factory": dict_row, "options": options,
-                "connect_timeout": CONNECT_TIMEOUT_SECONDS, "application_name": "relaypoint",
+                "connect_timeout": CONNECT_TIMEOUT_SECONDS, "application_name": self._name,
                 "keepalives": 1, "keepalives_idle": SILENT_PEER_SECONDS // 2, "keepalives_interval": 1,
                 "keepalives_count": SILENT_PEER_SECONDS // 2, "tcp_user_timeout": silent_ms}
 
@@ -847,6 +835,11 @@ class PostgresStore(SqlStore):
     def _execute(self, sql: str, params: Any = ()) -> int:
         return self.conn.execute(_dialect(sql), params).rowcount
 
+    def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        if rows:
+            with self.conn.cursor() as cur:
+                cur.executemany(_dialect(sql), rows)
+
     @staticmethod
     def _stamp(dt: datetime | None) -> datetime | None:
         return _time(dt)
@@ -854,6 +847,11 @@ class PostgresStore(SqlStore):
     @staticmethod
     def _free(text: str | None) -> str | None:
         return _free(text)
+
+    @staticmethod
+    def _position_values(position: tuple[Any, str]) -> tuple[datetime | None, str]:
+        created, run_id = position
+        return _time(from_text(created) if isinstance(created, str) else created), run_id
 
     @staticmethod
     def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
@@ -873,59 +871,7 @@ class PostgresStore(SqlStore):
 
     # ---- reads: runs
 
-    @_translated
-    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
-                  before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
-                  within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
-                  search: str | None = None) -> list[RunSummary]:
-        where: list[str] = []
-        params: list[Any] = []
-        if status:
-            where.append("status = %s")
-            params.append(status)
-        if workflow:
-            where.append("workflow = %s")
-            params.append(workflow)
-        if before:
-            where.append("(created_at, run_id) < (%s, %s)")
-            params.extend(_position_values(before))
-        if after:
-            where.append("(created_at, run_id) > (%s, %s)")
-            params.extend(_position_values(after))
-        if within:
-            where.append("(created_at, run_id) <= (%s, %s) AND (created_at, run_id) >= (%s, %s)")
-            params.extend([*_position_values(within[0]), *_position_values(within[1])])
-        order = "ASC" if oldest_first else "DESC"
-
-        def runs(*condition: str, values: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-            clauses = [*where, *condition]
-            sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
-            if clauses:
-                sql += " WHERE " + " AND ".join(clauses)
-            sql += f" ORDER BY created_at {order}, run_id {order} LIMIT %s"
-            return self._rows(sql, [*params, *values, limit])
-
-        if not search:
-            rows: Iterator[dict[str, Any]] = iter(runs())
-        else:
-            end = search + "\U0010ffff"
-            streams = [runs("workflow = %s", values=(name,)) for name in self._workflows_from(search, end)]
-            streams.append(runs("run_id >= %s AND run_id < %s", values=(search, end)))
-            merged = heapq.merge(*streams, key=_position, reverse=not oldest_first)
-            rows = (next(group) for _, group in itertools.groupby(merged, key=_position))
-        return [s for s in map(_summary_or_none, itertools.islice(rows, limit)) if s is not None]
-
-    def _workflows_from(self, low: str, high: str) -> list[str]:
-        """The distinct workflow names in [low, high), by a loose index scan of ``runs_by_workflow``."""
-        return [r["name"] for r in self._rows(
-            """WITH RECURSIVE names(name) AS (
-                   SELECT (SELECT min(workflow) FROM runs WHERE workflow >= %(low)s AND workflow < %(high)s)
-                   UNION ALL
-                   SELECT (SELECT min(workflow) FROM runs WHERE workflow > names.name AND workflow < %(high)s)
-                   FROM names WHERE names.name IS NOT NULL)
-               SELECT name FROM names WHERE name IS NOT NULL""", {"low": low, "high": high})]
-
-    @_translated
+    @translated
     def owned_runs(self, owner: Owner) -> list[OwnedRun]:
         rows = self._rows(
             "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = %s "
@@ -935,14 +881,14 @@ class PostgresStore(SqlStore):
         return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
                 for r in rows]
 
-    @_translated
+    @translated
     def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
         rows = self._rows("SELECT run_id, status FROM runs WHERE status IN (%s, %s) AND workflow = ANY(%s::text[]) "
                           "ORDER BY updated_at LIMIT %s",
                           (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value, list(workflows), limit))
         return [(r["run_id"], RunStatus(r["status"])) for r in rows]
 
-    @_translated
+    @translated
     def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
         rows = self._rows("SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at "
                           "FROM runs WHERE status = ANY(%s::text[]) AND updated_at < %s",
@@ -951,19 +897,19 @@ class PostgresStore(SqlStore):
 
     # ---- reads: steps and outputs
 
-    @_translated
+    @translated
     def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
         return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}",
                                                      {"run": run_id, "parent": parent_seq})]
 
-    @_translated
+    @translated
     def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
         rows = self._rows(f"SELECT {STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
                           f"AND o.seq = s.seq) AS value {_CHILDREN}", {"run": run_id, "parent": parent_seq})
         return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
                 for r in rows if r["status"] == StepStatus.COMPLETED]
 
-    @_translated
+    @translated
     def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
         r = self._row("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = %s AND seq = %s",
                       (run_id, seq))
@@ -972,7 +918,7 @@ class PostgresStore(SqlStore):
         return StepBrief(r["name"], _vocabulary(StepStatus, r["status"], f"step {r['name']!r}"), r["attempts"],
                          r["idempotency_key"])
 
-    @_translated
+    @translated
     def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
         # SQLite's json_extract(options, '$.approval') = 1: true, 1 or 1.0 (never "1"); options that
         # are not valid JSON ask for nothing. Read here from the top-level rows before the cut.
@@ -982,7 +928,7 @@ class PostgresStore(SqlStore):
 
     # ---- writes
 
-    @_translated
+    @translated
     def insert_run(self, run: NewRun) -> None:
         at = _time(run.created_at)
         self.conn.execute(
@@ -998,64 +944,7 @@ class PostgresStore(SqlStore):
         self.conn.execute("INSERT INTO definitions (fingerprint, definition) VALUES (%s, %s) "
                           "ON CONFLICT (fingerprint) DO NOTHING", (fingerprint, definition))
 
-    _STEP_INSERT = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
-                    "idempotency_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
-
-    @staticmethod
-    def _step_values(run_id: str, s: NewStep) -> tuple[Any, ...]:
-        return (run_id, s.seq, s.name, s.iteration, s.agent, s.parent, str(s.status), s.attempts, s.options,
-                s.idempotency_key)
-
-    @_translated
-    def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
-        values = [self._step_values(run_id, s) for s in steps]
-        if values:
-            with self.conn.cursor() as cur:
-                cur.executemany(self._STEP_INSERT, values)
-
-    @_translated
-    def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
-        rows = self._rows("SELECT * FROM steps WHERE run_id = %s ORDER BY seq", (run_id,))
-        top = [r for r in rows if r["parent_seq"] is None]
-        old = {r["name"]: r for r in top}
-        shift = len(steps) - len(top)
-        moved: dict[int, int] = {}
-        kept_rows = []
-        for s in steps:
-            kept = old.pop(s.name, None)
-            if kept is None:
-                kept_rows.append(self._step_values(run_id, s) + (None, None, None, None))
-                continue
-            moved[kept["seq"]] = s.seq
-            kept_rows.append((run_id, s.seq, s.name, kept["iteration"], kept["agent"], None, kept["status"],
-                              kept["attempts"], s.options, kept["idempotency_key"], kept["error"], kept["traceback"],
-                              kept["started_at"], kept["finished_at"]))
-        for r in rows:
-            if r["parent_seq"] is not None and r["parent_seq"] in moved:
-                moved[r["seq"]] = r["seq"] + shift
-                kept_rows.append((run_id, moved[r["seq"]], r["name"], r["iteration"], r["agent"],
-                                  moved[r["parent_seq"]], r["status"], r["attempts"], r["options"],
-                                  r["idempotency_key"], r["error"], r["traceback"], r["started_at"], r["finished_at"]))
-        with self.conn.cursor() as cur:
-            cur.execute("DELETE FROM steps WHERE run_id = %s", (run_id,))
-            if kept_rows:
-                cur.executemany(
-                    "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
-                    "idempotency_key, error, traceback, started_at, finished_at) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", kept_rows)
-            cur.execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = %s", (run_id,))
-            if moved:
-                cur.executemany("UPDATE outputs SET seq = %s WHERE run_id = %s AND seq = %s",
-                                [(new, run_id, -1 - was) for was, new in moved.items()])
-            cur.execute("DELETE FROM outputs WHERE run_id = %s AND seq < 0", (run_id,))
-            changes = [(moved.get(r["seq"], -1 - r["seq"]), r["checkpoint_id"]) for r in self._rows(
-                "SELECT checkpoint_id, seq FROM checkpoints WHERE run_id = %s AND seq >= 0", (run_id,))
-                if moved.get(r["seq"]) != r["seq"]]
-            if changes:
-                cur.executemany("UPDATE checkpoints SET seq = %s WHERE checkpoint_id = %s", changes)
-        return sorted(old)
-
-    @_translated
+    @translated
     def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
         if "definition" in fields:
             if "fingerprint" not in fields:
@@ -1065,7 +954,7 @@ class PostgresStore(SqlStore):
         return self.conn.execute(_run_update(names, fence is not None),
                                  (*values, run_id) if fence is None else (*values, run_id, fence)).rowcount == 1
 
-    @_translated
+    @translated
     def update_step(self, run_id: str, seq: int, **fields: Any) -> None:
         unknown = set(fields) - STEP_FIELDS
         if unknown or not fields:
@@ -1074,24 +963,24 @@ class PostgresStore(SqlStore):
         self.conn.execute(f"UPDATE steps SET {', '.join(f'{k} = %s' for k in fields)} WHERE run_id = %s AND seq = %s",
                           [*values, run_id, seq])
 
-    @_translated
+    @translated
     def set_output(self, run_id: str, seq: int, json_text: str) -> None:
         self.conn.execute(_OUTPUT_INSERT, (run_id, seq, json_text))
 
-    @_translated
+    @translated
     def add_checkpoint(self, checkpoint: NewCheckpoint) -> int:
         c = checkpoint
         return self.conn.execute(_CHECKPOINT_INSERT, (c.run_id, c.seq, c.step, c.kind, _time(c.at), _free(c.reason),
                                                       c.state, _time(c.deadline_at))).fetchone()["checkpoint_id"]
 
-    @_translated
+    @translated
     def cancel_open_steps(self, run_id: str, at: datetime) -> None:
         self.conn.execute(
             "UPDATE steps SET status = %s, finished_at = coalesce(finished_at, %s) "
             "WHERE run_id = %s AND status = ANY(%s::text[])",
             (StepStatus.CANCELLED.value, _time(at), run_id, sorted(str(s) for s in OPEN_STEPS)))
 
-    @_translated
+    @translated
     def delete_runs(self, run_ids: Iterable[str]) -> None:
         ids = list(run_ids)
         if not ids:
@@ -1103,7 +992,7 @@ class PostgresStore(SqlStore):
         self.conn.execute("DELETE FROM definitions d WHERE d.fingerprint = ANY(%s::text[]) AND NOT EXISTS "
                           "(SELECT 1 FROM runs r WHERE r.fingerprint = d.fingerprint)", (fingerprints,))
 
-    @_translated
+    @translated
     def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
         values = {"child": child, "parent": parent, "cut": cut_seq, "before": children_before,
                   "pending": StepStatus.PENDING.value}
@@ -1127,7 +1016,7 @@ class PostgresStore(SqlStore):
                           "FROM steps s JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
                           f"WHERE s.run_id = %(parent)s AND {copied} ORDER BY s.seq", values)
 
-    @_translated
+    @translated
     def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
         # The state as SQLite's json_object writes it: {"inherited_from":{"run_id":..,"checkpoint_id":..}}.
         row = self.conn.execute(
@@ -1149,7 +1038,7 @@ class PostgresStore(SqlStore):
 
     # ---- copying between stores
 
-    @_translated
+    @translated
     def import_runs(self, batch: Sequence[RunRows]) -> None:
         if not self._in_transaction:
             raise RuntimeError("import_runs: call it inside transaction()")
@@ -1270,15 +1159,6 @@ def _copied(column: str, value: Any) -> Any:
     if column in ROW_TIMES:
         return _time(value)
     return _free(value) if column in COPIED_FREE_TEXT else value
-
-
-def _position_values(position: tuple[str, str]) -> tuple[datetime, str]:
-    created, run_id = position
-    return _time(from_text(created) if isinstance(created, str) else created), run_id
-
-
-def _position(r: dict[str, Any]) -> tuple[datetime, str]:
-    return r["created_at"], r["run_id"]
 
 
 def _free(text: str | None) -> str | None:

@@ -3,31 +3,34 @@ and PostgreSQL, and the statement fragments both use.
 
 A backend subclasses it and provides the dialect hooks: :meth:`SqlStore._rows` (run a query, rows
 as dicts; SQL is written here with ``?`` placeholders, which a backend that takes ``%s`` converts),
-:meth:`SqlStore._execute` (a write, its row count), :meth:`SqlStore._stamp` (a time as the backend
-stores it), :meth:`SqlStore._free` (free text as it can hold it), ``DRIVER_ERROR`` (its driver's
-base exception) and :meth:`SqlStore.translate`. What differs between the two (opening, migrations,
-connections, transactions, the hot path, queries that use a dialect's own functions) stays in each
-backend's module.
+:meth:`SqlStore._execute` (a write, its row count), :meth:`SqlStore._execute_many` (a write per row of
+parameters), :meth:`SqlStore._stamp` (a time as the backend stores it), :meth:`SqlStore._free` (free
+text as it can hold it), :meth:`SqlStore._position_values` (a listing position as query parameters),
+``DRIVER_ERROR`` (its driver's base exception) and :meth:`SqlStore.translate`. What differs between
+the two (opening, migrations, connections, transactions, the hot path, queries that use a dialect's
+own functions) stays in each backend's module.
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 import json
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, ClassVar
 
 from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun
-from ..models import Checkpoint, Event, Owner, RunHead, StepRecord
+from ..models import Checkpoint, Event, Owner, RunHead, RunSummary, StepRecord
 from ..status import RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, RunRows, RunStore,
-                   StoreDamaged, StoreReadOnly)
-from .rows import _owner, _summary_fields, _time, checkpoint_from_row, readable, step_from_row
+from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, NewStep, RunRows,
+                   RunStore, StoreDamaged, StoreReadOnly)
+from .rows import (_owner, _position, _summary_fields, _summary_or_none, _time, checkpoint_from_row, readable,
+                   step_from_row)
 
 # Columns of ``runs`` a listing reads (no input, no definition).
 SUMMARY_COLUMNS = (
@@ -95,6 +98,11 @@ class SqlStore(RunStore):
     def _execute(self, sql: str, params: Any = ()) -> int:
         """Run a write (``?`` placeholders) on the open connection; the number of rows it changed."""
 
+    @abstractmethod
+    def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        """Run a write (``?`` placeholders) once per row of parameters on the open connection (not at
+        all when ``rows`` is empty)."""
+
     @staticmethod
     @abstractmethod
     def _stamp(dt: datetime | None) -> Any:
@@ -105,6 +113,12 @@ class SqlStore(RunStore):
     def _free(text: str | None) -> str | None:
         """Free text a person reads (an error, a name of who decided) as the backend can hold it."""
         return text
+
+    @staticmethod
+    def _position_values(position: tuple[Any, str]) -> Iterable[Any]:
+        """A listing position (created_at store text, run_id) as the two parameters its query compares
+        ``(created_at, run_id)`` with."""
+        return position
 
     @abstractmethod
     def translate(self, e: Exception) -> StoreError:
@@ -216,6 +230,62 @@ class SqlStore(RunStore):
     def definition_text(self, run_id: str) -> str:
         text = self._head_row(run_id, f"{DEFINITION_OF_RUN} AS definition")["definition"]
         return "null" if text is None else text
+
+    @translated
+    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
+                  before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
+                  within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
+                  search: str | None = None) -> list[RunSummary]:
+        # Each matching workflow name of a search (found by a loose index scan) is read in its
+        # index's order and the streams are merged, so no match is sorted and at most about
+        # ``limit`` rows per name are read.
+        where: list[str] = []
+        params: list[Any] = []
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if workflow:
+            where.append("workflow = ?")
+            params.append(workflow)
+        if before:
+            where.append("(created_at, run_id) < (?, ?)")
+            params.extend(self._position_values(before))
+        if after:
+            where.append("(created_at, run_id) > (?, ?)")
+            params.extend(self._position_values(after))
+        if within:
+            where.append("(created_at, run_id) <= (?, ?) AND (created_at, run_id) >= (?, ?)")
+            params.extend([*self._position_values(within[0]), *self._position_values(within[1])])
+        order = "ASC" if oldest_first else "DESC"
+
+        def runs(*condition: str, values: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+            clauses = [*where, *condition]
+            sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
+            if clauses:
+                sql += " WHERE " + " AND ".join(clauses)
+            sql += f" ORDER BY created_at {order}, run_id {order} LIMIT ?"
+            return self._rows(sql, [*params, *values, limit])
+
+        if not search:
+            rows: Iterator[dict[str, Any]] = iter(runs())
+        else:
+            end = search + "\U0010ffff"
+            streams = [runs("workflow = ?", values=(name,)) for name in self._workflows_from(search, end)]
+            streams.append(runs("run_id >= ? AND run_id < ?", values=(search, end)))  # few: the primary key's range
+            merged = heapq.merge(*streams, key=_position, reverse=not oldest_first)
+            rows = (next(group) for _, group in itertools.groupby(merged, key=_position))  # in both streams
+        return [s for s in map(_summary_or_none, itertools.islice(rows, limit)) if s is not None]
+
+    def _workflows_from(self, low: str, high: str) -> list[str]:
+        """The distinct workflow names in [low, high), by a loose index scan of ``runs_by_workflow``
+        (one index seek per name, not a read of every matching run)."""
+        return [r["name"] for r in self._rows(
+            """WITH RECURSIVE names(name) AS (
+                   SELECT (SELECT min(workflow) FROM runs WHERE workflow >= ? AND workflow < ?)
+                   UNION ALL
+                   SELECT (SELECT min(workflow) FROM runs WHERE workflow > names.name AND workflow < ?)
+                   FROM names WHERE names.name IS NOT NULL)
+               SELECT name FROM names WHERE name IS NOT NULL""", (low, high, high))]
 
     @translated
     def owner_of(self, run_id: str) -> Owner | None:
@@ -338,6 +408,60 @@ class SqlStore(RunStore):
                 for r in self._rows("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", (run_id,))]
 
     # ---- writes
+
+    _STEP_INSERT = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
+                    "idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+    @staticmethod
+    def _step_values(run_id: str, s: NewStep) -> tuple[Any, ...]:
+        return (run_id, s.seq, s.name, s.iteration, s.agent, s.parent, str(s.status), s.attempts, s.options,
+                s.idempotency_key)
+
+    @translated
+    def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
+        self._execute_many(self._STEP_INSERT, [self._step_values(run_id, s) for s in steps])
+
+    @translated
+    def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
+        rows = self._rows("SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
+        top = [r for r in rows if r["parent_seq"] is None]
+        old = {r["name"]: r for r in top}
+        shift = len(steps) - len(top)  # children stay after every top-level row, in their order
+        moved: dict[int, int] = {}  # old seq -> new seq of each kept execution
+        kept_rows = []
+        for s in steps:
+            kept = old.pop(s.name, None)
+            if kept is None:
+                kept_rows.append(self._step_values(run_id, s) + (None, None, None, None))
+                continue
+            moved[kept["seq"]] = s.seq
+            kept_rows.append((run_id, s.seq, s.name, kept["iteration"], kept["agent"], None, kept["status"],
+                              kept["attempts"], s.options, kept["idempotency_key"], kept["error"], kept["traceback"],
+                              kept["started_at"], kept["finished_at"]))
+        for r in rows:  # in seq order: a parent is placed before its children
+            if r["parent_seq"] is not None and r["parent_seq"] in moved:
+                moved[r["seq"]] = r["seq"] + shift
+                kept_rows.append((run_id, moved[r["seq"]], r["name"], r["iteration"], r["agent"],
+                                  moved[r["parent_seq"]], r["status"], r["attempts"], r["options"],
+                                  r["idempotency_key"], r["error"], r["traceback"], r["started_at"], r["finished_at"]))
+        self._execute("DELETE FROM steps WHERE run_id = ?", (run_id,))
+        self._execute_many(
+            "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
+            "idempotency_key, error, traceback, started_at, finished_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", kept_rows)
+        # Outputs move with their execution without being read: park them at negative seqs, move the
+        # kept ones to their new seq, drop the rest.
+        self._execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = ?", (run_id,))
+        self._execute_many("UPDATE outputs SET seq = ? WHERE run_id = ? AND seq = ?",
+                           [(new, run_id, -1 - was) for was, new in moved.items()])
+        self._execute("DELETE FROM outputs WHERE run_id = ? AND seq < 0", (run_id,))
+        # Checkpoints follow their execution (an answer stays with the step that asked for it); one
+        # at no kept execution names none (negative), so it never matches an execution added later.
+        self._execute_many("UPDATE checkpoints SET seq = ? WHERE checkpoint_id = ?", [
+            (moved.get(r["seq"], -1 - r["seq"]), r["checkpoint_id"]) for r in self._rows(
+                "SELECT checkpoint_id, seq FROM checkpoints WHERE run_id = ? AND seq >= 0", (run_id,))
+            if moved.get(r["seq"]) != r["seq"]])
+        return sorted(old)
 
     @translated
     def decide(self, checkpoint_id: int, decision: str, by: str, at: datetime, comment: str | None = None,

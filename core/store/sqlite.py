@@ -10,8 +10,6 @@ Every ``sqlite3`` error is translated here into a :class:`~relaypoint.errors.Sto
 from __future__ import annotations
 
 import functools
-import heapq
-import itertools
 import json
 import os
 import secrets
@@ -27,14 +25,14 @@ import sqlite_utils
 from ..clock import from_text, to_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError
-from ..models import Lease, OwnedRun, Owner, RunSummary, StepRecord
+from ..models import Lease, OwnedRun, Owner, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
-from .rows import _execution, _lenient_time, _owner, _position, _summary_or_none, _vocabulary, step_from_row
-from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, SUMMARY_COLUMNS, TIME_FIELDS,
-                  UNDECIDED, SqlStore, event_detail)
+from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNDECIDED,
+                  SqlStore, event_detail, translated)
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
@@ -251,22 +249,6 @@ def _migrate_3(db: sqlite_utils.Database) -> None:
 
 
 MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3}
-
-
-# ---- error translation --------------------------------------------------------------------------
-
-
-def _translated(method: Callable) -> Callable:
-    """Run a store method with SQLite's own errors raised as one-line ``StoreError`` subclasses."""
-
-    @functools.wraps(method)
-    def wrapper(self: SqliteStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except sqlite3.Error as e:
-            raise self.translate(e) from None
-
-    return wrapper
 
 
 class SqliteStore(SqlStore):
@@ -504,7 +486,7 @@ class SqliteStore(SqlStore):
         except sqlite3.Error as e:
             raise self.translate(e) from None
 
-    @_translated
+    @translated
     def data_version(self) -> tuple[int, int]:
         """SQLite's ``PRAGMA data_version`` (commits by other connections) with this connection's
         ``total_changes`` (its own)."""
@@ -523,6 +505,9 @@ class SqliteStore(SqlStore):
 
     def _execute(self, sql: str, params: Iterable[Any] = ()) -> int:
         return self.conn.execute(sql, tuple(params)).rowcount
+
+    def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        self.conn.executemany(sql, rows)
 
     @staticmethod
     def _stamp(dt: datetime | None) -> str | None:
@@ -551,62 +536,7 @@ class SqliteStore(SqlStore):
 
     # ---- reads: runs
 
-    @_translated
-    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
-                  before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
-                  within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
-                  search: str | None = None) -> list[RunSummary]:
-        # Each matching workflow name of a search (found by a loose index scan) is read in its
-        # index's order and the streams are merged, so no match is sorted and at most about
-        # ``limit`` rows per name are read.
-        where, params = [], []
-        if status:
-            where.append("status = ?")
-            params.append(status)
-        if workflow:
-            where.append("workflow = ?")
-            params.append(workflow)
-        if before:
-            where.append("(created_at, run_id) < (?, ?)")
-            params.extend(before)
-        if after:
-            where.append("(created_at, run_id) > (?, ?)")
-            params.extend(after)
-        if within:
-            where.append("(created_at, run_id) <= (?, ?) AND (created_at, run_id) >= (?, ?)")
-            params.extend([*within[0], *within[1]])
-        order = "ASC" if oldest_first else "DESC"
-
-        def runs(*condition: str, values: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-            clauses = [*where, *condition]
-            sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
-            if clauses:
-                sql += " WHERE " + " AND ".join(clauses)
-            sql += f" ORDER BY created_at {order}, run_id {order} LIMIT ?"
-            return self._rows(sql, [*params, *values, limit])
-
-        if not search:
-            rows: Iterator[dict[str, Any]] = iter(runs())
-        else:
-            end = search + "\U0010ffff"
-            streams = [runs("workflow = ?", values=(name,)) for name in self._workflows_from(search, end)]
-            streams.append(runs("run_id >= ? AND run_id < ?", values=(search, end)))  # few: the primary key's range
-            merged = heapq.merge(*streams, key=_position, reverse=not oldest_first)
-            rows = (next(group) for _, group in itertools.groupby(merged, key=_position))  # in both streams
-        return [s for s in map(_summary_or_none, itertools.islice(rows, limit)) if s is not None]
-
-    def _workflows_from(self, low: str, high: str) -> list[str]:
-        """The distinct workflow names in [low, high), by a loose index scan of ``runs_by_workflow``
-        (one index seek per name, not a read of every matching run)."""
-        return [r["name"] for r in self._rows(
-            """WITH RECURSIVE names(name) AS (
-                   SELECT (SELECT min(workflow) FROM runs WHERE workflow >= ?1 AND workflow < ?2)
-                   UNION ALL
-                   SELECT (SELECT min(workflow) FROM runs WHERE workflow > names.name AND workflow < ?2)
-                   FROM names WHERE names.name IS NOT NULL)
-               SELECT name FROM names WHERE name IS NOT NULL""", (low, high))]
-
-    @_translated
+    @translated
     def owned_runs(self, owner: Owner) -> list[OwnedRun]:
         rows = self._rows(
             "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = ? AND lease_host IS ? "
@@ -614,7 +544,7 @@ class SqliteStore(SqlStore):
         return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
                 for r in rows]
 
-    @_translated
+    @translated
     def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
         names = list(workflows)
         marks = ", ".join("?" * len(names))
@@ -622,7 +552,7 @@ class SqliteStore(SqlStore):
                           "ORDER BY updated_at LIMIT ?", (RunStatus.QUEUED, RunStatus.INTERRUPTED, *names, limit))
         return [(r["run_id"], RunStatus(r["status"])) for r in rows]
 
-    @_translated
+    @translated
     def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
         wanted = list(statuses)
         marks = ", ".join("?" * len(wanted))
@@ -632,18 +562,18 @@ class SqliteStore(SqlStore):
 
     # ---- reads: steps and outputs
 
-    @_translated
+    @translated
     def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
         return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}", (run_id, parent_seq))]
 
-    @_translated
+    @translated
     def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
         rows = self._rows(f"SELECT {STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
                           f"AND o.seq = s.seq) AS value {_CHILDREN}", (run_id, parent_seq))
         return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
                 for r in rows if r["status"] == StepStatus.COMPLETED]
 
-    @_translated
+    @translated
     def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
         r = self.conn.execute("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = ? AND seq = ?",
                               (run_id, seq)).fetchone()
@@ -652,7 +582,7 @@ class SqliteStore(SqlStore):
         self.rows_read += 1
         return StepBrief(r[0], _vocabulary(StepStatus, r[1], f"step {r[0]!r}"), r[2], r[3])
 
-    @_translated
+    @translated
     def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
         return [step_from_row(r) for r in self._rows(
             f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS NULL "
@@ -661,7 +591,7 @@ class SqliteStore(SqlStore):
 
     # ---- writes
 
-    @_translated
+    @translated
     def insert_run(self, run: NewRun) -> None:
         at = _text(run.created_at)
         self.conn.execute(
@@ -678,61 +608,7 @@ class SqliteStore(SqlStore):
         self.conn.execute("INSERT OR IGNORE INTO definitions (fingerprint, definition) VALUES (?, ?)",
                           (fingerprint, definition))
 
-    _STEP_INSERT = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
-                    "idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-
-    @staticmethod
-    def _step_values(run_id: str, s: NewStep) -> tuple[Any, ...]:
-        return (run_id, s.seq, s.name, s.iteration, s.agent, s.parent, s.status, s.attempts, s.options,
-                s.idempotency_key)
-
-    @_translated
-    def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
-        self.conn.executemany(self._STEP_INSERT, (self._step_values(run_id, s) for s in steps))
-
-    @_translated
-    def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
-        rows = self._rows("SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
-        top = [r for r in rows if r["parent_seq"] is None]
-        old = {r["name"]: r for r in top}
-        shift = len(steps) - len(top)  # children stay after every top-level row, in their order
-        moved: dict[int, int] = {}  # old seq -> new seq of each kept execution
-        kept_rows = []
-        for s in steps:
-            kept = old.pop(s.name, None)
-            if kept is None:
-                kept_rows.append(self._step_values(run_id, s) + (None, None, None, None))
-                continue
-            moved[kept["seq"]] = s.seq
-            kept_rows.append((run_id, s.seq, s.name, kept["iteration"], kept["agent"], None, kept["status"],
-                              kept["attempts"], s.options, kept["idempotency_key"], kept["error"], kept["traceback"],
-                              kept["started_at"], kept["finished_at"]))
-        for r in rows:  # in seq order: a parent is placed before its children
-            if r["parent_seq"] is not None and r["parent_seq"] in moved:
-                moved[r["seq"]] = r["seq"] + shift
-                kept_rows.append((run_id, moved[r["seq"]], r["name"], r["iteration"], r["agent"],
-                                  moved[r["parent_seq"]], r["status"], r["attempts"], r["options"],
-                                  r["idempotency_key"], r["error"], r["traceback"], r["started_at"], r["finished_at"]))
-        self.conn.execute("DELETE FROM steps WHERE run_id = ?", (run_id,))
-        self.conn.executemany(
-            "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
-            "idempotency_key, error, traceback, started_at, finished_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", kept_rows)
-        # Outputs move with their execution without being read: park them at negative seqs, move the
-        # kept ones to their new seq, drop the rest.
-        self.conn.execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = ?", (run_id,))
-        self.conn.executemany("UPDATE outputs SET seq = ? WHERE run_id = ? AND seq = ?",
-                              [(new, run_id, -1 - was) for was, new in moved.items()])
-        self.conn.execute("DELETE FROM outputs WHERE run_id = ? AND seq < 0", (run_id,))
-        # Checkpoints follow their execution (an answer stays with the step that asked for it); one
-        # at no kept execution names none (negative), so it never matches an execution added later.
-        self.conn.executemany("UPDATE checkpoints SET seq = ? WHERE checkpoint_id = ?", [
-            (moved.get(r["seq"], -1 - r["seq"]), r["checkpoint_id"]) for r in self._rows(
-                "SELECT checkpoint_id, seq FROM checkpoints WHERE run_id = ? AND seq >= 0", (run_id,))
-            if moved.get(r["seq"]) != r["seq"]])
-        return sorted(old)
-
-    @_translated
+    @translated
     def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
         if "definition" in fields:
             if "fingerprint" not in fields:
@@ -742,7 +618,7 @@ class SqliteStore(SqlStore):
         return self.conn.execute(_run_update(names, fence is not None),
                                  (*values, run_id) if fence is None else (*values, run_id, fence)).rowcount == 1
 
-    @_translated
+    @translated
     def update_step(self, run_id: str, seq: int, **fields: Any) -> None:
         unknown = set(fields) - STEP_FIELDS
         if unknown or not fields:
@@ -751,7 +627,7 @@ class SqliteStore(SqlStore):
         self.conn.execute(f"UPDATE steps SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ? AND seq = ?",
                           [*values, run_id, seq])
 
-    @_translated
+    @translated
     def set_output(self, run_id: str, seq: int, json_text: str) -> None:
         self.conn.execute(_OUTPUT_INSERT, (run_id, seq, json_text))
 
@@ -760,18 +636,18 @@ class SqliteStore(SqlStore):
                                                           c.state, _text(c.deadline_at)))
         return int(cur.lastrowid)
 
-    @_translated
+    @translated
     def add_checkpoint(self, checkpoint: NewCheckpoint) -> int:
         return self._insert_checkpoint(checkpoint)
 
-    @_translated
+    @translated
     def cancel_open_steps(self, run_id: str, at: datetime) -> None:
         self.conn.execute(
             "UPDATE steps SET status = ?, finished_at = coalesce(finished_at, ?) "
             f"WHERE run_id = ? AND status IN ({', '.join('?' * len(OPEN_STEPS))})",
             (StepStatus.CANCELLED, _text(at), run_id, *sorted(OPEN_STEPS)))
 
-    @_translated
+    @translated
     def delete_runs(self, run_ids: Iterable[str]) -> None:
         ids = [(i,) for i in run_ids]
         fingerprints = [(r["fingerprint"],) for r in self._rows(
@@ -783,7 +659,7 @@ class SqliteStore(SqlStore):
         self.conn.executemany("DELETE FROM definitions WHERE fingerprint = ? AND NOT EXISTS "
                               "(SELECT 1 FROM runs WHERE fingerprint = definitions.fingerprint)", fingerprints)
 
-    @_translated
+    @translated
     def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
         # In SQL: upstream outputs move as stored text, never decoded or re-run.
         values = {"child": child, "parent": parent, "cut": cut_seq, "before": children_before,
@@ -808,7 +684,7 @@ class SqliteStore(SqlStore):
                           "JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
                           f"WHERE s.run_id = :parent AND {copied} ORDER BY s.seq", values)
 
-    @_translated
+    @translated
     def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
         # The decision keeps its original author and time; the comment names where it came from.
         cur = self.conn.execute(
@@ -828,7 +704,7 @@ class SqliteStore(SqlStore):
 
     # ---- copying between stores
 
-    @_translated
+    @translated
     def import_runs(self, batch: Sequence[RunRows]) -> None:
         if not self._in_transaction:
             raise RuntimeError("import_runs: call it inside transaction()")
