@@ -146,7 +146,7 @@ def _order(db: Path | str, table: str) -> str:
         return "rowid"
     keys = {"meta": "key", "runs": "run_id", "run_inputs": "run_id", "definitions": "fingerprint",
             "steps": "run_id, seq", "outputs": "run_id, seq", "checkpoints": "checkpoint_id", "events": "event_id",
-            "run_counts": "status"}
+            "run_counts": "status, slot"}
     return keys[table]
 
 

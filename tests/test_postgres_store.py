@@ -227,6 +227,37 @@ def test_a_newer_schema_is_refused(url, postgres_schema):
     assert server(f"SELECT run_id FROM {postgres_schema}.runs") == [("r1",)]  # untouched
 
 
+def test_runs_per_status_kept_across_the_upgrade_to_slots_are_then_counted_per_connection(url, postgres_schema):
+    from relaypoint.store.postgres import MIGRATIONS, SCHEMA_VERSION
+
+    server(f"CREATE SCHEMA {postgres_schema}")
+    with psycopg.connect(POSTGRES_URL, autocommit=True, options=f"-c search_path={postgres_schema}") as conn:
+        with conn.transaction():  # the schema before slots, with runs counted in it
+            for migrate in MIGRATIONS[:-1]:
+                for statement in migrate(postgres_schema):
+                    conn.execute(statement)
+            conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', %s)",
+                         (str(SCHEMA_VERSION - 1),))
+            conn.execute("INSERT INTO runs (run_id, workflow, status, created_at, updated_at) "
+                         "SELECT 'q' || i, 'w', 'queued', now(), now() FROM generate_series(0, 2) AS i")
+    with open_store(url) as store:  # upgraded here
+        assert store.count_by_status() == {"queued": 3}
+    code = ("import sys\nfrom relaypoint.store import open_store\n"
+            "with open_store(sys.argv[1]) as s, s.transaction(sys.argv[2]):\n"
+            "    s.update_run(sys.argv[2], status='failed')\n")
+    for i in range(3):  # each from a connection of its own, so counted in its own slot
+        subprocess.run([sys.executable, "-c", code, url, f"q{i}"], check=True)
+    with open_store(url) as store:
+        assert store.count_by_status() == {"failed": 3}
+        with store.transaction():
+            store.delete_runs(["q0"])
+        assert store.count_by_status() == {"failed": 2}
+    slots = server(f"SELECT status, slot, runs FROM {postgres_schema}.run_counts WHERE runs <> 0")
+    assert len({slot for _, slot, _ in slots}) > 1, slots  # the changes went to several rows
+    assert server(f"SELECT status, sum(runs)::int FROM {postgres_schema}.run_counts GROUP BY status "
+                  "HAVING sum(runs) <> 0") == [("failed", 2)]
+
+
 def test_a_schema_holding_other_tables_is_not_a_store(url, postgres_schema):
     server(f"CREATE SCHEMA {postgres_schema}")
     server(f"CREATE TABLE {postgres_schema}.invoices (id int)")
