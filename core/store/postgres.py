@@ -580,15 +580,26 @@ class PostgresStore(SqlStore):
             except psycopg.Error:
                 pass
 
-    def _tables(self) -> set[str]:
-        return {r["tablename"] for r in self.conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (self.schema,))}
+    def _catalog(self) -> dict[str, Any] | None:
+        """What opening needs to know of the schema, in one query of the catalog (each query of a new
+        connection's first ones costs milliseconds: its caches are cold): ``usage`` (may this user use
+        it), ``tables`` (its tables' names), ``writes`` (may this user insert, update and delete in
+        all of them but meta; None without tables). None when there is no such schema."""
+        return self.conn.execute(
+            "SELECT has_schema_privilege(n.oid, 'USAGE') AS usage, "
+            "array(SELECT c.relname::text FROM pg_class c WHERE c.relnamespace = n.oid "
+            "AND c.relkind IN ('r', 'p')) AS tables, "
+            "(SELECT bool_and(has_table_privilege(c.oid, 'INSERT') AND has_table_privilege(c.oid, 'UPDATE') "
+            "AND has_table_privilege(c.oid, 'DELETE')) FROM pg_class c WHERE c.relnamespace = n.oid "
+            "AND c.relkind = 'r' AND c.relname <> 'meta') AS writes "
+            "FROM pg_namespace n WHERE n.nspname = %s", (self.schema,)).fetchone()
 
-    def _schema_version(self, tables: set[str]) -> int:
-        """0 for no store in the schema; else its version. Raises ``NotAStore``, ``StoreDamaged``."""
-        if not tables:
+    def _schema_version(self, catalog: dict[str, Any] | None) -> int:
+        """0 for no store in the schema (``catalog``, see :meth:`_catalog`); else its version. Raises
+        ``NotAStore``, ``StoreDamaged``."""
+        if catalog is None or not catalog["tables"]:
             return 0
-        if "meta" not in tables:
+        if "meta" not in catalog["tables"]:
             raise NotAStore(f"schema {self.schema} of {self._database()} holds tables but is not a relaypoint "
                             "store (no meta table); name another schema with ?schema=NAME")
         meta = {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
@@ -607,20 +618,19 @@ class PostgresStore(SqlStore):
         return self._where.rsplit("/", 1)[0]
 
     def _check_and_migrate(self, create: bool) -> None:
+        catalog = self._catalog()
         # A schema this user may not use is left out of its search_path silently: say so instead.
-        usable = self.conn.execute("SELECT has_schema_privilege(oid, 'USAGE') AS usage FROM pg_namespace "
-                                   "WHERE nspname = %s", (self.schema,)).fetchone()
-        if usable is not None and not usable["usage"]:
+        if catalog is not None and not catalog["usage"]:
             user = self._user or "this user"
             raise StoreDenied(f"{self._where}: {user} may not use schema {self.schema}; an administrator can "
                               f"GRANT USAGE ON SCHEMA {self.schema} and SELECT, INSERT, UPDATE, DELETE ON ALL TABLES "
                               f"IN SCHEMA {self.schema} to it")
-        version = self._schema_version(self._tables())
+        version = self._schema_version(catalog)
         if version > SCHEMA_VERSION:
             raise StoreNewer(f"{self._where} has store schema version {version}, newer than this relaypoint "
                              f"understands ({SCHEMA_VERSION}); upgrade relaypoint to open it")
         if version == SCHEMA_VERSION:
-            self._note_a_reader()
+            self._note_a_reader(catalog["writes"])
             return
         if version == 0 and not create:
             raise StoreMissing(f"no relaypoint store at {self._where}; make one with `relaypoint --db URL demo` or "
@@ -632,16 +642,12 @@ class PostgresStore(SqlStore):
                                 f"{SCHEMA_VERSION}, which writes to it; open it once as a user who can write it")
         self._migrate()
 
-    def _note_a_reader(self) -> None:
-        """A user who may read the tables but not write them browses: the store opens read-only,
-        saying why, as a SQLite file this user cannot write does (instead of failing each action)."""
+    def _note_a_reader(self, writes: bool | None) -> None:
+        """A user who may read the tables but not write them (``writes``, see :meth:`_catalog`)
+        browses: the store opens read-only, saying why, as a SQLite file this user cannot write does
+        (instead of failing each action)."""
         if self.readonly:
             return
-        writes = self.conn.execute(
-            "SELECT bool_and(has_table_privilege(c.oid, 'INSERT') AND has_table_privilege(c.oid, 'UPDATE') "
-            "AND has_table_privilege(c.oid, 'DELETE')) AS writes FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r' "
-            "AND c.relname <> 'meta'", (self.schema,)).fetchone()["writes"]
         if not writes:
             self.readonly = True
             self._readonly_reason = (f"{self._user or 'this user'} may only read schema {self.schema}; an administrator "
@@ -650,11 +656,12 @@ class PostgresStore(SqlStore):
     def _migrate(self) -> None:
         with self.conn.transaction():
             self.conn.execute(_LOCK, self._lock_keys)
-            # Made only when missing: a schema an administrator made (granting CREATE on it alone) is used as is.
-            if self.conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is None:
-                self.conn.execute(f"CREATE SCHEMA {self.schema}")
             # Re-read under the lock: another process may have made or migrated the store meanwhile.
-            version = self._schema_version(self._tables())
+            catalog = self._catalog()
+            # Made only when missing: a schema an administrator made (granting CREATE on it alone) is used as is.
+            if catalog is None:
+                self.conn.execute(f"CREATE SCHEMA {self.schema}")
+            version = self._schema_version(catalog)
             if version > SCHEMA_VERSION:
                 raise StoreNewer(f"{self._where} has store schema version {version}, newer than this relaypoint "
                                  f"understands ({SCHEMA_VERSION}); upgrade relaypoint to open it")
