@@ -213,7 +213,7 @@ def test_the_store_lives_in_its_schema_with_the_sqlite_stores_tables(url, postgr
     types = dict(server("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
                         "AND table_name = 'runs'", (postgres_schema,)))
     assert types["created_at"] == types["lease_expires_at"] == "timestamp with time zone"
-    assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("2",)]
+    assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("4",)]
     assert server("SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'runs'") == [(0,)]
 
 
@@ -222,11 +222,33 @@ def test_a_newer_schema_is_refused(url, postgres_schema):
         add_run(store, "r1")
     server(f"UPDATE {postgres_schema}.meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(StoreNewer, match=r"has store schema version 99, newer than this relaypoint understands "
-                                         r"\(2\); upgrade relaypoint to open it$"):
+                                         r"\(4\); upgrade relaypoint to open it$"):
         open_store(url)
     assert server(f"SELECT run_id FROM {postgres_schema}.runs") == [("r1",)]  # untouched
 
 
+def test_a_version_2_store_is_upgraded_to_plan_its_boundaries_once_per_connection(url, postgres_schema):
+    from relaypoint.store.postgres import MIGRATIONS
+
+    server(f"CREATE SCHEMA {postgres_schema}")
+    with psycopg.connect(POSTGRES_URL, autocommit=True, options=f"-c search_path={postgres_schema}") as conn:
+        with conn.transaction():
+            for migrate in MIGRATIONS[:2]:
+                for statement in migrate(postgres_schema):
+                    conn.execute(statement)
+            conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', '2')")
+    config = ("SELECT proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+              "WHERE nspname = %s AND proname = 'commit_boundary'")
+    assert server(config, (postgres_schema,)) == [(None,)]
+    wf = Workflow("three")
+    for name in ("a", "b", "c"):
+        wf.step(name=name)(lambda ctx, name=name: {"step": name})
+    with Runtime(url, [wf], create=False) as rt:  # upgraded here
+        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("4",)]
+        assert server(config, (postgres_schema,)) == [(["plan_cache_mode=force_generic_plan"],)]
+        run = rt.get(rt.start("three"))
+    assert run.status == RunStatus.COMPLETED
+    assert [(s.name, s.output) for s in run.tasks] == [("a", {"step": "a"}), ("b", {"step": "b"}), ("c", {"step": "c"})]
 def test_runs_per_status_kept_across_the_upgrade_to_slots_are_then_counted_per_connection(url, postgres_schema):
     from relaypoint.store.postgres import MIGRATIONS, SCHEMA_VERSION
 
