@@ -88,8 +88,10 @@ class Worker:
                 # (a failed run is resumable), one listed queued may need recovering alone
                 ended = rt.resume(rid, should_stop=self._alone_until_boundary if alone else self._should_release,
                                   only_if=status, skip_locked=True)
-            except RefusedTransition:
-                continue  # another worker is claiming it or claimed it first, or it changed state meanwhile
+            except RefusedTransition:  # another worker is claiming it or claimed it first, or it changed state
+                if alone:
+                    self.log(f"run {rid}: not recovered here (another worker took it, or it changed meanwhile)")
+                continue
             except RelaypointError as e:  # LeaseLost, drift, a failing definition: say it, go on
                 self.log(str(e) if str(e).startswith(f"run {rid}") else f"run {rid}: {e}")
                 if isinstance(e, StoreUnreachable):
