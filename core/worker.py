@@ -12,6 +12,7 @@ alone and charged, and the healthy runs that shared its worker are never suspect
 
 from __future__ import annotations
 
+import random
 import signal
 import threading
 from collections.abc import Callable, Iterable
@@ -66,17 +67,21 @@ class Worker:
                        max_recoveries=self.max_recoveries, durability=self.durability)
 
     def candidates(self, rt: Runtime) -> list[tuple[str, RunStatus]]:
-        """Runnable runs of known workflows with their status, oldest first: queued and interrupted
-        (after a sweep)."""
+        """The oldest ``CANDIDATES`` runnable runs of known workflows with their status (queued, and
+        interrupted after a sweep), in random order."""
         rt.sweep()
-        return rt.store.runnable([w.name for w in self.workflows], CANDIDATES)
+        listed = rt.store.runnable([w.name for w in self.workflows], CANDIDATES)
+        # Workers (and threads) that listed the same oldest runs would all go for the first one: in
+        # a random order they mostly reach different runs, instead of queuing on one claim after another.
+        random.shuffle(listed)
+        return listed
 
     def run_once(self, rt: Runtime) -> int:
-        """One poll: expire deadlines, then execute what can be claimed (an interrupted run alone,
-        see the class docstring); a store found unreachable ends the poll. Returns runs executed."""
+        """One poll: expire deadlines, then execute the first candidate that can be claimed (an
+        interrupted run alone, see the class docstring); a store found unreachable ends the poll.
+        Returns the runs executed: 1, or 0 when none could be claimed (the caller then waits)."""
         for rid in rt.expire_deadlines():
             self.log(f"run {rid}: pause deadline passed; rejected")
-        executed = 0
         for rid, status in self.candidates(rt):
             alone = status == RunStatus.INTERRUPTED
             if self.stopping.is_set() or not self._enter(rid if alone else None):
@@ -99,9 +104,9 @@ class Worker:
                 continue
             finally:
                 self._leave(alone)
-            executed += 1
             self.log(f"run {rid}: {ended}")
-        return executed
+            return 1  # the rest of the list went stale while the run executed: the next poll lists again
+        return 0
 
     def _enter(self, isolate: str | None) -> bool:
         """Take a turn to claim a run; with ``isolate`` (a recovered run's id), the only turn: wait

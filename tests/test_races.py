@@ -906,9 +906,10 @@ def test_a_worker_claims_a_run_only_while_it_is_in_the_status_it_listed_it_in(bo
     before = {r: procs.events(box.db, r) for r in (poison, healthy)}
     with worker._runtime() as rt:
         assert worker.run_once(rt) == 1, lines  # the poison pill failed, nothing executed
+        assert worker.run_once(rt) == 0, lines  # the same stale list again: every listing refused
+    refused = f"run {poison}: not recovered here (another worker took it, or it changed meanwhile)"
     assert [line for line in lines if "recovering it alone" not in line] == [
-        f"run {poison}: failed",  # the second listing of it is refused, and says so
-        f"run {poison}: not recovered here (another worker took it, or it changed meanwhile)"], lines
+        f"run {poison}: failed", refused, refused], lines
     row = procs.run_row(box.db, poison)
     assert row["status"] == "failed" and "died 3 times while executing it alone" in row["error"]
     assert [e["kind"] for e in procs.events(box.db, poison)[len(before[poison]):]] == ["run_failed"]
