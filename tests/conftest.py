@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import os
+import queue
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,13 +55,68 @@ def drop_schema(schema: str) -> None:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
+class SchemaDropper:
+    """Drops test schemas on a thread of its own, so a test's teardown does not wait for its
+    ``DROP SCHEMA ... CASCADE`` (a new connection and a commit: 20-30 ms, 0.1 s on a loaded machine).
+    :meth:`close` waits until every schema handed over is dropped, and raises the first error."""
+
+    BATCH = 8  # schemas per statement (each takes a lock per object it holds: a few dozen)
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, name="schema-dropper", daemon=True)
+        self._thread.start()
+
+    def drop(self, schema: str) -> None:
+        """Drop ``schema`` (if it exists) soon."""
+        self._queue.put(schema)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._errors:
+            raise self._errors[0]
+
+    def _run(self) -> None:
+        import psycopg
+
+        conn: psycopg.Connection | None = None
+        done = False
+        while not done:
+            batch = [self._queue.get()]
+            while len(batch) < self.BATCH and not self._queue.empty():
+                batch.append(self._queue.get())
+            done = None in batch
+            names = [s for s in batch if s is not None]
+            if not names:
+                continue
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(POSTGRES_URL, autocommit=True)
+                conn.execute(f"DROP SCHEMA IF EXISTS {', '.join(names)} CASCADE")
+            except psycopg.Error as e:
+                self._errors.append(e)
+        if conn is not None:
+            conn.close()
+
+
+@pytest.fixture(scope="session")
+def schema_dropper() -> Iterator[SchemaDropper]:
+    """The session's :class:`SchemaDropper`; every schema it was given is gone when the session ends."""
+    dropper = SchemaDropper()
+    yield dropper
+    dropper.close()
+
+
 @pytest.fixture
-def postgres_schema() -> Iterator[str]:
-    """A schema name of its own on the test server (``relaypoint_t<hex>``), dropped afterwards."""
+def postgres_schema(schema_dropper: SchemaDropper) -> Iterator[str]:
+    """A schema name of its own on the test server (``relaypoint_t<hex>``), dropped after the test
+    (by the session's :class:`SchemaDropper`, while the next tests run)."""
     postgres_server()
     schema = f"relaypoint_t{uuid.uuid4().hex[:16]}"
     yield schema
-    drop_schema(schema)
+    schema_dropper.drop(schema)
 
 
 @pytest.fixture(params=BACKENDS)
