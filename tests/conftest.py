@@ -22,6 +22,22 @@ BACKENDS = ["sqlite", "postgres"]
 POSTGRES_URL = os.environ.get("RELAYPOINT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
+TIMING_MODULES = frozenset({"test_races.py", "test_crash.py", "test_crash_matrix.py", "test_pattern_crash_matrix.py",
+                            "test_multihost.py", "test_pattern_durability.py", "test_postgres_store.py",
+                            "test_postgres_notify.py"})
+"""Tests of real processes racing, crashing and taking over expired leases, of sub-second leases
+kept by heartbeats, and of notifications' timing: under pytest-xdist they
+form one group (``--dist loadgroup``), run one at a time by one worker (alongside the other's
+ordinary tests, never alongside each other), and start first (the biggest group goes first)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in TIMING_MODULES:
+            item.add_marker(pytest.mark.xdist_group("timing"))
+
+
 @functools.cache
 def postgres_problem() -> str | None:
     """Why the test PostgreSQL server cannot be used (None: it answers)."""
