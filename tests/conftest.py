@@ -31,6 +31,14 @@ form one group (``--dist loadgroup``), run one at a time by one worker (alongsid
 ordinary tests, never alongside each other), and start first (the biggest group goes first)."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which starts the workers
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """With ``-s`` (the tests' own output wanted: the README's soak commands) or ``--pdb``, the tests
+    run in this process: xdist's workers would swallow the output, and refuse ``--pdb``."""
+    if config.getoption("capture") == "no" or config.getoption("usepdb"):
+        config.option.numprocesses = 0
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
