@@ -26,9 +26,9 @@ TIMING_MODULES = frozenset({"test_races.py", "test_crash.py", "test_crash_matrix
                             "test_multihost.py", "test_pattern_durability.py", "test_postgres_store.py",
                             "test_postgres_notify.py"})
 """Tests of real processes racing, crashing and taking over expired leases, of sub-second leases
-kept by heartbeats, and of notifications' timing: under pytest-xdist they
-form one group (``--dist loadgroup``), run one at a time by one worker (alongside the other's
-ordinary tests, never alongside each other), and start first (the biggest group goes first)."""
+kept by heartbeats, and of notifications' timing. Under pytest-xdist (pyproject's addopts) they
+form one group (``--dist loadgroup``) that one worker runs first (the biggest group goes first)
+and one test at a time: beside the other worker's ordinary tests, never beside each other."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which starts the workers
@@ -81,7 +81,7 @@ def drop_schema(schema: str) -> None:
 
 class SchemaDropper:
     """Drops test schemas on a thread of its own, so a test's teardown does not wait for its
-    ``DROP SCHEMA ... CASCADE`` (a new connection and a commit: 20-30 ms, 0.1 s on a loaded machine).
+    ``DROP SCHEMA ... CASCADE`` (a new connection and a commit: about 30 ms on an idle machine).
     :meth:`close` waits until every schema handed over is dropped, and raises the first error."""
 
     BATCH = 8  # schemas per statement (each takes a lock per object it holds: a few dozen)
