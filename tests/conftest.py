@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import os
+import queue
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,30 @@ from relaypoint.store import RunStore, open_store
 
 BACKENDS = ["sqlite", "postgres"]
 POSTGRES_URL = os.environ.get("RELAYPOINT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+TIMING_MODULES = frozenset({"test_races.py", "test_crash.py", "test_crash_matrix.py", "test_pattern_crash_matrix.py",
+                            "test_multihost.py", "test_pattern_durability.py", "test_postgres_store.py",
+                            "test_postgres_notify.py"})
+"""Tests of real processes racing, crashing and taking over expired leases, of sub-second leases
+kept by heartbeats, and of notifications' timing. Under pytest-xdist (pyproject's addopts) they
+form one group (``--dist loadgroup``) that one worker runs first (the biggest group goes first)
+and one test at a time: beside the other worker's ordinary tests, never beside each other."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which starts the workers
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """With ``-s`` (the tests' own output wanted: the README's soak commands) or ``--pdb``, the tests
+    run in this process: xdist's workers would swallow the output, and refuse ``--pdb``."""
+    if config.getoption("capture") == "no" or config.getoption("usepdb"):
+        config.option.numprocesses = 0
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in TIMING_MODULES:
+            item.add_marker(pytest.mark.xdist_group("timing"))
 
 
 @functools.cache
@@ -53,13 +79,68 @@ def drop_schema(schema: str) -> None:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
+class SchemaDropper:
+    """Drops test schemas on a thread of its own, so a test's teardown does not wait for its
+    ``DROP SCHEMA ... CASCADE`` (a new connection and a commit: about 30 ms on an idle machine).
+    :meth:`close` waits until every schema handed over is dropped, and raises the first error."""
+
+    BATCH = 8  # schemas per statement (each takes a lock per object it holds: a few dozen)
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, name="schema-dropper", daemon=True)
+        self._thread.start()
+
+    def drop(self, schema: str) -> None:
+        """Drop ``schema`` (if it exists) soon."""
+        self._queue.put(schema)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._errors:
+            raise self._errors[0]
+
+    def _run(self) -> None:
+        import psycopg
+
+        conn: psycopg.Connection | None = None
+        done = False
+        while not done:
+            batch = [self._queue.get()]
+            while len(batch) < self.BATCH and not self._queue.empty():
+                batch.append(self._queue.get())
+            done = None in batch
+            names = [s for s in batch if s is not None]
+            if not names:
+                continue
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(POSTGRES_URL, autocommit=True)
+                conn.execute(f"DROP SCHEMA IF EXISTS {', '.join(names)} CASCADE")
+            except psycopg.Error as e:
+                self._errors.append(e)
+        if conn is not None:
+            conn.close()
+
+
+@pytest.fixture(scope="session")
+def schema_dropper() -> Iterator[SchemaDropper]:
+    """The session's :class:`SchemaDropper`; every schema it was given is gone when the session ends."""
+    dropper = SchemaDropper()
+    yield dropper
+    dropper.close()
+
+
 @pytest.fixture
-def postgres_schema() -> Iterator[str]:
-    """A schema name of its own on the test server (``relaypoint_t<hex>``), dropped afterwards."""
+def postgres_schema(schema_dropper: SchemaDropper) -> Iterator[str]:
+    """A schema name of its own on the test server (``relaypoint_t<hex>``), dropped after the test
+    (by the session's :class:`SchemaDropper`, while the next tests run)."""
     postgres_server()
     schema = f"relaypoint_t{uuid.uuid4().hex[:16]}"
     yield schema
-    drop_schema(schema)
+    schema_dropper.drop(schema)
 
 
 @pytest.fixture(params=BACKENDS)
