@@ -163,8 +163,9 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
     if os.environ.get("CRASHAPP_POSTGRES"):
         import psycopg
 
-        # PostgreSQL: B once a store transaction holds the schema's advisory lock (claims, heartbeats,
-        # decisions: PostgresStore._write), E when it has ended. A boundary is one statement that
+        # PostgreSQL: B once a store transaction holds the schema's advisory lock, exclusively
+        # (decisions, sweeps) or shared (a run's: claims, heartbeats; PostgresStore._write), E when
+        # it has ended. A boundary is one statement that
         # commits itself (the schema's commit_boundary function): here it runs inside an explicit
         # transaction instead, B once the function has written and E after COMMIT, so that a kill
         # can land between its writes and their commit, as inside SQLite's BEGIN IMMEDIATE.
@@ -196,7 +197,7 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
                         _append(TXN_LOG, f"{_tag()} E {where} {time.monotonic():.4f}")
                 return cur
             cur = _pg_execute(self, query, params, **kwargs)
-            if text.startswith("SELECT pg_advisory_xact_lock("):
+            if text.startswith(("SELECT pg_advisory_xact_lock(", "SELECT pg_advisory_xact_lock_shared(")):
                 where = _where()
                 _pg_open[id(self)] = where
                 _append(TXN_LOG, f"{_tag()} B {where} {time.monotonic():.4f}")
