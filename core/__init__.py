@@ -10,7 +10,7 @@ decisions, event kinds) and the typed errors. Drivers (what a run does next) liv
 
 from .errors import (AppLoadError, DefinitionError, DriftError, InvalidValue, LeaseLost, RefusedTransition,
                      RelaypointError, StoreError, UnknownRun, UnknownStep, UnknownWorkflow)
-from .models import Checkpoint, Event, Run, RunSummary, StepRecord
+from .models import Checkpoint, Event, PendingDecision, Run, RunSummary, StepRecord
 from .patterns import human
 from .runtime import Runtime
 from .status import CheckpointKind, Decision, EventKind, RunStatus, StepStatus
@@ -18,7 +18,7 @@ from .workflow import Context, Workflow
 
 __all__ = [
     "AppLoadError", "Checkpoint", "CheckpointKind", "Context", "Decision", "DefinitionError", "DriftError", "Event",
-    "EventKind", "InvalidValue", "LeaseLost", "RefusedTransition", "RelaypointError", "Run", "RunStatus",
+    "EventKind", "InvalidValue", "LeaseLost", "PendingDecision", "RefusedTransition", "RelaypointError", "Run", "RunStatus",
     "RunSummary", "Runtime", "StepRecord", "StepStatus", "StoreError", "UnknownRun", "UnknownStep", "UnknownWorkflow",
     "Workflow", "human",
 ]

@@ -103,6 +103,15 @@ class Checkpoint(_Model):
     deadline_at: datetime | None = None
 
 
+class PendingDecision(Checkpoint):
+    """A decision a person or host owes: the undecided pausing checkpoint (approval, input, orphan)
+    a paused run waits on, with the run's ``workflow`` and ``status`` (awaiting_approval or
+    awaiting_input). The review queue's entries, oldest first."""
+
+    workflow: str
+    status: RunStatus
+
+
 class RunHead(RunSummary):
     """A run's own row: its summary with the input and definition (decoded leniently, for display:
     a damaged value reads ``{"unreadable": <raw text>}``), the definition's ``fingerprint``, and

@@ -23,7 +23,7 @@ from .defaults import DURABILITY, LEASE_SECONDS
 from .errors import DefinitionError, InvalidValue, RefusedTransition, UnknownWorkflow
 from .execution import Executor
 from .forks import Forks
-from .models import Checkpoint, Event, Run, RunSummary, StepRecord
+from .models import Checkpoint, Event, PendingDecision, Run, RunSummary, StepRecord
 from .recovery import Recovery
 from .refusals import resume_refusal
 from .retention import Retention
@@ -138,6 +138,13 @@ class Runtime:
         self.sweep()
         return self.store.list_runs(status=status, workflow=workflow, limit=limit, before=before, after=after,
                                     within=within, oldest_first=oldest_first, search=search)
+
+    def pending_decisions(self, limit: int = 100) -> list[PendingDecision]:
+        """The review queue: decisions owed across all runs (approvals, input requests, orphan
+        holds), oldest first, at most ``limit``; each names the checkpoint a decision must cite
+        (``checkpoint_id``, the stale-view guard of approve, reject and respond). Never reads step
+        outputs."""
+        return self.store.pending_decisions(limit)
 
     def events(self, run_id: str) -> list[Event]:
         """The run's audit trail, oldest first. Raises ``UnknownRun``."""

@@ -426,6 +426,26 @@ def test_due_pauses_and_close_pauses(store):
     assert [c.checkpoint_id for c in store.due_pauses(at(1000))] == [soon]
 
 
+def test_pending_decisions_are_each_paused_runs_newest_open_pause_oldest_first(store):
+    add_run(store, "late", status=RunStatus.AWAITING_APPROVAL, workflow="w2")
+    add_run(store, "early", status=RunStatus.AWAITING_INPUT)
+    add_run(store, "ended", status=RunStatus.CANCELLED)
+    add_run(store, "decided", status=RunStatus.AWAITING_APPROVAL)
+    stale = pause(store, "early", kind="input")
+    early = pause(store, "early", kind="input", step="b")  # the newest open pause is the one owed
+    late = pause(store, "late")
+    pause(store, "ended")  # undecided, but its run is no longer paused
+    done = pause(store, "decided")
+    with store.transaction():
+        store.decide(done, "approved", "alice", at(2))
+    pending = store.pending_decisions(10)
+    assert [(p.run_id, p.checkpoint_id, p.kind, p.step, p.workflow, p.status) for p in pending] == [
+        ("early", early, "input", "b", "flow", RunStatus.AWAITING_INPUT),
+        ("late", late, "approval", "a", "w2", RunStatus.AWAITING_APPROVAL)]
+    assert stale < early and pending[1].reason == "approve the output of step 'a'"
+    assert [p.run_id for p in store.pending_decisions(1)] == ["early"]
+
+
 def test_a_fork_copies_upstream_executions_and_outputs_as_stored(store):
     add_run(store, "p", owner=lease())
     store.commit_boundary(Boundary(run_id="p", at=at(0), started=StepStart(0)))

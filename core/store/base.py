@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from ..errors import RefusedTransition, StoreError
-from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, RunHead, RunSummary, StepRecord
+from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import RunStatus, StepStatus
 
 # ---- errors -------------------------------------------------------------------------------------
@@ -527,6 +527,12 @@ class RunStore(ABC):
     @abstractmethod
     def due_pauses(self, now: datetime) -> list[Checkpoint]:
         """Undecided checkpoints whose deadline is at or before ``now`` (UTC)."""
+
+    @abstractmethod
+    def pending_decisions(self, limit: int) -> list[PendingDecision]:
+        """The decisions owed across all runs, oldest first (by checkpoint id), at most ``limit``: for
+        each paused run (awaiting_approval, awaiting_input), its newest undecided pausing checkpoint.
+        Reads the paused runs through the status index; never reads outputs."""
 
     @abstractmethod
     def events(self, run_id: str) -> list[Event]:

@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 
 from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun
-from ..models import Checkpoint, Event, Owner, RunHead, RunSummary, StepRecord
+from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
+from ..status import PAUSED as PAUSED_RUNS
 from ..status import RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, NewStep, RunRows,
                    RunStore, StoreDamaged, StoreReadOnly)
@@ -402,6 +403,17 @@ class SqlStore(RunStore):
         return [checkpoint_from_row(r) for r in self._rows(
             f"SELECT * FROM checkpoints WHERE deadline_at IS NOT NULL AND deadline_at <= ? AND {UNDECIDED} "
             "ORDER BY checkpoint_id", (self._stamp(now),))]
+
+    @translated
+    def pending_decisions(self, limit: int) -> list[PendingDecision]:
+        paused = tuple(sorted(str(s) for s in PAUSED_RUNS))
+        rows = self._rows(
+            "SELECT c.*, r.workflow AS run_workflow, r.status AS run_status FROM runs r "
+            "JOIN checkpoints c ON c.checkpoint_id = (SELECT max(p.checkpoint_id) FROM checkpoints p "
+            f"WHERE p.run_id = r.run_id AND {PAUSED} AND {UNDECIDED}) "
+            f"WHERE r.status IN {paused!r} ORDER BY c.checkpoint_id LIMIT ?", (limit,))
+        return [PendingDecision(**checkpoint_from_row(r).model_dump(), workflow=r["run_workflow"],
+                                status=r["run_status"]) for r in rows]
 
     @translated
     def events(self, run_id: str) -> list[Event]:
