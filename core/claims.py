@@ -23,7 +23,7 @@ from .models import Checkpoint, Owner, RunHead, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import resume_refusal
 from .status import OPEN_STEPS, PAUSE_KINDS, CheckpointKind, EventKind, RunStatus, StepStatus, goes_on
-from .store import NewCheckpoint, NewRun, NewStep, RunStore
+from .store import Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, RunStore
 from .workflow import Workflow, describe_drift, fingerprint
 
 
@@ -44,31 +44,37 @@ class Claims:
 
     def start(self, run_id: str, wf: Workflow, input_text: str) -> Claim:
         """Record a new run of ``wf`` (its planned steps pending, the first one started) owned by
-        this process, in one transaction."""
+        this process, in one transaction (:meth:`RunStore.start_run`)."""
         driver = wf.driver()
         definition = driver.definition()
         lease = self.lease(run_id)
         at = now_of(self.clock)
-        state = driver.initial_state()
         planned = driver.planned()
-        with self.store.transaction(run_id):
-            self.store.insert_run(NewRun(
-                run_id=run_id, workflow=wf.name, status=RunStatus.RUNNING, input=input_text,
-                definition=encoding.dumps_trusted(definition, "definition"), fingerprint=wf.fingerprint(),
-                created_at=at,
-                steps_total=len(planned), current_step=planned[0].name if planned else None, lease=lease.lease()))
-            self.store.insert_steps(run_id, (
-                NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(run_id, Call(s.name)),
-                        options=encoding.dumps_trusted(s.options(), "options"))
-                for i, s in enumerate(planned)))
-            # what a step sees is the input as stored (a tuple reads back as a list), as on resume
-            input = encoding.loads(input_text)
-            state, action, cur = self.executor.resolve(run_id, driver, state, input, fresh_from=0)
-            self.store.add_checkpoint(NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None,
-                                                    at, state=state_json(state)))
-            self.store.add_event(run_id, at, EventKind.RUN_STARTED, workflow=wf.name, pid=lease.pid, host=HOST)
-            claim = Claim(run_id, driver, lease, input, state, action, cur, steps_done=0, fresh_from=0)
-            self._begin(claim, at)
+        # what a step sees is the input as stored (a tuple reads back as a list), as on resume
+        input = encoding.loads(input_text)
+        # a fresh run: resolving reads nothing of the store, so everything is written at once after it
+        state, action, cur = self.executor.resolve(run_id, driver, driver.initial_state(), input, fresh_from=0)
+        claim = Claim(run_id, driver, lease, input, state, action, cur, steps_done=0, fresh_from=0)
+        events = [NewEvent(EventKind.RUN_STARTED, detail={"workflow": wf.name, "pid": lease.pid, "host": HOST})]
+        started = checkpoint = None
+        if cur is not None:
+            claim.next_seq = len(planned)  # an execution the driver appends comes after the planned rows
+            started, claim.current = self.executor.start_of(claim, cur)
+            if isinstance(started.step, NewStep):
+                # a checkpoint naming the row, so a resume after a crash re-runs it instead of appending
+                checkpoint = NewCheckpoint(run_id, CheckpointKind.BOUNDARY, claim.current.seq, cur.call.name, at,
+                                           state=state_json(state))
+            events.append(NewEvent(EventKind.STEP_STARTED, step=cur.call.name,
+                                   detail={"attempt": cur.attempt, **located(cur.call)}))
+        self.store.start_run(
+            NewRun(run_id=run_id, workflow=wf.name, status=RunStatus.RUNNING, input=input_text,
+                   definition=encoding.dumps_trusted(definition, "definition"), fingerprint=wf.fingerprint(),
+                   created_at=at, steps_total=len(planned), current_step=planned[0].name if planned else None,
+                   lease=lease.lease()),
+            [NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(run_id, Call(s.name)),
+                     options=encoding.dumps_trusted(s.options(), "options")) for i, s in enumerate(planned)],
+            NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None, at, state=state_json(state)),
+            Boundary(run_id, at, fence=lease.token, started=started, checkpoint=checkpoint, events=events))
         return claim
 
     def _begin(self, claim: Claim, at: datetime) -> None:

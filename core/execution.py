@@ -172,7 +172,7 @@ class Executor:
                        options=encoding.dumps_trusted(options, "options"),
                        iteration=cur.call.iteration, agent=cur.call.agent, parent=cur.call.parent)
 
-    def _start_of(self, claim: Claim, nxt: Current) -> tuple[StepStart, Current]:
+    def start_of(self, claim: Claim, nxt: Current) -> tuple[StepStart, Current]:
         """How a boundary starts ``nxt``: its planned row, or a row appended at the next seq."""
         if nxt.seq is not None:
             claim.started(nxt.seq)
@@ -276,7 +276,7 @@ class Executor:
             else:
                 # the seq first: an appended execution's boundary checkpoint names its row, so a
                 # resume after a crash re-runs that row instead of appending a second one
-                started, nxt = self._start_of(claim, nxt)
+                started, nxt = self.start_of(claim, nxt)
                 events.append(NewEvent(EventKind.STEP_STARTED, step=nxt.call.name,
                                        detail={"attempt": nxt.attempt, **located(nxt.call)}))
             checkpoint = NewCheckpoint(run_id, CheckpointKind.BOUNDARY, nxt.seq if nxt.seq is not None else after,

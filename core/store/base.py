@@ -661,6 +661,18 @@ class RunStore(ABC):
         owns the run; :class:`StoreReadOnly`, :class:`StoreBusy`, :class:`StoreFull` as
         :meth:`transaction`. Must not be called inside :meth:`transaction`."""
 
+    @abstractmethod
+    def start_run(self, run: NewRun, steps: Sequence[NewStep], start: NewCheckpoint,
+                  boundary: Boundary) -> BoundaryResult:
+        """Record a new run and its first boundary in one transaction: the run's row (with its input
+        and definition, see :meth:`insert_run`), its planned executions ``steps``, its ``start``
+        checkpoint, then what ``boundary`` writes (see :meth:`commit_boundary`; fenced on the lease
+        the new run is inserted with). On PostgreSQL this is one round trip to the server.
+
+        Raises :class:`StoreError` when the run id exists (nothing written); :class:`StoreReadOnly`,
+        :class:`StoreBusy`, :class:`StoreFull` as :meth:`transaction`. Must not be called inside
+        :meth:`transaction`."""
+
     # ---- helpers shared by backends
 
     def __enter__(self) -> RunStore:

@@ -736,45 +736,15 @@ class SqliteStore(SqlStore):
     # ---- the hot path
 
     def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
-        # The hot path: fixed statement texts (prepared once, cached by sqlite3), the boundary's
-        # time converted once, one b-tree page or two per table touched.
-        b = boundary
         if self.readonly:
             raise self._read_only()
         if self._in_transaction:
             raise RuntimeError(NESTED)
-        at = _text(b.at)
-        ended, started, cp = b.ended, b.started, b.checkpoint
-        names, values = _run_values({"updated_at": b.at, **b.run}, at)
         execute = self.conn.execute
         try:
             execute("BEGIN IMMEDIATE")
             try:
-                if execute(_run_update(names, b.fence is not None),
-                           (*values, b.run_id) if b.fence is None else (*values, b.run_id, b.fence)).rowcount != 1:
-                    raise self._refused(b.run_id)
-                if ended is not None:
-                    execute(_STEP_END, (ended.status, at, ended.error, ended.traceback, b.run_id, ended.seq))
-                    if ended.output_json is not None:
-                        execute(_OUTPUT_INSERT, (b.run_id, ended.seq, ended.output_json))
-                if started is not None:
-                    s = started.step
-                    if isinstance(s, NewStep):
-                        execute(_STEP_APPEND, (b.run_id, s.seq, s.name, s.iteration, s.agent, s.parent, started.attempt,
-                                               s.options, at, s.idempotency_key))
-                    else:
-                        execute(_STEP_START, (started.attempt, at, b.run_id, s))
-                checkpoint_id = None
-                if cp is not None:
-                    checkpoint_id = execute(_CHECKPOINT_INSERT, (
-                        cp.run_id, cp.seq, cp.step, cp.kind, at if cp.at == b.at else _text(cp.at), cp.reason,
-                        cp.state, _text(cp.deadline_at))).lastrowid
-                if b.events:
-                    self.conn.executemany(_EVENT_INSERT, [
-                        (b.run_id, at, ev.kind, ev.step, ev.actor,
-                         event_detail({"checkpoint_id": checkpoint_id, **ev.detail}
-                                      if ev.names_checkpoint else ev.detail))
-                        for ev in b.events])
+                checkpoint_id = self._boundary_writes(boundary)
                 execute("COMMIT")
             except BaseException:
                 if self.conn.in_transaction:
@@ -783,6 +753,48 @@ class SqliteStore(SqlStore):
         except sqlite3.Error as e:
             raise self.translate(e) from None
         return BoundaryResult(checkpoint_id=checkpoint_id)
+
+    def start_run(self, run: NewRun, steps: Sequence[NewStep], start: NewCheckpoint,
+                  boundary: Boundary) -> BoundaryResult:
+        with self.transaction(run.run_id):
+            self.insert_run(run)
+            self.insert_steps(run.run_id, steps)
+            self.add_checkpoint(start)
+            return BoundaryResult(checkpoint_id=self._boundary_writes(boundary))
+
+    def _boundary_writes(self, b: Boundary) -> int | None:
+        """The statements of boundary ``b``, in the open transaction; returns its checkpoint's id.
+        The hot path: fixed statement texts (prepared once, cached by sqlite3), the boundary's time
+        converted once, one b-tree page or two per table touched."""
+        at = _text(b.at)
+        ended, started, cp = b.ended, b.started, b.checkpoint
+        names, values = _run_values({"updated_at": b.at, **b.run}, at)
+        execute = self.conn.execute
+        if execute(_run_update(names, b.fence is not None),
+                   (*values, b.run_id) if b.fence is None else (*values, b.run_id, b.fence)).rowcount != 1:
+            raise self._refused(b.run_id)
+        if ended is not None:
+            execute(_STEP_END, (ended.status, at, ended.error, ended.traceback, b.run_id, ended.seq))
+            if ended.output_json is not None:
+                execute(_OUTPUT_INSERT, (b.run_id, ended.seq, ended.output_json))
+        if started is not None:
+            s = started.step
+            if isinstance(s, NewStep):
+                execute(_STEP_APPEND, (b.run_id, s.seq, s.name, s.iteration, s.agent, s.parent, started.attempt,
+                                       s.options, at, s.idempotency_key))
+            else:
+                execute(_STEP_START, (started.attempt, at, b.run_id, s))
+        checkpoint_id = None
+        if cp is not None:
+            checkpoint_id = execute(_CHECKPOINT_INSERT, (
+                cp.run_id, cp.seq, cp.step, cp.kind, at if cp.at == b.at else _text(cp.at), cp.reason,
+                cp.state, _text(cp.deadline_at))).lastrowid
+        if b.events:
+            self.conn.executemany(_EVENT_INSERT, [
+                (b.run_id, at, ev.kind, ev.step, ev.actor,
+                 event_detail({"checkpoint_id": checkpoint_id, **ev.detail} if ev.names_checkpoint else ev.detail))
+                for ev in b.events])
+        return checkpoint_id
 
 
 # ---- conversions --------------------------------------------------------------------------------
