@@ -282,6 +282,52 @@ def test_a_boundary_commits_every_part_together(store):
     assert list(store.events("r1")[-1].detail.items()) == [("checkpoint_id", result.checkpoint_id), ("why", "x")]
 
 
+def new_run(run_id: str, steps: tuple[str, ...] = ("a", "b")) -> tuple[NewRun, list[NewStep]]:
+    definition = json.dumps([{"name": s} for s in steps])
+    return (NewRun(run_id=run_id, workflow="flow", status=RunStatus.RUNNING, input='{"k": 1}', definition=definition,
+                   fingerprint=fingerprint(json.loads(definition)), created_at=at(0), steps_total=len(steps),
+                   current_step=steps[0], lease=lease()),
+            [NewStep(seq=i, name=s, idempotency_key=f"{run_id}/{s}", options='{"retries": 2}' if i else "{}")
+             for i, s in enumerate(steps)])
+
+
+def test_start_run_writes_the_run_and_its_first_boundary_together(store):
+    run, steps = new_run("r1")
+    appended = NewStep(seq=2, name="extra", idempotency_key="r1/extra", iteration=2, agent="pro", parent=0)
+    result = store.start_run(run, steps, NewCheckpoint("r1", "start", 0, "a", at(0), state='{"s": 0}'), Boundary(
+        run_id="r1", at=at(0), fence="tok", started=StepStart(appended, attempt=1),
+        checkpoint=NewCheckpoint("r1", "boundary", 2, "extra", at(0), state='{"s": 1}'),
+        events=[NewEvent("run_started", detail={"workflow": "flow"}),
+                NewEvent("step_started", step="extra", detail={"attempt": 1}, names_checkpoint=True)]))
+    head = store.run("r1")
+    assert (head.status, head.workflow, head.input, head.steps_total, head.current_step, head.created_at,
+            head.updated_at, head.lease.pid) == (RunStatus.RUNNING, "flow", {"k": 1}, 2, "a", at(0), at(0), 4242)
+    assert head.definition == [{"name": "a"}, {"name": "b"}]
+    assert [(s.seq, s.name, s.status, s.attempts, s.options, s.iteration, s.agent, s.parent, s.idempotency_key)
+            for s in sorted(store.steps("r1"), key=lambda s: s.seq)] == [
+        (0, "a", StepStatus.PENDING, 0, {}, 1, None, None, "r1/a"),
+        (1, "b", StepStatus.PENDING, 0, {"retries": 2}, 1, None, None, "r1/b"),
+        (2, "extra", StepStatus.RUNNING, 1, {}, 2, "pro", 0, "r1/extra")]
+    start, boundary = store.checkpoints("r1")
+    assert (start.kind, start.seq, start.state, boundary.kind, boundary.seq, boundary.state) == (
+        "start", 0, {"s": 0}, "boundary", 2, {"s": 1})
+    assert result.checkpoint_id == boundary.checkpoint_id > start.checkpoint_id
+    assert [(e.kind, e.step, e.detail) for e in store.events("r1")] == [
+        ("run_started", None, {"workflow": "flow"}),
+        ("step_started", "extra", {"checkpoint_id": boundary.checkpoint_id, "attempt": 1})]
+    assert store.count_by_status() == {"running": 1}
+
+
+def test_start_run_of_an_existing_run_id_writes_nothing(store):
+    add_run(store, "r1", owner=lease())
+    before = everything(store, "r1")
+    run, steps = new_run("r1")
+    with pytest.raises(StoreError):
+        store.start_run(run, steps, NewCheckpoint("r1", "start", 0, "a", at(0)),
+                        Boundary(run_id="r1", at=at(0), fence="tok", started=StepStart(0)))
+    assert everything(store, "r1") == before and store.count_by_status() == {"running": 1}
+
+
 def test_a_refused_fence_raises_lease_lost_and_writes_nothing(store):
     add_run(store, "r1", owner=lease("theirs"))
     before = everything(store, "r1")

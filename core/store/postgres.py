@@ -137,17 +137,20 @@ _COMMIT_BOUNDARY = (
     "SELECT commit_boundary(%s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
     "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
     "%s::text[], %s::text[], %s::text[], %s::text[], %s::boolean[], %s, %s) AS checkpoint_id")
+_START_RUN = (
+    "SELECT start_run(%s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+    "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+    "%s::text[], %s::text[], %s::text[], %s::text[], %s::boolean[], %s, %s, "
+    "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+    "%s::bigint[], %s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::text[], "
+    "%s::text[], %s, %s, %s, %s, %s, %s, %s, %s) AS checkpoint_id")
 _CHILDREN = ("FROM steps s WHERE s.run_id = %(run)s AND s.name = (SELECT g.name FROM steps g "
              "WHERE g.run_id = %(run)s AND g.seq = %(parent)s) AND s.parent_seq = %(parent)s ORDER BY s.seq")
 
 
 # ---- schema -------------------------------------------------------------------------------------
 
-def _commit_boundary_function(schema: str, notify: str | None) -> str:
-    """The schema's ``commit_boundary`` function (see ``_migrate_1``); with ``notify`` (a channel), it
-    also notifies that channel (version 2), and replaces the one there."""
-    return (
-        f"""CREATE {'OR REPLACE ' if notify else ''}FUNCTION {schema}.commit_boundary(
+_BOUNDARY_PARAMETERS = """
                 p_run text, p_fence text, p_at timestamptz, p_fields text[],
                 p_status text, p_updated_at timestamptz, p_current_step text, p_steps_done bigint,
                 p_steps_total bigint, p_error text, p_fingerprint text, p_suspect_deaths bigint,
@@ -159,7 +162,15 @@ def _commit_boundary_function(schema: str, notify: str | None) -> str:
                 p_cp_kind text, p_cp_run text, p_cp_seq bigint, p_cp_step text, p_cp_at timestamptz,
                 p_cp_reason text, p_cp_state text, p_cp_deadline timestamptz,
                 p_ev_kinds text[], p_ev_steps text[], p_ev_actors text[], p_ev_details text[],
-                p_ev_names boolean[], p_lock1 integer, p_lock2 integer) RETURNS bigint
+                p_ev_names boolean[], p_lock1 integer, p_lock2 integer"""
+"""The parameters of the schema's ``commit_boundary`` function, in order (``start_run`` takes them first)."""
+
+
+def _commit_boundary_function(schema: str, notify: str | None) -> str:
+    """The schema's ``commit_boundary`` function (see ``_migrate_1``); with ``notify`` (a channel), it
+    also notifies that channel (version 2), and replaces the one there."""
+    return (
+        f"""CREATE {'OR REPLACE ' if notify else ''}FUNCTION {schema}.commit_boundary({_BOUNDARY_PARAMETERS}) RETURNS bigint
             LANGUAGE plpgsql AS $$
             DECLARE
                 updated bigint;
@@ -422,7 +433,48 @@ def _migrate_4(schema: str) -> list[str]:
     ]
 
 
-MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1, _migrate_2, _migrate_3, _migrate_4]
+def _migrate_5(schema: str) -> list[str]:
+    """Version 5: a run's start is one statement, a call of the schema's ``start_run`` function: the
+    run's row, input and definition, its planned executions (given as arrays), its start checkpoint,
+    then its first boundary (``commit_boundary``, with the same arguments), in one transaction. Sent
+    statement by statement, a start took 13 round trips."""
+    return [
+        f"""CREATE FUNCTION {schema}.start_run({_BOUNDARY_PARAMETERS},
+                r_workflow text, r_status text, r_parent_run text, r_forked_from text, r_fingerprint text,
+                r_created_at timestamptz, r_current_step text, r_steps_done bigint, r_steps_total bigint,
+                r_lease_token text, r_lease_pid bigint, r_lease_pid_start text, r_lease_host text,
+                r_lease_expires_at timestamptz, r_heartbeat_at timestamptz, r_input text, r_definition text,
+                s_seqs bigint[], s_names text[], s_iterations bigint[], s_agents text[], s_parents bigint[],
+                s_statuses text[], s_attempts bigint[], s_options text[], s_keys text[],
+                c_run text, c_seq bigint, c_step text, c_kind text, c_at timestamptz, c_reason text, c_state text,
+                c_deadline timestamptz) RETURNS bigint
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_advisory_xact_lock_shared(p_lock1, p_lock2);
+                INSERT INTO {schema}.runs (run_id, workflow, status, parent_run_id, forked_from_step, fingerprint,
+                                           created_at, updated_at, current_step, steps_done, steps_total,
+                                           lease_token, lease_pid, lease_pid_start, lease_host, lease_expires_at,
+                                           heartbeat_at)
+                    VALUES (p_run, r_workflow, r_status, r_parent_run, r_forked_from, r_fingerprint, r_created_at,
+                            r_created_at, r_current_step, r_steps_done, r_steps_total, r_lease_token, r_lease_pid,
+                            r_lease_pid_start, r_lease_host, r_lease_expires_at, r_heartbeat_at);
+                INSERT INTO {schema}.run_inputs (run_id, input) VALUES (p_run, r_input);
+                INSERT INTO {schema}.definitions (fingerprint, definition) VALUES (r_fingerprint, r_definition)
+                    ON CONFLICT (fingerprint) DO NOTHING;
+                INSERT INTO {schema}.steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
+                                            idempotency_key)
+                    SELECT p_run, s.* FROM unnest(s_seqs, s_names, s_iterations, s_agents, s_parents, s_statuses,
+                                                  s_attempts, s_options, s_keys) AS s;
+                INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at)
+                    VALUES (c_run, c_seq, c_step, c_kind, c_at, c_reason, c_state, c_deadline);
+                RETURN {schema}.commit_boundary(
+                    {", ".join(p.split()[0] for p in _BOUNDARY_PARAMETERS.split(","))});
+            END $$""",
+        f"ALTER FUNCTION {schema}.start_run SET plan_cache_mode = force_generic_plan",
+    ]
+
+
+MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1, _migrate_2, _migrate_3, _migrate_4, _migrate_5]
 """The schema's migrations in order: version N is reached by running ``MIGRATIONS[N - 1]``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -1169,37 +1221,27 @@ class PostgresStore(SqlStore):
 
     def start_run(self, run: NewRun, steps: Sequence[NewStep], start: NewCheckpoint,
                   boundary: Boundary) -> BoundaryResult:
-        # One round trip: the whole transaction sent as one message of statements (their values bound
-        # by psycopg on this side, as literals), the boundary's part the commit_boundary function.
-        # Taken one statement at a time, a 10-step run's start was 13 round trips.
+        # One statement, the schema's start_run function (schema version 5), in its own transaction.
         if self.readonly:
             raise self._read_only()
         if self._in_transaction:
             raise RuntimeError(NESTED)
-        step_rows = [self._step_values(run.run_id, s) for s in steps]
-        statements = ["BEGIN", _LOCK_SHARED, _RUN_INSERT, _INPUT_INSERT, _DEFINITION_INSERT]
-        if step_rows:
-            head, row = _dialect(self._STEP_INSERT).split(" VALUES ")
-            statements.append(f"{head} VALUES {', '.join([row] * len(step_rows))}")
-        statements += [_CHECKPOINT_INSERT, _COMMIT_BOUNDARY, "COMMIT"]
-        params = (*self._lock_keys, *self._run_insert_values(run), run.run_id, run.input, run.fingerprint,
-                  run.definition, *(v for row in step_rows for v in row), *self._checkpoint_values(start),
-                  *self._boundary_params(boundary))
+        if boundary.run_id != run.run_id:
+            raise ValueError(f"start_run: the boundary is of run {boundary.run_id}, not of {run.run_id}")
+        columns: list[list[Any]] = [[] for _ in range(9)]
+        for s in steps:
+            for column, value in zip(columns, self._step_values(run.run_id, s)[1:]):
+                column.append(value)
+        values = self._run_insert_values(run)
+        params = (*self._boundary_params(boundary), *values[1:7], *values[8:],  # updated_at is created_at
+                  run.input, run.definition, *columns, *self._checkpoint_values(start))
         with self._connection() as conn:
             try:
-                with psycopg.ClientCursor(conn) as cur:
-                    cur.execute("; ".join(statements), params)
-                    while True:  # the boundary's checkpoint id: the last statement returning rows
-                        if cur.description is not None:
-                            row = cur.fetchone()
-                        if not cur.nextset():
-                            break
+                row = conn.execute(_START_RUN, params).fetchone()
             except psycopg.Error as e:
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.broken:
-                    conn.execute("ROLLBACK")
-                if getattr(e, "sqlstate", None) == FENCE_REFUSED:
-                    raise self._refused(boundary.run_id) from None
-                raise
+                if getattr(e, "sqlstate", None) != FENCE_REFUSED:
+                    raise
+                raise self._refused(run.run_id) from None
         _committed(self._key)
         return BoundaryResult(checkpoint_id=row["checkpoint_id"])
 
