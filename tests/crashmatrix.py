@@ -165,8 +165,8 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
 
         # PostgreSQL: B once a store transaction holds the schema's advisory lock, exclusively
         # (decisions, sweeps) or shared (a run's: claims, heartbeats; PostgresStore._write), E when
-        # it has ended. A boundary is one statement that
-        # commits itself (the schema's commit_boundary function): here it runs inside an explicit
+        # it has ended. A boundary, and a run's start, is one statement that commits itself (the
+        # schema's commit_boundary and start_run functions): here it runs inside an explicit
         # transaction instead, B once the function has written and E after COMMIT, so that a kill
         # can land between its writes and their commit, as inside SQLite's BEGIN IMMEDIATE.
         # C: a new connection and its server process (the harness waits for the server processes of
@@ -181,7 +181,7 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
 
         def _pg_traced_execute(self, query, params=None, **kwargs):
             text = query if isinstance(query, str) else ""
-            if text.startswith("SELECT commit_boundary(") \
+            if text.startswith(("SELECT commit_boundary(", "SELECT start_run(")) \
                     and self.info.transaction_status == _pq.TransactionStatus.IDLE:
                 where = _where()
                 written = False
@@ -596,7 +596,7 @@ def _trigger(rng: random.Random, role: str, left: tuple[float, int, bool], lease
     ``("at", seconds)`` after the release, or ``("txn", caller, n)``: the moment the round's n-th
     transaction opened by ``caller`` holds the write lock (``commit_boundary`` a step boundary, the
     last one completing the run; ``_beat`` a heartbeat; ``resume`` the claim; ``sweep``;
-    ``start``/``_migrate`` the start's first writes)."""
+    ``start_run``/``_migrate`` the start's first writes)."""
     work, boundaries, naps = left
     r = rng.random()
     if r < 0.25:  # anywhere in the work left
@@ -604,7 +604,7 @@ def _trigger(rng: random.Random, role: str, left: tuple[float, int, bool], lease
     if r < 0.35:  # the claim and the first trivial steps' boundaries
         return ("at", rng.uniform(0.0, 0.02 + 6 * dwell))
     targets = {"commit_boundary": 4.0}
-    targets.update({"start": 1.0, "_migrate": 0.5} if role == "start" else {"resume": 0.5, "sweep": 0.5})
+    targets.update({"start_run": 1.0, "_migrate": 0.5} if role == "start" else {"resume": 0.5, "sweep": 0.5})
     if lease is not None and naps:
         targets["_beat"] = 3.0
     where = rng.choices(list(targets), weights=list(targets.values()))[0]
