@@ -12,6 +12,7 @@ control sequences. Every line this module prints goes through :func:`relaypoint.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -35,7 +36,7 @@ from .display import Preview, clean, literal, preview, preview_json
 from .drivers import Call, where
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
-from .defaults import DURABILITIES, DURABILITY, LEASE_SECONDS
+from .defaults import DURABILITIES, DURABILITY, HOOK_SECONDS, LEASE_SECONDS
 from .runtime import Runtime
 from .workflow import find_workflow
 from .models import Run, RunSummary
@@ -500,20 +501,38 @@ def events(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option("--max-recoveries", default=3, show_default=True, type=click.IntRange(0),
               help="Mark a run failed once its process has died more than this many times executing it alone.")
 @click.option("--poll", default=1.0, show_default=True, type=click.FloatRange(0.05), help="Seconds between polls.")
+@click.option("--on-pause", "on_pause", metavar="CMD",
+              help="Run CMD (split like a shell command line, run without a shell) when a run this worker executes "
+              "pauses for a person, with the pause as JSON on its standard input; once per pause, in the background.")
+@click.option("--on-pause-timeout", default=HOOK_SECONDS, show_default=True, type=click.FloatRange(0.1),
+              metavar="SECONDS", help="Kill an --on-pause command still running after this many seconds.")
 @click.pass_context
-def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recoveries: int, poll: float) -> None:
+def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recoveries: int, poll: float,
+           on_pause: str | None, on_pause_timeout: float) -> None:
     """Execute queued runs and recover interrupted ones until SIGINT/SIGTERM."""
+    from .pausehook import PauseHook
     from .worker import Worker
 
     if not app_spec:
         raise click.UsageError("worker needs --app MODULE:ATTR (or RELAYPOINT_APP) to run the steps")
+    log = functools.partial(_say, err=True)
+    hook = None
+    if on_pause is not None:
+        try:
+            command = shlex.split(on_pause)
+        except ValueError as e:
+            raise click.UsageError(f"--on-pause: {e}") from None
+        if not command:
+            raise click.UsageError("--on-pause needs a command, e.g. --on-pause 'notify-send relaypoint'")
+        hook = PauseHook(command, timeout=on_pause_timeout, log=log)
     workflows = load_workflows(app_spec)
     w = Worker(ctx.obj["db"], workflows, concurrency=concurrency, poll_seconds=poll,
                max_recoveries=max_recoveries, lease_seconds=_lease_seconds(), durability=ctx.obj["durability"],
-               log=lambda line: _say(line, err=True))
+               log=log, on_pause=hook)
     w.check_store()  # a missing, unusable or read-only store is one line, before the worker says it started
     _say(f"worker on {shown(ctx.obj['db'])}: {', '.join(wf.name for wf in workflows)}, "
-         f"concurrency {concurrency}; SIGINT or SIGTERM stops it gracefully", err=True)
+         f"concurrency {concurrency}{f'; pauses are announced to {command[0]}' if hook else ''}; "
+         "SIGINT or SIGTERM stops it gracefully", err=True)
     with _steps_print_to_stderr():
         w.run()
 
