@@ -32,7 +32,7 @@ from rich.table import Table
 from .apploader import load_workflows
 from .clock import to_text
 from .copying import BATCH_RUNS, copy_runs
-from .display import Preview, clean, literal, preview, preview_json
+from .display import Preview, clean, error_line, literal, preview, preview_json
 from .drivers import Call, where
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
@@ -60,7 +60,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except RelaypointError as e:  # printed by click as "Error: <message>"
-            raise click.ClickException(str(e)) from None
+            raise click.ClickException(error_line(e)) from None
 
 
 def _out() -> Console:
@@ -317,14 +317,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
         return
     run = rt.get(run_id)
     if as_json:
-        data = run.model_dump(mode="json", include={
-            "run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
-            "updated_at", "current_step", "steps_done", "steps_total", "error", "forks", "lease"})
-        data["tasks"] = [t.model_dump(mode="json", include={
-            "name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback", "started_at",
-            "finished_at"}) for t in run.tasks]  # in tree order: a pattern's executions follow its row
-        data["pending"] = run.pending.model_dump(mode="json") if run.pending else None
-        _dump(data)
+        _dump(run.shown())
         return
     out = _out()
     whole_run = f"relaypoint show {run.run_id} --json"
@@ -535,6 +528,24 @@ def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recov
          "SIGINT or SIGTERM stops it gracefully", err=True)
     with _steps_print_to_stderr():
         w.run()
+
+
+@cli.command()
+@APP_OPTION
+@click.pass_context
+def mcp(ctx: click.Context, app_spec: str | None) -> None:
+    """Serve the store to an agent host: a Model Context Protocol server over stdio.
+
+    Its tools list, show and decide runs (approve, reject, respond), fork and cancel them, and with
+    --app resume them in a background process. Standard output carries only the protocol.
+    """
+    from .mcp_server import build_server
+
+    # a missing or unusable store is one line, before the server starts
+    Runtime(ctx.obj["db"], create=False, durability=ctx.obj["durability"]).close()
+    server = build_server(ctx.obj["db"], app_spec=app_spec, durability=ctx.obj["durability"],
+                          lease_seconds=_lease_seconds())
+    server.run("stdio")
 
 
 @cli.command()
