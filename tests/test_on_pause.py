@@ -238,3 +238,13 @@ def test_a_hanging_hook_is_killed_and_never_holds_the_worker(sqlite_box: Box):
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert "Traceback" not in box.stop(worker)
+
+
+@pytest.mark.parametrize("command, said", [("", "--on-pause needs a command"),
+                                           ('notify "unclosed', "--on-pause: No closing quotation")])
+def test_a_command_that_cannot_be_split_is_refused_before_the_worker_starts(sqlite_box: Box, command: str, said: str):
+    done = subprocess.run([sys.executable, "-m", "relaypoint", "--db", sqlite_box.db, "worker", "--app", "gates:workflows",
+                           "--on-pause", command], cwd=sqlite_box.dir, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"Error: {said}")
