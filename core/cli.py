@@ -12,6 +12,7 @@ control sequences. Every line this module prints goes through :func:`relaypoint.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -31,11 +32,11 @@ from rich.table import Table
 from .apploader import load_workflows
 from .clock import to_text
 from .copying import BATCH_RUNS, copy_runs
-from .display import Preview, clean, literal, preview, preview_json
+from .display import Preview, clean, error_line, literal, preview, preview_json
 from .drivers import Call, where
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
-from .defaults import DURABILITIES, DURABILITY, LEASE_SECONDS
+from .defaults import DURABILITIES, DURABILITY, HOOK_SECONDS, LEASE_SECONDS
 from .runtime import Runtime
 from .workflow import find_workflow
 from .models import Run, RunSummary
@@ -59,7 +60,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except RelaypointError as e:  # printed by click as "Error: <message>"
-            raise click.ClickException(str(e)) from None
+            raise click.ClickException(error_line(e)) from None
 
 
 def _out() -> Console:
@@ -316,14 +317,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
         return
     run = rt.get(run_id)
     if as_json:
-        data = run.model_dump(mode="json", include={
-            "run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
-            "updated_at", "current_step", "steps_done", "steps_total", "error", "forks", "lease"})
-        data["tasks"] = [t.model_dump(mode="json", include={
-            "name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback", "started_at",
-            "finished_at"}) for t in run.tasks]  # in tree order: a pattern's executions follow its row
-        data["pending"] = run.pending.model_dump(mode="json") if run.pending else None
-        _dump(data)
+        _dump(run.shown())
         return
     out = _out()
     whole_run = f"relaypoint show {run.run_id} --json"
@@ -500,22 +494,58 @@ def events(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option("--max-recoveries", default=3, show_default=True, type=click.IntRange(0),
               help="Mark a run failed once its process has died more than this many times executing it alone.")
 @click.option("--poll", default=1.0, show_default=True, type=click.FloatRange(0.05), help="Seconds between polls.")
+@click.option("--on-pause", "on_pause", metavar="CMD",
+              help="Run CMD (split like a shell command line, run without a shell) when a run this worker executes "
+              "pauses for a person, with the pause as JSON on its standard input; once per pause, in the background.")
+@click.option("--on-pause-timeout", default=HOOK_SECONDS, show_default=True, type=click.FloatRange(0.1),
+              metavar="SECONDS", help="Kill an --on-pause command still running after this many seconds.")
 @click.pass_context
-def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recoveries: int, poll: float) -> None:
+def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recoveries: int, poll: float,
+           on_pause: str | None, on_pause_timeout: float) -> None:
     """Execute queued runs and recover interrupted ones until SIGINT/SIGTERM."""
+    from .pausehook import PauseHook
     from .worker import Worker
 
     if not app_spec:
         raise click.UsageError("worker needs --app MODULE:ATTR (or RELAYPOINT_APP) to run the steps")
+    log = functools.partial(_say, err=True)
+    hook = None
+    if on_pause is not None:
+        try:
+            command = shlex.split(on_pause)
+        except ValueError as e:
+            raise click.UsageError(f"--on-pause: {e}") from None
+        if not command:
+            raise click.UsageError("--on-pause needs a command, e.g. --on-pause 'notify-send relaypoint'")
+        hook = PauseHook(command, timeout=on_pause_timeout, log=log)
     workflows = load_workflows(app_spec)
     w = Worker(ctx.obj["db"], workflows, concurrency=concurrency, poll_seconds=poll,
                max_recoveries=max_recoveries, lease_seconds=_lease_seconds(), durability=ctx.obj["durability"],
-               log=lambda line: _say(line, err=True))
+               log=log, on_pause=hook)
     w.check_store()  # a missing, unusable or read-only store is one line, before the worker says it started
     _say(f"worker on {shown(ctx.obj['db'])}: {', '.join(wf.name for wf in workflows)}, "
-         f"concurrency {concurrency}; SIGINT or SIGTERM stops it gracefully", err=True)
+         f"concurrency {concurrency}{f'; pauses are announced to {command[0]}' if hook else ''}; "
+         "SIGINT or SIGTERM stops it gracefully", err=True)
     with _steps_print_to_stderr():
         w.run()
+
+
+@cli.command()
+@APP_OPTION
+@click.pass_context
+def mcp(ctx: click.Context, app_spec: str | None) -> None:
+    """Serve the store to an agent host: a Model Context Protocol server over stdio.
+
+    Its tools list, show and decide runs (approve, reject, respond), fork and cancel them, and with
+    --app resume them in a background process. Standard output carries only the protocol.
+    """
+    from .mcp_server import build_server
+
+    # a missing or unusable store is one line, before the server starts
+    Runtime(ctx.obj["db"], create=False, durability=ctx.obj["durability"]).close()
+    server = build_server(ctx.obj["db"], app_spec=app_spec, durability=ctx.obj["durability"],
+                          lease_seconds=_lease_seconds())
+    server.run("stdio")
 
 
 @cli.command()

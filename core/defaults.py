@@ -22,3 +22,6 @@ MAX_RECOVERIES = 3
 
 RETRIES = 0
 """Automatic re-executions of a step after an exception (a step's ``retries`` default)."""
+
+HOOK_SECONDS = 30.0
+"""How long a worker's ``--on-pause`` hook may run before it is killed."""

@@ -71,6 +71,13 @@ def clean(text: str | None, *, multiline: bool = False) -> str:
     return "".join(escape_char(p) if unsafe else p for p, unsafe in _pieces(text, multiline))
 
 
+def error_line(error: BaseException) -> str:
+    """An expected failure (a ``RelaypointError``) as the one line that reports it: its message,
+    cleaned (see :func:`clean`). The CLI prints it after ``Error: ``; the MCP server returns it as a
+    tool error."""
+    return clean(str(error))
+
+
 def literal(text: str | None, style: str = "", *, multiline: bool = False) -> Text:
     """A ``Text`` showing ``text`` exactly as stored: markup is not interpreted and unsafe
     characters appear as escapes drawn with :data:`ESCAPE_STYLE`. None becomes an empty Text."""

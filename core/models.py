@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic.json_schema import SkipJsonSchema
 
 from .clock import to_text
 from .status import RunStatus, StepStatus
@@ -25,9 +26,10 @@ class _Model(BaseModel):
 class Lease(_Model):
     """Who is executing a run: an owner token, process id, the process's start identity
     (``pid_start``, see :func:`relaypoint.lease.process_start`; None where it cannot be read), host,
-    and when the lease expires (UTC). The token is the fence; it is never printed."""
+    and when the lease expires (UTC). The token is the fence; it is never printed (nor in the JSON
+    schema of the models that hold a lease, which describes what is printed)."""
 
-    token: str = Field(exclude=True)
+    token: SkipJsonSchema[str] = Field(exclude=True)
     pid: int
     pid_start: str | None = None
     host: str
@@ -163,3 +165,18 @@ class Run(RunSummary):
     forks: list[str] = []
     definition: Any = None
     parent_deleted: bool = False
+
+    def shown(self) -> dict[str, Any]:
+        """The run as JSON values, as ``relaypoint show --json`` prints it and the MCP server's
+        ``show_run`` returns it: the summary's fields with ``input`` and ``forks``, then ``tasks``
+        (each execution's name, iteration, agent, parent, status, attempts, output, error, traceback,
+        started_at and finished_at, in tree order: a pattern's executions follow its row) and
+        ``pending`` (the checkpoint it waits on, or None). Times are ISO 8601 UTC strings."""
+        data = self.model_dump(mode="json", include={
+            "run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
+            "updated_at", "current_step", "steps_done", "steps_total", "error", "forks", "lease"})
+        data["tasks"] = [t.model_dump(mode="json", include={
+            "name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback", "started_at",
+            "finished_at"}) for t in self.tasks]
+        data["pending"] = self.pending.model_dump(mode="json") if self.pending else None
+        return data

@@ -21,7 +21,7 @@ from .clock import Clock, IdFactory, new_run_id, utcnow
 from .decisions import Decisions, step_named
 from .defaults import DURABILITY, LEASE_SECONDS
 from .errors import DefinitionError, InvalidValue, RefusedTransition, UnknownWorkflow
-from .execution import Executor
+from .execution import Executor, OnPause
 from .forks import Forks
 from .models import Checkpoint, Event, PendingDecision, Run, RunSummary, StepRecord
 from .recovery import Recovery
@@ -197,7 +197,7 @@ class Runtime:
 
     def resume(self, run_id: str, *, allow_drift: bool = False, replan: bool = False,
                should_stop: Callable[[], bool | str] | None = None, only_if: RunStatus | None = None,
-               skip_locked: bool = False) -> RunStatus:
+               skip_locked: bool = False, on_pause: OnPause | None = None) -> RunStatus:
         """Continue a queued, interrupted or failed run at its next step, in this process, until it
         completes, pauses or fails; returns the status it ends in.
 
@@ -218,6 +218,10 @@ class Runtime:
         its boundary), refuse at once with ``RunLocked`` (a ``RefusedTransition``) instead of waiting
         for it to end, so workers going down the same candidates spread over them (PostgreSQL's
         ``FOR UPDATE SKIP LOCKED``; on SQLite the claim waits its turn as any write does).
+        ``on_pause``: when the run pauses for a person here (an approval gate, an input request, a
+        person's turn, or a held orphan step), called once with that pausing checkpoint (a
+        :class:`~relaypoint.models.Checkpoint`, undecided) after it is committed, in this thread,
+        before ``resume`` returns.
         With ``max_recoveries`` set, an interrupted run whose executor has died more than that many
         times while executing it alone is marked ``failed`` instead (a poison-pill guard; see
         :mod:`relaypoint.recovery`).
@@ -231,10 +235,13 @@ class Runtime:
         self.sweep()
         rid = self.store.resolve(run_id)
         claim = self._claims.resume(rid, self._workflow_of, allow_drift, replan=replan, only_if=only_if,
-                                    skip_locked=skip_locked)
+                                    skip_locked=skip_locked, on_pause=on_pause)
         if isinstance(claim, RunStatus):
             return claim
-        return self._executor.drive(claim, should_stop)
+        status = self._executor.drive(claim, should_stop)
+        if on_pause is not None and claim.paused is not None:
+            on_pause(claim.paused)
+        return status
 
     def _workflow_of(self, name: str) -> Workflow:
         if name not in self.workflows:

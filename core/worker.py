@@ -1,7 +1,8 @@
 """``relaypoint worker``: executes queued runs (approved, answered, forked) and recovers interrupted
 ones, claiming each by lease so any number of workers never execute one run twice.
 
-A worker also enforces pause deadlines. SIGINT/SIGTERM stop it gracefully: the step under way
+A worker also enforces pause deadlines, and with a :class:`~relaypoint.pausehook.PauseHook` tells a
+person of each pause its execution commits. SIGINT/SIGTERM stop it gracefully: the step under way
 finishes and is recorded, then the run is released ``queued`` for another worker.
 
 A run recovered from ``interrupted`` is executed alone, up to its first boundary: its process died
@@ -19,9 +20,12 @@ from collections.abc import Callable, Iterable
 
 from .defaults import DURABILITY, LEASE_SECONDS, MAX_RECOVERIES, POLL_SECONDS
 from .errors import RefusedTransition, RelaypointError
+from .execution import OnPause
 from .lease import heartbeat_store
+from .models import Checkpoint, PendingDecision
+from .pausehook import PauseHook
 from .runtime import Runtime
-from .status import RunStatus
+from .status import CheckpointKind, RunStatus
 from .store import StoreReadOnly, StoreUnreachable
 from .workflow import Workflow
 
@@ -36,7 +40,9 @@ class Worker:
 
     ``max_recoveries``: an interrupted run whose executor died more than this many times while
     executing it alone is marked failed with the reason instead of being recovered again.
-    ``log``: receives one line per action.
+    ``log``: receives one line per action. ``on_pause``: told of each pause for a person (approval,
+    input, a held orphan) that this worker's execution commits, once per pausing checkpoint; it runs
+    its hooks in the background, and :meth:`run` waits for them before it returns.
 
     Isolation: a thread about to recover an interrupted run first makes the others stop claiming and
     release their runs ``queued`` at their next boundary (a ``released`` event with the reason),
@@ -48,8 +54,9 @@ class Worker:
     def __init__(self, url: str, workflows: Iterable[Workflow], *, concurrency: int = 1,
                  poll_seconds: float = POLL_SECONDS, max_recoveries: int = MAX_RECOVERIES,
                  lease_seconds: float = LEASE_SECONDS, durability: str = DURABILITY,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, on_pause: PauseHook | None = None) -> None:
         self.url = url
+        self.on_pause = on_pause
         self.durability = durability
         self.workflows = list(workflows)
         self.concurrency = concurrency
@@ -92,7 +99,7 @@ class Worker:
                 # only as listed: a run listed interrupted may have failed as a poison pill since
                 # (a failed run is resumable), one listed queued may need recovering alone
                 ended = rt.resume(rid, should_stop=self._alone_until_boundary if alone else self._should_release,
-                                  only_if=status, skip_locked=True)
+                                  only_if=status, skip_locked=True, on_pause=self._announcer(rt))
             except RefusedTransition:  # another worker is claiming it or claimed it first, or it changed state
                 if alone:
                     self.log(f"run {rid}: not recovered here (another worker took it, or it changed meanwhile)")
@@ -107,6 +114,23 @@ class Worker:
             self.log(f"run {rid}: {ended}")
             return 1  # the rest of the list went stale while the run executed: the next poll lists again
         return 0
+
+    def _announcer(self, rt: Runtime) -> OnPause | None:
+        """What tells :attr:`on_pause` of a pause committed by a resume on ``rt`` (None without a hook)."""
+        hook = self.on_pause
+        if hook is None:
+            return None
+
+        def paused(cp: Checkpoint) -> None:
+            status = RunStatus.AWAITING_INPUT if cp.kind == CheckpointKind.INPUT else RunStatus.AWAITING_APPROVAL
+            try:
+                workflow = rt.store.head(cp.run_id).workflow
+            except RelaypointError as e:  # the pause is recorded; only the announcement is lost
+                self.log(f"run {cp.run_id}: paused, but its on-pause hook was not run: {e}")
+                return
+            hook.announce(PendingDecision(**dict(cp), workflow=workflow, status=status))
+
+        return paused
 
     def _enter(self, isolate: str | None) -> bool:
         """Take a turn to claim a run; with ``isolate`` (a recovered run's id), the only turn: wait
@@ -168,6 +192,8 @@ class Worker:
             for t in threads:
                 while t.is_alive():
                     t.join(0.2)  # short joins keep the main thread able to take signals
+        if self.on_pause is not None:
+            self.on_pause.close()
 
     def check_store(self) -> None:
         """Raise ``StoreError`` (one line) when the store is missing, unusable, or read-only: a worker

@@ -1,0 +1,193 @@
+"""``relaypoint mcp``: the runtime's operations as the tools of a Model Context Protocol server over
+stdio, for agent hosts (Claude Desktop and others) to list, read and decide runs.
+
+Each tool is one :class:`~relaypoint.Runtime` operation on the store at ``db_url``, opened for the
+call (tools run on the SDK's worker threads; a store connection belongs to one). Inputs and outputs
+are relaypoint's pydantic models and JSON: ``list_runs`` returns the rows of ``relaypoint list
+--json``, ``show_run`` the object of ``relaypoint show --json``. An expected failure (an unknown
+run, a refused decision, a store that cannot be used) is a tool error (``isError``) whose text is
+the line the CLI prints after ``Error:`` (:func:`relaypoint.display.error_line`). With an app,
+``resume`` starts the run in a separate background process, as the console does; nothing executes
+steps in the server's process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import version
+from typing import Annotated, Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from .apploader import load_workflows
+from .background import resume_log, spawn_resume
+from .defaults import DURABILITY, LEASE_SECONDS
+from .display import error_line
+from .encoding import parse_json_arg
+from .errors import RelaypointError
+from .models import Checkpoint, PendingDecision, RunSummary
+from .runtime import Runtime
+from .status import RunStatus
+from .workflow import find_workflow
+
+INSTRUCTIONS = """relaypoint records durable, resumable runs of multi-step workflows, some of which pause for a \
+person: an approval (approve or reject) or an input request (respond). pending_decisions lists what waits, oldest \
+first; show_run shows a run with its outputs and the checkpoint it waits on. Cite that checkpoint_id when you decide, \
+so a run that moved on since you looked is refused instead of decided blindly. Run ids may be given as a unique prefix."""
+
+RunId = Annotated[str, Field(description="A run id, or a unique prefix of one.")]
+By = Annotated[str | None, Field(description="Who decides (default: the user the server runs as).")]
+CheckpointId = Annotated[int | None, Field(
+    description="The checkpoint you reviewed (a run's pending.checkpoint_id); refused if the run waits on "
+    "another one now.")]
+Limit = Annotated[int, Field(ge=1, le=1000, description="At most this many.")]
+
+
+class Cancelled(BaseModel):
+    """A cancelled run and the status it had."""
+
+    run_id: str
+    previous_status: RunStatus
+
+
+class ResumeStarted(BaseModel):
+    """A resume started in a background process: its ``pid``, and the ``log`` its errors go to. The
+    run's progress is recorded in the store (``show_run``)."""
+
+    run_id: str
+    pid: int
+    log: str
+
+
+def summary_of(run: RunSummary) -> RunSummary:
+    """``run`` (a :class:`~relaypoint.models.Run` too) as the row ``relaypoint list --json`` prints."""
+    return RunSummary(**{name: getattr(run, name) for name in RunSummary.model_fields})
+
+
+def build_server(db_url: str, *, app_spec: str | None = None, durability: str = DURABILITY,
+                 lease_seconds: float = LEASE_SECONDS) -> MCPServer:
+    """The MCP server over the store at ``db_url``. With ``app_spec`` (``MODULE:ATTR``, imported
+    here: raises ``AppLoadError``) it has a ``resume`` tool, for the workflows the app defines."""
+    server = MCPServer("relaypoint", version=version("relaypoint"), instructions=INSTRUCTIONS, log_level="WARNING")
+    read = ToolAnnotations(read_only_hint=True)
+
+    @contextmanager
+    def runtime() -> Iterator[Runtime]:
+        try:
+            with Runtime(db_url, create=False, durability=durability, lease_seconds=lease_seconds) as rt:
+                yield rt
+        except RelaypointError as e:
+            raise ToolError(error_line(e)) from None
+
+    @server.tool(annotations=read)
+    def list_runs(status: RunStatus | None = None,
+                  workflow: Annotated[str | None, Field(description="Only runs of this workflow.")] = None,
+                  search: Annotated[str | None, Field(description="A run id or workflow name prefix.")] = None,
+                  limit: Limit = 100) -> list[RunSummary]:
+        """Runs, newest first (the rows of `relaypoint list --json`), without their outputs."""
+        with runtime() as rt:
+            return rt.list(status=status, workflow=workflow, limit=limit, search=search)
+
+    @server.tool(annotations=read)
+    def show_run(run_id: RunId) -> dict[str, Any]:
+        """A run as `relaypoint show --json` prints it: status, input, every step execution with its
+        output and error, and `pending`, the checkpoint it waits on (null when none)."""
+        with runtime() as rt:
+            return rt.get(run_id).shown()
+
+    @server.tool(annotations=read)
+    def pending_decisions(limit: Limit = 100) -> list[PendingDecision]:
+        """The decisions owed across all runs, oldest first: approvals, input requests and held
+        orphan steps, each with the checkpoint_id a decision cites, the run's workflow and status."""
+        with runtime() as rt:
+            return rt.pending_decisions(limit)
+
+    @server.tool()
+    def approve(run_id: RunId,
+                output: Annotated[str, Field(
+                    description="An edited output replacing the gated step's, as JSON text (a string is "
+                    "'\"text\"'); empty: the output is approved as it is.")] = "",
+                comment: Annotated[str | None, Field(description="A note kept with the decision.")] = None,
+                by: By = None, checkpoint_id: CheckpointId = None) -> Checkpoint:
+        """Approve the run's pending approval (or held orphan step): the run becomes queued, for a
+        worker or `resume` to continue. Returns the decided checkpoint."""
+        value = parse_json(output, "output") if output else None
+        with runtime() as rt:
+            return rt.approve(run_id, by=by, comment=comment, output=value, checkpoint_id=checkpoint_id)
+
+    @server.tool()
+    def reject(run_id: RunId, comment: Annotated[str, Field(description="The reason (required).")],
+               by: By = None, checkpoint_id: CheckpointId = None) -> Checkpoint:
+        """Reject the run's pending approval: the run ends rejected. Returns the decided checkpoint."""
+        with runtime() as rt:
+            return rt.reject(run_id, comment=comment, by=by, checkpoint_id=checkpoint_id)
+
+    @server.tool()
+    def respond(run_id: RunId,
+                value: Annotated[str, Field(description="The answer as JSON text (a string is '\"text\"').")],
+                by: By = None, checkpoint_id: CheckpointId = None) -> Checkpoint:
+        """Answer the run's pending input request: the run becomes queued and the asking step, run
+        again, receives the answer. Returns the decided checkpoint."""
+        answer = parse_json(value, "value")
+        with runtime() as rt:
+            return rt.respond(run_id, answer, by=by, checkpoint_id=checkpoint_id)
+
+    @server.tool()
+    def fork(run_id: RunId, from_step: Annotated[str, Field(description="The first step the fork runs again.")],
+             iteration: Annotated[int | None, Field(
+                 description="With a pattern as from_step: fork before its iteration N (round, turn, pass, "
+                 "subtask).")] = None,
+             input: Annotated[dict[str, Any] | None, Field(description="A new input for the fork.")] = None,
+             ) -> RunSummary:
+        """Fork a run from the boundary before a step: a new queued run reusing the outputs before
+        it (the parent is untouched). Returns the new run's row."""
+        with runtime() as rt:
+            new_id = rt.fork(run_id, from_step, input, iteration=iteration)
+            return summary_of(rt.get(new_id, with_outputs=False))
+
+    @server.tool(annotations=ToolAnnotations(destructive_hint=True))
+    def cancel(run_id: RunId, by: By = None) -> Cancelled:
+        """Cancel a run that has not ended (a step still running is never recorded as completed)."""
+        with runtime() as rt:
+            rid = rt.store.resolve(run_id)
+            return Cancelled(run_id=rid, previous_status=rt.cancel(rid, by=by))
+
+    if app_spec is not None:
+        defined = {wf.name: wf for wf in load_workflows(app_spec)}
+
+        @server.tool()
+        def resume(run_id: RunId, allow_drift: Annotated[bool, Field(
+                       description="Resume even if the workflow's steps changed (completed steps are kept by "
+                       "name).")] = False) -> ResumeStarted:
+            """Continue a queued, interrupted or failed run in a background process (it outlives this
+            server); its progress is recorded in the run (show_run), its errors in the returned log."""
+            with runtime() as rt:
+                run = rt.check_resumable(run_id)
+            try:
+                find_workflow(defined, run.workflow)
+                process = spawn_resume(db_url, app_spec, run.run_id, allow_drift=allow_drift, durability=durability)
+            except RelaypointError as e:
+                raise ToolError(error_line(e)) from None
+            except OSError as e:
+                raise ToolError(f"could not start the resume of run {run.run_id}: {e}") from None
+            threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
+            return ResumeStarted(run_id=run.run_id, pid=process.pid, log=str(resume_log(db_url).resolve()))
+
+    return server
+
+
+def parse_json(text: str, what: str) -> Any:
+    """``text`` parsed as JSON (see :func:`relaypoint.encoding.parse_json_arg`); a tool error otherwise.
+
+    Values are taken as JSON text, like the CLI's ``--value`` and ``--output``, rather than as JSON
+    values: the SDK decodes a string argument that reads as JSON when the parameter is not typed
+    ``str``, which would turn an answer such as ``'["a"]'`` or ``"null"`` into another value."""
+    try:
+        return parse_json_arg(text, what)
+    except RelaypointError as e:
+        raise ToolError(error_line(e)) from None

@@ -1,0 +1,201 @@
+"""``relaypoint mcp``: the MCP server driven by the SDK's own stdio client, as an agent host drives
+it: a real ``relaypoint --db DB mcp`` subprocess, its answers compared with the CLI's JSON and with
+what the store records."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from relaypoint import Runtime
+
+from helpers import APP, app_workflows, kill_owner, one_line_error, relaypoint, rows, set_owner, write_app
+from procs import wait_status
+
+TOOLS = {"list_runs", "show_run", "pending_decisions", "approve", "reject", "respond", "fork", "cancel"}
+REQUIRED = {"list_runs": set(), "show_run": {"run_id"}, "pending_decisions": set(), "approve": {"run_id"},
+            "reject": {"run_id", "comment"}, "respond": {"run_id", "value"}, "fork": {"run_id", "from_step"},
+            "cancel": {"run_id"}, "resume": {"run_id"}}
+
+
+@asynccontextmanager
+async def server(cwd: Path, db: str, *args: str) -> AsyncIterator[ClientSession]:
+    """A session with ``relaypoint --db DB mcp ARGS`` run in ``cwd`` (its stderr to ``cwd/mcp.err``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "relaypoint", "--db", db, "mcp", *args],
+                                   env=env, cwd=cwd)
+    with open(cwd / "mcp.err", "a") as err:
+        async with stdio_client(params, errlog=err) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield session
+    assert "Traceback" not in (cwd / "mcp.err").read_text()
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> Any:
+    """A tool's structured result (a list tool's list unwrapped); fails on a tool error."""
+    result = await session.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    data = result.structured_content
+    return data["result"] if set(data) == {"result"} else data
+
+
+async def refused(session: ClientSession, tool: str, **arguments: Any) -> str:
+    """The text of the tool error a call comes back with (one line)."""
+    result = await session.call_tool(tool, arguments)
+    assert result.is_error and result.structured_content is None, result
+    [content] = result.content
+    assert "\n" not in content.text
+    return content.text
+
+
+def cli_json(app: Path, db: str, *args: str) -> Any:
+    done = relaypoint(app, *args, "--json", db=db)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    write_app(tmp_path)
+    return tmp_path
+
+
+def started(db: str, *workflows: str) -> list[str]:
+    with Runtime(db, app_workflows()) as rt:
+        return [rt.start(name, {"topic": "mcp"}) for name in workflows]
+
+
+async def test_every_tool_is_listed_with_its_input_schema_and_resume_only_with_an_app(app: Path):
+    db = str(app / "store.db")
+    started(db, "simple")
+    for args, tools in (((), TOOLS), (("--app", APP), TOOLS | {"resume"})):
+        async with server(app, db, *args) as session:
+            listed = {t.name: t for t in (await session.list_tools()).tools}
+            assert set(listed) == tools
+            for name, tool in listed.items():
+                assert tool.input_schema["type"] == "object" and tool.description, name
+                assert set(tool.input_schema.get("required", [])) == REQUIRED[name], name
+                assert tool.output_schema is not None, name
+            statuses = listed["list_runs"].input_schema["$defs"]["RunStatus"]["enum"]
+            assert "awaiting_approval" in statuses
+
+
+async def test_list_show_and_pending_equal_the_cli_and_the_runtime(app: Path, db: str):
+    review, ask, simple, boom = started(db, "review", "ask", "simple", "boom")
+    set_owner(db, simple, pid=os.getpid(), expires_in=60)  # shown running, with its executor's lease
+    async with server(app, db) as session:
+        assert await call(session, "list_runs") == cli_json(app, db, "list")
+        assert await call(session, "list_runs", status="awaiting_input") == cli_json(
+            app, db, "list", "--status", "awaiting_input")
+        [running] = await call(session, "list_runs", search=simple[:6])
+        assert (running["run_id"], running["status"], running["lease"]["pid"]) == (simple, "running", os.getpid())
+        assert len(await call(session, "list_runs", limit=2)) == 2
+        for run_id in (review, ask, simple, boom):
+            assert await call(session, "show_run", run_id=run_id[:8]) == cli_json(app, db, "show", run_id)
+        pending = await call(session, "pending_decisions")
+        with Runtime(db) as rt:
+            assert pending == [p.model_dump(mode="json") for p in rt.pending_decisions()]
+        assert [(p["run_id"], p["kind"], p["step"], p["status"]) for p in pending] == [
+            (review, "approval", "check", "awaiting_approval"), (ask, "input", "question", "awaiting_input")]
+        assert "no run with id 'nope'" in await refused(session, "show_run", run_id="nope")
+
+
+async def test_approve_records_the_decision_with_the_checkpoint_it_cites(app: Path, db: str):
+    first, second = started(db, "review", "review")
+    async with server(app, db) as session:
+        [gate, _] = await call(session, "pending_decisions")
+        decided = await call(session, "approve", run_id=first, checkpoint_id=gate["checkpoint_id"], comment="fine",
+                             by="agent-7", output='{"draft": "edited"}')
+        assert (decided["checkpoint_id"], decided["decision"], decided["decided_by"]) == (
+            gate["checkpoint_id"], "approved", "agent-7")
+        await call(session, "approve", run_id=second)
+    with Runtime(db) as rt:
+        run = rt.get(first)
+        assert run.status == "queued" and run.pending is None
+        assert rt.step_output(first, "check") == {"draft": "edited"}
+        [event] = [e for e in rt.events(first) if e.kind == "approved"]
+        assert (event.actor, event.detail["comment"], event.detail["checkpoint_id"]) == (
+            "agent-7", "fine", gate["checkpoint_id"])
+        assert rt.get(second).status == "queued" and rt.pending_decisions() == []
+
+
+async def test_a_refused_decision_is_the_cli_line_as_a_tool_error_and_records_nothing(app: Path):
+    db = str(app / "store.db")
+    paused, done = started(db, "review", "simple")
+    with Runtime(db) as rt:
+        checkpoint = rt.get(paused).pending.checkpoint_id
+    before = rows(db, paused), rows(db, done)
+    cases = [  # (tool call, the same decision through the CLI)
+        ({"run_id": paused, "checkpoint_id": checkpoint + 1}, ["approve", paused, "--checkpoint", str(checkpoint + 1)]),
+        ({"run_id": done}, ["approve", done]),
+        ({"run_id": "0000"}, ["approve", "0000"]),
+        ({"run_id": paused, "output": "{not json"}, ["approve", paused, "--output", "{not json"]),
+    ]
+    async with server(app, db) as session:
+        for arguments, cli in cases:
+            text = await refused(session, "approve", **arguments)
+            line = one_line_error(relaypoint(app, *cli, db=db)).removeprefix("Error: ")
+            assert text == f"Error executing tool approve: {line.replace('--output', 'output')}"
+        assert await refused(session, "reject", run_id=done, comment="no") == (
+            "Error executing tool reject: " + one_line_error(relaypoint(app, "reject", done, "--comment", "no", db=db))
+            .removeprefix("Error: "))
+    assert (rows(db, paused), rows(db, done)) == before
+
+
+async def test_respond_reject_fork_and_cancel_record_in_the_store(app: Path):
+    db = str(app / "store.db")
+    review, ask, simple, other = started(db, "review", "ask", "simple", "simple")
+    async with server(app, db) as session:
+        answered = await call(session, "respond", run_id=ask, value='"A title"')
+        assert answered["decision"] == "responded" and answered["value"] == "A title"
+        assert "not valid JSON" in await refused(session, "respond", run_id=ask, value="A title")
+        rejected = await call(session, "reject", run_id=review, comment="too short")
+        assert rejected["decision"] == "rejected"
+        fork = await call(session, "fork", run_id=simple, from_step="only", input={"topic": "forked"})
+        assert (fork["parent_run_id"], fork["forked_from_step"], fork["status"]) == (simple, "only", "queued")
+        assert fork == (await call(session, "list_runs", search=fork["run_id"]))[0]
+        assert await call(session, "cancel", run_id=fork["run_id"][:10]) == {
+            "run_id": fork["run_id"], "previous_status": "queued"}
+        assert await refused(session, "cancel", run_id=other) == (
+            f"Error executing tool cancel: run {other} is already completed; nothing to cancel")
+    with Runtime(db) as rt:
+        assert rt.get(ask).status == "queued"
+        assert rt.get(review).status == "rejected"
+        assert rt.get(fork["run_id"]).input == {"topic": "forked"}
+        assert rt.get(fork["run_id"]).status == "cancelled"
+
+
+async def test_resume_runs_queued_and_interrupted_runs_to_completion_in_a_background_process(app: Path):
+    db = str(app / "store.db")
+    review, simple = started(db, "review", "simple")
+    with Runtime(db) as rt:
+        rt.approve(review)
+        interrupted = rt.fork(simple, "only")
+    kill_owner(db, interrupted, "only")
+    async with server(app, db, "--app", APP) as session:
+        for run_id in (review, interrupted):
+            begun = await call(session, "resume", run_id=run_id)
+            assert begun["run_id"] == run_id and Path(begun["log"]) == app / "store.db.resume.log"
+            wait_status(db, run_id, "completed")
+            with Runtime(db) as rt:
+                resumed = [e for e in rt.events(run_id) if e.kind == "resumed"]
+            assert resumed[-1].detail["pid"] == begun["pid"] != os.getpid()
+        assert "is completed" in await refused(session, "resume", run_id=review)
+
+
+async def test_with_the_store_missing_the_server_does_not_start_and_says_why_in_one_line(app: Path):
+    done = subprocess.run([sys.executable, "-m", "relaypoint", "--db", str(app / "none.db"), "mcp"], cwd=app,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.stdout == ""
+    assert "none.db" in one_line_error(done)
