@@ -35,8 +35,9 @@ LOOPBACK_HOST = "127.0.0.1"
 
 DEFAULT_PORT = 8000
 
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-"""Host names a browser may use for a loopback server (a request naming another is refused)."""
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+"""Host names a browser may use for a loopback server, besides the one it was started with (a
+request naming another is refused)."""
 
 _BIND_PROBLEMS = {
     errno.EADDRINUSE: "the port is in use; choose another with --port",
@@ -112,18 +113,19 @@ def serve_console(db_url: str, where: ListenAddress, command: str, *, announce: 
     environment. ``announce`` is called with one line once the server starts."""
     from aiohttp import web
     from textual_serve.server import Server
+    from yarl import URL
 
     os.environ["RELAYPOINT_DB"] = db_url  # inherited by every session's console, not shown by `ps`
     sessions: set[asyncio.Task] = set()
-    allowed_hosts = {f"{name}:{where.port}" for name in LOOPBACK_NAMES} | {where.url.split("://", 1)[1].lower()}
+    allowed_names = {*LOOPBACK_NAMES, URL(where.url).host}
 
     class ConsoleServer(Server):
         """textual-serve's server, announcing itself in one line and refusing requests another
         site could make through the user's browser (see the module's docstring)."""
 
         def _refuse(self, request: web.Request) -> None:
-            if where.loopback and request.host.lower() not in allowed_hosts:
-                raise web.HTTPForbidden(text=f"relaypoint serve answers only to {', '.join(sorted(allowed_hosts))}\n")
+            if where.loopback and (request.url.host or "").lower() not in allowed_names:
+                raise web.HTTPForbidden(text=f"relaypoint serve answers only to {', '.join(sorted(allowed_names))}\n")
             origin = request.headers.get("Origin")
             if origin is not None and origin.lower() not in (f"http://{request.host}".lower(),
                                                              f"https://{request.host}".lower()):

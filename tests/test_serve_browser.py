@@ -129,6 +129,7 @@ def test_requests_another_site_could_make_are_refused(tmp_path: Path):
                  "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
     with served(tmp_path, "--db", "store.db", "serve", "--port", port):
         assert status("/") == 200
+        assert status("/", Host=f"localhost:{port}") == 200
         assert status("/", Host=f"rebound.example:{port}") == 403  # DNS rebinding
         assert status("/ws", **handshake, Origin="http://evil.example") == 403  # cross-site WebSocket
         assert status("/ws", **handshake, Origin=f"http://127.0.0.1:{port}") == 101
