@@ -30,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .apploader import load_workflows
+from .browser import DEFAULT_PORT, LOOPBACK_HOST
 from .clock import to_text
 from .copying import BATCH_RUNS, copy_runs
 from .display import Preview, clean, error_line, literal, preview, preview_json
@@ -155,6 +156,34 @@ def console(ctx: click.Context, app_spec: str | None, readonly: bool) -> None:
     if app_spec:
         load_workflows(app_spec)  # fail here, with one line, rather than at the first resume
     run_console(ctx.obj["db"], app_spec, readonly=readonly, durability=ctx.obj["durability"])
+
+
+@cli.command()
+@APP_OPTION
+@click.option("--read-only", "readonly", is_flag=True, help="Browse without recording anything.")
+@click.option("--host", default=LOOPBACK_HOST, show_default=True,
+              help="Address to listen on; one that is not loopback needs --public.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
+@click.option("--public", is_flag=True, help="Allow a --host that is not loopback (there is no authentication).")
+@click.pass_context
+def serve(ctx: click.Context, app_spec: str | None, readonly: bool, host: str, port: int, public: bool) -> None:
+    """Serve the console to web browsers (each browser tab runs its own console) until SIGINT/SIGTERM.
+
+    Listens on the loopback address unless --host and --public say otherwise. There is no
+    authentication: whoever can open the page can decide runs.
+    """
+    from .browser import console_command, listen_address, serve_console
+
+    if app_spec:
+        load_workflows(app_spec)  # fail here, with one line, rather than at a browser's first resume
+    Runtime(ctx.obj["db"], create=False, readonly=readonly, durability=ctx.obj["durability"]).close()
+    where = listen_address(host, port, public=public)
+    if not where.loopback:
+        _say(f"Warning: relaypoint serve has no authentication: anyone who can reach {where.url} can approve, "
+             "reject, fork and cancel runs", err=True)
+    command = console_command(app_spec, readonly=readonly, durability=ctx.obj["durability"])
+    serve_console(ctx.obj["db"], where, command,
+                  announce=lambda line: _say(f"{line}; store {shown(ctx.obj['db'])}", err=True))
 
 
 @cli.command()

@@ -1,6 +1,6 @@
 """Make the console screenshots: SVG from Textual, then PNG.
 
-    python screenshots/make_screenshots.py [--db PATH] [--out DIR] [--size 160x45] [--fixture]
+    python screenshots/make_screenshots.py [--db PATH] [--out DIR] [--size 160x45] [--fixture] [--browser-only]
 
 Without ``--db`` a new store is filled by ``relaypoint demo --no-console`` in a temporary
 directory (``--fixture``: by the tests' fixed store builder instead, ``tests/fixtures.py``).
@@ -9,6 +9,12 @@ detail of a run awaiting approval with its output, the approve form, the fork fo
 same run at 80x24, and, when the store has a completed run with a supervisor (the demo's panel),
 that run's patterns with the supervisor's summary (``pattern``).
 Files: ``<out>/<name>.svg`` and ``<out>/<name>.png``.
+
+Then ``browser.png``: the console in a web browser, ``relaypoint serve`` opened in headless Debian
+Chromium through Playwright (tests/browser_console.py, as the browser test does), a page of
+:data:`BROWSER_VIEWPORT` CSS pixels showing the runs table. Without Playwright or
+``/usr/bin/chromium`` it is not made (the script says why). ``--browser-only`` makes it alone.
+Chromium falls back per glyph too: with Symbola installed, ⏸ is drawn.
 
 PNG conversion needs ``rsvg-convert`` (Debian ``librsvg2-bin``), DejaVu Sans Mono (Debian
 ``fonts-dejavu-core``) and, for the ⏸ status symbol that DejaVu lacks, a font that has it such as
@@ -24,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from relaypoint import Runtime
@@ -34,7 +41,11 @@ from relaypoint.tui.runs_table import RunsTable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+from browser_console import INSTALL, BrowserTerminal, browser_problem, chromium_page, free_port, served  # noqa: E402
 from fixtures import CONSOLE_NOW, build_fixture_store, fixed_clock  # noqa: E402
+
+BROWSER_VIEWPORT = (1600, 900)
+"""The browser page of ``browser.png``, in CSS pixels (the console gets as many cells as fit)."""
 
 SMALL = (80, 24)
 """The last shot: the same run on an 80x24 terminal."""
@@ -126,12 +137,34 @@ async def shoot(db: Path, out: Path, size: tuple[int, int], app_spec: str | None
     return written
 
 
+def shoot_browser(db: Path, out: Path) -> Path | None:
+    """Serve the console on ``db`` (``relaypoint serve``), open it in headless Chromium, wait for
+    the runs table and the footer, and save the page as ``<out>/browser.png``; None (and why, on
+    stderr) when Playwright or Chromium is missing."""
+    problem = browser_problem()
+    if problem is not None:
+        print(f"browser.png not made: {problem}; it needs {INSTALL}", file=sys.stderr)
+        return None
+    target = paused_run(db)
+    with tempfile.TemporaryDirectory() as cwd, \
+            served(Path(cwd), "--db", str(db.resolve()), "serve", "--port", str(free_port())) as server, \
+            chromium_page(*BROWSER_VIEWPORT) as page:
+        terminal = BrowserTerminal(page, server)
+        terminal.wait_for_text(target[:8])
+        terminal.wait_for(lambda lines: "Approve" in lines[-1], "the footer's keys")
+        time.sleep(0.5)  # xterm.js draws on the next animation frames
+        path = out / "browser.png"
+        page.screenshot(path=str(path))
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, help="use this existing store instead of building one")
     parser.add_argument("--fixture", action="store_true", help="build the tests' fixed store, not the demo")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     parser.add_argument("--size", default="160x45", help="terminal size, COLUMNSxROWS")
+    parser.add_argument("--browser-only", action="store_true", help="make browser.png alone")
     args = parser.parse_args()
     width, height = (int(n) for n in args.size.lower().split("x"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -145,9 +178,13 @@ def main() -> None:
             else:
                 build_demo_store(db)
                 app_spec = "relaypoint.examples.audit:workflows"
-        for svg in asyncio.run(shoot(db, args.out, (width, height), app_spec, args.fixture)):
-            png = to_png(svg)
-            print(png or svg)
+        if not args.browser_only:
+            for svg in asyncio.run(shoot(db, args.out, (width, height), app_spec, args.fixture)):
+                png = to_png(svg)
+                print(png or svg)
+        browser = shoot_browser(db, args.out)
+        if browser is not None:
+            print(browser)
 
 
 if __name__ == "__main__":

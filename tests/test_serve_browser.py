@@ -1,0 +1,135 @@
+"""``relaypoint serve``: the console in a web browser. A real server process on a real store, driven
+from headless Chromium (tests/browser_console.py): the runs table appears, key presses approve a
+paused run, the store records the decision; the store's URL reaches each browser session's console
+by environment, never on a command line. And the refusals: a host that is not loopback, a port in
+use, requests another site could make through the user's browser."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from http.client import HTTPConnection
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from browser_console import INSTALL, BrowserTerminal, browser_problem, chromium_page, free_port, served
+from fixtures import build_fixture_store
+from helpers import one_line_error, relaypoint
+
+from relaypoint import Runtime, RunStatus
+
+PASSWORD = "s3cret-in-url"
+COMMENT = "approved in a browser"
+
+
+def need_browser() -> None:
+    """Skip (fail under CI) when Playwright or Chromium is missing."""
+    problem = browser_problem()
+    if problem is not None:
+        why = f"{problem}: the browser test needs {INSTALL}"
+        if os.environ.get("CI"):
+            pytest.fail(why + " [CI is set: the browser test is required]", pytrace=False)
+        pytest.skip(why)
+
+
+def with_password(url: str) -> str:
+    """The PostgreSQL ``url`` with :data:`PASSWORD` as its password (the test server trusts, so it
+    is not checked: it only has to stay off every command line)."""
+    parts = urlsplit(url)
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0] or 'postgres'}:{PASSWORD}@{host}"))
+
+
+def test_a_run_is_approved_from_a_browser_and_the_store_records_it(db: str, tmp_path: Path):
+    need_browser()
+    postgres = db.startswith("postgresql://")
+    url = with_password(db) if postgres else db
+    runs = build_fixture_store(url)
+    paused = runs["awaiting_approval"]
+    with Runtime(url, create=False) as rt:
+        order = [r.run_id for r in rt.list(limit=100)]  # the runs table's order: newest first
+    elsewhere = tmp_path / "elsewhere"  # the console does not find the store by its directory
+    elsewhere.mkdir()
+    port = str(free_port())
+    # SQLite: --db on the command line; PostgreSQL: the URL with its password in RELAYPOINT_DB.
+    args, env = (["serve", "--port", port], {"RELAYPOINT_DB": url}) if postgres else \
+        (["--db", url, "serve", "--port", port], {})
+
+    with served(elsewhere, *args, env=env) as server, chromium_page() as page:
+        terminal = BrowserTerminal(page, server)
+        terminal.wait_for_text(paused[:8])
+        assert "awaiting_approval" in terminal.text()
+        terminal.press(*["j"] * order.index(paused))  # the cursor starts on the newest run
+        terminal.wait_for_text(f"Run {paused[:8]}")  # its detail, beside the table
+        terminal.press("a")
+        terminal.wait_for_text("Comment (optional)")
+        terminal.type(COMMENT)
+        terminal.press("Control+s")
+        terminal.wait_for(lambda lines: any(paused[:8] in line and "queued" in line for line in lines),
+                          "the approved run shown queued in the runs table")
+
+        commands = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                    for pid in server.session_pids()]
+        consoles = [c for c in commands if " console" in c]
+        assert consoles, commands  # the browser session's console runs in the server's session
+        assert not [c for c in consoles if url in c]
+        assert not [c for c in commands if PASSWORD in c]
+
+        server.process.send_signal(signal.SIGTERM)  # stops the server, the session and its console
+        assert server.process.wait(30) == 0, server.output()
+        deadline = time.monotonic() + 10
+        while server.session_pids():
+            assert time.monotonic() < deadline, f"left running: {server.session_pids()}"
+            time.sleep(0.1)
+
+    with Runtime(url, create=False) as rt:
+        assert rt.get(paused).status == RunStatus.QUEUED
+        approved = [e for e in rt.events(paused) if e.kind == "approved"]
+    assert len(approved) == 1
+    assert approved[0].detail["comment"] == COMMENT
+
+
+def test_a_host_that_is_not_loopback_needs_public(tmp_path: Path):
+    build_fixture_store(str(tmp_path / "store.db"))
+    error = one_line_error(relaypoint(tmp_path, "serve", "--host", "192.0.2.1", "--port", str(free_port())))
+    assert "not a loopback address" in error and "no authentication" in error and "--public" in error
+    # with --public, it is the address that is refused: this machine has none of TEST-NET-1's
+    error = one_line_error(relaypoint(tmp_path, "serve", "--host", "192.0.2.1", "--port", str(free_port()), "--public"))
+    assert "cannot listen on 192.0.2.1" in error and "no such address" in error
+    error = one_line_error(relaypoint(tmp_path, "serve", "--host", "no-such-host.invalid"))
+    assert "cannot serve on host 'no-such-host.invalid'" in error
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path):
+    build_fixture_store(str(tmp_path / "store.db"))
+    port = str(free_port())
+    with served(tmp_path, "--db", "store.db", "serve", "--port", port) as server:
+        assert "serving the console at http://127.0.0.1:" in server.err.read_text()
+        error = one_line_error(relaypoint(tmp_path, "serve", "--port", port))
+        assert f"cannot listen on 127.0.0.1 port {port}: the port is in use" in error
+    done = relaypoint(tmp_path, "serve", "--port", "0")
+    assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_requests_another_site_could_make_are_refused(tmp_path: Path):
+    build_fixture_store(str(tmp_path / "store.db"))
+    port = str(free_port())
+
+    def status(path: str, **headers: str) -> int:
+        connection = HTTPConnection("127.0.0.1", int(port), timeout=30)  # sends the headers as given
+        try:
+            connection.request("GET", path, headers=headers)
+            return connection.getresponse().status
+        finally:
+            connection.close()
+
+    handshake = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    with served(tmp_path, "--db", "store.db", "serve", "--port", port):
+        assert status("/") == 200
+        assert status("/", Host=f"localhost:{port}") == 200
+        assert status("/", Host=f"rebound.example:{port}") == 403  # DNS rebinding
+        assert status("/ws", **handshake, Origin="http://evil.example") == 403  # cross-site WebSocket
+        assert status("/ws", **handshake, Origin=f"http://127.0.0.1:{port}") == 101
