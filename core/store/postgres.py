@@ -1202,30 +1202,11 @@ class PostgresStore(SqlStore):
     def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
         # The hot path: one statement, the schema's commit_boundary function, in its own transaction
         # (one round trip; the statements inside are planned once per connection: _migrate_3).
-        if self.readonly:
-            raise self._read_only()
-        if self._in_transaction:
-            raise RuntimeError(NESTED)
-        params = self._boundary_params(boundary)
-        with self._connection() as conn:
-            try:
-                row = conn.execute(_COMMIT_BOUNDARY, params).fetchone()
-            except psycopg.Error as e:
-                if getattr(e, "sqlstate", None) != FENCE_REFUSED:
-                    raise
-                row = None
-        if row is None:
-            raise self._refused(boundary.run_id)
-        _committed(self._key)
-        return BoundaryResult(checkpoint_id=row["checkpoint_id"])
+        return self._call_fenced(_COMMIT_BOUNDARY, self._boundary_params(boundary), boundary.run_id)
 
     def start_run(self, run: NewRun, steps: Sequence[NewStep], start: NewCheckpoint,
                   boundary: Boundary) -> BoundaryResult:
         # One statement, the schema's start_run function (schema version 5), in its own transaction.
-        if self.readonly:
-            raise self._read_only()
-        if self._in_transaction:
-            raise RuntimeError(NESTED)
         if boundary.run_id != run.run_id:
             raise ValueError(f"start_run: the boundary is of run {boundary.run_id}, not of {run.run_id}")
         columns: list[list[Any]] = [[] for _ in range(9)]
@@ -1235,13 +1216,25 @@ class PostgresStore(SqlStore):
         values = self._run_insert_values(run)
         params = (*self._boundary_params(boundary), *values[1:7], *values[8:],  # updated_at is created_at
                   run.input, run.definition, *columns, *self._checkpoint_values(start))
+        return self._call_fenced(_START_RUN, params, run.run_id)
+
+    def _call_fenced(self, statement: str, params: Sequence[Any], run_id: str) -> BoundaryResult:
+        """One call of a schema function that writes a boundary of ``run_id`` in its own transaction
+        and returns the boundary's checkpoint id; its refused fence (``FENCE_REFUSED``) is raised as
+        :meth:`_refused` says, nothing written."""
+        if self.readonly:
+            raise self._read_only()
+        if self._in_transaction:
+            raise RuntimeError(NESTED)
         with self._connection() as conn:
             try:
-                row = conn.execute(_START_RUN, params).fetchone()
+                row = conn.execute(statement, params).fetchone()
             except psycopg.Error as e:
                 if getattr(e, "sqlstate", None) != FENCE_REFUSED:
                     raise
-                raise self._refused(run.run_id) from None
+                row = None
+        if row is None:
+            raise self._refused(run_id)
         _committed(self._key)
         return BoundaryResult(checkpoint_id=row["checkpoint_id"])
 
