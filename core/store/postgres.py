@@ -806,7 +806,7 @@ class PostgresStore(SqlStore):
         msg = _one_line(e)
         w = self._where
         if isinstance(e, (pgerrors.LockNotAvailable, pgerrors.QueryCanceled)):
-            return StoreBusy(f"{w} stayed busy for {self.busy_timeout:.0f} s (another process is writing); try again")
+            return StoreBusy(f"{w} stayed busy for {self.busy_timeout:g} s (another process is writing); try again")
         if isinstance(e, (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)):
             return StoreBusy(f"{w}: a concurrent write conflicted with this one ({msg}); nothing was recorded, "
                              "try again")

@@ -447,7 +447,7 @@ class SqliteStore(SqlStore):
         """One line for an error SQLite raised on this store (busy, read-only, full, damaged)."""
         msg = str(e)
         if "locked" in msg or "busy" in msg:
-            return StoreBusy(f"{self.path} stayed busy for {self.busy_timeout:.0f} s (another process is "
+            return StoreBusy(f"{self.path} stayed busy for {self.busy_timeout:g} s (another process is "
                              "writing); try again")
         if "readonly" in msg:
             return StoreReadOnly(f"{self.path} is read-only; actions that record something are unavailable")
