@@ -422,7 +422,7 @@ def test_a_transaction_excludes_other_writers_as_on_sqlite_and_waits_the_busy_ti
         add_run(one, "r1", owner=lease())
         with one.transaction():
             one.update_run("r1", steps_done=1)
-            with pytest.raises(StoreBusy, match=r"stayed busy for 0 s \(another process is writing\); try again$"):
+            with pytest.raises(StoreBusy, match=r"stayed busy for 0.5 s \(another process is writing\); try again$"):
                 with two.transaction():
                     pass
             with pytest.raises(StoreBusy):  # a boundary waits for a transaction, as on SQLite
