@@ -35,6 +35,7 @@ from .data import ReviewItem, ReviewWant, Upstream, read_review, read_upstream
 from .footer import ConsoleFooter
 from .messages import ActionDone, ActionFailed, ReviewLoaded, UpstreamLoaded
 from .modals import ApproveScreen, HelpScreen, RejectScreen, RespondScreen
+from .palette import ConsoleCommands
 from .readable import Block, Readable, ReadableOutput
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ REVIEW_SCREEN_BINDINGS: list[Binding] = [
     Binding("escape", "back", "Runs", id="back", tooltip="Back to the runs list"),
     *(b for b in GENERAL_BINDINGS if b.id in _KEPT_GENERAL),
 ]
+OWN_ACTIONS = frozenset(b.action for b in REVIEW_SCREEN_BINDINGS)
 GREYABLE = {b.key: b.action for b in REVIEW_SCREEN_BINDINGS if b.id not in (*_KEPT_GENERAL, "back")}
 """Keys whose action can be greyed out on the review screen, and the action."""
 
@@ -126,6 +128,7 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
     at the oldest (0, 1) or the newest (-1) pending decision."""
 
     BINDINGS = REVIEW_SCREEN_BINDINGS
+    COMMANDS = {ConsoleCommands}
     app: RelaypointConsole
 
     def __init__(self, move: int = 0) -> None:
@@ -316,7 +319,26 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         """``o``: back to the runs list, filtered to this run."""
         if self.item is None:
             return
-        run_id = self.item.run.run_id
+        self.open_run(self.item.run.run_id)
+
+    def palette_why_not(self, action: str) -> str | None:
+        """Why the palette's ``action`` does not apply here now; None when it does (the runs
+        list's commands apply there, where they take the reviewer)."""
+        return self.why_not(action) if action in GREYABLE.values() and action != "next_pending" else None
+
+    def palette_run(self, action: str, argument: str | None) -> None:
+        """Run the palette's ``action``: this screen's own here (or say why not), any other on the
+        runs list, which it returns to."""
+        if action not in OWN_ACTIONS:
+            self.app.pop_screen()
+            self.app.console_screen.palette_run(action, argument)
+        elif (reason := self.palette_why_not(action)) is not None:
+            self.notify(clean(f"{action.replace('_', ' ')}: {reason}"), severity="warning", markup=False)
+        else:
+            self.call_later(getattr(self, f"action_{action}"))
+
+    def open_run(self, run_id: str) -> None:
+        """The palette's run by id prefix: the runs list, showing it."""
         self.app.pop_screen()
         self.app.console_screen.show_run(run_id)
 

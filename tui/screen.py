@@ -40,6 +40,7 @@ from .footer import ConsoleFooter
 from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded, PagerReady,
                        RefreshFailed, Refreshed, ResumeStarted)
 from .output import pager_text
+from .palette import ConsoleCommands
 from .modals import ApproveScreen, ConfirmScreen, ForkPoint, ForkScreen, HelpScreen, RejectScreen, RespondScreen
 from .review import ReviewScreen
 from .runs_table import AGO_PERIOD, RunsTable
@@ -60,6 +61,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
 
     BINDINGS = [*(a.binding() for a in RUN_ACTIONS), *QUEUE_BINDINGS, *GENERAL_BINDINGS, *OUTPUT_BINDINGS,
                 *PANE_BINDINGS]
+    COMMANDS = {ConsoleCommands}
     app: RelaypointConsole
 
     def __init__(self) -> None:
@@ -436,6 +438,26 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
     def action_previous_pending(self) -> None:
         """``N``: the review queue, at the newest pending decision."""
         self.app.push_screen(ReviewScreen(move=-1))
+
+    def palette_why_not(self, action: str) -> str | None:
+        """Why the palette's ``action`` does not apply now (as its key would say); None when it does."""
+        if action in RUN_ACTION_NAMES or action in OUTPUT_ACTIONS:
+            return self.why_not(action)
+        return None
+
+    def palette_run(self, action: str, argument: str | None) -> None:
+        """Run the palette's ``action`` (``filter_status``: with status ``argument``, None for all),
+        or say in one line why it does not apply."""
+        if (reason := self.palette_why_not(action)) is not None:
+            self.notify(clean(f"{action.replace('_', ' ')}: {reason}"), severity="warning", markup=False)
+        elif action == "filter_status":
+            self._set_query(RunQuery(argument, self.query_state.search))
+        else:
+            self.call_later(getattr(self, f"action_{action}"))
+
+    def open_run(self, run_id: str) -> None:
+        """The palette's run by id prefix: show it (see :meth:`show_run`)."""
+        self.show_run(run_id)
 
     def show_run(self, run_id: str) -> None:
         """Show run ``run_id`` alone in the runs list (its full id as the search; escape clears it)."""
