@@ -75,6 +75,11 @@ async def test_approve_with_an_edited_output_replaces_it(store):
     async with app.run_test(size=SIZE) as pilot:
         await open_form(pilot, runs["awaiting_approval"], "a", ApproveScreen)
         app.screen.query_one("#output-json", TextArea).load_text('{"title": "Edited"}')
+        await pilot.press("ctrl+s")  # an edited output: its diff first, recorded on the second ctrl+s
+        await settle(pilot)
+        assert isinstance(app.screen, ApproveScreen) and '+  "title": "Edited"' in str(
+            app.screen.query_one("#output-diff", Static).content)
+        assert run_status(path, runs["awaiting_approval"]) == RunStatus.AWAITING_APPROVAL
         await pilot.press("ctrl+s")
         await until(pilot, lambda: run_status(path, runs["awaiting_approval"]) == RunStatus.QUEUED)
     with Runtime(path, create=False) as rt:

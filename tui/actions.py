@@ -82,7 +82,7 @@ REVIEW_BINDINGS: tuple[Binding, ...] = (
             tooltip="On the review screen: the outputs the step was built from (u again: its own output)"),
     Binding("e", "expand", "Expand", id="expand", tooltip="On the review screen: show long lists whole"),
     Binding("o", "open_run", "Open run", id="open-run",
-            tooltip="On the review screen: show the run in the runs list (escape: the runs list as it was)"),
+            tooltip="On the review screen: show the run alone in the runs list (escape clears that filter)"),
 )
 """Keys of the review screen besides the decisions and the queue's."""
 
@@ -116,7 +116,8 @@ MOVE_KEYS: tuple[tuple[str, str], ...] = (
 )
 
 FORM_KEYS: tuple[tuple[str, str], ...] = (
-    ("ctrl+s", "Submit the form (approve, reject, respond, fork)"),
+    ("ctrl+s", "Submit the form (approve, reject, respond, fork); an edited output shows its diff first"),
+    ("ctrl+e", "In the approve form: edit the output as JSON (it opens showing the output as it reads)"),
     ("escape", "Close the form without doing anything"),
     ("tab", "Next field (shift+tab: previous)"),
     ("ctrl+a", "In a JSON editor: select all, so typing replaces it (F7 too)"),
@@ -138,9 +139,15 @@ def help_markdown() -> str:
     lines += [_row(b.key_display or b.key, f"**{b.description}**: {b.tooltip}") for b in GENERAL_BINDINGS]
     lines += [_row(key, what) for key, what in MOVE_KEYS]
     lines += [_row(b.key, f"**{b.description}**: {b.tooltip}") for b in OUTPUT_BINDINGS]
-    lines += [_row(b.key, f"**{b.description}**: {b.tooltip}") for b in (*QUEUE_BINDINGS, *REVIEW_BINDINGS)]
     lines += ["", ("Keys that do not apply to the selected run are greyed out in the footer, and its "
-                   "buttons are disabled; pressed anyway, they say why."), "", "## In a form", "",
+                   "buttons are disabled; pressed anyway, they say why."), "",
+              "## The review queue", "",
+              ("`relaypoint review`, or `n` / `N` from the runs list: the pending decisions of all runs, "
+               "one at a time, oldest first. `a`, `x`, `i` decide the one shown (`a` then `enter` approves "
+               "it as shown) and the next comes into view."), "",
+              "| Key | Action |", "| --- | --- |"]
+    lines += [_row(b.key, f"**{b.description}**: {b.tooltip}") for b in (*QUEUE_BINDINGS, *REVIEW_BINDINGS)]
+    lines += ["", "## In a form", "",
               "| Key | Action |", "| --- | --- |"]
     lines += [_row(key, what) for key, what in FORM_KEYS]
     lines += ["", "## Run statuses", "",
