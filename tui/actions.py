@@ -70,9 +70,9 @@ GENERAL_BINDINGS: tuple[Binding, ...] = (
 )
 
 QUEUE_BINDINGS: tuple[Binding, ...] = (
-    Binding("n", "next_pending", "Next pending", id="next-pending",
+    Binding("n", "next_pending", "Pending", id="next-pending",
             tooltip="Review the next pending decision of all runs (from the runs list: the oldest)"),
-    Binding("N", "previous_pending", "Previous pending", id="previous-pending",
+    Binding("N", "previous_pending", "Previous pending", id="previous-pending", show=False,
             tooltip="Review the previous pending decision (from the runs list: the newest)"),
 )
 """The review queue's keys: pending decisions (approvals, input requests, orphan holds) of all runs."""

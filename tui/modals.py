@@ -63,10 +63,14 @@ class JsonEditor(TextArea):
         super().__init__(text, soft_wrap=True, **kwargs)
 
 
+def _hint_text(submit: str) -> Text:
+    return Text.assemble(("ctrl+a", "bold"), " select all  ", ("ctrl+z", "bold"), " undo  ",
+                         ("ctrl+s", "bold"), f" {submit}  ", ("esc", "bold"), " cancel")
+
+
 def _editor_hint(submit: str) -> Static:
     """The line under a JSON editor naming its less obvious keys."""
-    return Static(Text.assemble(("ctrl+a", "bold"), " select all  ", ("ctrl+z", "bold"), " undo  ",
-                                ("ctrl+s", "bold"), f" {submit}  ", ("esc", "bold"), " cancel"), classes="hint")
+    return Static(_hint_text(submit), classes="hint")
 
 
 class _Form(ModalScreen[Any]):
@@ -235,6 +239,9 @@ class ApproveScreen(_Form):
         self.query_one("#output-read").display = reading
         self.query_one("#output-json").display = not reading
         self.query_one("#output-label", Label).update(self._label(reading))
+        hint = (Text.assemble(("ctrl+e", "bold"), " edit as JSON  ", ("ctrl+s", "bold"), " approve  ",
+                              ("esc", "bold"), " cancel") if reading else _hint_text("approve"))
+        self.query_one("#approve-hint", Static).update(hint)
 
     def _label(self, reading: bool) -> str:
         if _in_pattern(self.run):
@@ -263,7 +270,7 @@ class ApproveScreen(_Form):
         yield JsonEditor(self._editor_text(), id="output-json", placeholder=self._placeholder(),
                          disabled=not self.loaded or self.too_long)
         yield Static(id="output-diff")
-        yield _editor_hint("approve")
+        yield Static(id="approve-hint", classes="hint")
 
     def on_mount(self) -> None:
         self._reading(self.shown is not None)
