@@ -187,6 +187,23 @@ def serve(ctx: click.Context, app_spec: str | None, readonly: bool, host: str, p
 
 
 @cli.command()
+@APP_OPTION
+@click.option("--read-only", "readonly", is_flag=True, help="Browse without recording anything.")
+@click.pass_context
+def review(ctx: click.Context, app_spec: str | None, readonly: bool) -> None:
+    """Open the console on the review queue: the oldest pending decision of all runs.
+
+    a approves (enter records it), x rejects, i answers, n / N move along the queue,
+    u shows the upstream outputs, escape goes to the runs list.
+    """
+    from relaypoint.tui import run_console
+
+    if app_spec:
+        load_workflows(app_spec)
+    run_console(ctx.obj["db"], app_spec, readonly=readonly, durability=ctx.obj["durability"], review=True)
+
+
+@cli.command()
 @click.option("--no-console", is_flag=True, help="Only fill the store; do not open the console.")
 @click.option("--root", default=None, metavar="DIR", help="Directory the example audits (default: the relaypoint sources).")
 @click.pass_context

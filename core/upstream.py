@@ -165,3 +165,12 @@ class LazyState(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"LazyState({dict(self._view())!r})"
+
+
+def upstream_of(tasks: Sequence[StepRecord], execution: StepRecord) -> list[StepRecord]:
+    """The executions whose outputs ``execution`` was built from, as a chain offers them to it in
+    ``ctx.results`` (:meth:`relaypoint.drivers.ChainDriver.upstream`: the steps before it): the
+    top-level steps before ``execution``'s own (its pattern's row for a pattern's call) that have
+    a recorded output, in order. ``tasks``: the run's executions (outputs need not be loaded)."""
+    top = execution.seq if execution.parent is None else execution.parent
+    return [s for s in tasks if s.parent is None and s.seq < top and s.has_output]

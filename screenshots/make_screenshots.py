@@ -6,7 +6,7 @@ Without ``--db`` a new store is filled by ``relaypoint demo --no-console`` in a 
 directory (``--fixture``: by the tests' fixed store builder instead, ``tests/fixtures.py``).
 The console is driven headless with ``App.run_test()``; it shows, in order: the runs list, the
 detail of a run awaiting approval with its output, the approve form, the fork form, help, the
-same run at 80x24, and, when the store has a completed run with a supervisor (the demo's panel),
+review screen on that run (``review``: its Markdown report rendered), the same run at 80x24, and, when the store has a completed run with a supervisor (the demo's panel),
 that run's patterns with the supervisor's summary (``pattern``).
 Files: ``<out>/<name>.svg`` and ``<out>/<name>.png``.
 
@@ -37,6 +37,7 @@ from relaypoint import Runtime
 from relaypoint.patterns_view import kind_of
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.detail import StepsTable
+from relaypoint.tui.review import ReviewScreen
 from relaypoint.tui.runs_table import RunsTable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,6 +120,17 @@ async def shoot(db: Path, out: Path, size: tuple[int, int], app_spec: str | None
         await pilot.press("escape")
         await pilot.press("question_mark")
         await save("help")
+        await pilot.press("escape")
+        await pilot.press("n")  # the review queue, from its oldest pending decision to the paused run's
+        for _ in range(20):
+            await app.workers.wait_for_complete()
+            await pilot.pause(0.3)
+            review = app.screen
+            if not isinstance(review, ReviewScreen) or (review.item is not None and review.item.run.run_id == target):
+                break
+            await pilot.press("n")
+        await pilot.pause(0.5)
+        await save("review")
         await pilot.press("escape")
         await pilot.resize_terminal(*SMALL)
         await pilot.press("k", "j")  # as a person would, to bring the selected run back into view

@@ -75,6 +75,11 @@ async def test_approve_with_an_edited_output_replaces_it(store):
     async with app.run_test(size=SIZE) as pilot:
         await open_form(pilot, runs["awaiting_approval"], "a", ApproveScreen)
         app.screen.query_one("#output-json", TextArea).load_text('{"title": "Edited"}')
+        await pilot.press("ctrl+s")  # an edited output: its diff first, recorded on the second ctrl+s
+        await settle(pilot)
+        assert isinstance(app.screen, ApproveScreen) and '+  "title": "Edited"' in str(
+            app.screen.query_one("#output-diff", Static).content)
+        assert run_status(path, runs["awaiting_approval"]) == RunStatus.AWAITING_APPROVAL
         await pilot.press("ctrl+s")
         await until(pilot, lambda: run_status(path, runs["awaiting_approval"]) == RunStatus.QUEUED)
     with Runtime(path, create=False) as rt:
@@ -732,7 +737,9 @@ async def test_forms_fit_the_terminal_and_name_their_keys(store, size):
             assert "ctrl+s" in str(dialog.border_subtitle) and "esc" in str(dialog.border_subtitle)
             assert screen.region.contains_region(dialog.region), form
             for hint in screen.query(".hint").results(Static):
-                assert "ctrl+a select all" in str(hint.content)
+                # under an editor its keys; the approve form opens on the output as it reads
+                keys = "ctrl+e edit as JSON" if form is ApproveScreen else "ctrl+a select all"
+                assert keys in str(hint.content) and "ctrl+s" in str(hint.content)
                 assert is_visible(hint)
             await pilot.press("escape")
             await settle(pilot)

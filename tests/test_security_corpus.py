@@ -249,3 +249,87 @@ def test_the_console_resume_log_is_inert(store):
     assert len(errors) == 2 and "a step's own stderr" in log and "Traceback" not in log
     assert errors[0].startswith(f"Error: run {rid} failed: step 'boom \\x1b]52;c;")
     assert_inert(log)
+
+
+HOSTILE_MARKDOWN = f"""# Report {CORPUS['markup']}
+
+Text with {CORPUS['csi']} and {CORPUS['osc8']} and {CORPUS['title']} and {CORPUS['c1']}.
+
+[a link]({CORPUS['osc52']}https://evil.example/x) and [@click=app.quit]text[/] and ![img](https://evil.example/i.png)
+
+<!-- hidden {CORPUS['bidi']} comment -->
+<script>alert("x")</script>
+
+| Cell {CORPUS['zero_width']} | {CORPUS['controls']} |
+|---|---|
+| [bold]b[/bold] | {CORPUS['osc52']} |
+
+```{CORPUS['csi']}
+code {CORPUS['title']}
+```
+"""
+
+
+async def test_rendered_markdown_keeps_the_corpus_inert(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A stored Markdown output on the review screen and in the approve form: control characters
+    and escapes appear as visible escapes, markup and HTML as text (HTML is shown, never hidden),
+    and clicking a link opens nothing."""
+    from relaypoint import Workflow
+    from relaypoint.tui.modals import ApproveScreen, ConfirmScreen
+    from relaypoint.tui.readable import SafeMarkdown
+    from relaypoint.tui.review import ReviewScreen
+    from textual.widgets import Markdown
+
+    from console_pilot import until
+
+    monkeypatch.chdir(tmp_path)
+    wf = Workflow("md")
+
+    @wf.step(approval=True)
+    def report(ctx: Any) -> Any:
+        return {"markdown": HOSTILE_MARKDOWN, "plain": HOSTILE_MARKDOWN}
+
+    @wf.step(approval=True)
+    def whole(ctx: Any) -> Any:
+        return HOSTILE_MARKDOWN
+
+    with Runtime(db, [wf]) as rt:
+        rt.approve(rid := rt.start("md"))
+        rt.resume(rid)  # waits at the second gate: a Markdown string output
+        first = rt.start("md")  # the oldest pending: a Markdown field of a JSON output
+    app = RelaypointConsole(db, review=True)
+    opened: list[str] = []
+    app.open_url = lambda url, **kw: opened.append(url)  # type: ignore[method-assign]
+    screens = []
+    async with app.run_test(size=(160, 45)) as pilot:
+        for run_id in (rid, first):  # oldest first: rid paused at its second gate before first started
+            await until(pilot, lambda: isinstance(app.screen, ReviewScreen) and app.screen.item is not None)
+            if app.screen.item.run.run_id != run_id:
+                await pilot.press("n")
+                await until(pilot, lambda: app.screen.item.run.run_id == run_id)
+            await settle(pilot)
+            for md in app.screen.query(SafeMarkdown):
+                await until(pilot, lambda: len(md.children) > 5)
+            await settle(pilot)
+            screens.append(app.export_screenshot())
+            md = app.screen.query(SafeMarkdown).first()
+            md.post_message(Markdown.LinkClicked(md, CORPUS["osc52"] + "https://evil.example/x"))
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            screens.append(app.export_screenshot())
+            await pilot.press("escape")
+            await settle(pilot)
+            await pilot.press("a")
+            await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+            await settle(pilot)
+            screens.append(app.export_screenshot())
+            await pilot.press("escape")
+            await settle(pilot)
+        await pilot.press("q")
+    assert opened == []
+    for svg in screens:
+        assert_inert(svg)
+        assert "&#27;" not in svg and "&#x1b;" not in svg.lower()
+    everything = html.unescape(re.sub(r"<[^>]+>", "", "".join(screens))).replace("\xa0", " ")
+    for needle in ("[bold red]loud[/]", "[@click=app.quit]text[/]", "\\x1b[2J", "\\x1b]52;c;", "\\u202e",
+                   "<!--", "hidden", "<script>", "[bold]b[/bold]", "\\x9b31m", "Open this link"):
+        assert needle in everything, needle

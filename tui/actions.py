@@ -69,6 +69,23 @@ GENERAL_BINDINGS: tuple[Binding, ...] = (
     Binding("q", "quit", "Quit", id="quit", tooltip="Quit the console (running resumes continue)"),
 )
 
+QUEUE_BINDINGS: tuple[Binding, ...] = (
+    Binding("n", "next_pending", "Pending", id="next-pending",
+            tooltip="Review the next pending decision of all runs (from the runs list: the oldest)"),
+    Binding("N", "previous_pending", "Previous pending", id="previous-pending", show=False,
+            tooltip="Review the previous pending decision (from the runs list: the newest)"),
+)
+"""The review queue's keys: pending decisions (approvals, input requests, orphan holds) of all runs."""
+
+REVIEW_BINDINGS: tuple[Binding, ...] = (
+    Binding("u", "upstream", "Upstream", id="upstream",
+            tooltip="On the review screen: the outputs the step was built from (u again: its own output)"),
+    Binding("e", "expand", "Expand", id="expand", tooltip="On the review screen: show long lists whole"),
+    Binding("o", "open_run", "Open run", id="open-run",
+            tooltip="On the review screen: show the run alone in the runs list (escape clears that filter)"),
+)
+"""Keys of the review screen besides the decisions and the queue's."""
+
 OUTPUT_BINDINGS: tuple[Binding, ...] = (
     Binding("m", "more_output", "More", show=False, id="more-output",
             tooltip="Show another page of the selected step's long output"),
@@ -95,11 +112,12 @@ MOVE_KEYS: tuple[tuple[str, str], ...] = (
     ("tab", "Switch between the runs table and the step chain"),
     ("shift+tab", "The same, the other way round"),
     ("pgdn", "In the step chain: scroll the step's output down (pgup: up)"),
-    ("ctrl+p", "Command palette (theme, screenshot, all keys)"),
+    ("ctrl+p", "Command palette: every action above, a status filter, a run by id prefix"),
 )
 
 FORM_KEYS: tuple[tuple[str, str], ...] = (
-    ("ctrl+s", "Submit the form (approve, reject, respond, fork)"),
+    ("ctrl+s", "Submit the form (approve, reject, respond, fork); an edited output shows its diff first"),
+    ("ctrl+e", "In the approve form: edit the output as JSON (it opens showing the output as it reads)"),
     ("escape", "Close the form without doing anything"),
     ("tab", "Next field (shift+tab: previous)"),
     ("ctrl+a", "In a JSON editor: select all, so typing replaces it (F7 too)"),
@@ -122,7 +140,14 @@ def help_markdown() -> str:
     lines += [_row(key, what) for key, what in MOVE_KEYS]
     lines += [_row(b.key, f"**{b.description}**: {b.tooltip}") for b in OUTPUT_BINDINGS]
     lines += ["", ("Keys that do not apply to the selected run are greyed out in the footer, and its "
-                   "buttons are disabled; pressed anyway, they say why."), "", "## In a form", "",
+                   "buttons are disabled; pressed anyway, they say why."), "",
+              "## The review queue", "",
+              ("`relaypoint review`, or `n` / `N` from the runs list: the pending decisions of all runs, "
+               "one at a time, oldest first. `a`, `x`, `i` decide the one shown (`a` then `enter` approves "
+               "it as shown) and the next comes into view."), "",
+              "| Key | Action |", "| --- | --- |"]
+    lines += [_row(b.key, f"**{b.description}**: {b.tooltip}") for b in (*QUEUE_BINDINGS, *REVIEW_BINDINGS)]
+    lines += ["", "## In a form", "",
               "| Key | Action |", "| --- | --- |"]
     lines += [_row(key, what) for key, what in FORM_KEYS]
     lines += ["", "## Run statuses", "",

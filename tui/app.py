@@ -11,6 +11,7 @@ from relaypoint.runtime import Runtime
 from relaypoint.store.url import store_name
 
 from .data import StoreReader
+from .review import ReviewScreen
 from .screen import ConsoleScreen
 
 
@@ -21,7 +22,8 @@ class RelaypointConsole(App[None]):
     passed to the separate process that resumes a run (without it, resuming explains how to give
     it). ``clock``: the current time, injectable so relative times are stable in tests.
     ``readonly``: browse without recording anything (actions greyed out, the reason in the status
-    line); a store this user cannot write opens read-only anyway. ``durability``: of what the
+    line); a store this user cannot write opens read-only anyway. ``review``: open on the review
+    queue (the oldest pending decision); escape goes to the runs list. ``durability``: of what the
     console records, and of the resumes it starts (see :func:`relaypoint.store.open_store`).
     """
 
@@ -31,8 +33,9 @@ class RelaypointConsole(App[None]):
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
 
     def __init__(self, db_url: str, app_spec: str | None = None, *, clock: Clock = utcnow,
-                 readonly: bool = False, durability: str = DURABILITY) -> None:
+                 readonly: bool = False, durability: str = DURABILITY, review: bool = False) -> None:
         super().__init__()
+        self.review = review
         self.db_url = str(db_url)
         self.durability = durability
         self.app_spec = app_spec
@@ -43,6 +46,17 @@ class RelaypointConsole(App[None]):
 
     def get_default_screen(self) -> ConsoleScreen:
         return ConsoleScreen()
+
+    def on_mount(self) -> None:
+        if self.review:
+            self.push_screen(ReviewScreen())
+
+    @property
+    def console_screen(self) -> ConsoleScreen:
+        """The runs list and detail (the bottom of the screen stack)."""
+        screen = self.screen_stack[0]
+        assert isinstance(screen, ConsoleScreen)
+        return screen
 
     def open_runtime(self) -> Runtime:
         """A new runtime on the store (its own connection): one per change the console

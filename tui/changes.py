@@ -4,10 +4,15 @@ runs it) and returns the one line the console shows; the runtime's refusals prop
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from textual import work
+
+from relaypoint.errors import RelaypointError
 from relaypoint.models import Run
 from relaypoint.runtime import Runtime
 
 from .format import short_id
+from .messages import ActionDone, ActionFailed
 from .modals import Approval, ForkRequest, Response
 
 
@@ -20,7 +25,7 @@ def approve(run: Run, approval: Approval, rt: Runtime) -> str:
     """Approve the checkpoint shown, with the comment and the edited output if any."""
     rt.approve(run.run_id, comment=approval.comment, output=approval.output, checkpoint_id=_checkpoint(run))
     edited = " with an edited output" if approval.output is not None else ""
-    return f"approved run {short_id(run.run_id)}{edited}; it is queued: press r to resume it"
+    return f"approved run {short_id(run.run_id)}{edited}; it is queued: r on the runs list resumes it"
 
 
 def reject(run: Run, reason: str, rt: Runtime) -> str:
@@ -32,7 +37,7 @@ def reject(run: Run, reason: str, rt: Runtime) -> str:
 def respond(run: Run, response: Response, rt: Runtime) -> str:
     """Answer the input request shown."""
     rt.respond(run.run_id, response.value, checkpoint_id=_checkpoint(run))
-    return f"answered run {short_id(run.run_id)}; it is queued: press r to resume it"
+    return f"answered run {short_id(run.run_id)}; it is queued: r on the runs list resumes it"
 
 
 def fork(run: Run, request: ForkRequest, rt: Runtime) -> str:
@@ -55,3 +60,20 @@ def cancel(run: Run, confirmed: bool, rt: Runtime) -> str:
     """Cancel the run (``confirmed`` is the answer to the confirmation, always true here)."""
     was = rt.cancel(run.run_id)
     return f"cancelled run {short_id(run.run_id)} (it was {was})"
+
+
+class ChangeWorker:
+    """For a screen that asks the runtime for changes: :meth:`_change` makes one in a thread worker
+    (on a runtime of its own) and posts :class:`ActionDone` or, refused, :class:`ActionFailed` to
+    the screen, whose handlers say so and read again."""
+
+    @work(thread=True, exit_on_error=False, group="change")
+    def _change(self, call: Callable[[Runtime], str]) -> None:
+        """Ask the runtime for a change; ``call`` makes it and says what it did."""
+        try:
+            with self.app.open_runtime() as rt:  # type: ignore[attr-defined]
+                summary = call(rt)
+        except RelaypointError as e:
+            self.post_message(ActionFailed(str(e)))  # type: ignore[attr-defined]
+            return
+        self.post_message(ActionDone(summary))  # type: ignore[attr-defined]

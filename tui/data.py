@@ -23,12 +23,14 @@ from typing import Any
 from rich.console import RenderableType
 
 from relaypoint.clock import to_text
-from relaypoint.errors import StoreError, UnknownRun, UnknownStep
-from relaypoint.models import Event, Run, RunSummary, StepRecord
-from relaypoint.patterns_view import PatternSummary, kind_of, summary, wanted_outputs, with_outputs
+from relaypoint.errors import RelaypointError, StoreError, UnknownRun, UnknownStep
+from relaypoint.models import Event, PendingDecision, Run, RunSummary, StepRecord
+from relaypoint.patterns_view import PatternSummary, kind_of, paused_execution, summary, wanted_outputs, with_outputs
 from relaypoint.runtime import Runtime
+from relaypoint.upstream import upstream_of
 
 from .output import editor_json, output_view, show_command
+from .readable import Readable, readable
 
 PAGE_SIZE = 50
 NEWER_LIMIT = 500
@@ -244,7 +246,8 @@ class StepOutput:
     say (rounds, counts, votes, plan...), shown above its result. ``view``: what the output box
     shows, ``pages`` pages of it (bounded; see :mod:`relaypoint.tui.output`); ``more``: the output
     goes on past what ``view`` shows; ``editor``: the output as JSON for the approve form (None:
-    not recorded, or too long to edit); ``whole``: the command that prints it whole."""
+    not recorded, or too long to edit); ``whole``: the command that prints it whole; ``readable``:
+    the output as it reads (the approve form shows it; None: not recorded)."""
 
     run_id: str
     step: str
@@ -258,6 +261,7 @@ class StepOutput:
     more: bool = False
     editor: str | None = None
     whole: str = ""
+    readable: Readable | None = None
 
     def paged(self, db: str, step: StepRecord, pages: int) -> StepOutput:
         """This output with ``pages`` pages of it formatted for ``step`` (its error and traceback
@@ -265,8 +269,9 @@ class StepOutput:
         a big output: call it in a thread worker, never on the UI thread."""
         view, more = output_view(db, self.run_id, step, self.recorded, self.value, pages, self.summary)
         editor = editor_json(self.value) if self.recorded else None
-        return replace(self, view=view, pages=pages, more=more, editor=editor,
-                       whole=show_command(db, self.run_id, step))
+        whole = show_command(db, self.run_id, step)
+        return replace(self, view=view, pages=pages, more=more, editor=editor, whole=whole,
+                       readable=readable(self.value, whole) if self.recorded else None)
 
 
 def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: Any = None) -> StepOutput | None:
@@ -291,3 +296,117 @@ def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: 
         return None
     return StepOutput(run.run_id, step.name, step.seq, run.updated_at, step.has_output, value, found).paged(
         rt.store.url, step, pages)
+
+
+QUEUE_LIMIT = 500
+"""Most pending decisions the review screen reads at once (oldest first)."""
+
+
+@dataclass(frozen=True)
+class ReviewWant:
+    """Which pending decision the review screen asks for: ``current`` (the checkpoint id shown,
+    None: none yet), ``move`` (0: the same, 1: the next newer, -1: the next older) and ``seen``:
+    the queue as last read (checkpoint ids, oldest first), to move on from a decision made
+    meanwhile. ``expanded``: show long lists whole."""
+
+    current: int | None = None
+    move: int = 0
+    seen: tuple[int, ...] = ()
+    expanded: bool = False
+
+
+def pick(queue: list[int], want: ReviewWant) -> int | None:
+    """The position in ``queue`` (checkpoint ids, oldest first) of the decision to show: from the
+    one shown, ``want.move`` along (kept at the ends); when it is no longer pending (decided), the
+    first one after it in the queue as seen that still is, else the oldest. With nothing shown
+    yet: the oldest (the newest when moving back). None for an empty queue."""
+    if not queue:
+        return None
+    if want.current is None:
+        return len(queue) - 1 if want.move < 0 else 0
+    if want.current in queue:
+        return min(max(queue.index(want.current) + want.move, 0), len(queue) - 1)
+    later = want.seen[want.seen.index(want.current) + 1:] if want.current in want.seen else ()
+    return next((queue.index(c) for c in later if c in queue), 0)
+
+
+@dataclass(frozen=True)
+class ReviewItem:
+    """One pending decision as the review screen shows it. ``decision``: the queue's entry (the
+    checkpoint, its run's workflow and status); ``run``: the run read with it (outputs not
+    loaded; ``run.pending`` is the checkpoint a decision cites); ``execution``: the step it is
+    about (None: not in the chain); ``output``: that step's output (None: none recorded);
+    ``queue``: the checkpoint ids pending, oldest first (``full``: there may be more past
+    :data:`QUEUE_LIMIT`); ``position``: this one's in it."""
+
+    decision: PendingDecision
+    run: Run
+    execution: StepRecord | None
+    output: StepOutput | None
+    queue: tuple[int, ...]
+    full: bool
+    position: int
+
+
+@dataclass(frozen=True)
+class ReviewRead:
+    """What the review screen read: the ``item`` to show (None: nothing to review), why the store
+    is read-only (None: writable), and what was asked."""
+
+    want: ReviewWant
+    item: ReviewItem | None
+    readonly_reason: str | None
+
+
+def read_review(rt: Runtime, want: ReviewWant) -> ReviewRead:
+    """Read the review queue and the decision ``want`` picks (see :func:`pick`), with its run and
+    the output it gates (one page of it formatted, and as it reads). A run decided between the two
+    reads is skipped: the queue is read again."""
+    for _ in range(3):
+        queue = rt.pending_decisions(QUEUE_LIMIT)
+        ids = [d.checkpoint_id for d in queue]
+        position = pick(ids, want)
+        if position is None:
+            return ReviewRead(want, None, rt.readonly_reason)
+        decision = queue[position]
+        try:
+            run = rt.get(decision.run_id, with_outputs=False)
+        except UnknownRun:
+            continue
+        if run.pending is None or run.pending.checkpoint_id != decision.checkpoint_id:
+            continue
+        execution = paused_execution(run.tasks, run.pending)
+        output = None
+        if execution is not None and execution.has_output:
+            output = load_output(rt, run, execution)
+            if output is not None and want.expanded:
+                output = replace(output, readable=readable(output.value, output.whole, expanded=True))
+        item = ReviewItem(decision, run, execution, output, tuple(ids), len(ids) >= QUEUE_LIMIT, position)
+        return ReviewRead(want, item, rt.readonly_reason)
+    raise RelaypointError("the review queue kept changing while it was read; press n to read it again")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The outputs a pending decision's step was built from (see
+    :func:`relaypoint.upstream.upstream_of`), each as it reads, in order, for run ``run_id`` at
+    checkpoint ``checkpoint_id``."""
+
+    run_id: str
+    checkpoint_id: int
+    outputs: tuple[tuple[str, Readable], ...]
+
+
+def read_upstream(rt: Runtime, item: ReviewItem) -> Upstream:
+    """Read the upstream outputs of ``item``'s step (bounded as it reads, one per step)."""
+    run = item.run
+    outputs: list[tuple[str, Readable]] = []
+    if item.execution is not None:
+        for step in upstream_of(run.tasks, item.execution):
+            try:
+                value = rt.store.step_output(run.run_id, step.seq)
+            except UnknownStep:
+                continue
+            outputs.append((step.name, readable(value, show_command(rt.store.url, run.run_id, step))))
+    assert run.pending is not None
+    return Upstream(run.run_id, run.pending.checkpoint_id, tuple(outputs))

@@ -63,6 +63,16 @@ def ago(when: datetime | None, now: datetime) -> str:
     return f"{seconds // 86400}d ago"
 
 
+def ahead(when: datetime | None, now: datetime) -> str:
+    """A future time relative to ``now``: ``in 12s``, ``in 3m``, ``in 5h``, ``in 4d`` (``passed``
+    when it is not in the future, ``-`` for None)."""
+    if when is None:
+        return "-"
+    if when <= now:
+        return "passed"
+    return "in " + ago(now, when).removesuffix(" ago")
+
+
 def utc(when: datetime | None) -> str:
     """An absolute UTC time to the second, e.g. ``2026-03-14 09:00:05 UTC`` (or ``-``)."""
     return "-" if when is None else when.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.message import Message
 
-from .data import RefreshRead, RunDetail, RunsPage, StepOutput, Version
+from .data import RefreshRead, ReviewRead, RunDetail, RunsPage, StepOutput, Upstream, Version
 
 
 class Refreshed(Message):
@@ -96,3 +96,19 @@ class ResumeStarted(Message):
         self.process = process
         self.log_from = log_from
         self.allow_drift = allow_drift
+
+
+class ReviewLoaded(Message):
+    """The review queue and the pending decision it picked (none: nothing to review)."""
+
+    def __init__(self, read: ReviewRead) -> None:
+        super().__init__()
+        self.read = read
+
+
+class UpstreamLoaded(Message):
+    """The outputs a pending decision's step was built from."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        super().__init__()
+        self.upstream = upstream

@@ -9,6 +9,7 @@ stay at its bottom, and its bottom border names the keys (``ctrl+s``, ``esc``)."
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from relaypoint.status import StepStatus
 from . import format as fmt
 from .actions import CLOSE_HELP
 from .output import EDITABLE_CHARS
+from .readable import Readable, ReadableOutput
 
 
 def _paused_at(run: Run) -> Text:
@@ -61,10 +63,14 @@ class JsonEditor(TextArea):
         super().__init__(text, soft_wrap=True, **kwargs)
 
 
+def _hint_text(submit: str) -> Text:
+    return Text.assemble(("ctrl+a", "bold"), " select all  ", ("ctrl+z", "bold"), " undo  ",
+                         ("ctrl+s", "bold"), f" {submit}  ", ("esc", "bold"), " cancel")
+
+
 def _editor_hint(submit: str) -> Static:
     """The line under a JSON editor naming its less obvious keys."""
-    return Static(Text.assemble(("ctrl+a", "bold"), " select all  ", ("ctrl+z", "bold"), " undo  ",
-                                ("ctrl+s", "bold"), f" {submit}  ", ("esc", "bold"), " cancel"), classes="hint")
+    return Static(_hint_text(submit), classes="hint")
 
 
 class _Form(ModalScreen[Any]):
@@ -169,18 +175,29 @@ class ApproveScreen(_Form):
     ``editor``: the output as JSON, formatted off the UI thread (``StepOutput.editor``); None for
     an output too long to edit here, which the approval then keeps as is.
 
+    ``shown``: the output as it reads (Markdown rendered, JSON folded), shown instead of the editor
+    until ``ctrl+e`` opens it. An edited output is recorded only after its difference from the
+    original has been shown: the first ``ctrl+s`` shows it, the second records. ``confirm_first``:
+    the Approve button has the focus (``enter`` approves as shown; the review screen opens it so).
+
     Without ``output`` the form opens at once with the output still being read (so keys typed
     right after ``a`` land in the form, never on the screen under it); :meth:`load` fills it, and
     until then the form cannot be submitted."""
 
     SUBMIT_LABEL = "Approve"
     SUBMIT_VARIANT = "success"
+    BINDINGS = [Binding("ctrl+e", "edit", "Edit output", id="edit")]
 
-    def __init__(self, run: Run, output: Any = _LOADING, recorded: bool = False, editor: str | None = None) -> None:
+    def __init__(self, run: Run, output: Any = _LOADING, recorded: bool = False, editor: str | None = None,
+                 shown: Readable | None = None, *, confirm_first: bool = False) -> None:
         super().__init__("Approve", run)
         self.output = output
         self.recorded = recorded
         self.editor = editor
+        self.shown = shown
+        self._confirmed: Any = _LOADING  # the edited output whose diff was shown (ctrl+s again records it)
+        if confirm_first:
+            self.AUTO_FOCUS = "#submit"
 
     @property
     def loaded(self) -> bool:
@@ -203,15 +220,41 @@ class ApproveScreen(_Form):
                     "keeps it as is (relaypoint approve RUN --output JSON replaces it)")
         return "no output recorded; type JSON to record one"
 
-    def load(self, output: Any, recorded: bool, editor: str | None) -> None:
+    async def load(self, output: Any, recorded: bool, editor: str | None, shown: Readable | None) -> None:
         """Show the gated step's output, read after the form opened."""
         self.output = output
         self.recorded = recorded
         self.editor = editor
+        self.shown = shown
         area = self.query_one("#output-json", JsonEditor)
         area.load_text(self._editor_text())
         area.placeholder = self._placeholder()
         area.disabled = self.too_long
+        if shown is not None:
+            await self.query_one("#output-read", ReadableOutput).show(shown)
+        self._reading(shown is not None)
+
+    def _reading(self, reading: bool) -> None:
+        """Show the output as it reads (True) or its JSON editor (False)."""
+        self.query_one("#output-read").display = reading
+        self.query_one("#output-json").display = not reading
+        self.query_one("#output-label", Label).update(self._label(reading))
+        hint = (Text.assemble(("ctrl+e", "bold"), " edit as JSON  ", ("ctrl+s", "bold"), " approve  ",
+                              ("esc", "bold"), " cancel") if reading else _hint_text("approve"))
+        self.query_one("#approve-hint", Static).update(hint)
+
+    def _label(self, reading: bool) -> str:
+        if _in_pattern(self.run):
+            return 'Value (JSON, optional; the pattern gets it with the approval as its "value")'
+        if reading:
+            return "Output, as it reads (ctrl+e: edit it as JSON)"
+        return "Output (JSON; edit to replace the step's output, leave as is to keep it)"
+
+    def action_edit(self) -> None:
+        """``ctrl+e``: edit the output as JSON (the editor takes the focus)."""
+        if not self.too_long:
+            self._reading(False)
+            self.query_one("#output-json", JsonEditor).focus()
 
     def body(self) -> ComposeResult:
         cp = self.run.pending
@@ -221,12 +264,17 @@ class ApproveScreen(_Form):
         yield Static(literal(cp.reason, multiline=True), classes="reason")
         yield Label("Comment (optional)")
         yield Input(placeholder="why you approve", id="comment")
-        yield Label('Value (JSON, optional; the pattern gets it with the approval as its "value")'
-                    if _in_pattern(self.run)
-                    else "Output (JSON; edit to replace the step's output, leave as is to keep it)")
+        reading = self.shown is not None
+        yield Label(self._label(reading), id="output-label")
+        yield ReadableOutput(self.shown, id="output-read")
         yield JsonEditor(self._editor_text(), id="output-json", placeholder=self._placeholder(),
                          disabled=not self.loaded or self.too_long)
-        yield _editor_hint("approve")
+        yield Static(id="output-diff")
+        yield Static(id="approve-hint", classes="hint")
+
+    def on_mount(self) -> None:
+        self._reading(self.shown is not None)
+        self.query_one("#output-diff").display = False
 
     def collect(self) -> Approval:
         if not self.loaded:
@@ -235,6 +283,39 @@ class ApproveScreen(_Form):
         area = self.query_one("#output-json", TextArea)
         original = self.output if self.recorded else None
         return Approval(comment, _edited_json(area, original, "the edited output"))
+
+    def action_submit(self) -> None:
+        """Approve; with an edited output, first show what changed (the next ``ctrl+s`` records)."""
+        try:
+            result = self.collect()
+        except InvalidValue as e:
+            self.show_error(str(e))
+            return
+        if result.output is not None and result.output != self._confirmed:
+            self._confirmed = result.output
+            diff = self.query_one("#output-diff", Static)
+            diff.update(output_diff(self.output if self.recorded else None, result.output))
+            diff.display = True
+            self.show_error("the output was edited: check the changes above, then ctrl+s again to approve "
+                            "with them (esc: cancel)")
+            diff.scroll_visible(animate=False)
+            return
+        self.dismiss(result)
+
+
+def output_diff(original: Any, edited: Any) -> Text:
+    """What an edit changed: a unified diff of the pretty JSON of ``original`` and ``edited``,
+    removed lines red, added ones green, hunk headers cyan (stored text shown literally)."""
+    lines = difflib.unified_diff(json_text(original).splitlines(), json_text(edited).splitlines(),
+                                 "recorded output", "edited output", lineterm="", n=2)
+    styles = {"+": "green", "-": "red", "@": "cyan"}
+    out = Text(style="")
+    for line in lines:
+        if out:
+            out.append("\n")
+        out.append_text(literal(line, "bold " + styles[line[0]] if line[:3] in ("+++", "---")
+                                else styles.get(line[:1], "")))
+    return out
 
 
 class RejectScreen(_Form):

@@ -31,7 +31,8 @@ from relaypoint.status import RUN_SYMBOLS, RunStatus
 
 from . import changes
 from . import format as fmt
-from .actions import GENERAL_BINDINGS, OUTPUT_BINDINGS, PANE_BINDINGS, RUN_ACTION_NAMES, RUN_ACTIONS, help_markdown
+from .actions import (GENERAL_BINDINGS, OUTPUT_BINDINGS, PANE_BINDINGS, QUEUE_BINDINGS, RUN_ACTION_NAMES, RUN_ACTIONS,
+                      help_markdown)
 from .data import (PageKind, RefreshRequest, RunDetail, RunKey, RunQuery, StepOutput, StoreState, load_detail,
                    load_output, read_page, read_refresh)
 from .detail import DetailPane
@@ -39,7 +40,9 @@ from .footer import ConsoleFooter
 from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded, PagerReady,
                        RefreshFailed, Refreshed, ResumeStarted)
 from .output import pager_text
+from .palette import ConsoleCommands
 from .modals import ApproveScreen, ConfirmScreen, ForkPoint, ForkScreen, HelpScreen, RejectScreen, RespondScreen
+from .review import ReviewScreen
 from .runs_table import AGO_PERIOD, RunsTable
 
 if TYPE_CHECKING:
@@ -53,10 +56,12 @@ GREYABLE_KEYS = {**{a.key: a.name for a in RUN_ACTIONS}, **{b.key: b.action for 
 STATUS_CYCLE: tuple[str | None, ...] = (None, *(s.value for s in RunStatus))
 
 
-class ConsoleScreen(Screen[None]):
+class ConsoleScreen(changes.ChangeWorker, Screen[None]):
     """Runs on the left (top when narrow), the selected run on the right (bottom), a status line."""
 
-    BINDINGS = [*(a.binding() for a in RUN_ACTIONS), *GENERAL_BINDINGS, *OUTPUT_BINDINGS, *PANE_BINDINGS]
+    BINDINGS = [*(a.binding() for a in RUN_ACTIONS), *QUEUE_BINDINGS, *GENERAL_BINDINGS, *OUTPUT_BINDINGS,
+                *PANE_BINDINGS]
+    COMMANDS = {ConsoleCommands}
     app: RelaypointConsole
 
     def __init__(self) -> None:
@@ -426,6 +431,41 @@ class ConsoleScreen(Screen[None]):
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(help_markdown()))
 
+    def action_next_pending(self) -> None:
+        """``n``: the review queue, at the oldest pending decision of all runs."""
+        self.app.push_screen(ReviewScreen())
+
+    def action_previous_pending(self) -> None:
+        """``N``: the review queue, at the newest pending decision."""
+        self.app.push_screen(ReviewScreen(move=-1))
+
+    def palette_why_not(self, action: str) -> str | None:
+        """Why the palette's ``action`` does not apply now (as its key would say); None when it does."""
+        if action in RUN_ACTION_NAMES or action in OUTPUT_ACTIONS:
+            return self.why_not(action)
+        return None
+
+    def palette_run(self, action: str, argument: str | None) -> None:
+        """Run the palette's ``action`` (``filter_status``: with status ``argument``, None for all),
+        or say in one line why it does not apply."""
+        if (reason := self.palette_why_not(action)) is not None:
+            self.notify(clean(f"{action.replace('_', ' ')}: {reason}"), severity="warning", markup=False)
+        elif action == "filter_status":
+            self._set_query(RunQuery(argument, self.query_state.search))
+        else:
+            self.call_later(getattr(self, f"action_{action}"))
+
+    def open_run(self, run_id: str) -> None:
+        """The palette's run by id prefix: show it (see :meth:`show_run`)."""
+        self.show_run(run_id)
+
+    def show_run(self, run_id: str) -> None:
+        """Show run ``run_id`` alone in the runs list (its full id as the search; escape clears it)."""
+        self.search.value = run_id
+        self.search.display = True
+        self._set_query(RunQuery(None, run_id))
+        self._focus(self.runs)
+
     def action_quit(self) -> None:
         self.app.exit()
 
@@ -488,7 +528,7 @@ class ConsoleScreen(Screen[None]):
         paused = paused_execution(run.tasks, run.pending) if run.pending is not None else None
         if (output is not None and step is not None and paused is not None
                 and step.seq == paused.seq and self.detail.output_is_current()):
-            form = ApproveScreen(run, output.value, output.recorded, output.editor)
+            form = ApproveScreen(run, output.value, output.recorded, output.editor, output.readable)
         else:
             form = ApproveScreen(run)
             self._read_gated_output(run)
@@ -503,13 +543,15 @@ class ConsoleScreen(Screen[None]):
             output = load_output(rt, run, step) if step is not None else None
         self.post_message(ApprovalReady(run.run_id, output))
 
-    def on_approval_ready(self, message: ApprovalReady) -> None:
+    async def on_approval_ready(self, message: ApprovalReady) -> None:
         form = self._approve_form
         if form is None or form.run.run_id != message.run_id or form not in self.app.screen_stack:
             return
         output = message.output
-        form.load(output.value if output is not None else None, output is not None and output.recorded,
-                  output.editor if output is not None else None)
+        if output is None:
+            await form.load(None, False, None, None)
+        else:
+            await form.load(output.value, output.recorded, output.editor, output.readable)
 
     def action_reject(self) -> None:
         if (run := self._actionable("reject")) is not None:
@@ -585,17 +627,6 @@ class ConsoleScreen(Screen[None]):
                           + (" allowing drift" if message.allow_drift else "")
                           + "; it keeps going if the console closes"), markup=False)
         self.refresh_now()
-
-    @work(thread=True, exit_on_error=False, group="change")
-    def _change(self, call: Callable[[Runtime], str]) -> None:
-        """Ask the runtime for a change; ``call`` makes it and says what it did."""
-        try:
-            with self.app.open_runtime() as rt:
-                summary = call(rt)
-        except RelaypointError as e:
-            self.post_message(ActionFailed(str(e)))
-            return
-        self.post_message(ActionDone(summary))
 
     def on_action_done(self, message: ActionDone) -> None:
         self.notify(clean(message.summary), markup=False)

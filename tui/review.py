@@ -1,0 +1,364 @@
+"""The review screen: the pending decisions of all runs (approvals, input requests, orphan holds),
+oldest first, one at a time, with what a reviewer judges: the gated output as it reads, the
+upstream outputs it was built from (``u``), the run's input and why it waits. ``a`` opens the
+approve form with its Approve button focused (``enter`` records), ``x`` rejects, ``i`` answers;
+each decision cites the checkpoint shown (a stale view is refused) and the next pending decision
+comes into view. ``n`` / ``N`` move along the queue.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+from rich.text import Text
+from textual import events, on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Static
+from textual.worker import get_current_worker
+
+from relaypoint.display import clean, literal, preview
+from relaypoint.patterns_view import describe
+from relaypoint.status import CheckpointKind
+from relaypoint.upstream import upstream_of
+
+from . import changes
+from . import format as fmt
+from .actions import GENERAL_BINDINGS, QUEUE_BINDINGS, REVIEW_BINDINGS, RUN_ACTIONS, help_markdown
+from .data import ReviewItem, ReviewWant, Upstream, read_review, read_upstream
+from .footer import ConsoleFooter
+from .messages import ActionDone, ActionFailed, ReviewLoaded, UpstreamLoaded
+from .modals import ApproveScreen, HelpScreen, RejectScreen, RespondScreen
+from .palette import ConsoleCommands
+from .readable import Block, Readable, ReadableOutput
+
+if TYPE_CHECKING:
+    from .app import RelaypointConsole
+
+DECISIONS = ("approve", "reject", "respond")
+"""The run actions the review screen offers (the registry's)."""
+DECISION_ACTIONS = tuple(a for a in RUN_ACTIONS if a.name in DECISIONS)
+KIND_STYLES = {CheckpointKind.APPROVAL: "yellow", CheckpointKind.INPUT: "magenta", CheckpointKind.ORPHAN: "dark_orange"}
+INPUT_CHARS = 300
+"""Most characters of the run's input shown in the header (``o``: the run, its input whole)."""
+
+_KEPT_GENERAL = {"help", "quit"}
+REVIEW_SCREEN_BINDINGS: list[Binding] = [
+    *(a.binding() for a in DECISION_ACTIONS), *QUEUE_BINDINGS, *REVIEW_BINDINGS,
+    Binding("escape", "back", "Runs", id="back", tooltip="Back to the runs list"),
+    *(b for b in GENERAL_BINDINGS if b.id in _KEPT_GENERAL),
+]
+OWN_ACTIONS = frozenset(b.action for b in REVIEW_SCREEN_BINDINGS)
+GREYABLE = {b.key: b.action for b in REVIEW_SCREEN_BINDINGS if b.id not in (*_KEPT_GENERAL, "back")}
+"""Keys whose action can be greyed out on the review screen, and the action."""
+
+
+def waiting_line(item: ReviewItem, now: Any) -> Text:
+    """What the decision is about and how long it has waited: kind, step, checkpoint, since when,
+    and its deadline."""
+    cp = item.run.pending
+    assert cp is not None
+    step = describe(item.execution, item.run.tasks) if item.execution is not None else cp.step or "?"
+    line = Text.assemble((cp.kind, f"bold {KIND_STYLES.get(CheckpointKind(cp.kind), '')}"), " at step ",
+                         literal(step, "bold"), (f"  checkpoint {cp.checkpoint_id}", "dim"),
+                         "  waiting ", (fmt.duration(cp.created_at, now), "bold"),
+                         (f" (since {fmt.utc(cp.created_at)})", "dim"), "  deadline ")
+    if cp.deadline_at is None:
+        line.append("none", style="dim")
+    else:
+        line.append(fmt.ahead(cp.deadline_at, now), style="bold red")
+        line.append(f" ({fmt.utc(cp.deadline_at)})", style="dim")
+    return line
+
+
+def header(item: ReviewItem, now: Any) -> Table:
+    """The review screen's header: where in the queue, the run, why it waits, and its input."""
+    run, cp = item.run, item.run.pending
+    assert cp is not None
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(ratio=1)
+    total = f"{len(item.queue)}{'+' if item.full else ''}"
+    grid.add_row("pending", Text.assemble((f"{item.position + 1} of {total}", "bold"), "   run ",
+                                          literal(fmt.short_id(run.run_id), "bold"), "  ",
+                                          literal(run.workflow, "bold"), "  ", fmt.run_status(run.status)))
+    grid.add_row("waits", waiting_line(item, now))
+    grid.add_row("reason", literal(cp.reason or "-", multiline=True))
+    shown = preview(json.dumps(run.input, ensure_ascii=False), chars=INPUT_CHARS, lines=1)
+    grid.add_row("input", literal(shown.head + ("…" if shown.cut else "")))
+    return grid
+
+
+def body_title(item: ReviewItem, upstream: bool) -> Text:
+    """The body's border title: whose output it shows, and the key to the other view."""
+    if upstream:
+        return Text("Upstream outputs it was built from · u: the output itself")
+    cp = item.run.pending
+    assert cp is not None
+    what = describe(item.execution, item.run.tasks) if item.execution is not None else cp.step or "?"
+    if item.output is None:
+        title = Text.assemble("Step ", literal(what), " asks" if cp.kind == CheckpointKind.INPUT else " has no output")
+    else:
+        title = Text.assemble("Output of ", literal(what), " as it reads")
+    if item.execution is not None and upstream_of(item.run.tasks, item.execution):
+        title.append(" · u: upstream outputs")
+    return title
+
+
+def unrecorded(item: ReviewItem) -> Text:
+    """What the body says when the decision's step has no output: the question asked (input),
+    or what approving does (an orphan, a person's turn)."""
+    cp = item.run.pending
+    assert cp is not None
+    if cp.kind == CheckpointKind.INPUT:
+        return Text.assemble(("The step asks:\n", "bold"), literal(cp.reason, multiline=True),
+                             ("\n\ni: answer with a JSON value", "dim"))
+    return Text.assemble(("No output recorded for this step. ", "dim"), literal(cp.reason, multiline=True),
+                         ("\n\na: approve  x: reject", "dim"))
+
+
+class ReviewScreen(changes.ChangeWorker, Screen[None]):
+    """The review queue, one pending decision at a time (see the module's doc). ``move``: start
+    at the oldest (0, 1) or the newest (-1) pending decision."""
+
+    BINDINGS = REVIEW_SCREEN_BINDINGS
+    COMMANDS = {ConsoleCommands}
+    app: RelaypointConsole
+
+    def __init__(self, move: int = 0) -> None:
+        super().__init__()
+        self.item: ReviewItem | None = None
+        self.readonly_reason: str | None = None
+        self.loaded = False
+        self.upstream: Upstream | None = None
+        self.showing_upstream = False
+        self._first = ReviewWant(move=move)
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text("reading the review queue…", style="dim"), id="review-head")
+        with VerticalScroll(id="review-body"):
+            yield ReadableOutput(id="review-output")
+        yield ConsoleFooter()
+
+    def on_mount(self) -> None:
+        self.query_one("#review-head").border_title = "Review"
+        self.query_one("#review-body").border_title = "Output"
+        self._read(self._first)
+
+    # ---- reads --------------------------------------------------------------------------------
+
+    def read_again(self, move: int = 0, expanded: bool = False) -> None:
+        """Read the queue again and show the decision ``move`` along from the one shown (or, once
+        it is decided, the one after it)."""
+        current = self.item.run.pending.checkpoint_id if self.item and self.item.run.pending else None
+        seen = self.item.queue if self.item is not None else ()
+        self._read(ReviewWant(current, move, seen, expanded))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="review")
+    def _read(self, want: ReviewWant) -> None:
+        with self.app.reader.runtime() as rt:
+            read = read_review(rt, want)
+        if not get_current_worker().is_cancelled:
+            self.post_message(ReviewLoaded(read))
+
+    async def on_review_loaded(self, message: ReviewLoaded) -> None:
+        read = message.read
+        self.item, self.readonly_reason, self.loaded = read.item, read.readonly_reason, True
+        self.showing_upstream = False
+        self.refresh_bindings()
+        head = self.query_one("#review-head", Static)
+        body = self.query_one("#review-body", VerticalScroll)
+        body.scroll_home(animate=False)
+        output = self.query_one("#review-output", ReadableOutput)
+        item = read.item
+        if item is None:
+            head.border_title = "Review · nothing to review"
+            head.update(Text.assemble(("Nothing to review: ", "bold"), "no run waits for a decision (approval, "
+                                      "input or orphan hold).\n", ("escape", "bold"), " the runs list  ",
+                                      ("n", "bold"), " look again  ", ("q", "bold"), " quit"))
+            body.border_title = "Output"
+            await output.show(Text(""))
+            return
+        head.border_title = Text.assemble("Review · run ", literal(fmt.short_id(item.run.run_id)))
+        head.update(header(item, self.app.clock()))
+        body.border_title = body_title(item, False)
+        await self._show_own(item)
+
+    async def _show_own(self, item: ReviewItem) -> None:
+        output = self.query_one("#review-output", ReadableOutput)
+        if item.output is not None and item.output.readable is not None:
+            await output.show(item.output.readable)
+        else:
+            await output.show(unrecorded(item))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="upstream")
+    def _read_upstream(self, item: ReviewItem) -> None:
+        with self.app.reader.runtime() as rt:
+            upstream = read_upstream(rt, item)
+        self.post_message(UpstreamLoaded(upstream))
+
+    async def on_upstream_loaded(self, message: UpstreamLoaded) -> None:
+        self.upstream = message.upstream
+        if self.showing_upstream and self._upstream_current():
+            await self._show_upstream(message.upstream)
+
+    def _upstream_current(self) -> bool:
+        up, item = self.upstream, self.item
+        return (up is not None and item is not None and item.run.pending is not None
+                and (up.run_id, up.checkpoint_id) == (item.run.run_id, item.run.pending.checkpoint_id))
+
+    async def _show_upstream(self, upstream: Upstream) -> None:
+        blocks: list[Block] = []
+        for name, shown in upstream.outputs:
+            first, *rest = shown.blocks
+            title = f"output of {name}" + (f" · {first.title}" if first.title is not None else "")
+            blocks += [replace(first, title=title), *rest]
+        await self.query_one("#review-output", ReadableOutput).show(Readable(tuple(blocks)))
+
+    # ---- keys ---------------------------------------------------------------------------------
+
+    def why_not(self, action: str) -> str | None:
+        """Why ``action`` does not apply to the decision shown, in one line; None when it does.
+        Decisions: the registry's reasons (the runtime's rules) and a read-only store."""
+        item = self.item
+        if item is None:
+            return "nothing to review" if self.loaded else "the review queue is still being read"
+        if action in DECISIONS:
+            if self.readonly_reason:
+                return f"the store is read-only: {self.readonly_reason}"
+            return next(a for a in DECISION_ACTIONS if a.name == action).why_not(item.run)
+        if action == "next_pending" and item.position == len(item.queue) - 1:
+            return "this is the newest pending decision"
+        if action == "previous_pending" and item.position == 0:
+            return "this is the oldest pending decision"
+        if action == "upstream" and (item.execution is None or not upstream_of(item.run.tasks, item.execution)):
+            return "its step has no upstream outputs"
+        if action == "expand" and (item.output is None or item.output.readable is None
+                                   or not item.output.readable.folded):
+            return "no list of its output is folded"
+        return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Grey out (None) what does not apply to the decision shown (see :meth:`why_not`)."""
+        if action in GREYABLE.values() and action != "next_pending":  # n also reads the queue again
+            return True if self.why_not(action) is None else None
+        return True
+
+    def on_key(self, event: events.Key) -> None:
+        """A key whose action is greyed out: say in one line why it does not apply."""
+        action = GREYABLE.get(event.key)
+        if action is not None and action != "next_pending" and (reason := self.why_not(action)) is not None:
+            event.stop()
+            self.notify(clean(f"{action.replace('_', ' ')}: {reason}"), severity="warning", markup=False)
+
+    def _decide(self, form: ModalScreen[Any], change: Any) -> None:
+        def done(result: Any) -> None:
+            if result is not None and result is not False:
+                self._change(partial(change, result))
+
+        self.app.push_screen(form, done)
+
+    def action_approve(self) -> None:
+        """The approve form on the output shown, its Approve button focused: ``enter`` records."""
+        if self.why_not("approve") is not None or self.item is None:
+            return
+        item, output = self.item, self.item.output
+        if output is None:
+            form = ApproveScreen(item.run, None, False, None, confirm_first=True)
+        else:
+            form = ApproveScreen(item.run, output.value, output.recorded, output.editor, output.readable,
+                                 confirm_first=True)
+        self._decide(form, partial(changes.approve, item.run))
+
+    def action_reject(self) -> None:
+        if self.why_not("reject") is None and self.item is not None:
+            self._decide(RejectScreen(self.item.run), partial(changes.reject, self.item.run))
+
+    def action_respond(self) -> None:
+        if self.why_not("respond") is None and self.item is not None:
+            self._decide(RespondScreen(self.item.run), partial(changes.respond, self.item.run))
+
+    def action_next_pending(self) -> None:
+        """``n``: the next newer pending decision (read again: with none shown, the oldest)."""
+        self.read_again(1 if self.item is not None else 0)
+
+    def action_previous_pending(self) -> None:
+        """``N``: the next older pending decision."""
+        if self.why_not("previous_pending") is None:
+            self.read_again(-1)
+
+    async def action_upstream(self) -> None:
+        """``u``: the outputs the step was built from, and back."""
+        item = self.item
+        if self.why_not("upstream") is not None or item is None:
+            return
+        self.showing_upstream = not self.showing_upstream
+        self.query_one("#review-body", VerticalScroll).border_title = body_title(item, self.showing_upstream)
+        if not self.showing_upstream:
+            await self._show_own(item)
+        elif self._upstream_current():
+            assert self.upstream is not None
+            await self._show_upstream(self.upstream)
+        else:
+            await self.query_one("#review-output", ReadableOutput).show(Text("reading the upstream outputs…",
+                                                                              style="dim"))
+            self._read_upstream(item)
+
+    def action_expand(self) -> None:
+        """``e``: the output with its long lists whole."""
+        if self.why_not("expand") is None:
+            self.read_again(0, expanded=True)
+
+    def action_open_run(self) -> None:
+        """``o``: back to the runs list, filtered to this run."""
+        if self.item is None:
+            return
+        self.open_run(self.item.run.run_id)
+
+    def palette_why_not(self, action: str) -> str | None:
+        """Why the palette's ``action`` does not apply here now; None when it does (the runs
+        list's commands apply there, where they take the reviewer)."""
+        return self.why_not(action) if action in GREYABLE.values() and action != "next_pending" else None
+
+    def palette_run(self, action: str, argument: str | None) -> None:
+        """Run the palette's ``action``: this screen's own here (or say why not), any other on the
+        runs list, which it returns to."""
+        if action not in OWN_ACTIONS:
+            self.app.pop_screen()
+            self.app.console_screen.palette_run(action, argument)
+        elif (reason := self.palette_why_not(action)) is not None:
+            self.notify(clean(f"{action.replace('_', ' ')}: {reason}"), severity="warning", markup=False)
+        else:
+            self.call_later(getattr(self, f"action_{action}"))
+
+    def open_run(self, run_id: str) -> None:
+        """The palette's run by id prefix: the runs list, showing it."""
+        self.app.pop_screen()
+        self.app.console_screen.show_run(run_id)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(help_markdown()))
+
+    def action_quit(self) -> None:
+        self.app.exit()
+
+    # ---- what a decision did ------------------------------------------------------------------
+
+    @on(ActionDone)
+    def _done(self, message: ActionDone) -> None:
+        self.notify(clean(message.summary), markup=False)
+        self.read_again()
+
+    @on(ActionFailed)
+    def _failed(self, message: ActionFailed) -> None:
+        self.notify(clean(message.error), severity="error", markup=False)
+        self.read_again()
