@@ -17,7 +17,7 @@ from . import encoding
 from .clock import Clock
 from .drivers import Call, Driver, State, idempotency_key, located, where
 from .errors import DriftError, RefusedTransition
-from .execution import Claim, Current, Executor, OnPause, paused_checkpoint, state_json
+from .execution import Claim, Current, Executor, state_json
 from .lease import HOST, LeaseHolder, owner_gone
 from .models import Checkpoint, Owner, RunHead, StepRecord
 from .recovery import Recovery, now_of
@@ -99,16 +99,14 @@ class Claims:
     # ---- resume
 
     def resume(self, rid: str, workflow_of: Callable[[str], Workflow], allow_drift: bool, *,
-               replan: bool = False, only_if: RunStatus | None = None, skip_locked: bool = False,
-               on_pause: OnPause | None = None) -> Claim | RunStatus:
+               replan: bool = False, only_if: RunStatus | None = None, skip_locked: bool = False) -> Claim | RunStatus:
         """Claim an existing run (see :meth:`relaypoint.Runtime.resume`) in one transaction of that
         run. Returns the claim, or the status the run was left in without executing anything (failed
         as a poison pill, or paused to hold an orphan step). ``replan``: the planner the run is
         inside decomposes its goal again (the driver refuses, nothing written, when the run is not
         inside one). ``only_if``: ``RefusedTransition``, nothing written, unless the run is in this
         status (a run whose owner is gone counts as interrupted). ``skip_locked``: ``RunLocked``,
-        nothing written, when another process holds the run in a transaction. ``on_pause``: called
-        with the orphan checkpoint once committed, when the run pauses to hold an orphan step."""
+        nothing written, when another process holds the run in a transaction."""
         lease = self.lease(rid)
         while True:
             with self.store.transaction(rid, skip_locked=skip_locked):
@@ -116,24 +114,16 @@ class Claims:
                 owner = head.lease
                 if not (head.status == RunStatus.RUNNING and owner and owner_gone(
                         owner.host, owner.pid, owner.pid_start, owner.expires_at, self.clock())):
-                    claimed = self._claim(head, lease, workflow_of, allow_drift, replan, only_if)
-                    break
+                    return self._claim(head, lease, workflow_of, allow_drift, replan, only_if)
             # Its owner is gone: every run that process executed is marked interrupted. That writes
             # beyond this run, so as the store's only writer; then the claim is tried again.
             with self.store.transaction():
                 self.recovery.interrupt_owner(Owner(host=owner.host, pid=owner.pid, pid_start=owner.pid_start,
                                                     expires_at=owner.expires_at))
-        if isinstance(claimed, Checkpoint):  # an orphan step held, committed: the run waits on it
-            if on_pause is not None:
-                on_pause(claimed)
-            return RunStatus.AWAITING_APPROVAL
-        return claimed
 
     def _claim(self, head: RunHead, lease: LeaseHolder, workflow_of: Callable[[str], Workflow], allow_drift: bool,
-               replan: bool, only_if: RunStatus | None) -> Claim | RunStatus | Checkpoint:
-        """Inside the run's transaction, its owner not gone: the rest of :meth:`resume`. Returns the
-        claim, the status the run was left in (failed as a poison pill), or the orphan checkpoint the
-        run now waits on (an orphan step held)."""
+               replan: bool, only_if: RunStatus | None) -> Claim | RunStatus:
+        """Inside the run's transaction, its owner not gone: the rest of :meth:`resume`."""
         rid = head.run_id
         if only_if is not None and head.status != only_if:
             raise RefusedTransition(f"run {rid} is {head.status}, no longer {only_if}")
@@ -162,7 +152,8 @@ class Claims:
         if cur is not None and cur.seq is not None:
             self.store.responses(rid, cur.seq)  # fail closed before claiming: answers it will consume
         if cur is not None and cur.status == StepStatus.INTERRUPTED and driver.spec(cur.call).on_orphan == "hold":
-            return self._hold(rid, cur, state, at)
+            self._hold(rid, cur, state, at)
+            return RunStatus.AWAITING_APPROVAL
         self.store.update_run(rid, status=RunStatus.RUNNING, updated_at=at, error=None, lease=lease.lease(),
                               current_step=cur.call.name if cur else None)
         self.store.add_event(rid, at, EventKind.RESUMED, pid=lease.pid, host=HOST, previous_status=head.status,
@@ -199,19 +190,16 @@ class Claims:
                 "let it go on (unreadable decisions are never taken as approvals); "
                 f"decide it with `relaypoint approve {rid}` or reject it")
 
-    def _hold(self, rid: str, cur: Current, state: dict, at: datetime) -> Checkpoint:
-        """Pause the run for a person to decide about an orphan step (``on_orphan="hold"``); returns
-        the orphan checkpoint it waits on."""
+    def _hold(self, rid: str, cur: Current, state: dict, at: datetime) -> None:
+        """Pause the run for a person to decide about an orphan step (``on_orphan="hold"``)."""
         reason = (f"step '{cur.call.name}' was running (attempt {cur.attempt - 1}) when its process died and its "
                   "output was not recorded; approve to re-run it, or approve with an output to record what it did")
-        pause = NewCheckpoint(rid, CheckpointKind.ORPHAN, cur.seq, cur.call.name, at, reason=reason,
-                              state=state_json(state))
-        cp = self.store.add_checkpoint(pause)
+        cp = self.store.add_checkpoint(NewCheckpoint(rid, CheckpointKind.ORPHAN, cur.seq, cur.call.name, at,
+                                                     reason=reason, state=state_json(state)))
         self.store.update_run(rid, status=RunStatus.AWAITING_APPROVAL, updated_at=at, current_step=cur.call.name,
                               lease=None)
         self.store.add_event(rid, at, EventKind.PAUSED, step=cur.call.name, checkpoint_id=cp,
                              gate=CheckpointKind.ORPHAN, reason=reason, deadline_at=None)
-        return paused_checkpoint(cp, pause)
 
     def _poisoned(self, head: RunHead, cur: Current | None, at: datetime) -> bool:
         """Fail a run whose executor keeps dying: more than ``max_recoveries`` deaths charged to it

@@ -541,8 +541,9 @@ def events(ctx: click.Context, run_id: str, as_json: bool) -> None:
               help="Mark a run failed once its process has died more than this many times executing it alone.")
 @click.option("--poll", default=1.0, show_default=True, type=click.FloatRange(0.05), help="Seconds between polls.")
 @click.option("--on-pause", "on_pause", metavar="CMD",
-              help="Run CMD (split like a shell command line, run without a shell) when a run this worker executes "
-              "pauses for a person, with the pause as JSON on its standard input; once per pause, in the background.")
+              help="Run CMD (split like a shell command line, run without a shell) for each pause for a person in the "
+              "store not announced yet, with the pause as JSON on its standard input; once per pause across all "
+              "workers, in the background.")
 @click.option("--on-pause-timeout", default=HOOK_SECONDS, show_default=True, type=click.FloatRange(0.1),
               metavar="SECONDS", help="Kill an --on-pause command still running after this many seconds.")
 @click.pass_context

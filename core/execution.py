@@ -21,7 +21,6 @@ from .clock import Clock, to_text
 from .drivers import Action, Call, Driver, Finish, Pause, RunStep, RunSteps, State, idempotency_key, located, where
 from .errors import DriftError, InvalidValue, LeaseLost, StoreError
 from .lease import HOST, LeaseHolder
-from .models import Checkpoint
 from .recovery import Recovery, now_of
 from .status import CheckpointKind, EventKind, RunStatus, StepStatus
 from .store import (Boundary, NewCheckpoint, NewEvent, NewStep, RunStore, StepEnd, StepStart, StoreDamaged,
@@ -30,9 +29,6 @@ from .upstream import LazyHistory, LazyResponses, LazyResults, LazyState
 from .workflow import Context, InputRequested
 
 Stop = Callable[[], bool | str]
-OnPause = Callable[[Checkpoint], None]
-"""Told of a pause an executor committed: its pausing checkpoint (approval, input, orphan), once,
-after the commit (see :meth:`relaypoint.Runtime.resume`)."""
 
 
 @dataclass
@@ -51,11 +47,10 @@ class Current:
 class Claim:
     """What the executor keeps in memory while it holds a run's lease: the input, the driver and
     its state, the execution under way (None when the driver's next action is not a step), the
-    completed-step count, the next seq for appended executions (read once, when needed),
+    completed-step count, the next seq for appended executions (read once, when needed), and
     ``fresh_from``: planned executions from this seq on are known to be as this claim recorded
     them (pending, never started, keyed by :func:`idempotency_key`), so starting one reads nothing
-    (None: unknown, read each row; a claim that inserted the rows knows them), and ``paused``: the
-    pausing checkpoint this claim committed when the run paused (None until it does)."""
+    (None: unknown, read each row; a claim that inserted the rows knows them)."""
 
     run_id: str
     driver: Driver
@@ -67,7 +62,6 @@ class Claim:
     steps_done: int
     next_seq: int | None = field(default=None)
     fresh_from: int | None = field(default=None)
-    paused: Checkpoint | None = field(default=None)
 
     def started(self, seq: int) -> None:
         """Planned execution ``seq`` was started: it, and the planned rows before it, are no longer
@@ -95,13 +89,6 @@ def paused_event(kind: str, step: str, reason: str, deadline: Any) -> NewEvent:
     """The ``paused`` event of a pause, naming the checkpoint committed in the same boundary."""
     return NewEvent(EventKind.PAUSED, step=step, names_checkpoint=True, detail={
         "gate": kind, "reason": reason, "deadline_at": None if deadline is None else to_text(deadline)})
-
-
-def paused_checkpoint(checkpoint_id: int, made: NewCheckpoint) -> Checkpoint:
-    """The pausing checkpoint ``made``, committed as ``checkpoint_id``, as :class:`Checkpoint` (undecided)."""
-    return Checkpoint(checkpoint_id=checkpoint_id, run_id=made.run_id, seq=made.seq, step=made.step, kind=made.kind,
-                      created_at=made.at, reason=made.reason, state=encoding.loads(made.state),
-                      deadline_at=made.deadline_at)
 
 
 class Executor:
@@ -308,11 +295,9 @@ class Executor:
             run.update(status=RunStatus.COMPLETED, current_step=None, lease=None)
             events.append(NewEvent(EventKind.RUN_COMPLETED))
             status = RunStatus.COMPLETED
-        made = self.store.commit_boundary(Boundary(run_id, at, fence=claim.lease.token, ended=ended,
-                                                   started=started, checkpoint=checkpoint, run=run, events=events))
+        self.store.commit_boundary(Boundary(run_id, at, fence=claim.lease.token, ended=ended, started=started,
+                                            checkpoint=checkpoint, run=run, events=events))
         claim.state, claim.action, claim.current, claim.steps_done = state, action, nxt, done
-        if isinstance(action, Pause) and made.checkpoint_id is not None:
-            claim.paused = paused_checkpoint(made.checkpoint_id, checkpoint)
         return status
 
     def _ask(self, claim: Claim, cur: Current, prompt: str, kind: CheckpointKind, timeout: float | None) -> RunStatus:
@@ -329,13 +314,12 @@ class Executor:
                 raise lease_lost(self.store, claim.run_id)
             self.store.update_step(claim.run_id, cur.seq,
                                    status=StepStatus.AWAITING_APPROVAL if approval else StepStatus.AWAITING_INPUT)
-            pause = NewCheckpoint(claim.run_id, kind, cur.seq, cur.call.name, at, reason=prompt,
-                                  state=state_json(claim.state), deadline_at=deadline)
-            cp = self.store.add_checkpoint(pause)
+            cp = self.store.add_checkpoint(NewCheckpoint(
+                claim.run_id, kind, cur.seq, cur.call.name, at, reason=prompt,
+                state=state_json(claim.state), deadline_at=deadline))
             event = paused_event(kind, cur.call.name, prompt, deadline)
             event.detail.update(located(cur.call))
             self.store.add_event(claim.run_id, at, event.kind, step=event.step, checkpoint_id=cp, **event.detail)
-        claim.paused = paused_checkpoint(cp, pause)
         return status
 
     def _failed(self, claim: Claim, cur: Current, exc: BaseException, retry: bool,

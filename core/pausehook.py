@@ -1,11 +1,11 @@
 """``relaypoint worker --on-pause CMD``: tells a person that a run waits for them, by running a
 command of theirs (mail, chat, a desktop notification) with the pause as JSON on its standard input.
 
-The worker announces the pauses its own execution commits, each once: the pausing checkpoint a
-resume in this worker committed (see :meth:`relaypoint.Runtime.resume`'s ``on_pause``). A pause is
-committed once, by one executor, so no other worker announces it, and a restarted worker never meets
-it again (a paused run is not runnable). A worker killed between the commit and the hook leaves that
-pause unannounced: at most once, never twice.
+What is announced is the store's to decide: a worker with a hook claims the pauses no one has
+announced yet (:meth:`relaypoint.Runtime.announce_pauses`), wherever they were made (by a worker,
+by ``relaypoint start``, by a resume in the console), each once across every worker and restart,
+and hands them to :class:`PauseHook`. A pause claimed by a worker that dies before its hook ran, or
+whose hook fails, is not announced again: at most once, never twice.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -53,11 +54,28 @@ class PauseHook:
         self.timeout = timeout
         self.log = log
         self._pool = ThreadPoolExecutor(max_workers=HOOK_THREADS, thread_name_prefix="on-pause")
+        self._lock = threading.Lock()
+        self._under_way = 0  # announcements handed over whose hook has not ended
+
+    def free(self) -> int:
+        """How many announcements would start at once now (``HOOK_THREADS`` less those under way or
+        waiting): a caller that claims no more than this keeps what a crash can lose that small."""
+        with self._lock:
+            return max(0, HOOK_THREADS - self._under_way)
 
     def announce(self, pause: PendingDecision) -> None:
         """Run the hook for ``pause`` soon, in the background."""
         payload = (json.dumps(notice(pause), ensure_ascii=True) + "\n").encode()
-        self._pool.submit(self._run, pause, payload)
+        with self._lock:
+            self._under_way += 1
+        self._pool.submit(self._counted, pause, payload)
+
+    def _counted(self, pause: PendingDecision, payload: bytes) -> None:
+        try:
+            self._run(pause, payload)
+        finally:
+            with self._lock:
+                self._under_way -= 1
 
     def _run(self, pause: PendingDecision, payload: bytes) -> None:
         about = f"run {pause.run_id}: on-pause hook for checkpoint {pause.checkpoint_id}"

@@ -21,7 +21,7 @@ from .clock import Clock, IdFactory, new_run_id, utcnow
 from .decisions import Decisions, step_named
 from .defaults import DURABILITY, LEASE_SECONDS
 from .errors import DefinitionError, InvalidValue, RefusedTransition, UnknownWorkflow
-from .execution import Executor, OnPause
+from .execution import Executor
 from .forks import Forks
 from .models import Checkpoint, Event, PendingDecision, Run, RunSummary, StepRecord
 from .recovery import Recovery
@@ -146,6 +146,14 @@ class Runtime:
         outputs."""
         return self.store.pending_decisions(limit)
 
+    def announce_pauses(self, limit: int) -> list[PendingDecision]:
+        """Claim the decisions owed that no one has announced yet, oldest first, at most ``limit``, and
+        record them announced now: each pause of the store is returned once, to one caller, across
+        any number of processes and restarts (``worker --on-pause`` tells a person of each). A caller
+        that then fails to announce one loses it: at most once, never twice. Writes nothing when
+        there is nothing to claim. Raises ``StoreReadOnly``."""
+        return self.store.claim_announcements(limit, self.clock())
+
     def events(self, run_id: str) -> list[Event]:
         """The run's audit trail, oldest first. Raises ``UnknownRun``."""
         return self.store.events(self.store.resolve(run_id))
@@ -197,7 +205,7 @@ class Runtime:
 
     def resume(self, run_id: str, *, allow_drift: bool = False, replan: bool = False,
                should_stop: Callable[[], bool | str] | None = None, only_if: RunStatus | None = None,
-               skip_locked: bool = False, on_pause: OnPause | None = None) -> RunStatus:
+               skip_locked: bool = False) -> RunStatus:
         """Continue a queued, interrupted or failed run at its next step, in this process, until it
         completes, pauses or fails; returns the status it ends in.
 
@@ -218,10 +226,6 @@ class Runtime:
         its boundary), refuse at once with ``RunLocked`` (a ``RefusedTransition``) instead of waiting
         for it to end, so workers going down the same candidates spread over them (PostgreSQL's
         ``FOR UPDATE SKIP LOCKED``; on SQLite the claim waits its turn as any write does).
-        ``on_pause``: when the run pauses for a person here (an approval gate, an input request, a
-        person's turn, or a held orphan step), called once with that pausing checkpoint (a
-        :class:`~relaypoint.models.Checkpoint`, undecided) after it is committed, in this thread,
-        before ``resume`` returns.
         With ``max_recoveries`` set, an interrupted run whose executor has died more than that many
         times while executing it alone is marked ``failed`` instead (a poison-pill guard; see
         :mod:`relaypoint.recovery`).
@@ -235,13 +239,10 @@ class Runtime:
         self.sweep()
         rid = self.store.resolve(run_id)
         claim = self._claims.resume(rid, self._workflow_of, allow_drift, replan=replan, only_if=only_if,
-                                    skip_locked=skip_locked, on_pause=on_pause)
+                                    skip_locked=skip_locked)
         if isinstance(claim, RunStatus):
             return claim
-        status = self._executor.drive(claim, should_stop)
-        if on_pause is not None and claim.paused is not None:
-            on_pause(claim.paused)
-        return status
+        return self._executor.drive(claim, should_stop)
 
     def _workflow_of(self, name: str) -> Workflow:
         if name not in self.workflows:

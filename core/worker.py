@@ -2,8 +2,9 @@
 ones, claiming each by lease so any number of workers never execute one run twice.
 
 A worker also enforces pause deadlines, and with a :class:`~relaypoint.pausehook.PauseHook` tells a
-person of each pause its execution commits. SIGINT/SIGTERM stop it gracefully: the step under way
-finishes and is recorded, then the run is released ``queued`` for another worker.
+person of each pause in the store no one has announced yet, on a thread of its own. SIGINT/SIGTERM
+stop it gracefully: the step under way finishes and is recorded, then the run is released
+``queued`` for another worker.
 
 A run recovered from ``interrupted`` is executed alone, up to its first boundary: its process died
 while executing it, maybe because of it, and a death is charged to a run only when the run was the
@@ -20,12 +21,10 @@ from collections.abc import Callable, Iterable
 
 from .defaults import DURABILITY, LEASE_SECONDS, MAX_RECOVERIES, POLL_SECONDS
 from .errors import RefusedTransition, RelaypointError
-from .execution import OnPause
 from .lease import heartbeat_store
-from .models import Checkpoint, PendingDecision
 from .pausehook import PauseHook
 from .runtime import Runtime
-from .status import CheckpointKind, RunStatus
+from .status import RunStatus
 from .store import StoreReadOnly, StoreUnreachable
 from .workflow import Workflow
 
@@ -41,8 +40,11 @@ class Worker:
     ``max_recoveries``: an interrupted run whose executor died more than this many times while
     executing it alone is marked failed with the reason instead of being recovered again.
     ``log``: receives one line per action. ``on_pause``: told of each pause for a person (approval,
-    input, a held orphan) that this worker's execution commits, once per pausing checkpoint; it runs
-    its hooks in the background, and :meth:`run` waits for them before it returns.
+    input, a held orphan) in the store that no one has announced yet, whoever made it (see
+    :meth:`~relaypoint.Runtime.announce_pauses`): a thread of its own claims them every
+    ``poll_seconds``, no more than the hook can start at once, so the runs executing never wait for
+    it nor it for them; the hook runs in the background, and :meth:`run` waits for the hooks under way
+    before it returns. Without ``on_pause`` nothing is claimed or marked.
 
     Isolation: a thread about to recover an interrupted run first makes the others stop claiming and
     release their runs ``queued`` at their next boundary (a ``released`` event with the reason),
@@ -99,7 +101,7 @@ class Worker:
                 # only as listed: a run listed interrupted may have failed as a poison pill since
                 # (a failed run is resumable), one listed queued may need recovering alone
                 ended = rt.resume(rid, should_stop=self._alone_until_boundary if alone else self._should_release,
-                                  only_if=status, skip_locked=True, on_pause=self._announcer(rt))
+                                  only_if=status, skip_locked=True)
             except RefusedTransition:  # another worker is claiming it or claimed it first, or it changed state
                 if alone:
                     self.log(f"run {rid}: not recovered here (another worker took it, or it changed meanwhile)")
@@ -114,23 +116,6 @@ class Worker:
             self.log(f"run {rid}: {ended}")
             return 1  # the rest of the list went stale while the run executed: the next poll lists again
         return 0
-
-    def _announcer(self, rt: Runtime) -> OnPause | None:
-        """What tells :attr:`on_pause` of a pause committed by a resume on ``rt`` (None without a hook)."""
-        hook = self.on_pause
-        if hook is None:
-            return None
-
-        def paused(cp: Checkpoint) -> None:
-            status = RunStatus.AWAITING_INPUT if cp.kind == CheckpointKind.INPUT else RunStatus.AWAITING_APPROVAL
-            try:
-                workflow = rt.store.head(cp.run_id).workflow
-            except RelaypointError as e:  # the pause is recorded; only the announcement is lost
-                self.log(f"run {cp.run_id}: paused, but its on-pause hook was not run: {e}")
-                return
-            hook.announce(PendingDecision(**dict(cp), workflow=workflow, status=status))
-
-        return paused
 
     def _enter(self, isolate: str | None) -> bool:
         """Take a turn to claim a run; with ``isolate`` (a recovered run's id), the only turn: wait
@@ -167,6 +152,23 @@ class Worker:
     def _alone_until_boundary(self) -> str:
         return "recovered alone up to this boundary; continues among other runs"
 
+    def _announce(self, hook: PauseHook) -> None:
+        """The announcer thread: every poll, claim the pauses no one has announced yet, as many as
+        ``hook`` starts at once, and hand them to it (again at once after a full batch)."""
+        with self._runtime() as rt:
+            while not self.stopping.is_set():
+                free = hook.free()
+                claimed = []
+                if free:
+                    try:
+                        claimed = rt.announce_pauses(free)
+                    except RelaypointError as e:  # e.g. the server unreachable: say it, try at the next poll
+                        self.log(f"pauses not announced this poll: {e}")
+                for pause in claimed:
+                    hook.announce(pause)
+                if not free or len(claimed) < free:
+                    self.stopping.wait(self.poll_seconds)
+
     def _loop(self) -> None:
         with self._runtime() as rt:
             while not self.stopping.is_set():
@@ -187,6 +189,8 @@ class Worker:
         self.check_store()
         with heartbeat_store(self.url):  # keeps the heartbeats' shared connections open between runs
             threads = [threading.Thread(target=self._loop, name=f"worker-{i}") for i in range(self.concurrency)]
+            if self.on_pause is not None:
+                threads.append(threading.Thread(target=self._announce, args=(self.on_pause,), name="on-pause"))
             for t in threads:
                 t.start()
             for t in threads:

@@ -215,10 +215,10 @@ STEP_ROW = ("seq", "name", "iteration", "agent", "parent_seq", "status", "attemp
 """The columns of each of a :class:`RunRows`' ``steps`` (the ``steps`` table's but ``run_id``)."""
 OUTPUT_ROW = ("seq", "value")
 CHECKPOINT_ROW = ("checkpoint_id", "seq", "step", "kind", "created_at", "reason", "state", "decision", "decided_by",
-                  "decided_at", "comment", "value", "deadline_at")
+                  "decided_at", "comment", "value", "deadline_at", "announced_at")
 EVENT_ROW = ("event_id", "at", "kind", "step", "actor", "detail")
 ROW_TIMES = frozenset({"created_at", "updated_at", "lease_expires_at", "heartbeat_at", "started_at", "finished_at",
-                       "decided_at", "deadline_at", "at"})
+                       "decided_at", "deadline_at", "announced_at", "at"})
 """Columns holding times: aware UTC datetimes (milliseconds) in a :class:`RunRows`, whatever the backend."""
 COPIED_TABLES = ("runs", "run_inputs", "steps", "outputs", "checkpoints", "events")
 """The per-run tables :meth:`RunStore.row_counts` counts, in the order a copy reports them."""
@@ -533,6 +533,16 @@ class RunStore(ABC):
         """The decisions owed across all runs, oldest first (by checkpoint id), at most ``limit``: for
         each paused run (awaiting_approval, awaiting_input), its newest undecided pausing checkpoint.
         Reads the paused runs through the status index; never reads outputs."""
+
+    @abstractmethod
+    def claim_announcements(self, limit: int, at: datetime) -> list[PendingDecision]:
+        """Claim the decisions owed (as :meth:`pending_decisions` lists them) that no one has
+        announced yet, oldest first, at most ``limit``: mark them announced at ``at`` (UTC) and return
+        them, in one transaction as the store's only writer, so of claimers racing on one store each
+        pause goes to one of them, once, ever (``worker --on-pause``). Opens that transaction itself
+        (``RuntimeError`` when one is open). When nothing is to be claimed (each poll, mostly), it
+        reads an index of the unannounced pauses alone (no row when there is none), takes no lock and
+        writes nothing. Raises :class:`StoreReadOnly`."""
 
     @abstractmethod
     def events(self, run_id: str) -> list[Event]:

@@ -78,8 +78,8 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
                    renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
-from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNDECIDED,
-                  SqlStore, event_detail, translated)
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
+                  UNDECIDED, SqlStore, event_detail, translated)
 
 # psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
 # when the application configured no logging: a second, raw line beside the error raised and said here
@@ -474,7 +474,21 @@ def _migrate_5(schema: str) -> list[str]:
     ]
 
 
-MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1, _migrate_2, _migrate_3, _migrate_4, _migrate_5]
+def _migrate_6(schema: str) -> list[str]:
+    """Version 6: when a worker with ``--on-pause`` announced a pause (``announced_at``, NULL: not
+    yet), and the pauses waiting for that in a partial index of their own (empty when all are
+    announced: a worker's poll reads nothing). The pauses open at the upgrade count as announced, as
+    on SQLite (see its migration 4): a pause is announced at most once."""
+    return [
+        f"ALTER TABLE {schema}.checkpoints ADD COLUMN announced_at timestamptz",
+        f"UPDATE {schema}.checkpoints SET announced_at = date_trunc('milliseconds', now()) "
+        f"WHERE {PAUSED} AND {UNDECIDED}",
+        f"CREATE INDEX checkpoints_unannounced ON {schema}.checkpoints (checkpoint_id) WHERE {UNANNOUNCED}",
+    ]
+
+
+MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1, _migrate_2, _migrate_3, _migrate_4, _migrate_5,
+                                                _migrate_6]
 """The schema's migrations in order: version N is reached by running ``MIGRATIONS[N - 1]``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 

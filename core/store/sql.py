@@ -49,6 +49,12 @@ DECISIONS = ("approved", "rejected", "responded", "expired", "cancelled")
 UNDECIDED = f"(decision IS NULL OR decision NOT IN {DECISIONS!r})"
 PAUSE_KINDS = ("approval", "input", "orphan")
 PAUSED = f"kind IN {PAUSE_KINDS!r}"
+# The pauses no worker has announced yet (``worker --on-pause``): the condition of the partial index
+# checkpoints_unannounced, which holds these rows only (empty when every open pause was announced).
+UNANNOUNCED = f"announced_at IS NULL AND {PAUSED} AND {UNDECIDED}"
+# A decision owed: checkpoint ``c`` is the newest undecided pausing checkpoint of run ``r``, a paused run.
+OWED = (f"r.status IN {tuple(sorted(str(s) for s in PAUSED_RUNS))!r} AND c.checkpoint_id = (SELECT max(p.checkpoint_id) "
+        f"FROM checkpoints p WHERE p.run_id = r.run_id AND {PAUSED} AND {UNDECIDED})")
 NESTED = "a store transaction is already open on this store (transactions do not nest)"
 STEP_COLUMNS = (
     "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
@@ -406,14 +412,35 @@ class SqlStore(RunStore):
 
     @translated
     def pending_decisions(self, limit: int) -> list[PendingDecision]:
-        paused = tuple(sorted(str(s) for s in PAUSED_RUNS))
-        rows = self._rows(
-            "SELECT c.*, r.workflow AS run_workflow, r.status AS run_status FROM runs r "
-            "JOIN checkpoints c ON c.checkpoint_id = (SELECT max(p.checkpoint_id) FROM checkpoints p "
-            f"WHERE p.run_id = r.run_id AND {PAUSED} AND {UNDECIDED}) "
-            f"WHERE r.status IN {paused!r} ORDER BY c.checkpoint_id LIMIT ?", (limit,))
+        # From the paused runs (runs_by_status), each one's newest open pause (checkpoints_paused).
+        return self._owed("runs r JOIN checkpoints c ON c.run_id = r.run_id", "", limit)
+
+    def _owed(self, tables: str, where: str, limit: int) -> list[PendingDecision]:
+        """The decisions owed (:data:`OWED`) among ``tables`` (``r``: runs, ``c``: checkpoints) that
+        meet ``where`` too, oldest first, at most ``limit``."""
+        rows = self._rows(f"SELECT c.*, r.workflow AS run_workflow, r.status AS run_status FROM {tables} "
+                          f"WHERE {where}{OWED} ORDER BY c.checkpoint_id LIMIT ?", (limit,))
         return [PendingDecision(**checkpoint_from_row(r).model_dump(), workflow=r["run_workflow"],
                                 status=r["run_status"]) for r in rows]
+
+    def _unannounced(self, limit: int) -> list[PendingDecision]:
+        """The decisions owed not announced yet, oldest first, at most ``limit``: from the partial
+        index checkpoints_unannounced (no row read when there is none), each checked against its run
+        (CROSS JOIN: SQLite, which keeps no statistics, would otherwise go through every paused run)."""
+        return self._owed("checkpoints c CROSS JOIN runs r", f"r.run_id = c.run_id AND {UNANNOUNCED} AND ", limit)
+
+    @translated
+    def claim_announcements(self, limit: int, at: datetime) -> list[PendingDecision]:
+        if self.readonly:
+            raise self._read_only()
+        if not self._unannounced(1):  # the common case, every poll: a read, no lock taken, nothing written
+            return []
+        with self.transaction():  # the only writer: of claimers racing, the first takes them, the others none
+            owed = self._unannounced(limit)
+            if owed:
+                among, ids = self._among("checkpoint_id", [p.checkpoint_id for p in owed], "bigint")
+                self._execute(f"UPDATE checkpoints SET announced_at = ? WHERE {among}", (self._stamp(at), ids))
+        return owed
 
     @translated
     def events(self, run_id: str) -> list[Event]:

@@ -31,12 +31,12 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
-from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNDECIDED,
-                  SqlStore, event_detail, translated)
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
+                  UNDECIDED, SqlStore, event_detail, translated)
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Statements of the hot path and its helpers: fixed texts, so sqlite3 prepares each once.
 _STEP_END = "UPDATE steps SET status = ?, finished_at = ?, error = ?, traceback = ? WHERE run_id = ? AND seq = ?"
@@ -248,7 +248,21 @@ def _migrate_3(db: sqlite_utils.Database) -> None:
         db.conn.execute(statement)
 
 
-MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3}
+def _migrate_4(db: sqlite_utils.Database) -> None:
+    # When a worker with --on-pause announced a pause (NULL: not yet), and the pauses waiting for
+    # that in a partial index of their own (empty when all are announced: a worker's poll reads
+    # nothing). The pauses open at the upgrade count as announced: the relaypoint before may have
+    # announced them already (a worker's --on-pause announced the pauses its execution made), and a
+    # pause is announced at most once; nor is a hook first run on a store flooded with its backlog.
+    for statement in (
+        "ALTER TABLE checkpoints ADD COLUMN announced_at TEXT",
+        f"UPDATE checkpoints SET announced_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE {PAUSED} AND {UNDECIDED}",
+        f"CREATE INDEX checkpoints_unannounced ON checkpoints (checkpoint_id) WHERE {UNANNOUNCED}",
+    ):
+        db.conn.execute(statement)
+
+
+MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3, 4: _migrate_4}
 
 
 class SqliteStore(SqlStore):
