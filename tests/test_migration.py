@@ -69,7 +69,7 @@ def test_a_version_2_store_migrates_in_place_in_one_step(v2):
               "definitions": sql(v2, "SELECT run_id, fingerprint, definition FROM runs ORDER BY run_id")}
     with open_v2(v2) as rt:
         assert rt.counts() == {s: list(STATUS.values()).count(s) for s in set(STATUS.values())}
-    assert dict(sql(v2, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "3"
+    assert dict(sql(v2, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "4"
     assert sql(v2, "SELECT run_id, seq, value FROM outputs ORDER BY run_id, seq") == before["outputs"]
     assert sql(v2, "SELECT run_id, seq, name, status, attempts, idempotency_key FROM steps "
                    "ORDER BY run_id, seq") == before["steps"]
@@ -92,7 +92,23 @@ def test_a_version_2_store_migrates_in_place_in_one_step(v2):
     assert sql(v2, "PRAGMA foreign_key_check") == []
 
 
-UPGRADE_REFUSED = ("{path} has store schema version 2 and needs a one-time upgrade to version 3, which writes to it; "
+def test_pauses_open_at_the_upgrade_count_as_announced_and_new_ones_are_announced_once(v2):
+    open_pauses = "SELECT checkpoint_id FROM checkpoints WHERE kind IN ('approval', 'input') AND decision IS NULL"
+    before = sql(v2, open_pauses)
+    with open_v2(v2) as rt:
+        assert sorted(p.run_id for p in rt.pending_decisions()) == sorted([IDS["awaiting_approval"],
+                                                                           IDS["awaiting_input"]])
+        # the relaypoint before may have announced them (a worker's --on-pause): never twice
+        assert rt.announce_pauses(10) == []
+        new = rt.start("gated", {"topic": "after the upgrade"})
+        assert [p.run_id for p in rt.announce_pauses(10)] == [new]
+        assert rt.announce_pauses(10) == []
+    assert sql(v2, f"{open_pauses} AND announced_at IS NOT NULL AND run_id <> ?", new) == before != []
+    assert sql(v2, "SELECT count(*) FROM checkpoints WHERE announced_at IS NOT NULL AND (kind NOT IN "
+                   "('approval', 'input', 'orphan') OR decision IS NOT NULL)") == [(0,)]
+
+
+UPGRADE_REFUSED = ("{path} has store schema version 2 and needs a one-time upgrade to version 4, which writes to it; "
                    "open it once as a user who can write it, or copy it somewhere writable")
 
 

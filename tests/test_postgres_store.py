@@ -13,13 +13,13 @@ import pytest
 
 from relaypoint import Runtime, Workflow
 from relaypoint.status import RunStatus
-from relaypoint.store import (BackendUnavailable, InvalidStoreURL, NewRun, StoreDenied, StoreMissing, StoreNewer,
+from relaypoint.store import (BackendUnavailable, InvalidStoreURL, NewCheckpoint, NewRun, StoreDenied, StoreMissing, StoreNewer,
                               StoreUnreachable, open_store)
 from relaypoint.background import spawn_resume
 from relaypoint.store.url import log_stem, parse, shown, store_name
 
 from conftest import POSTGRES_URL, drop_schema, postgres_server
-from test_store_contract import add_run, at, lease
+from test_store_contract import add_run, at, lease, paused_runs
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -213,7 +213,7 @@ def test_the_store_lives_in_its_schema_with_the_sqlite_stores_tables(url, postgr
     types = dict(server("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
                         "AND table_name = 'runs'", (postgres_schema,)))
     assert types["created_at"] == types["lease_expires_at"] == "timestamp with time zone"
-    assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("5",)]
+    assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("6",)]
     assert server("SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'runs'") == [(0,)]
 
 
@@ -222,7 +222,7 @@ def test_a_newer_schema_is_refused(url, postgres_schema):
         add_run(store, "r1")
     server(f"UPDATE {postgres_schema}.meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(StoreNewer, match=r"has store schema version 99, newer than this relaypoint understands "
-                                         r"\(5\); upgrade relaypoint to open it$"):
+                                         r"\(6\); upgrade relaypoint to open it$"):
         open_store(url)
     assert server(f"SELECT run_id FROM {postgres_schema}.runs") == [("r1",)]  # untouched
 
@@ -244,23 +244,22 @@ def test_a_version_2_store_is_upgraded_to_plan_its_boundaries_once_per_connectio
     for name in ("a", "b", "c"):
         wf.step(name=name)(lambda ctx, name=name: {"step": name})
     with Runtime(url, [wf], create=False) as rt:  # upgraded here
-        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("5",)]
+        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("6",)]
         assert server(config, (postgres_schema,)) == [("commit_boundary", ["plan_cache_mode=force_generic_plan"]),
                                                       ("start_run", ["plan_cache_mode=force_generic_plan"])]
         run = rt.get(rt.start("three"))
     assert run.status == RunStatus.COMPLETED
     assert [(s.name, s.output) for s in run.tasks] == [("a", {"step": "a"}), ("b", {"step": "b"}), ("c", {"step": "c"})]
 def test_runs_per_status_kept_across_the_upgrade_to_slots_are_then_counted_per_connection(url, postgres_schema):
-    from relaypoint.store.postgres import MIGRATIONS, SCHEMA_VERSION
+    from relaypoint.store.postgres import MIGRATIONS
 
     server(f"CREATE SCHEMA {postgres_schema}")
     with psycopg.connect(POSTGRES_URL, autocommit=True, options=f"-c search_path={postgres_schema}") as conn:
-        with conn.transaction():  # the schema before slots, with runs counted in it
-            for migrate in MIGRATIONS[:-1]:
+        with conn.transaction():  # the schema before slots (version 4), with runs counted in it
+            for migrate in MIGRATIONS[:3]:
                 for statement in migrate(postgres_schema):
                     conn.execute(statement)
-            conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', %s)",
-                         (str(SCHEMA_VERSION - 1),))
+            conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', '3')")
             conn.execute("INSERT INTO runs (run_id, workflow, status, created_at, updated_at) "
                          "SELECT 'q' || i, 'w', 'queued', now(), now() FROM generate_series(0, 2) AS i")
     with open_store(url) as store:  # upgraded here
@@ -279,6 +278,33 @@ def test_runs_per_status_kept_across_the_upgrade_to_slots_are_then_counted_per_c
     assert len({slot for _, slot, _ in slots}) > 1, slots  # the changes went to several rows
     assert server(f"SELECT status, sum(runs)::int FROM {postgres_schema}.run_counts GROUP BY status "
                   "HAVING sum(runs) <> 0") == [("failed", 2)]
+
+
+def test_pauses_open_at_the_upgrade_to_announcements_count_as_announced(url, postgres_schema):
+    from relaypoint.store.postgres import MIGRATIONS
+
+    server(f"CREATE SCHEMA {postgres_schema}")
+    with psycopg.connect(POSTGRES_URL, autocommit=True, options=f"-c search_path={postgres_schema}") as conn:
+        with conn.transaction():  # version 5, with a run paused and one whose pause was decided
+            for migrate in MIGRATIONS[:5]:
+                for statement in migrate(postgres_schema):
+                    conn.execute(statement)
+            conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', '5')")
+            conn.execute("INSERT INTO runs (run_id, workflow, status, created_at, updated_at) VALUES "
+                         "('open', 'w', 'awaiting_approval', now(), now()), ('done', 'w', 'queued', now(), now())")
+            conn.execute("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, decision) VALUES "
+                         "('open', 1, 'a', 'approval', now(), NULL), ('done', 1, 'a', 'approval', now(), 'approved'), "
+                         "('done', 0, 'a', 'start', now(), NULL)")
+    with open_store(url) as store:  # upgraded here
+        assert [p.run_id for p in store.pending_decisions(10)] == ["open"]
+        assert store.claim_announcements(10, at(0)) == []  # announced by the relaypoint before, maybe: never twice
+        with store.transaction():
+            store.update_run("done", status=RunStatus.AWAITING_INPUT)
+            new = store.add_checkpoint(NewCheckpoint(run_id="done", kind="input", seq=1, step="a", at=at(1)))
+        assert [(p.run_id, p.checkpoint_id) for p in store.claim_announcements(10, at(2))] == [("done", new)]
+    assert server(f"SELECT run_id, kind, decision, announced_at IS NOT NULL FROM {postgres_schema}.checkpoints "
+                  "ORDER BY checkpoint_id") == [("open", "approval", None, True), ("done", "approval", "approved", False),
+                                                ("done", "start", None, False), ("done", "input", None, True)]
 
 
 def test_a_schema_holding_other_tables_is_not_a_store(url, postgres_schema):
@@ -361,8 +387,9 @@ def test_the_data_version_ignores_reads_and_follows_commits(url):
 # ---- the console's queries use the indexes -----------------------------------------------------------
 
 
-def plans(store, call) -> list[str]:
-    """The plans of the statements ``call`` runs on ``store`` (EXPLAIN of each as sent, with its parameters)."""
+def plans(store, call, explain: str = "EXPLAIN") -> list[str]:
+    """The plans of the statements ``call`` reads with on ``store`` (``explain`` of each as sent, with
+    its parameters: ``EXPLAIN (ANALYZE)`` runs it)."""
     from relaypoint.store.postgres import _dialect  # shared queries are written with ? placeholders
 
     seen: list[tuple[str, object]] = []
@@ -377,7 +404,7 @@ def plans(store, call) -> list[str]:
         call()
     finally:
         store._rows = rows
-    return ["\n".join(r["QUERY PLAN"] for r in store.conn.execute("EXPLAIN " + _dialect(sql), params))
+    return ["\n".join(r["QUERY PLAN"] for r in store.conn.execute(f"{explain} " + _dialect(sql), params))
             for sql, params in seen]
 
 
@@ -411,6 +438,28 @@ def test_the_listing_reads_the_runs_indexes_without_sorting(url, postgres_schema
         assert "on run_counts" in counts and "on runs" not in counts
         assert store.count_by_status() == {"queued": 1000, "completed": 1000, "failed": 1000}
         assert json.dumps(store.count_by_status())  # plain ints
+
+
+def test_the_announcement_poll_reads_no_run_and_no_checkpoint_when_every_pause_is_announced(url, postgres_schema):
+    with open_store(url, create=True) as store:
+        paused_runs(store, 300)
+        server(f"ANALYZE {postgres_schema}.runs")
+        server(f"ANALYZE {postgres_schema}.checkpoints")
+        version = store.data_version()
+        [plan] = plans(store, lambda: store.claim_announcements(10, at(5000)))  # one read: nothing claimed
+        assert "checkpoints_unannounced" in plan and "Seq Scan" not in plan, plan
+        [ran] = plans(store, lambda: store.claim_announcements(10, at(5000)), "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF)")
+        # the index of unannounced pauses is empty: no row of runs or checkpoints is read
+        touched = [line for line in ran.splitlines() if " on runs " in line or " on checkpoints " in line]
+        assert touched and all("never executed" in line or "rows=0 " in line for line in touched), ran
+        assert store.data_version() == version  # no transaction, no write
+        # new pauses: claimed through the same index, each run read by its key
+        for rid in ("p00007", "p00234"):
+            with store.transaction():
+                store.add_checkpoint(NewCheckpoint(run_id=rid, kind="input", seq=4, step="b", at=at(5001)))
+        [plan] = plans(store, lambda: store._unannounced(10))
+        assert "checkpoints_unannounced" in plan and "Seq Scan" not in plan, plan
+        assert [p.run_id for p in store.claim_announcements(10, at(5002))] == ["p00007", "p00234"]
 
 
 def test_a_transaction_excludes_other_writers_as_on_sqlite_and_waits_the_busy_timeout(url):

@@ -14,6 +14,7 @@ from urllib.parse import quote
 import pytest
 
 from helpers import DB, Flow, digest, runtime, sidecars, sql
+from test_store_contract import paused_runs
 from relaypoint import RunStatus, Runtime, StepStatus, StoreError
 from relaypoint.store import Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, StepEnd, StepStart, open_store
 from relaypoint.store.sqlite import APP_ID, MIGRATIONS, SCHEMA_VERSION, SqliteStore
@@ -333,6 +334,21 @@ def test_a_boundary_writes_a_few_pages_whatever_the_length_of_the_run(tmp_path):
                 store.commit_boundary(_boundary(run_id, seq))
             frames.append(((tmp_path / f"{DB}-wal").stat().st_size - 32) / (4096 + 24) / 10)
     assert max(frames) <= 9, frames  # (page splits vary by a fraction of a page)
+
+
+def test_the_announcement_poll_is_one_read_of_the_unannounced_pauses_index(tmp_path):
+    with open_store(str(tmp_path / DB), create=True) as store:
+        paused_runs(store, 300)
+        trace: list[str] = []
+        store.trace(trace.append)
+        assert store.claim_announcements(10, T0) == []
+        store.trace(None)
+        [read] = trace  # no BEGIN, no write
+        plan = " | ".join(r[3] for r in store.conn.execute(f"EXPLAIN QUERY PLAN {read}"))
+        # the index's rows in order (none here: nothing else is read), each one's run by its key
+        assert plan.startswith("SCAN c USING INDEX checkpoints_unannounced | SEARCH r USING INDEX "
+                               "sqlite_autoindex_runs_1 (run_id=?)"), plan
+        assert "runs_by_status" not in plan and "TEMP B-TREE" not in plan, plan
 
 
 def test_pause_and_deadline_reads_use_their_partial_indexes(tmp_path):

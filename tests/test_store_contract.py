@@ -5,6 +5,7 @@ itself live in test_store.py and test_broken_stores.py."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -433,6 +434,23 @@ def pause(store: RunStore, run_id: str, kind: str = "approval", seq: int = 1, st
                                                   reason=f"approve the output of step '{step}'", deadline_at=deadline))
 
 
+def paused_runs(store: RunStore, count: int) -> None:
+    """``count`` runs awaiting approval, their pauses announced, among ten times as many completed
+    runs, each run with three boundary checkpoints (for the plans of the announcement poll)."""
+    with store.transaction():
+        for i in range(count):
+            for rid, status in ((f"p{i:05d}", RunStatus.AWAITING_APPROVAL),
+                                *((f"c{i:05d}{k}", RunStatus.COMPLETED) for k in range(10))):
+                store.insert_run(NewRun(run_id=rid, workflow="flow", status=status, input="{}", definition="[]",
+                                        fingerprint="fp", created_at=at(i), steps_total=3))
+                for seq in range(3):
+                    store.add_checkpoint(NewCheckpoint(run_id=rid, kind="boundary", seq=seq, step=None, at=at(i)))
+            store.add_checkpoint(NewCheckpoint(run_id=f"p{i:05d}", kind="approval", seq=3, step="a", at=at(i),
+                                               reason="approve the output of step 'a'"))
+    while store.claim_announcements(500, at(count)):
+        pass
+
+
 def test_a_checkpoint_is_decided_exactly_once(store):
     add_run(store, "r1")
     cp = pause(store, "r1")
@@ -490,6 +508,89 @@ def test_pending_decisions_are_each_paused_runs_newest_open_pause_oldest_first(s
         ("late", late, "approval", "a", "w2", RunStatus.AWAITING_APPROVAL)]
     assert stale < early and pending[1].reason == "approve the output of step 'a'"
     assert [p.run_id for p in store.pending_decisions(1)] == ["early"]
+
+
+def owed(pauses) -> list[tuple[str, int]]:
+    return [(p.run_id, p.checkpoint_id) for p in pauses]
+
+
+def test_pauses_owed_are_claimed_for_announcement_once_each_oldest_first(store):
+    add_run(store, "late", status=RunStatus.AWAITING_APPROVAL, workflow="w2")
+    add_run(store, "early", status=RunStatus.AWAITING_INPUT)
+    add_run(store, "ended", status=RunStatus.CANCELLED)
+    add_run(store, "decided", status=RunStatus.AWAITING_APPROVAL)
+    pause(store, "early", kind="input")
+    early = pause(store, "early", kind="input", step="b")  # the newest open pause is the one owed
+    late = pause(store, "late", deadline=at(60))
+    pause(store, "ended")  # undecided, but its run is no longer paused
+    done = pause(store, "decided")
+    with store.transaction():
+        store.decide(done, "approved", "alice", at(2))
+    [first] = store.claim_announcements(1, at(5))
+    assert first == store.pending_decisions(10)[0]  # as the review queue lists it: every field
+    assert (first.run_id, first.checkpoint_id, first.kind, first.step, first.workflow, first.status) == (
+        "early", early, "input", "b", "flow", RunStatus.AWAITING_INPUT)
+    [second] = store.claim_announcements(10, at(6))
+    assert (second.run_id, second.checkpoint_id, second.workflow, second.deadline_at) == ("late", late, "w2", at(60))
+    assert store.claim_announcements(10, at(7)) == []
+    assert owed(store.pending_decisions(10)) == [("early", early), ("late", late)]  # still owed: only announced
+    # the time each was announced is kept, and travels with the run when it is copied to another store
+    [copied] = store.export_runs(["late"])
+    assert {c["checkpoint_id"]: c["announced_at"] for c in copied.checkpoints if c["kind"] == "approval"} == {late: at(6)}
+    # decided, and paused again at the next gate: a new pause, announced once more
+    with store.transaction():
+        store.decide(late, "approved", "alice", at(8))
+    again = pause(store, "late", seq=2, step="c")
+    assert owed(store.claim_announcements(10, at(9))) == [("late", again)]
+    assert store.claim_announcements(10, at(10)) == []
+
+
+def test_with_nothing_to_announce_a_claim_takes_no_lock_and_writes_nothing(store):
+    add_run(store, "paused", status=RunStatus.AWAITING_APPROVAL)
+    add_run(store, "done", status=RunStatus.COMPLETED)
+    pause(store, "paused")
+    store.claim_announcements(10, at(5))
+    opened = []
+    transaction = store.transaction
+    store.transaction = lambda *a, **k: opened.append(a) or transaction(*a, **k)
+    version = store.data_version()
+    assert store.claim_announcements(10, at(6)) == []
+    assert opened == [] and store.data_version() == version
+
+
+def test_two_claimers_racing_get_each_pause_once_between_them(store_url):
+    with open_store(store_url, create=True) as one, open_store(store_url) as two:
+        paused = {}
+        for i in range(24):
+            add_run(one, f"r{i:02d}", status=RunStatus.AWAITING_APPROVAL)
+            paused[pause(one, f"r{i:02d}")] = f"r{i:02d}"
+        start = threading.Barrier(2)
+        claims: dict[str, list[tuple[str, int]]] = {}
+
+        def claim(name: str, store: RunStore) -> None:
+            start.wait()
+            got = claims.setdefault(name, [])
+            while batch := store.claim_announcements(3, at(5)):
+                got += owed(batch)
+
+        threads = [threading.Thread(target=claim, args=(n, s)) for n, s in (("one", one), ("two", two))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        both = claims["one"] + claims["two"]
+        assert sorted(both) == sorted((rid, cp) for cp, rid in paused.items())  # each once, none left out
+        assert one.claim_announcements(10, at(6)) == two.claim_announcements(10, at(6)) == []
+
+
+def test_a_read_only_store_claims_no_announcement(store_url):
+    with open_store(store_url, create=True) as store:
+        add_run(store, "r1", status=RunStatus.AWAITING_APPROVAL)
+        pause(store, "r1")
+    with open_store(store_url, readonly=True) as ro, pytest.raises(StoreReadOnly):
+        ro.claim_announcements(10, at(5))
+    with open_store(store_url) as store:
+        assert owed(store.claim_announcements(10, at(5))) == [("r1", store.pending_checkpoint("r1").checkpoint_id)]
 
 
 def test_a_fork_copies_upstream_executions_and_outputs_as_stored(store):

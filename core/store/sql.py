@@ -53,8 +53,8 @@ PAUSED = f"kind IN {PAUSE_KINDS!r}"
 # checkpoints_unannounced, which holds these rows only (empty when every open pause was announced).
 UNANNOUNCED = f"announced_at IS NULL AND {PAUSED} AND {UNDECIDED}"
 # A decision owed: checkpoint ``c`` is the newest undecided pausing checkpoint of run ``r``, a paused run.
-OWED = (f"r.status IN {tuple(sorted(str(s) for s in PAUSED_RUNS))!r} AND c.checkpoint_id = (SELECT max(p.checkpoint_id) "
-        f"FROM checkpoints p WHERE p.run_id = r.run_id AND {PAUSED} AND {UNDECIDED})")
+PAUSED_RUN = f"r.status IN {tuple(sorted(str(s) for s in PAUSED_RUNS))!r}"
+NEWEST_OPEN_PAUSE = f"(SELECT max(p.checkpoint_id) FROM checkpoints p WHERE p.run_id = r.run_id AND {PAUSED} AND {UNDECIDED})"
 NESTED = "a store transaction is already open on this store (transactions do not nest)"
 STEP_COLUMNS = (
     "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
@@ -412,22 +412,23 @@ class SqlStore(RunStore):
 
     @translated
     def pending_decisions(self, limit: int) -> list[PendingDecision]:
-        # From the paused runs (runs_by_status), each one's newest open pause (checkpoints_paused).
-        return self._owed("runs r JOIN checkpoints c ON c.run_id = r.run_id", "", limit)
+        # The paused runs (runs_by_status), each one's newest open pause (checkpoints_paused) by its key.
+        return self._owed(f"runs r JOIN checkpoints c ON c.checkpoint_id = {NEWEST_OPEN_PAUSE}", PAUSED_RUN, limit)
 
     def _owed(self, tables: str, where: str, limit: int) -> list[PendingDecision]:
-        """The decisions owed (:data:`OWED`) among ``tables`` (``r``: runs, ``c``: checkpoints) that
-        meet ``where`` too, oldest first, at most ``limit``."""
+        """The decisions owed among ``tables`` (``r``: runs, ``c``: checkpoints) where ``where`` holds,
+        oldest first, at most ``limit``."""
         rows = self._rows(f"SELECT c.*, r.workflow AS run_workflow, r.status AS run_status FROM {tables} "
-                          f"WHERE {where}{OWED} ORDER BY c.checkpoint_id LIMIT ?", (limit,))
+                          f"WHERE {where} ORDER BY c.checkpoint_id LIMIT ?", (limit,))
         return [PendingDecision(**checkpoint_from_row(r).model_dump(), workflow=r["run_workflow"],
                                 status=r["run_status"]) for r in rows]
 
     def _unannounced(self, limit: int) -> list[PendingDecision]:
-        """The decisions owed not announced yet, oldest first, at most ``limit``: from the partial
-        index checkpoints_unannounced (no row read when there is none), each checked against its run
-        (CROSS JOIN: SQLite, which keeps no statistics, would otherwise go through every paused run)."""
-        return self._owed("checkpoints c CROSS JOIN runs r", f"r.run_id = c.run_id AND {UNANNOUNCED} AND ", limit)
+        """The decisions owed not announced yet, oldest first, at most ``limit``: the rows of the
+        partial index checkpoints_unannounced (none read when it is empty), each checked against its
+        run (CROSS JOIN: SQLite, which keeps no statistics, would otherwise go through every paused run)."""
+        return self._owed("checkpoints c CROSS JOIN runs r", f"r.run_id = c.run_id AND {UNANNOUNCED} AND {PAUSED_RUN} "
+                          f"AND c.checkpoint_id = {NEWEST_OPEN_PAUSE}", limit)
 
     @translated
     def claim_announcements(self, limit: int, at: datetime) -> list[PendingDecision]:
