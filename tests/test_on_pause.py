@@ -1,6 +1,8 @@
-"""``relaypoint worker --on-pause CMD``: a real worker process runs a real hook command, with the
-pause as JSON on its standard input, once per pause its execution commits; hooks that fail, are
-missing or hang are logged in one line and never stop the worker from executing the next runs."""
+"""``relaypoint worker --on-pause CMD``: real worker processes run a real hook command, with the pause
+as JSON on its standard input, once per pause of the store, wherever it was made (``relaypoint
+start``, this process, a worker), across several workers and restarts; a worker without the option
+marks nothing; hooks that fail, are missing or hang are logged in one line and never stop a worker
+from executing the next runs."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from relaypoint import Runtime
+from relaypoint.pausehook import HOOK_THREADS
 
 from helpers import kill_owner
 from procs import wait_status, wait_until
@@ -89,6 +92,7 @@ class Box:
         (tmp_path / "hook.py").write_text(HOOK)
         self.out = tmp_path / "notices.jsonl"
         self.workers: list[tuple[subprocess.Popen, Path]] = []
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
         namespace: dict[str, Any] = {}
         exec(compile(APP, "gates.py", "exec"), namespace)
         self.rt = Runtime(db, namespace["workflows"])
@@ -96,17 +100,26 @@ class Box:
     def hook(self, mode: str) -> str:
         return shlex.join([sys.executable, str(self.dir / "hook.py"), mode, str(self.out)])
 
-    def worker(self, on_pause: str, *options: str) -> subprocess.Popen:
-        """Start ``relaypoint worker --on-pause ON_PAUSE`` (stderr to a file: :meth:`log`)."""
+    def worker(self, on_pause: str | None, *options: str) -> subprocess.Popen:
+        """Start ``relaypoint worker`` with ``--on-pause ON_PAUSE`` (none when None); stderr to a file
+        (:meth:`log`)."""
         err = self.dir / f"worker{len(self.workers)}.err"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
+        hook = [] if on_pause is None else ["--on-pause", on_pause]
         with open(err, "wb") as f:
             proc = subprocess.Popen([sys.executable, "-m", "relaypoint", "--db", self.db, "worker", "--app",
-                                     "gates:workflows", "--poll", "0.1", "--on-pause", on_pause, *options],
-                                    cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     "gates:workflows", "--poll", "0.1", *hook, *options],
+                                    cwd=self.dir, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=f)
         self.workers.append((proc, err))
         return proc
+
+    def start(self, workflow: str, **input: Any) -> str:
+        """``relaypoint start WORKFLOW``: the run executes in that process up to its first pause."""
+        done = subprocess.run([sys.executable, "-m", "relaypoint", "--db", self.db, "start", workflow, "--app",
+                               "gates:workflows", "--input", json.dumps(input)], cwd=self.dir, env=self.env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
 
     def log(self, proc: subprocess.Popen) -> str:
         return next(err for p, err in self.workers if p is proc).read_text()
@@ -118,9 +131,10 @@ class Box:
         return self.log(proc)
 
     def queued(self, workflow: str, step: str, **input: Any) -> str:
-        """A queued run of ``workflow`` for the worker: started here (where it pauses at once, or
-        completes), then forked from ``step``."""
+        """A queued run of ``workflow`` (one that never pauses) for a worker: started here, where it
+        completes, then forked from ``step``."""
         parent = self.rt.start(workflow, input)
+        assert self.rt.get(parent).status == "completed"
         return self.rt.fork(parent, step)
 
     def notices(self) -> list[dict[str, Any]]:
@@ -129,6 +143,11 @@ class Box:
 
     def wait_notices(self, count: int) -> list[dict[str, Any]]:
         return wait_until(lambda: len(n := self.notices()) >= count and n, 60, f"{count} notices in {self.out}")
+
+    def pauses(self, *run_ids: str) -> list[tuple[str, int]]:
+        """Every pause these runs made, (run, checkpoint), decided or not."""
+        return sorted((c.run_id, c.checkpoint_id) for rid in run_ids for c in self.rt.store.checkpoints(rid)
+                      if c.kind in ("approval", "input", "orphan"))
 
     def close(self) -> None:
         for proc, _ in self.workers:
@@ -159,16 +178,26 @@ def pending_of(rt: Runtime, run_id: str) -> dict[str, Any]:
             "reason": run.pending.reason, "checkpoint_id": run.pending.checkpoint_id}
 
 
-def test_each_pause_the_worker_commits_is_announced_once_with_its_fields(box: Box):
-    # paused by this process, not the worker's execution: never announced
-    here = box.rt.start("gated", {"n": 0})
-    gate = box.queued("gated", "draft", n=1)             # pauses at check (an approval with a deadline)
-    ask = box.queued("asking", "ask")                     # pauses for input
-    plain = box.queued("plain", "only")                   # completes: nothing to announce
-    held = box.rt.fork(box.rt.start("held"), "slow")
-    kill_owner(box.db, held, "slow")                      # its step's process died: the worker holds it
-    worker = box.worker(box.hook("ok"))
+def announced(box: Box) -> list[tuple[str, int]]:
+    return sorted((n["run_id"], n["checkpoint_id"]) for n in box.notices())
 
+
+def test_every_pause_is_announced_once_wherever_it_was_made_and_never_again_after_a_restart(box: Box):
+    # Pauses made before any worker announces: the first gate of a run started with `relaypoint start`
+    # (executed in that process), an input request in this process, and an orphan step held by a
+    # worker without --on-pause, which marks nothing.
+    gate = box.start("gated", n=1)                        # an approval with a deadline
+    ask = box.rt.start("asking")
+    held = box.rt.fork(box.rt.start("held"), "slow")
+    kill_owner(box.db, held, "slow")                      # its step's process died: a worker holds it
+    plain = box.queued("plain", "only")                   # completes: nothing to announce
+    quiet = box.worker(None)
+    wait_status(box.db, held, "awaiting_approval")
+    wait_status(box.db, plain, "completed")
+    box.stop(quiet)
+    assert len(box.rt.pending_decisions()) == 3
+
+    worker = box.worker(box.hook("ok"))
     notices = {n["run_id"]: n for n in box.wait_notices(3)}
     assert set(notices) == {gate, ask, held}
     for run_id, notice in notices.items():
@@ -179,22 +208,33 @@ def test_each_pause_the_worker_commits_is_announced_once_with_its_fields(box: Bo
     assert notices[gate]["deadline"] == deadline.strftime("%Y-%m-%dT%H:%M:%S.") + f"{deadline.microsecond // 1000:03d}Z"
     assert notices[ask]["kind"] == "input" and notices[ask]["reason"] == "Title?" and notices[ask]["deadline"] is None
     assert notices[held]["kind"] == "orphan" and notices[held]["step"] == "slow"
-    wait_status(box.db, plain, "completed")
 
-    # approved, the gated run goes on to its second gate: a new pause, announced once more
+    # approved, the gated run is executed by the worker up to its second gate: a new pause, announced
     box.rt.approve(gate, checkpoint_id=notices[gate]["checkpoint_id"])
     second = box.wait_notices(4)[3]
     assert (second["run_id"], second["step"]) == (gate, "confirm")
-    assert second["checkpoint_id"] != notices[gate]["checkpoint_id"]
     assert "Traceback" not in box.stop(worker)
 
-    # a restarted worker announces only what its own execution pauses: the next run, not the old pauses
+    # a restarted worker announces the pauses made since, and none of the old ones again
     box.worker(box.hook("ok"))
-    later = box.queued("asking", "ask")
+    later = box.start("gated", n=2)
     assert box.wait_notices(5)[4]["run_id"] == later
-    ids = [n["checkpoint_id"] for n in box.notices()]
-    assert len(ids) == len(set(ids)) == 5
-    assert here not in {n["run_id"] for n in box.notices()}
+    box.stop(box.workers[-1][0])  # waits for the hooks under way: whatever it announced is in the file
+    assert announced(box) == box.pauses(gate, ask, held, later)  # each once
+
+
+def test_two_workers_announce_each_pause_once_between_them(box: Box):
+    gates = [box.rt.start("gated", {"n": i}) for i in range(3)]   # paused here before the workers start
+    workers = [box.worker(box.hook("ok")) for _ in range(2)]
+    first = box.wait_notices(3)
+    for notice in first:  # each approved run is executed by either worker up to its second gate
+        box.rt.approve(notice["run_id"], checkpoint_id=notice["checkpoint_id"])
+    asks = [box.rt.start("asking") for _ in range(2)]              # paused here while the workers poll
+    box.wait_notices(8)
+    for worker in workers:
+        assert "Traceback" not in box.stop(worker)
+    assert announced(box) == box.pauses(*gates, *asks)
+    assert len(announced(box)) == 8 and {n["step"] for n in box.notices()} == {"check", "confirm", "ask"}
 
 
 @pytest.mark.parametrize("mode", ["fail", "missing"])
@@ -202,41 +242,45 @@ def test_a_failing_or_missing_hook_is_one_line_and_the_worker_goes_on(sqlite_box
     box = sqlite_box
     command = box.hook("fail") if mode == "fail" else shlex.join([str(box.dir / "no-such-hook"), "--flag"])
     worker = box.worker(command)
-    first = box.queued("asking", "ask")
-    wait_status(box.db, first, "awaiting_input")
+    first = box.rt.start("asking")
     then = [box.queued("plain", "only", k=i) for i in range(2)]
-    second = box.queued("gated", "draft")
+    second = box.rt.start("gated")
     for run_id in then:
         wait_status(box.db, run_id, "completed")
-    wait_status(box.db, second, "awaiting_approval")
     about = [f"run {rid}: on-pause hook for checkpoint {box.rt.get(rid).pending.checkpoint_id}" for rid in (first, second)]
     if mode == "fail":
         said = " exited with status 3: the chat webhook answered 500"
-        assert [n["run_id"] for n in box.wait_notices(2)] == [first, second]
+        assert sorted(n["run_id"] for n in box.wait_notices(2)) == sorted([first, second])
     else:
         said = f" could not start {str(box.dir / 'no-such-hook')!r}: No such file or directory"
     log = wait_until(lambda: all(a in (t := box.log(worker)) for a in about) and t, 60, "the failures logged")
     for line in about:
         assert f"{line}{said}\n" in log
     assert "Traceback" not in box.stop(worker)
+    assert box.rt.announce_pauses(10) == []  # a failed announcement is not made again: at most once
 
 
-def test_a_hanging_hook_is_killed_and_never_holds_the_worker(sqlite_box: Box):
+def test_hanging_hooks_are_killed_and_hold_neither_the_runs_nor_more_pauses_than_they_can_start(sqlite_box: Box):
     box = sqlite_box
+    asks = [box.rt.start("asking") for _ in range(HOOK_THREADS + 2)]
     worker = box.worker(box.hook("hang"), "--on-pause-timeout", "10")
-    first = box.queued("asking", "ask")
-    pid = int(wait_until(lambda: (p := box.dir / "notices.jsonl.pid").exists() and p.read_text().strip(), 60,
-                         "the hook to start"))
-    # while the hook hangs, the worker executes the next runs
+    pid_file = box.dir / "notices.jsonl.pid"
+    pids = wait_until(lambda: pid_file.exists() and len(p := pid_file.read_text().split()) == HOOK_THREADS and p, 60,
+                      "the hooks to start")
+    # as many claimed as hooks can start at once: the rest stay unannounced, for whoever claims next
+    assert [p.run_id for p in box.rt.announce_pauses(10)] == asks[HOOK_THREADS:]
+    # while the hooks hang, the worker executes the next runs
     then = [box.queued("plain", "only", k=i) for i in range(3)]
     for run_id in then:
         wait_status(box.db, run_id, "completed")
-    os.kill(pid, 0)  # still hanging: the runs above did not wait for it
-    checkpoint = box.rt.get(first).pending.checkpoint_id
-    line = f"run {first}: on-pause hook for checkpoint {checkpoint} did not finish within 10 s; killed\n"
-    wait_until(lambda: line in box.log(worker), 60, "the hanging hook to be killed")
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    for pid in pids:
+        os.kill(int(pid), 0)  # still hanging: the runs above did not wait for them
+    lines = [f"run {rid}: on-pause hook for checkpoint {box.rt.get(rid).pending.checkpoint_id} did not finish "
+             f"within 10 s; killed\n" for rid in asks[:HOOK_THREADS]]
+    wait_until(lambda: all(line in box.log(worker) for line in lines), 60, "the hanging hooks to be killed")
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid), 0)
     assert "Traceback" not in box.stop(worker)
 
 
