@@ -462,6 +462,17 @@ def test_the_announcement_poll_reads_no_run_and_no_checkpoint_when_every_pause_i
         assert [p.run_id for p in store.claim_announcements(10, at(5002))] == ["p00007", "p00234"]
 
 
+def test_the_review_queue_reads_the_paused_runs_not_every_checkpoint(url, postgres_schema):
+    with open_store(url, create=True) as store:
+        paused_runs(store, 300)
+        server(f"ANALYZE {postgres_schema}.runs")
+        server(f"ANALYZE {postgres_schema}.checkpoints")
+        [plan] = plans(store, lambda: store.pending_decisions(50))
+        # each paused run's pause by the run's key (the runs themselves: by status, or a scan of a small table)
+        assert "Index Scan Backward using checkpoints_paused" in plan and "Seq Scan on checkpoints" not in plan, plan
+        assert [p.run_id for p in store.pending_decisions(3)] == ["p00000", "p00001", "p00002"]
+
+
 def test_a_transaction_excludes_other_writers_as_on_sqlite_and_waits_the_busy_timeout(url):
     from relaypoint.store import Boundary, StepStart, StoreBusy
     from relaypoint.store.postgres import PostgresStore

@@ -957,6 +957,10 @@ class PostgresStore(SqlStore):
     # ---- query helpers
 
     DRIVER_ERROR = psycopg.Error
+    # PostgreSQL hash-joins the join of the shared form with every checkpoint; a lateral join reads
+    # each paused run's newest open pause by the run's key in checkpoints_paused instead.
+    _OWED_PAUSES = ("runs r CROSS JOIN LATERAL (SELECT * FROM checkpoints p WHERE p.run_id = r.run_id AND "
+                    f"{PAUSED} AND {UNDECIDED} ORDER BY p.checkpoint_id DESC LIMIT 1) c")
 
     def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
         with self._connection() as conn:

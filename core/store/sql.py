@@ -412,8 +412,12 @@ class SqlStore(RunStore):
 
     @translated
     def pending_decisions(self, limit: int) -> list[PendingDecision]:
-        # The paused runs (runs_by_status), each one's newest open pause (checkpoints_paused) by its key.
-        return self._owed(f"runs r JOIN checkpoints c ON c.checkpoint_id = {NEWEST_OPEN_PAUSE}", PAUSED_RUN, limit)
+        return self._owed(self._OWED_PAUSES, PAUSED_RUN, limit)
+
+    _OWED_PAUSES = f"runs r JOIN checkpoints c ON c.checkpoint_id = {NEWEST_OPEN_PAUSE}"
+    """The paused runs (``r``: runs_by_status), each joined with its newest open pause (``c``,
+    checkpoints_paused then its key). A backend whose planner would rather scan every checkpoint
+    says it another way."""
 
     def _owed(self, tables: str, where: str, limit: int) -> list[PendingDecision]:
         """The decisions owed among ``tables`` (``r``: runs, ``c``: checkpoints) where ``where`` holds,
