@@ -879,6 +879,8 @@ def killed_mid_step(box: Sandbox) -> str:
     marked interrupted by a sweep (a death charged to it); returns its id."""
     z = box.spawn("start", "slow", "--app", APP, "--input", json.dumps({"sleep": 60}))
     rid = procs.wait_step(box.db, "nap")["run_id"]
+    # the step itself under way (its boundary is committed a moment before the step logs its start)
+    procs.wait_until(lambda: ("nap" in {s for s, _, _ in execs(box, rid)}), 30, "step nap to begin")
     procs.kill(z)
     finish(z)
     with api(box) as rt:
