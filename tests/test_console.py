@@ -69,6 +69,19 @@ async def test_approve_with_a_comment_queues_the_run(store):
     assert approved[0].detail["output_edited"] is False
 
 
+async def test_enter_in_the_comment_approves(store):
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_form(pilot, runs["awaiting_approval"], "a", ApproveScreen)
+        assert app.focused.id == "comment"
+        await pilot.press("enter")
+        await until(pilot, lambda: run_status(path, runs["awaiting_approval"]) == RunStatus.QUEUED)
+    with Runtime(path, create=False) as rt:
+        [approved] = [e for e in rt.events(runs["awaiting_approval"]) if e.kind == "approved"]
+    assert approved.detail["comment"] is None
+
+
 async def test_approve_with_an_edited_output_replaces_it(store):
     path, runs = store
     app = RelaypointConsole(path)

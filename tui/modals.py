@@ -276,6 +276,11 @@ class ApproveScreen(_Form):
         self._reading(self.shown is not None)
         self.query_one("#output-diff").display = False
 
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        # enter in the comment approves, as enter in the reject form's reason rejects
+        event.stop()
+        self.action_submit()
+
     def collect(self) -> Approval:
         if not self.loaded:
             raise InvalidValue("the step's output is still being read; submit again in a moment")
