@@ -55,7 +55,7 @@ _BIND_PROBLEMS = {
 @dataclass(frozen=True)
 class ListenAddress:
     """Where the server listens: ``host`` and ``port`` as given, whether every address ``host``
-    resolves to is a loopback one, and ``url``, the address browsers are told to open (for a
+    resolves to is a loopback one, and ``url``, the address the server announces (for a
     wildcard host such as ``0.0.0.0``, this machine's name)."""
 
     host: str
