@@ -25,6 +25,7 @@ import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .defaults import DURABILITY
@@ -39,6 +40,11 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 """Host names a browser may use for a loopback server, besides the one it was started with (a
 request naming another is refused)."""
 
+PAGE_TEMPLATES = Path(__file__).parent / "browser_page"
+"""The page textual-serve serves, relaypoint's copy (its comment says what differs): its addresses
+are relative to the page's origin, so it works under any name the browser used, and it makes no
+request outside its server."""
+
 _BIND_PROBLEMS = {
     errno.EADDRINUSE: "the port is in use; choose another with --port",
     errno.EACCES: "permission denied (ports below 1024 need privileges); choose another with --port",
@@ -49,7 +55,7 @@ _BIND_PROBLEMS = {
 @dataclass(frozen=True)
 class ListenAddress:
     """Where the server listens: ``host`` and ``port`` as given, whether every address ``host``
-    resolves to is a loopback one, and ``url``, the address browsers are told to open (for a
+    resolves to is a loopback one, and ``url``, the address the server announces (for a
     wildcard host such as ``0.0.0.0``, this machine's name)."""
 
     host: str
@@ -158,7 +164,8 @@ def serve_console(db_url: str, where: ListenAddress, command: str, *, announce: 
         async def on_startup(self, app: web.Application) -> None:
             announce(f"serving the console at {where.url} (Ctrl+C stops)")
 
-    server = ConsoleServer(command, host=where.host, port=where.port, title="relaypoint console", public_url=where.url)
+    server = ConsoleServer(command, host=where.host, port=where.port, title="relaypoint console",
+                           templates_path=PAGE_TEMPLATES)
     try:
         server.serve()
     except OSError as e:  # the port was taken between the check and the bind

@@ -5,8 +5,9 @@ textual-serve draws the console with xterm.js on a canvas, so the page holds no 
 :class:`BrowserTerminal` finds the page's xterm.js ``Terminal`` object on the JavaScript heap
 (Chrome DevTools Protocol ``Runtime.queryObjects``: every object, kept where xterm's public API
 answers) and reads the lines of its buffer: what the terminal shows, as xterm.js holds it.
-Nothing in the served page is changed. Keys go where a person's would: into the terminal's
-focused text area, through xterm.js's keyboard handling and the WebSocket.
+Nothing in the served page is changed, and nothing is focused for it: keys go where a person's
+would, into what the page focused (the terminal's text area), through xterm.js's keyboard handling
+and the WebSocket.
 
 Chromium is Debian's (``/usr/bin/chromium``), never one ``playwright install`` would download.
 """
@@ -139,12 +140,13 @@ def served(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Iterator
 
 
 class BrowserTerminal:
-    """The served console in a Playwright page: open it, read its lines, press keys."""
+    """The served console in a Playwright page: open it (at ``url``, by default the server's at
+    127.0.0.1), read its lines, press keys."""
 
-    def __init__(self, page: Any, server: Served) -> None:
+    def __init__(self, page: Any, server: Served, url: str | None = None) -> None:
         self.page = page
         self.server = server
-        page.goto(server.url)
+        page.goto(url or server.url)
         from playwright.sync_api import TimeoutError
 
         try:  # the console sent its first screen, or its session ended
@@ -159,7 +161,6 @@ class BrowserTerminal:
                                                     "returnByValue": True})["result"]["value"]
         cdp.detach()
         assert found == 1, f"expected the page's one xterm.js terminal, found {found}"
-        page.focus(".xterm-helper-textarea")  # keys go to the terminal, and the console shows its footer
 
     def lines(self) -> list[str]:
         """The terminal's rows, as shown."""

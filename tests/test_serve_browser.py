@@ -91,6 +91,27 @@ def test_a_run_is_approved_from_a_browser_and_the_store_records_it(db: str, tmp_
     assert approved[0].detail["comment"] == COMMENT
 
 
+@pytest.mark.parametrize("listen, name", [([], "localhost"), (["--host", "0.0.0.0", "--public"], "127.0.0.1")],
+                         ids=["loopback-opened-as-localhost", "public-opened-by-address"])
+def test_the_page_works_under_the_name_the_browser_used_and_asks_nothing_of_other_sites(
+        tmp_path: Path, listen: list[str], name: str):
+    need_browser()
+    build_fixture_store(str(tmp_path / "store.db"))
+    port = free_port()
+    with served(tmp_path, "--db", "store.db", "serve", *listen, "--port", str(port)) as server, \
+            chromium_page() as page:
+        requests: list[str] = []
+        page.on("request", lambda request: requests.append(request.url))
+        page.on("websocket", lambda websocket: requests.append(websocket.url))
+        terminal = BrowserTerminal(page, server, f"http://{name}:{port}/")
+        # the key bar is drawn on load, before any key or click
+        terminal.wait_for(lambda lines: "Quit" in lines[-1] and "Help" in lines[-1], "the key bar on the last row")
+        assert "awaiting_approval" in terminal.text()
+    assert f"ws://{name}:{port}/ws?" in " ".join(requests)
+    assert f"http://{name}:{port}/static/fonts/RobotoMono-VariableFont_wght.ttf" in requests
+    assert [url for url in requests if urlsplit(url).netloc != f"{name}:{port}"] == []
+
+
 def test_a_host_that_is_not_loopback_needs_public(tmp_path: Path):
     build_fixture_store(str(tmp_path / "store.db"))
     error = one_line_error(relaypoint(tmp_path, "serve", "--host", "192.0.2.1", "--port", str(free_port())))
@@ -133,3 +154,7 @@ def test_requests_another_site_could_make_are_refused(tmp_path: Path):
         assert status("/", Host=f"rebound.example:{port}") == 403  # DNS rebinding
         assert status("/ws", **handshake, Origin="http://evil.example") == 403  # cross-site WebSocket
         assert status("/ws", **handshake, Origin=f"http://127.0.0.1:{port}") == 101
+        # a page served under another loopback name opens its WebSocket under that name
+        assert status("/ws", **handshake, Host=f"localhost:{port}", Origin=f"http://localhost:{port}") == 101
+        assert status("/", Host=f"[::1]:{port}") == 200
+        assert status("/ws", **handshake, Host=f"127.0.0.1:{port}", Origin=f"http://localhost:{port}") == 403
