@@ -202,8 +202,8 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
     @server.tool()
     def approve(run_id: RunId,
                 output: Annotated[str, Field(
-                    description="An edited output replacing the gated step's, as JSON text (a string is "
-                    "'\"text\"'); empty: the output is approved as it is.")] = "",
+                    description="An edited output replacing the gated step's, as JSON text, not a JSON value (a "
+                    "string is '\"text\"', an object '{\"k\": 1}'); empty: the output is approved as it is.")] = "",
                 comment: Annotated[str | None, Field(description="A note kept with the decision.")] = None,
                 by: By = None, checkpoint_id: CheckpointId = None) -> Checkpoint:
         """Approve the run's pending approval (or held orphan step): the run becomes queued, for a
@@ -221,7 +221,8 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
 
     @server.tool()
     def respond(run_id: RunId,
-                value: Annotated[str, Field(description="The answer as JSON text (a string is '\"text\"').")],
+                value: Annotated[str, Field(description="The answer as JSON text, not a JSON value (a string is "
+                                                      "'\"text\"', a number '3').")],
                 by: By = None, checkpoint_id: CheckpointId = None) -> Checkpoint:
         """Answer the run's pending input request: the run becomes queued and the asking step, run
         again, receives the answer. Returns the decided checkpoint."""
@@ -234,7 +235,9 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
              iteration: Annotated[int | None, Field(
                  description="With a pattern as from_step: fork before its iteration N (round, turn, pass, "
                  "subtask).")] = None,
-             input: Annotated[dict[str, Any] | None, Field(description="A new input for the fork.")] = None,
+             input: Annotated[dict[str, Any] | None, Field(
+                 description="A new input for the fork: a JSON object, as a value (a run's input is always one; "
+                 "JSON text of an object is taken too). Default: the parent's input.")] = None,
              ) -> RunSummary:
         """Fork a run from the boundary before a step: a new queued run reusing the outputs before
         it (the parent is untouched). Returns the new run's row."""
