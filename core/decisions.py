@@ -115,7 +115,7 @@ class Decisions:
     def reject(self, run_id: str, comment: str, by: str, checkpoint_id: int | None) -> Checkpoint:
         """See :meth:`relaypoint.Runtime.reject`."""
         if not comment or not comment.strip():
-            raise InvalidValue("a rejection needs a reason (--comment TEXT)")
+            raise InvalidValue("a rejection needs a reason: a comment that is not blank")
         self.expire_deadlines()
         with self.store.transaction():
             rid = self.store.resolve(run_id)

@@ -73,7 +73,7 @@ class Forks:
         where = f"'{group.name}' of run {rid}"
         if "pattern" not in group.options:
             raise RefusedTransition(f"step {where} is not a pattern, so it has no iterations; "
-                                    f"fork from it without --iteration")
+                                    f"fork from it without an iteration")
         children = self.store.children(rid, group.seq)
         first = next((c for c in children if c.iteration == iteration), None)
         if first is None:

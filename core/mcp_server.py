@@ -9,20 +9,34 @@ run, a refused decision, a store that cannot be used) is a tool error (``isError
 the line the CLI prints after ``Error:`` (:func:`relaypoint.display.error_line`). With an app,
 ``resume`` starts the run in a separate background process, as the console does; nothing executes
 steps in the server's process.
+
+Arguments that do not fit a tool's input schema are refused in one line naming each argument and
+what it expects (pydantic's errors, reworded). Standard output carries only the protocol: the app
+module is imported with ``sys.stdout`` sent to stderr, and while serving the SDK points fd 1 at
+stderr. A line that is not a JSON-RPC message is answered with a JSON-RPC error (``-32700`` parse
+error, or ``-32600`` invalid request, ``id`` null) and told on stderr in one line; the SDK itself
+drops such lines silently.
 """
 
 from __future__ import annotations
 
+import reprlib
+import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from importlib.metadata import version
 from typing import Annotated, Any
 
+import anyio
 from mcp.server import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp.types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from .apploader import load_workflows
 from .background import resume_log, spawn_resume
@@ -64,16 +78,94 @@ class ResumeStarted(BaseModel):
     log: str
 
 
+SHOWN = reprlib.Repr()
+"""How a refused argument's value is quoted: its ``repr`` (one line, escapes visible), shortened."""
+SHOWN.maxstring = SHOWN.maxother = 60
+
+
+class Server(MCPServer):
+    """The SDK's server, with two answers it lacks: arguments that fail the input schema are one
+    line (:func:`argument_errors`), and a line on stdin that is not a JSON-RPC message gets a
+    JSON-RPC error reply instead of silence."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        """See :meth:`MCPServer.call_tool`; raises ``ToolError`` with one line for bad arguments."""
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as e:
+            # the SDK raises ToolError from the ValidationError of the arguments; our own tool
+            # errors have no cause and a crash is UnexpectedToolError
+            if isinstance(e, UnexpectedToolError) or not isinstance(e.__cause__, ValidationError):
+                raise
+            raise ToolError(f"Error executing tool {name}: {argument_errors(e.__cause__)}") from e.__cause__
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdin and stdout (see :meth:`MCPServer.run_stdio_async`), answering each
+        line the transport could not read as a JSON-RPC message (:func:`unreadable_reply`)."""
+        async with stdio_server() as (read_stream, write_stream):
+            send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+            async def sift() -> None:
+                async with send:
+                    async for item in read_stream:
+                        if isinstance(item, Exception):
+                            reply = unreadable_reply(item)
+                            print(f"relaypoint mcp: {reply.error.message}", file=sys.stderr, flush=True)
+                            await write_stream.send(SessionMessage(reply))
+                        else:
+                            await send.send(item)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sift)
+                # the SDK's own run_stdio_async does this with the transport's streams
+                lowlevel = self._lowlevel_server  # noqa: SLF001
+                await lowlevel.run(receive, write_stream, lowlevel.create_initialization_options())
+
+
+def unreadable_reply(error: Exception) -> JSONRPCError:
+    """The JSON-RPC answer to a line the stdio transport could not read (``error``, what it
+    raised): ``-32700`` when the line is not JSON, ``-32600`` when it is JSON but not a JSON-RPC
+    message; ``id`` null, as the spec has it when the request's id cannot be known."""
+    details = error.errors(include_url=False) if isinstance(error, ValidationError) else []
+    if any(d["type"] == "json_invalid" for d in details):
+        code, message = PARSE_ERROR, f"Parse error: a line is not JSON ({details[0]['ctx']['error']})"
+    elif details:
+        code, message = INVALID_REQUEST, "Invalid Request: a line is JSON but not a JSON-RPC 2.0 message"
+    else:
+        code, message = PARSE_ERROR, f"Parse error: a line could not be read ({type(error).__name__})"
+    return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message))
+
+
+def argument_errors(error: ValidationError) -> str:
+    """Pydantic's errors about a tool's arguments as one line: each names the argument and what it
+    expects, e.g. ``status must be one of 'queued', ... or 'cancelled'; not 'bogus'``."""
+    return "; ".join(argument_error(d) for d in error.errors(include_url=False))
+
+
+def argument_error(detail: ErrorDetails) -> str:
+    """One of pydantic's errors (:meth:`ValidationError.errors`) about an argument, in a phrase."""
+    name = ".".join(str(part) for part in detail["loc"]) or "the arguments"
+    if detail["type"] == "missing":
+        return f"{name} is required"
+    if detail["type"] == "enum":
+        expected = f"one of {detail['ctx']['expected']}"
+    elif detail["type"] == "dict_type":
+        expected = "a JSON object"
+    else:
+        expected = detail["msg"].removeprefix("Input should be ")
+    return f"{name} must be {expected}; not {SHOWN.repr(detail['input'])}"
+
+
 def summary_of(run: RunSummary) -> RunSummary:
     """``run`` (a :class:`~relaypoint.models.Run` too) as the row ``relaypoint list --json`` prints."""
     return RunSummary(**{name: getattr(run, name) for name in RunSummary.model_fields})
 
 
 def build_server(db_url: str, *, app_spec: str | None = None, durability: str = DURABILITY,
-                 lease_seconds: float = LEASE_SECONDS) -> MCPServer:
+                 lease_seconds: float = LEASE_SECONDS) -> Server:
     """The MCP server over the store at ``db_url``. With ``app_spec`` (``MODULE:ATTR``, imported
-    here: raises ``AppLoadError``) it has a ``resume`` tool, for the workflows the app defines."""
-    server = MCPServer("relaypoint", version=version("relaypoint"), instructions=INSTRUCTIONS, log_level="WARNING")
+    here, its prints sent to stderr: raises ``AppLoadError``) it has a ``resume`` tool, for the workflows the app defines."""
+    server = Server("relaypoint", version=version("relaypoint"), instructions=INSTRUCTIONS, log_level="WARNING")
     read = ToolAnnotations(read_only_hint=True)
 
     @contextmanager
@@ -110,8 +202,8 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
     @server.tool()
     def approve(run_id: RunId,
                 output: Annotated[str, Field(
-                    description="An edited output replacing the gated step's, as JSON text (a string is "
-                    "'\"text\"'); empty: the output is approved as it is.")] = "",
+                    description="An edited output replacing the gated step's, as JSON text, not a JSON value (a "
+                    "string is '\"text\"', an object '{\"k\": 1}'); empty: the output is approved as it is.")] = "",
                 comment: Annotated[str | None, Field(description="A note kept with the decision.")] = None,
                 by: By = None, checkpoint_id: CheckpointId = None) -> Checkpoint:
         """Approve the run's pending approval (or held orphan step): the run becomes queued, for a
@@ -129,7 +221,8 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
 
     @server.tool()
     def respond(run_id: RunId,
-                value: Annotated[str, Field(description="The answer as JSON text (a string is '\"text\"').")],
+                value: Annotated[str, Field(description="The answer as JSON text, not a JSON value (a string is "
+                                                      "'\"text\"', a number '3').")],
                 by: By = None, checkpoint_id: CheckpointId = None) -> Checkpoint:
         """Answer the run's pending input request: the run becomes queued and the asking step, run
         again, receives the answer. Returns the decided checkpoint."""
@@ -142,7 +235,9 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
              iteration: Annotated[int | None, Field(
                  description="With a pattern as from_step: fork before its iteration N (round, turn, pass, "
                  "subtask).")] = None,
-             input: Annotated[dict[str, Any] | None, Field(description="A new input for the fork.")] = None,
+             input: Annotated[dict[str, Any] | None, Field(
+                 description="A new input for the fork: a JSON object, as a value (a run's input is always one; "
+                 "JSON text of an object is taken too). Default: the parent's input.")] = None,
              ) -> RunSummary:
         """Fork a run from the boundary before a step: a new queued run reusing the outputs before
         it (the parent is untouched). Returns the new run's row."""
@@ -158,7 +253,8 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
             return Cancelled(run_id=rid, previous_status=rt.cancel(rid, by=by))
 
     if app_spec is not None:
-        defined = {wf.name: wf for wf in load_workflows(app_spec)}
+        with redirect_stdout(sys.stderr):  # what the module prints on import must not reach the protocol
+            defined = {wf.name: wf for wf in load_workflows(app_spec)}
 
         @server.tool()
         def resume(run_id: RunId, allow_drift: Annotated[bool, Field(

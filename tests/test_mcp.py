@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -199,3 +200,97 @@ async def test_with_the_store_missing_the_server_does_not_start_and_says_why_in_
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.stdout == ""
     assert "none.db" in one_line_error(done)
+
+
+async def test_arguments_that_do_not_fit_a_tool_are_refused_in_one_line_naming_the_argument(app: Path):
+    db = str(app / "store.db")
+    paused, simple = started(db, "review", "simple")
+    before = rows(db, paused), rows(db, simple)
+    statuses = "'queued', 'running', 'awaiting_approval', 'awaiting_input', 'interrupted', 'completed', 'failed', " \
+               "'rejected' or 'cancelled'"
+    cases = [
+        ("list_runs", {"status": "bogus"}, f"status must be one of {statuses}; not 'bogus'"),
+        ("list_runs", {"limit": -1}, "limit must be greater than or equal to 1; not -1"),
+        ("approve", {"run_id": paused, "checkpoint_id": "abc"},
+         "checkpoint_id must be a valid integer, unable to parse string as an integer; not 'abc'"),
+        ("approve", {}, "run_id is required"),
+        ("fork", {"run_id": simple, "from_step": "only", "input": "{broken"}, "input must be a JSON object; not '{broken'"),
+        ("fork", {"run_id": simple, "from_step": "only", "input": ["a"]}, "input must be a JSON object; not ['a']"),
+        ("respond", {"value": 3}, "run_id is required; value must be a valid string; not 3"),
+    ]
+    async with server(app, db) as session:
+        for tool, arguments, expected in cases:
+            assert await refused(session, tool, **arguments) == f"Error executing tool {tool}: {expected}"
+        # the refused value is quoted with its escapes visible, and shortened
+        shown = await refused(session, "show_run", run_id=["\x1b[31m" * 40])
+        assert shown.startswith("Error executing tool show_run: run_id must be a valid string; not ['\\x1b[31m")
+        assert "\x1b" not in shown and "..." in shown and len(shown) < 150
+        # a fork's input is an object; JSON text of one is taken too (the SDK decodes it)
+        fork = await call(session, "fork", run_id=simple, from_step="only", input='{"topic": "text"}')
+    assert (rows(db, paused), rows(db, simple)) == before
+    with Runtime(db) as rt:
+        assert rt.get(fork["run_id"]).input == {"topic": "text"}
+
+
+async def test_tool_errors_name_tool_arguments_not_command_line_flags(app: Path):
+    db = str(app / "store.db")
+    paused, simple = started(db, "review", "simple")
+    async with server(app, db) as session:
+        assert await refused(session, "reject", run_id=paused, comment="  ") == (
+            "Error executing tool reject: a rejection needs a reason: a comment that is not blank")
+        assert await refused(session, "fork", run_id=simple, from_step="only", iteration=1) == (
+            f"Error executing tool fork: step 'only' of run {simple} is not a pattern, so it has no iterations; "
+            "fork from it without an iteration")
+    with Runtime(db) as rt:
+        assert rt.get(paused).status == "awaiting_approval"
+
+
+def raw_server(cwd: Path, db: str, *args: str) -> subprocess.Popen[str]:
+    """``relaypoint --db DB mcp ARGS`` with pipes, for writing protocol lines by hand."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
+    return subprocess.Popen([sys.executable, "-m", "relaypoint", "--db", db, "mcp", *args], cwd=cwd, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def answers(process: subprocess.Popen[str], *lines: str, count: int) -> tuple[list[dict[str, Any]], str]:
+    """Write ``lines`` to the server, read ``count`` answers from its stdout, then close its stdin;
+    returns the answers (each line must be a JSON-RPC message) and its stderr. A server that owes
+    an answer is killed after a minute (its stdout ends, so the read fails instead of hanging)."""
+    assert process.stdin and process.stdout
+    process.stdin.write("".join(lines))
+    process.stdin.flush()
+    watchdog = threading.Timer(60, process.kill)
+    watchdog.start()
+    try:
+        got = [json.loads(process.stdout.readline() or "null") for _ in range(count)]
+    finally:
+        watchdog.cancel()
+    rest, err = process.communicate(timeout=60)
+    assert rest == "" and process.returncode == 0, (rest, err)
+    return got, err
+
+
+PING = '{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n'
+
+
+def test_a_line_that_is_not_a_json_rpc_message_is_answered_with_an_error_and_told_on_stderr(app: Path):
+    db = str(app / "store.db")
+    started(db, "simple")
+    got, err = answers(raw_server(app, db), "this is not json\n", '{"jsonrpc": "2.0", "id": 7, "meth\n',
+                       '{"id": 8}\n', PING, count=4)
+    assert [(a.get("id"), a.get("error", {}).get("code")) for a in got] == [
+        (None, -32700), (None, -32700), (None, -32600), (1, None)]
+    assert got[0]["error"]["message"].startswith("Parse error: a line is not JSON (")
+    assert got[3]["result"] == {}
+    lines = err.splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["Parse error", "Parse error", "Invalid Request"]
+    assert all(line.startswith("relaypoint mcp: ") for line in lines)
+
+
+def test_what_the_app_prints_on_import_goes_to_stderr_and_stdout_carries_only_the_protocol(app: Path):
+    db = str(app / "store.db")
+    started(db, "simple")
+    (app / "noisy.py").write_text(f"from {APP.replace(':', ' import ')}\nprint('IMPORT-TIME NOISE')\n")
+    got, err = answers(raw_server(app, db, "--app", "noisy:workflows"), PING, count=1)
+    assert got == [{"jsonrpc": "2.0", "id": 1, "result": {}}]
+    assert err.splitlines() == ["IMPORT-TIME NOISE"]

@@ -184,7 +184,7 @@ def test_forking_a_fork_from_an_iteration_it_copied_names_the_run_that_recorded_
 
 @pytest.mark.parametrize(("args", "refusal"), [
     (("--from", "brief", "--iteration", "1"),
-     "step 'brief' of run r1 is not a pattern, so it has no iterations; fork from it without --iteration"),
+     "step 'brief' of run r1 is not a pattern, so it has no iterations; fork from it without an iteration"),
     (("--from", "argue", "--iteration", "7"),
      "pattern 'argue' of run r1 has no iteration 7; its iterations are 1, 2, 3"),
     (("--from", "verdict", "--iteration", "1"),
