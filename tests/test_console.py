@@ -276,6 +276,9 @@ async def test_resume_without_an_app_says_how_to_give_one(store):
     notes = recorded_notifications(app)
     async with app.run_test(size=SIZE) as pilot:
         await select_run(pilot, runs["fork"])
+        screen = main_screen(pilot)  # greyed out, with the reason, in the footer, the button and the palette
+        assert screen.check_action("resume", ()) is not True and screen.query_one("#do-resume", Button).disabled
+        assert "--app MODULE:ATTR" in screen.palette_why_not("resume")
         await pilot.press("r")
         await settle(pilot)
     assert any("--app MODULE:ATTR" in msg for msg, _ in notes)

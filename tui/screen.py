@@ -490,6 +490,9 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
             return self.detail.why_no_output(more=action == "more_output")
         if self.state.readonly_reason:
             return f"the store is read-only: {self.state.readonly_reason}"
+        if action == "resume" and not self.app.app_spec:
+            return ("resuming needs the workflow definitions: start the console with "
+                    "`relaypoint console --app MODULE:ATTR`")
         return next(a for a in RUN_ACTIONS if a.name == action).why_not(run)
 
     def _actionable(self, name: str) -> Run | None:
@@ -588,10 +591,6 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         if run is None:
             return
         app_spec = self.app.app_spec
-        if not app_spec:
-            self.notify("resuming needs the workflow definitions: start the console with "
-                        "`relaypoint console --app MODULE:ATTR`", severity="warning", markup=False)
-            return
         drift = self._drifted.get(run.run_id)
         if drift is None:
             self._start_resume(run.run_id, app_spec, False)
