@@ -143,7 +143,7 @@ def rendered(widget: Widget) -> str:
     as text with all whitespace removed (so wrapping does not matter)."""
     leaves = [w for w in widget.walk_children(with_self=True) if not w.children]
     return "".join("".join(strip.text for w in leaves
-                           for strip in w.render_lines(Region(0, 0, w.size.width, w.size.height))).split())
+                           for strip in w.render_lines(Region(0, 0, *w.outer_size))).split())
 
 
 def screen_lines(widget: Widget) -> list[str]:

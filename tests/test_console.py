@@ -860,6 +860,31 @@ async def test_hostile_stored_text_is_shown_literally(db):
     assert "[/link]" in svg
 
 
+async def test_the_demos_report_reads_as_markdown_in_the_detail_pane(db, tmp_path):
+    from relaypoint.examples import audit
+    from relaypoint.tui.readable import SafeMarkdown
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "tool.py").write_text('"""A tool."""\n\n\ndef run():\n    return 1\n')
+    (source / "more.py").write_text("class Thing:\n    pass\n")
+    with Runtime(db, audit.workflows) as rt:
+        run_id = rt.start("repo-audit", {"root": str(source), "title": "Audit awaiting review"})
+    app = RelaypointConsole(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, run_id)  # paused at its draft: the gated output is shown
+        pane = detail(pilot)
+        assert pane.output.step == "draft"
+        await until(pilot, lambda: len(pane.query(SafeMarkdown)) == 1 and len(pane.query_one(SafeMarkdown).children) > 5)
+        await settle(pilot)
+        shown = rendered(pane.query_one("#output"))
+        assert pane.query("#output MarkdownH1") and pane.query("#output MarkdownTable")
+    assert '"markdown":‹text,' in shown  # the JSON says the report is below it
+    assert "AuditawaitingreviewRoot:" in shown and "SummaryMeasureValueFiles2Size(bytes)" in shown  # headings, a table
+    for source_text in ("\\n", "|---", "##", "| Files |"):
+        assert source_text not in shown, source_text
+
+
 # ---- big outputs, greyed keys, a failed resume ---------------------------------------------------
 
 BIG = "0123456789" * 1_000_000 + "THE-END"
