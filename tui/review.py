@@ -261,7 +261,8 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         cp = shown.run.pending
         step = describe(shown.execution, shown.run.tasks) if shown.execution is not None else cp.step or "?"
         then = "showing the next pending decision" if item is not None else "nothing left to review"
-        self.notify(clean(f"run {fmt.short_id(shown.run.run_id)}: its {cp.kind} at step {step} was decided "
+        done = "answered" if cp.kind == CheckpointKind.INPUT else "decided"
+        self.notify(clean(f"run {fmt.short_id(shown.run.run_id)}: its {cp.kind} at step {step} was {done} "
                           f"elsewhere; {then}"), markup=False)
         return False
 
