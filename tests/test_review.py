@@ -22,7 +22,7 @@ from relaypoint.tui.actions import GENERAL_BINDINGS, QUEUE_BINDINGS, REVIEW_BIND
 from relaypoint.tui.data import ReviewWant, pick
 from relaypoint.tui.modals import ApproveScreen, ConfirmScreen
 from relaypoint.tui.palette import ConsoleCommands, palette_entries
-from relaypoint.tui.readable import FOLD_ITEMS, SafeMarkdown, looks_like_markdown, readable
+from relaypoint.tui.readable import FOLD_ITEMS, MARKDOWN_ELEMENTS, SafeMarkdown, looks_like_markdown, readable
 from relaypoint.tui.review import ReviewScreen
 from relaypoint.status import RUN_SYMBOLS, RunStatus as Status
 
@@ -333,6 +333,20 @@ def test_markdown_and_json_read_as_text():
     assert not whole.folded and "999" in whole.blocks[0].text.plain
     plain = readable("line one\nline two", "CMD").blocks[0]
     assert plain.markdown is None and plain.text.plain == "line one\nline two"
+
+
+def test_what_reads_is_bounded_whatever_the_output():
+    from relaypoint.display import PREVIEW_CHARS
+
+    table = "# Rows\n\n| a | b | c |\n|---|---|---|\n" + "| 1 | 2 | 3 |\n" * 100  # 400 cells: too many widgets
+    (block,) = readable(table, "CMD").blocks
+    assert block.markdown is None and block.text.plain.startswith(f"(Markdown of more than {MARKDOWN_ELEMENTS} elements")
+    assert readable(table[:200], "CMD").blocks[0].markdown is not None
+    blob = readable({"blob": "x" * 10_000_000}, "CMD", pages=1)  # one string longer than the page
+    assert blob.cut and blob.size == 10_000_000 + len('{"blob":""}')
+    assert len(blob.blocks[0].text.plain) < 2 * PREVIEW_CHARS and "prints it whole" in blob.blocks[0].text.plain
+    longer = readable({"blob": "x" * 10_000_000}, "CMD", pages=3)
+    assert 2 * PREVIEW_CHARS < len(longer.blocks[0].text.plain) < 4 * PREVIEW_CHARS
 
 
 async def test_the_report_reads_as_markdown_and_a_link_opens_only_after_y(db):

@@ -30,6 +30,10 @@ from relaypoint.display import PREVIEW_CHARS, PREVIEW_LINES, clean, human_size, 
 
 MARKDOWN_CHARS = 30_000
 """Longest text rendered as Markdown; a longer one is shown as plain text, its first pages."""
+MARKDOWN_ELEMENTS = 200
+"""Most Markdown elements (headings, paragraphs, list items, table rows and cells...) rendered:
+each is a widget, and 200 table cells take the console over half a second to lay out, so a text
+with more is shown as plain text, its first pages."""
 READ_PAGES = 4
 """Pages of a plain text, or of a value's JSON, shown on the review screen (a page is
 :data:`~relaypoint.display.PREVIEW_CHARS` characters or :data:`~relaypoint.display.PREVIEW_LINES`
@@ -146,13 +150,22 @@ def _json_block(value: Any, fold: int | None, below: set[str], whole: str, chars
     return Block(None, text), folded, cut
 
 
+def _elements(text: str) -> int:
+    """How many block elements (each one widget) the Markdown ``text`` renders as."""
+    return sum(token.nesting == 1 for token in _parser().parse(text))
+
+
 def _text_block(title: str | None, text: str, whole: str, pages: int) -> tuple[Block, bool]:
-    """``text`` as Markdown when it reads as Markdown, else its first ``pages`` pages as plain
-    text; and whether it was cut."""
+    """``text`` as Markdown when it reads as Markdown (and is cheap enough to render: see
+    :data:`MARKDOWN_ELEMENTS`), else its first ``pages`` pages as plain text; and whether it was
+    cut."""
+    shown = Text()
     if looks_like_markdown(text):
-        return Block(title, markdown=clean(text, multiline=True)), False
+        if _elements(text) <= MARKDOWN_ELEMENTS:
+            return Block(title, markdown=clean(text, multiline=True)), False
+        shown.append(f"(Markdown of more than {MARKDOWN_ELEMENTS} elements: shown as text)\n", style="dim italic")
     head = preview(text, chars=pages * PREVIEW_CHARS, lines=pages * PREVIEW_LINES)
-    shown = literal(head.head, multiline=True)
+    shown.append_text(literal(head.head, multiline=True))
     if head.cut:
         shown.append_text(Text(f"\n… {human_size(head.size)} in all; {whole} prints it whole", style="dim italic"))
     return Block(title, shown), head.cut
