@@ -875,7 +875,8 @@ async def test_the_demos_report_reads_as_markdown_in_the_detail_pane(db, tmp_pat
         await select_run(pilot, run_id)  # paused at its draft: the gated output is shown
         pane = detail(pilot)
         assert pane.output.step == "draft"
-        await until(pilot, lambda: len(pane.query(SafeMarkdown)) == 1 and len(pane.query_one(SafeMarkdown).children) > 5)
+        await until(pilot, lambda: len(pane.query(SafeMarkdown)) == 1
+                    and len(pane.query_one(SafeMarkdown).children) > 5)
         await settle(pilot)
         shown = rendered(pane.query_one("#output"))
         assert pane.query("#output MarkdownH1") and pane.query("#output MarkdownTable")

@@ -340,7 +340,8 @@ def test_what_reads_is_bounded_whatever_the_output():
 
     table = "# Rows\n\n| a | b | c |\n|---|---|---|\n" + "| 1 | 2 | 3 |\n" * 100  # 400 cells: too many widgets
     (block,) = readable(table, "CMD").blocks
-    assert block.markdown is None and block.text.plain.startswith(f"(Markdown of more than {MARKDOWN_ELEMENTS} elements")
+    assert block.markdown is None
+    assert block.text.plain.startswith(f"(Markdown of more than {MARKDOWN_ELEMENTS} elements")
     assert readable(table[:200], "CMD").blocks[0].markdown is not None
     blob = readable({"blob": "x" * 10_000_000}, "CMD", pages=1)  # one string longer than the page
     assert blob.cut and blob.size == 10_000_000 + len('{"blob":""}')

@@ -3,10 +3,12 @@ form): a Markdown text as Markdown, any other value as pretty JSON with its long
 its multi-line text fields shown below it as they read (as Markdown when they are Markdown).
 
 :func:`readable` builds plain :class:`Block` values in a thread worker, bounded whatever the
-output's size (a number of pages of it); :class:`ReadableOutput` shows them. Stored text stays inert: the Markdown source is
-cleaned first (control, format and separator characters become visible escapes such as
-``\\x1b``), HTML in it is shown as text rather than hidden, Rich and Textual markup is never
-parsed, and a link opens only after its address is shown and ``y`` is pressed.
+output's size (a number of pages of it, and Markdown of at most :data:`MARKDOWN_CHARS` characters
+and :data:`MARKDOWN_ELEMENTS` elements); :class:`ReadableOutput` shows them. Stored text stays
+inert: the Markdown source is cleaned first (control, format and separator characters become
+visible escapes such as ``\\x1b``), HTML in it is shown as text rather than hidden, Rich and
+Textual markup is never parsed, and a link opens only after its address is shown and ``y`` is
+pressed.
 """
 
 from __future__ import annotations

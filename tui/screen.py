@@ -328,8 +328,9 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         run = self.detail.run
         if run is not None and step is not None and not self.detail.output_is_current():
             shown = self.detail.output
-            same = shown is not None and shown.seq == step.seq
-            self._read_output(run, step, shown.pages if same else 1, self.detail.state, same and shown.expanded)
+            if shown is not None and shown.seq != step.seq:
+                shown = None  # another step's: this one starts at one page, lists folded
+            self._read_output(run, step, shown.pages if shown else 1, self.detail.state, bool(shown and shown.expanded))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="output")
     def _read_output(self, run: Run, step: Any, pages: int, state: Any, expanded: bool = False) -> None:
