@@ -138,6 +138,14 @@ def is_visible(widget: Widget) -> bool:
     return found is widget or widget in found.ancestors
 
 
+def rendered(widget: Widget) -> str:
+    """What ``widget`` and the widgets in it draw (each that holds no other, in document order),
+    as text with all whitespace removed (so wrapping does not matter)."""
+    leaves = [w for w in widget.walk_children(with_self=True) if not w.children]
+    return "".join("".join(strip.text for w in leaves
+                           for strip in w.render_lines(Region(0, 0, *w.outer_size))).split())
+
+
 def screen_lines(widget: Widget) -> list[str]:
     """What ``widget`` draws (padding included), one string per row."""
     strips = widget.render_lines(Region(0, 0, *widget.outer_size))

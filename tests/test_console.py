@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_pilot import (detail, is_visible, main_screen, open_form, press_to_run, runs_table, screen_lines, select_run,
-                           select_step, settle, type_ahead, type_text, until, write_apps)
+from console_pilot import (detail, is_visible, main_screen, open_form, press_to_run, rendered, runs_table, screen_lines,
+                           select_run, select_step, settle, type_ahead, type_text, until, write_apps)
 from fixtures import WORKFLOWS, build_fixture_store
 from helpers import snapshot
-from textual.geometry import Region
 from textual.widgets import Button, Label, Markdown, Select, Static, TextArea
 
 
@@ -838,12 +837,6 @@ def hostile_store(path: str) -> str:
         return rt.start(wf.name, {"note": "\x9b\u202e" + HOSTILE})
 
 
-def rendered(widget: Any) -> str:
-    """What ``widget`` draws, as text, with all whitespace removed (so wrapping does not matter)."""
-    lines = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
-    return "".join("".join(strip.text for strip in lines).split())
-
-
 def squash(text: str) -> str:
     return "".join(text.split())
 
@@ -881,6 +874,32 @@ async def test_hostile_stored_text_is_shown_literally(db):
     assert squash("out [bold red]X[/]") in steps
     assert squash("wf [bold red]") in row
     assert "[/link]" in svg
+
+
+async def test_the_demos_report_reads_as_markdown_in_the_detail_pane(db, tmp_path):
+    from relaypoint.examples import audit
+    from relaypoint.tui.readable import SafeMarkdown
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "tool.py").write_text('"""A tool."""\n\n\ndef run():\n    return 1\n')
+    (source / "more.py").write_text("class Thing:\n    pass\n")
+    with Runtime(db, audit.workflows) as rt:
+        run_id = rt.start("repo-audit", {"root": str(source), "title": "Audit awaiting review"})
+    app = RelaypointConsole(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, run_id)  # paused at its draft: the gated output is shown
+        pane = detail(pilot)
+        assert pane.output.step == "draft"
+        await until(pilot, lambda: len(pane.query(SafeMarkdown)) == 1
+                    and len(pane.query_one(SafeMarkdown).children) > 5)
+        await settle(pilot)
+        shown = rendered(pane.query_one("#output"))
+        assert pane.query("#output MarkdownH1") and pane.query("#output MarkdownTable")
+    assert '"markdown":‹text,' in shown  # the JSON says the report is below it
+    assert "AuditawaitingreviewRoot:" in shown and "SummaryMeasureValueFiles2Size(bytes)" in shown  # headings, a table
+    for source_text in ("\\n", "|---", "##", "| Files |"):
+        assert source_text not in shown, source_text
 
 
 # ---- big outputs, greyed keys, a failed resume ---------------------------------------------------
@@ -1137,7 +1156,13 @@ async def test_a_big_json_output_is_previewed_without_encoding_it_whole(db):
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
         await select_run(pilot, run_id)
-        shown = rendered(detail(pilot).query_one("#output"))
+        folded = rendered(detail(pilot).query_one("#output"))
         assert detail(pilot).output.editor is None  # too long for the approve form's editor
+        await pilot.press("e")  # the list whole: a page of it
+        await until(pilot, lambda: detail(pilot).output.expanded)
+        await settle(pilot)
+        shown = rendered(detail(pilot).query_one("#output"))
+    assert '"name":"item9"},…199,990moreitems(e:showall)]' in folded
     assert len(shown) < 2 * PREVIEW_CHARS
     assert "MiBinall(" in shown and '"name":"item0"' in shown and "item199999" not in shown
+    assert "moreitems" not in shown and '"name":"item10"' in shown

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_pilot import detail, press_to_run, screen_lines, select_run, settle, until, write_apps
+from console_pilot import detail, press_to_run, rendered, screen_lines, select_run, settle, until, write_apps
 from fixtures import CONSOLE_NOW, FixtureClock, counter_ids, fix_hosts, fixed_clock
-from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widgets import Input, Select, Static, TextArea
 
@@ -161,12 +160,6 @@ def group_and_calls(path: str, run_id: str, name: str) -> tuple[StepRecord, list
 def latest_state(path: str, run_id: str) -> Any:
     with Runtime(path, create=False) as rt:
         return rt.store.latest_checkpoint(run_id).state
-
-
-def rendered(widget: Any) -> str:
-    """What ``widget`` draws, as text, with all whitespace removed (wrapping does not matter)."""
-    lines = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
-    return "".join("".join(strip.text for strip in lines).split())
 
 
 def squash(text: str) -> str:

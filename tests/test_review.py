@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_pilot import main_screen, runs_table, settle, until
+from console_pilot import main_screen, runs_table, screen_lines, settle, until
 from textual.command import CommandPalette
 from textual.pilot import Pilot
 from textual.widgets import Markdown, Static, TextArea
@@ -22,7 +22,7 @@ from relaypoint.tui.actions import GENERAL_BINDINGS, QUEUE_BINDINGS, REVIEW_BIND
 from relaypoint.tui.data import ReviewWant, pick
 from relaypoint.tui.modals import ApproveScreen, ConfirmScreen
 from relaypoint.tui.palette import ConsoleCommands, palette_entries
-from relaypoint.tui.readable import FOLD_ITEMS, SafeMarkdown, looks_like_markdown, readable
+from relaypoint.tui.readable import FOLD_ITEMS, MARKDOWN_ELEMENTS, SafeMarkdown, looks_like_markdown, readable
 from relaypoint.tui.review import ReviewScreen
 from relaypoint.status import RUN_SYMBOLS, RunStatus as Status
 
@@ -192,6 +192,18 @@ async def test_upstream_outputs_are_one_key_away(db):
         assert screen.query(SafeMarkdown)  # the report again
 
 
+def approve_elsewhere(db: str, run_id: str) -> None:
+    """Approve ``run_id`` as another terminal would: a real ``relaypoint approve`` process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
+    done = subprocess.run([sys.executable, "-m", "relaypoint", "--db", db, "approve", run_id, "--by",
+                           "someone-else"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def head_text(pilot: Pilot) -> str:
+    return "\n".join(screen_lines(review_screen(pilot).query_one("#review-head", Static)))
+
+
 async def test_a_decision_made_elsewhere_meanwhile_is_refused_in_one_line_and_the_queue_moves_on(db, tmp_path):
     runs = pending_store(db)
     app = RelaypointConsole(db, review=True)
@@ -199,18 +211,84 @@ async def test_a_decision_made_elsewhere_meanwhile_is_refused_in_one_line_and_th
     async with app.run_test(size=SIZE) as pilot:
         await review_loaded(pilot)
         assert shown_run(pilot) == runs[0]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
-        done = subprocess.run([sys.executable, "-m", "relaypoint", "--db", db, "approve", runs[0], "--by",
-                               "someone-else"], capture_output=True, text=True, env=env, timeout=120)
-        assert done.returncode == 0, done.stderr
-        await pilot.press("a")
-        await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+        with app.reader.runtime():  # the screen reads nothing meanwhile: it cannot see the approval
+            approve_elsewhere(db, runs[0])
+            await pilot.press("a")
+            await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
         await pilot.press("enter")
         await until(pilot, lambda: any(sev == "error" for _, sev in notes))
         await until(pilot, lambda: shown_run(pilot) == runs[1])
     (error,) = [m for m, sev in notes if sev == "error"]
     assert "\n" not in error and "Traceback" not in error and runs[0] in error
     assert [e.actor for e in approvals(db, runs[0])] == ["someone-else"]
+    assert not any("elsewhere" in m for m, _ in notes)  # the form was open: no live refresh
+
+
+async def test_the_review_screen_moves_on_by_itself_when_the_decision_shown_is_decided_elsewhere(db):
+    runs = pending_store(db, approvals=2, inputs=1)
+    app = RelaypointConsole(db, review=True)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await review_loaded(pilot)
+        assert shown_run(pilot) == runs[0] and "pending 1 of 3" in head_text(pilot)
+        approve_elsewhere(db, runs[0])
+        await until(pilot, lambda: shown_run(pilot) == runs[1])
+        await settle(pilot)
+        assert "pending 1 of 2" in head_text(pilot)
+        assert review_screen(pilot).query(SafeMarkdown)  # the next one's report, as it reads
+    said = [m for m, _ in notes if "decided elsewhere" in m]
+    assert said == [f"run {runs[0][:8]}: its approval at step draft was decided elsewhere; "
+                    "showing the next pending decision"]
+    assert approvals(db, runs[1]) == []
+
+
+async def test_a_live_refresh_keeps_the_reviewers_place_and_updates_the_count(db):
+    runs = pending_store(db, approvals=2, inputs=1)
+    app = RelaypointConsole(db, review=True)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await review_loaded(pilot)
+        await pilot.press("n")
+        await until(pilot, lambda: shown_run(pilot) == runs[1])
+        await settle(pilot)
+        screen = review_screen(pilot)
+        body = screen.query_one("#review-body")
+        body.scroll_to(y=5, animate=False)
+        await settle(pilot)
+        shown = list(screen.query_one("#review-output").children)
+        assert body.scroll_y == 5 and "pending 2 of 3" in head_text(pilot)
+        approve_elsewhere(db, runs[0])  # an older one, not the one on screen
+        await until(pilot, lambda: len(screen.item.queue) == 2)
+        await settle(pilot)
+        assert shown_run(pilot) == runs[1] and "pending 1 of 2" in head_text(pilot)
+        assert list(screen.query_one("#review-output").children) == shown and body.scroll_y == 5
+        with Runtime(db, [report, asking]) as rt:  # a new pause arrives
+            newest = rt.start("asking", {"n": 9})
+        await until(pilot, lambda: len(screen.item.queue) == 3)
+        await settle(pilot)
+        assert shown_run(pilot) == runs[1] and "pending 1 of 3" in head_text(pilot)
+        await pilot.press("n", "n")
+        await until(pilot, lambda: shown_run(pilot) == newest)
+    assert not any("elsewhere" in m for m, _ in notes)
+
+
+async def test_no_live_refresh_while_a_form_is_open_over_the_review_screen(db):
+    runs = pending_store(db)
+    app = RelaypointConsole(db, review=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await review_loaded(pilot)
+        screen = review_screen(pilot)
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
+        looks: list[int] = []
+        look = screen._look
+        screen._look = lambda: looks.append(1) or look()  # type: ignore[method-assign]
+        approve_elsewhere(db, runs[0])
+        looks.clear()
+        await until(pilot, lambda: len(looks) >= 2)  # it looked twice since, the form open
+        assert shown_run(pilot) == runs[0] and isinstance(app.screen, ApproveScreen)
+        await pilot.press("escape")  # the form closed: the screen catches up
+        await until(pilot, lambda: shown_run(pilot) == runs[1])
 
 
 async def test_an_empty_queue_says_there_is_nothing_to_review(db):
@@ -255,6 +333,21 @@ def test_markdown_and_json_read_as_text():
     assert not whole.folded and "999" in whole.blocks[0].text.plain
     plain = readable("line one\nline two", "CMD").blocks[0]
     assert plain.markdown is None and plain.text.plain == "line one\nline two"
+
+
+def test_what_reads_is_bounded_whatever_the_output():
+    from relaypoint.display import PREVIEW_CHARS
+
+    table = "# Rows\n\n| a | b | c |\n|---|---|---|\n" + "| 1 | 2 | 3 |\n" * 100  # 400 cells: too many widgets
+    (block,) = readable(table, "CMD").blocks
+    assert block.markdown is None
+    assert block.text.plain.startswith(f"(Markdown of more than {MARKDOWN_ELEMENTS} elements")
+    assert readable(table[:200], "CMD").blocks[0].markdown is not None
+    blob = readable({"blob": "x" * 10_000_000}, "CMD", pages=1)  # one string longer than the page
+    assert blob.cut and blob.size == 10_000_000 + len('{"blob":""}')
+    assert len(blob.blocks[0].text.plain) < 2 * PREVIEW_CHARS and "prints it whole" in blob.blocks[0].text.plain
+    longer = readable({"blob": "x" * 10_000_000}, "CMD", pages=3)
+    assert 2 * PREVIEW_CHARS < len(longer.blocks[0].text.plain) < 4 * PREVIEW_CHARS
 
 
 async def test_the_report_reads_as_markdown_and_a_link_opens_only_after_y(db):

@@ -271,9 +271,9 @@ code {CORPUS['title']}
 
 
 async def test_rendered_markdown_keeps_the_corpus_inert(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A stored Markdown output on the review screen and in the approve form: control characters
-    and escapes appear as visible escapes, markup and HTML as text (HTML is shown, never hidden),
-    and clicking a link opens nothing."""
+    """A stored Markdown output on the review screen, in the approve form and in the detail
+    pane's output box: control characters and escapes appear as visible escapes, markup and HTML
+    as text (HTML is shown, never hidden), and clicking a link opens nothing."""
     from relaypoint import Workflow
     from relaypoint.tui.modals import ApproveScreen, ConfirmScreen
     from relaypoint.tui.readable import SafeMarkdown
@@ -321,6 +321,21 @@ async def test_rendered_markdown_keeps_the_corpus_inert(db: str, tmp_path: Path,
             await pilot.press("a")
             await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
             await settle(pilot)
+            screens.append(app.export_screenshot())
+            await pilot.press("escape")
+            await settle(pilot)
+        await pilot.press("escape")  # the runs list: the same outputs in the detail pane's output box
+        await until(pilot, lambda: not isinstance(app.screen, ReviewScreen))
+        for run_id in (rid, first):
+            await select_run(pilot, run_id)  # the gated step is selected: its output is shown
+            pane = detail(pilot)
+            await until(pilot, lambda: pane.query("#output SafeMarkdown")
+                        and all(len(md.children) > 5 for md in pane.query("#output SafeMarkdown")))
+            await settle(pilot)
+            screens.append(app.export_screenshot())
+            md = pane.query("#output SafeMarkdown").first()
+            md.post_message(Markdown.LinkClicked(md, CORPUS["osc52"] + "https://evil.example/x"))
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
             screens.append(app.export_screenshot())
             await pilot.press("escape")
             await settle(pilot)

@@ -89,6 +89,8 @@ REVIEW_BINDINGS: tuple[Binding, ...] = (
 OUTPUT_BINDINGS: tuple[Binding, ...] = (
     Binding("m", "more_output", "More", show=False, id="more-output",
             tooltip="Show another page of the selected step's long output"),
+    Binding("e", "expand", "Expand", show=False, id="expand-output",
+            tooltip="Show the selected step's output with its long lists whole"),
     Binding("p", "pager", "Pager", show=False, id="pager",
             tooltip="Open the selected step's whole output in $PAGER (less by default)"),
 )
@@ -109,8 +111,7 @@ MOVE_KEYS: tuple[tuple[str, str], ...] = (
     ("k / up", "Previous row of the runs table or the step chain"),
     ("enter", "From the runs table: go to the run's step chain"),
     ("→ / ←", "Expand / collapse a pattern in the step chain (enter, space: either)"),
-    ("tab", "Switch between the runs table and the step chain"),
-    ("shift+tab", "The same, the other way round"),
+    ("tab", "Switch between the runs table and the step chain (shift+tab: backwards)"),
     ("pgdn", "In the step chain: scroll the step's output down (pgup: up)"),
     ("ctrl+p", "Command palette: every action above, a status filter, a run by id prefix"),
 )

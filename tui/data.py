@@ -20,8 +20,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from rich.console import RenderableType
-
 from relaypoint.clock import to_text
 from relaypoint.errors import RelaypointError, StoreError, UnknownRun, UnknownStep
 from relaypoint.models import Event, PendingDecision, Run, RunSummary, StepRecord
@@ -30,8 +28,11 @@ from relaypoint.runtime import Runtime
 from relaypoint.upstream import upstream_of
 
 from .output import editor_json, output_view, show_command
-from .readable import Readable, readable
+from .readable import READ_PAGES, Readable, readable
 
+REFRESH_SECONDS = 1.0
+"""How often the console looks for changes made elsewhere (it reads only the store's version
+unless it changed)."""
 PAGE_SIZE = 50
 NEWER_LIMIT = 500
 """Most runs added above the newest loaded one in one refresh; past it the list stops there and
@@ -243,11 +244,12 @@ class StepOutput:
     later change to the run may have changed it. ``step``: the execution's name, ``seq`` its
     sequence number (what identifies it: a pattern's calls share its name). ``value`` is
     meaningful only when ``recorded``. ``summary``: for a pattern's group row, what its records
-    say (rounds, counts, votes, plan...), shown above its result. ``view``: what the output box
-    shows, ``pages`` pages of it (bounded; see :mod:`relaypoint.tui.output`); ``more``: the output
-    goes on past what ``view`` shows; ``editor``: the output as JSON for the approve form (None:
-    not recorded, or too long to edit); ``whole``: the command that prints it whole; ``readable``:
-    the output as it reads (the approve form shows it; None: not recorded)."""
+    say (rounds, counts, votes, plan...), shown above its result. ``readable``: the output as it
+    reads (None: not recorded), ``pages`` pages of it, its long lists whole when ``expanded``
+    (bounded; see :func:`relaypoint.tui.readable.readable`); ``view``: what the output box shows
+    (see :func:`relaypoint.tui.output.output_view`); ``more``: the output goes on past them;
+    ``editor``: the output as JSON for the approve form (None: not recorded, or too long to
+    edit); ``whole``: the command that prints it whole."""
 
     run_id: str
     step: str
@@ -256,29 +258,34 @@ class StepOutput:
     recorded: bool
     value: Any
     summary: PatternSummary | None = None
-    view: RenderableType = ""
+    view: Readable = Readable(())
     pages: int = 1
+    expanded: bool = False
     more: bool = False
     editor: str | None = None
     whole: str = ""
     readable: Readable | None = None
 
-    def paged(self, db: str, step: StepRecord, pages: int) -> StepOutput:
-        """This output with ``pages`` pages of it formatted for ``step`` (its error and traceback
-        included) of a run in store ``db`` (named in the command that prints it whole). Costly for
-        a big output: call it in a thread worker, never on the UI thread."""
-        view, more = output_view(db, self.run_id, step, self.recorded, self.value, pages, self.summary)
-        editor = editor_json(self.value) if self.recorded else None
+    def paged(self, db: str, step: StepRecord, pages: int, expanded: bool = False) -> StepOutput:
+        """This output with ``pages`` pages of it as it reads (``expanded``: its long lists whole)
+        for ``step`` (its error and traceback included) of a run in store ``db`` (named in the
+        command that prints it whole). Costly for a big output: call it in a thread worker, never
+        on the UI thread."""
         whole = show_command(db, self.run_id, step)
-        return replace(self, view=view, pages=pages, more=more, editor=editor, whole=whole,
-                       readable=readable(self.value, whole) if self.recorded else None)
+        shown = readable(self.value, whole, expanded, pages) if self.recorded else None
+        view = output_view(step, shown, pages, self.summary)
+        editor = editor_json(self.value) if self.recorded else None
+        return replace(self, view=view, pages=pages, expanded=expanded, more=view.cut, editor=editor, whole=whole,
+                       readable=shown)
 
 
-def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: Any = None) -> StepOutput | None:
+def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: Any = None,
+                expanded: bool = False) -> StepOutput | None:
     """Read one execution's output (only when the chain says one is recorded) and format ``pages``
-    pages of it; for a pattern's group row, also the outputs its summary uses, which it builds
-    with ``state`` (the run's latest driver state, :attr:`RunDetail.state`). None when the run or
-    the execution no longer exists (deleted, or the chain rebuilt by a drift-allowed resume)."""
+    pages of it (``expanded``: its long lists whole); for a pattern's group row, also the outputs
+    its summary uses, which it builds with ``state`` (the run's latest driver state,
+    :attr:`RunDetail.state`). None when the run or the execution no longer exists (deleted, or the
+    chain rebuilt by a drift-allowed resume)."""
     try:
         if step.parent is None:
             value = rt.step_output(run.run_id, step.name) if step.has_output else None
@@ -295,7 +302,7 @@ def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: 
     except (UnknownRun, UnknownStep):
         return None
     return StepOutput(run.run_id, step.name, step.seq, run.updated_at, step.has_output, value, found).paged(
-        rt.store.url, step, pages)
+        rt.store.url, step, pages, expanded)
 
 
 QUEUE_LIMIT = 500
@@ -378,9 +385,7 @@ def read_review(rt: Runtime, want: ReviewWant) -> ReviewRead:
         execution = paused_execution(run.tasks, run.pending)
         output = None
         if execution is not None and execution.has_output:
-            output = load_output(rt, run, execution)
-            if output is not None and want.expanded:
-                output = replace(output, readable=readable(output.value, output.whole, expanded=True))
+            output = load_output(rt, run, execution, READ_PAGES, expanded=want.expanded)
         item = ReviewItem(decision, run, execution, output, tuple(ids), len(ids) >= QUEUE_LIMIT, position)
         return ReviewRead(want, item, rt.readonly_reason)
     raise RelaypointError("the review queue kept changing while it was read; press n to read it again")

@@ -27,6 +27,7 @@ from . import format as fmt
 from .actions import RUN_ACTIONS
 from .data import RunDetail, StepOutput
 from .patterns import call_name, group_name
+from .readable import ReadableOutput
 from .tables import KeyedTable
 
 STATUS_WIDTH = max(fmt.step_status(status).cell_len for status in StepStatus)
@@ -311,7 +312,7 @@ class DetailPane(Vertical):
             yield StepsTable(STEP_COLUMNS, id="steps")
         with Vertical(id="detail-step"):
             with VerticalScroll(id="output-box"):
-                yield Static(id="output")
+                yield ReadableOutput(id="output")
             with VerticalScroll(id="events-box"):
                 yield Static(id="events")
 
@@ -373,7 +374,7 @@ class DetailPane(Vertical):
         self.steps.patch({})
         self._output_key = self._events_key = None
         self.query_one("#output-box").border_title = "Output"
-        self.query_one("#output", Static).update("")
+        self.query_one("#output", ReadableOutput).show_soon(Text(""))
         self.query_one("#events", Static).update("")
         self.enable_actions(set())
 
@@ -418,9 +419,10 @@ class DetailPane(Vertical):
         self.output = output
         self._render_output()
 
-    def why_no_output(self, more: bool) -> str | None:
-        """Why the output keys do not apply (``more``: ``m``, which needs more to show; else ``p``,
-        which needs a recorded output); None when they do."""
+    def why_no_output(self, action: str) -> str | None:
+        """Why the output key of ``action`` does not apply (``more_output``: ``m``, which needs
+        more to show; ``expand``: ``e``, which needs a folded list; ``pager``: ``p``, which needs a
+        recorded output); None when it does."""
         step = self.selected_step()
         if step is None:
             return "no step is selected"
@@ -430,8 +432,10 @@ class DetailPane(Vertical):
         assert self.output is not None
         if not self.output.recorded:
             return f"step {what} has no output recorded"
-        if more and not self.output.more:
+        if action == "more_output" and not self.output.more:
             return f"the output of step {what} is shown whole"
+        if action == "expand" and not self.output.view.folded:
+            return f"no list of the output of step {what} is folded"
         return None
 
     def output_is_current(self) -> bool:
@@ -451,14 +455,14 @@ class DetailPane(Vertical):
         if (step and step.seq) != self._output_step:
             self._output_step = step and step.seq
             box.scroll_home(animate=False)
+        output = self.query_one("#output", ReadableOutput)
         if step is None:
             box.border_title = "Output"
-            self.query_one("#output", Static).update("")
+            output.show_soon(Text(""))
             return
         kind = kind_of(step)
         box.border_title = Text.assemble("Output of ", literal(self.label(step)), f" ({kind})" if kind else "")
-        view = current.view if current is not None else Text("loading…", style="dim")
-        self.query_one("#output", Static).update(view)
+        output.show_soon(current.view if current is not None else Text("loading…", style="dim"))
 
     def enable_actions(self, names: set[str]) -> None:
         """Enable the buttons of the actions in ``names``, disable the others."""

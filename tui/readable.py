@@ -1,16 +1,19 @@
-"""An output rendered for reading (the review screen and the approve form): a Markdown text as
-Markdown, any other value as pretty JSON with its long arrays folded and its multi-line text
-fields shown below it as they read (as Markdown when they are Markdown).
+"""An output rendered for reading (the detail pane's output box, the review screen and the approve
+form): a Markdown text as Markdown, any other value as pretty JSON with its long arrays folded and
+its multi-line text fields shown below it as they read (as Markdown when they are Markdown).
 
 :func:`readable` builds plain :class:`Block` values in a thread worker, bounded whatever the
-output's size; :class:`ReadableOutput` shows them. Stored text stays inert: the Markdown source is
-cleaned first (control, format and separator characters become visible escapes such as
-``\\x1b``), HTML in it is shown as text rather than hidden, Rich and Textual markup is never
-parsed, and a link opens only after its address is shown and ``y`` is pressed.
+output's size (a number of pages of it, and Markdown of at most :data:`MARKDOWN_CHARS` characters
+and :data:`MARKDOWN_ELEMENTS` elements); :class:`ReadableOutput` shows them. Stored text stays
+inert: the Markdown source is cleaned first (control, format and separator characters become
+visible escapes such as ``\\x1b``), HTML in it is shown as text rather than hidden, Rich and
+Textual markup is never parsed, and a link opens only after its address is shown and ``y`` is
+pressed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from markdown_it import MarkdownIt
+from rich.console import RenderableType
 from rich.highlighter import JSONHighlighter
 from rich.text import Text
 from textual.app import ComposeResult
@@ -28,8 +32,14 @@ from relaypoint.display import PREVIEW_CHARS, PREVIEW_LINES, clean, human_size, 
 
 MARKDOWN_CHARS = 30_000
 """Longest text rendered as Markdown; a longer one is shown as plain text, its first pages."""
-TEXT_CHARS = 4 * PREVIEW_CHARS
-"""Most characters of a plain text, or of a value's JSON, shown for reading."""
+MARKDOWN_ELEMENTS = 200
+"""Most Markdown elements (headings, paragraphs, list items, table rows and cells...) rendered:
+each is a widget, and 200 table cells take the console over half a second to lay out, so a text
+with more is shown as plain text, its first pages."""
+READ_PAGES = 4
+"""Pages of a plain text, or of a value's JSON, shown on the review screen (a page is
+:data:`~relaypoint.display.PREVIEW_CHARS` characters or :data:`~relaypoint.display.PREVIEW_LINES`
+lines; the detail pane starts at one and ``m`` adds one)."""
 FOLD_ITEMS = 10
 """A list longer than this shows its first items and how many more (``e`` shows them all)."""
 TEXT_FIELDS = 10
@@ -51,20 +61,24 @@ def looks_like_markdown(text: str) -> bool:
 @dataclass(frozen=True)
 class Block:
     """One part of an output as it reads: ``title`` (a text field's name; None for the value
-    itself) and either ``markdown`` (cleaned Markdown source) or ``text`` (styled, inert)."""
+    itself) and either ``markdown`` (cleaned Markdown source) or ``text`` (styled and inert: a
+    ``Text``, or around the output in the detail pane, a pattern's summary)."""
 
     title: str | None
-    text: Text | None = None
+    text: RenderableType | None = None
     markdown: str | None = None
 
 
 @dataclass(frozen=True)
 class Readable:
-    """An output as it reads: its ``blocks``, and ``folded``: True when a list is folded (``e``
-    shows the whole)."""
+    """An output as it reads: its ``blocks``; ``folded``: True when a list is folded (``e`` shows
+    the whole); ``cut``: True when a text or the JSON stops before its end (more pages show
+    more), and then ``size``: the UTF-8 bytes of the whole value (as stored, for a JSON value)."""
 
     blocks: tuple[Block, ...]
     folded: bool = False
+    cut: bool = False
+    size: int = 0
 
 
 class _Full(Exception):
@@ -75,21 +89,22 @@ def _is_text_field(value: Any) -> bool:
     return isinstance(value, str) and "\n" in value
 
 
-def _pretty(value: Any, fold: int | None, below: set[str]) -> tuple[list[tuple[str, bool]], bool, bool]:
+def _pretty(value: Any, fold: int | None, below: set[str], chars: int) -> tuple[list[tuple[str, bool]], bool, bool]:
     """``value`` as pretty JSON in pieces (text, is_note), its lists longer than ``fold`` cut to
     their first ``fold`` items and a note, the top-level fields named in ``below`` replaced by a
-    note; at most :data:`TEXT_CHARS` characters. Returns the pieces, whether a list was folded
-    and whether the budget cut the text."""
+    note; at most ``chars`` characters (a long string is cut too). Returns the pieces, whether a
+    list was folded and whether the budget cut the text."""
     pieces: list[tuple[str, bool]] = []
     size = 0
     folded = False
 
     def emit(text: str, note: bool = False) -> None:
         nonlocal size
+        if size + len(text) > chars:
+            pieces.append((text[:chars - size], note))
+            raise _Full
         pieces.append((text, note))
         size += len(text)
-        if size > TEXT_CHARS:
-            raise _Full
 
     def walk(item: Any, pad: str, top: bool) -> None:
         nonlocal folded
@@ -126,39 +141,66 @@ def _pretty(value: Any, fold: int | None, below: set[str]) -> tuple[list[tuple[s
     return pieces, folded, False
 
 
-def _json_block(value: Any, fold: int | None, below: set[str], whole: str) -> tuple[Block, bool]:
-    pieces, folded, cut = _pretty(value, fold, below)
+def _json_block(value: Any, fold: int | None, below: set[str], whole: str, chars: int) -> tuple[Block, bool, bool]:
+    pieces, folded, cut = _pretty(value, fold, below, chars)
     text = Text()
     for piece, note in pieces:
         text.append_text(Text(piece, style="dim italic") if note else literal(piece, multiline=True))
     _json.highlight(text)
     if cut:
         text.append_text(Text(f"\n… the rest is not shown; {whole} prints it whole", style="dim italic"))
-    return Block(None, text), folded
+    return Block(None, text), folded, cut
 
 
-def _text_block(title: str | None, text: str, whole: str) -> Block:
-    """``text`` as Markdown when it reads as Markdown, else its first pages as plain text."""
+def _elements(text: str) -> int:
+    """How many block elements (each one widget) the Markdown ``text`` renders as."""
+    return sum(token.nesting == 1 for token in _parser().parse(text))
+
+
+def _text_block(title: str | None, text: str, whole: str, pages: int) -> tuple[Block, bool]:
+    """``text`` as Markdown when it reads as Markdown (and is cheap enough to render: see
+    :data:`MARKDOWN_ELEMENTS`), else its first ``pages`` pages as plain text; and whether it was
+    cut."""
+    shown = Text()
     if looks_like_markdown(text):
-        return Block(title, markdown=clean(text, multiline=True))
-    head = preview(text, chars=TEXT_CHARS, lines=TEXT_CHARS * PREVIEW_LINES // PREVIEW_CHARS)
-    shown = literal(head.head, multiline=True)
+        if _elements(text) <= MARKDOWN_ELEMENTS:
+            return Block(title, markdown=clean(text, multiline=True)), False
+        shown.append(f"(Markdown of more than {MARKDOWN_ELEMENTS} elements: shown as text)\n", style="dim italic")
+    head = preview(text, chars=pages * PREVIEW_CHARS, lines=pages * PREVIEW_LINES)
+    shown.append_text(literal(head.head, multiline=True))
     if head.cut:
         shown.append_text(Text(f"\n… {human_size(head.size)} in all; {whole} prints it whole", style="dim italic"))
-    return Block(title, shown)
+    return Block(title, shown), head.cut
 
 
-def readable(value: Any, whole: str, expanded: bool = False) -> Readable:
+def _size(value: Any) -> int:
+    """UTF-8 bytes of ``value``: a text, or a JSON value as stored (compact)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def readable(value: Any, whole: str, expanded: bool = False, pages: int = READ_PAGES) -> Readable:
     """``value`` (a step's output) as it reads. ``whole``: the command that prints it whole (named
-    where the view is cut); ``expanded``: show every item of long lists (still bounded by
-    :data:`TEXT_CHARS`). Costs about one page of JSON encoding for any size of value, plus at most
-    :data:`MARKDOWN_CHARS` of each text field."""
+    where the view is cut); ``expanded``: show every item of long lists; ``pages``: how much of a
+    plain text, and of the JSON, to show (see :data:`READ_PAGES`; a Markdown text is shown whole
+    up to :data:`MARKDOWN_CHARS`). Costs about ``pages`` pages of JSON encoding for any size of
+    value, plus at most :data:`MARKDOWN_CHARS` of each text field, plus, when the view is cut,
+    one compact encoding for ``size``. Raises ``ValueError`` for ``pages`` below 1."""
+    if pages < 1:
+        raise ValueError(f"pages must be at least 1, not {pages}")
     if isinstance(value, str):
-        return Readable((_text_block(None, value, whole),))
+        block, cut = _text_block(None, value, whole, pages)
+        return Readable((block,), cut=cut, size=_size(value) if cut else 0)
     fields = [key for key, inner in value.items() if _is_text_field(inner)][:TEXT_FIELDS] \
         if isinstance(value, dict) else []
-    block, folded = _json_block(value, None if expanded else FOLD_ITEMS, set(fields), whole)
-    return Readable((block, *(_text_block(key, value[key], whole) for key in fields)), folded)
+    block, folded, cut = _json_block(value, None if expanded else FOLD_ITEMS, set(fields), whole,
+                                     pages * PREVIEW_CHARS)
+    blocks = [block]
+    for key in fields:
+        field, field_cut = _text_block(key, value[key], whole, pages)
+        blocks.append(field)
+        cut = cut or field_cut
+    return Readable(tuple(blocks), folded, cut, _size(value) if cut else 0)
 
 
 def _parser() -> MarkdownIt:
@@ -199,7 +241,8 @@ def _widgets(blocks: Iterable[Block]) -> Iterator[Static | Markdown]:
 
 
 class ReadableOutput(Vertical):
-    """An output as it reads (see :func:`readable`); :meth:`show` replaces what it shows."""
+    """An output as it reads (see :func:`readable`); :meth:`show` replaces what it shows (one
+    replacement at a time, in the order asked, and none when it shows that already)."""
 
     DEFAULT_CSS = """
     ReadableOutput {
@@ -219,6 +262,9 @@ class ReadableOutput(Vertical):
     def __init__(self, shown: Readable | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._initial = shown
+        self._shown: Readable | Text | None = shown
+        self._wanted: Readable | Text | None = shown
+        self._lock = asyncio.Lock()
 
     def compose(self) -> ComposeResult:
         if self._initial is not None:
@@ -226,6 +272,20 @@ class ReadableOutput(Vertical):
 
     async def show(self, shown: Readable | Text) -> None:
         """Show ``shown`` (a readable output, or one line such as "loading…") instead."""
-        with self.app.batch_update():
-            await self.remove_children()
-            await self.mount_all([Static(shown)] if isinstance(shown, Text) else list(_widgets(shown.blocks)))
+        self._wanted = shown
+        await self._replace(shown)
+
+    def show_soon(self, shown: Readable | Text) -> None:
+        """:meth:`show`, from code that cannot wait for it: the widgets are replaced in a worker,
+        unless a later call asks for something else first."""
+        self._wanted = shown
+        self.run_worker(self._replace(shown), group="show")
+
+    async def _replace(self, shown: Readable | Text) -> None:
+        async with self._lock:
+            if shown is not self._wanted or shown == self._shown:
+                return
+            self._shown = shown
+            with self.app.batch_update():
+                await self.remove_children()
+                await self.mount_all([Static(shown)] if isinstance(shown, Text) else list(_widgets(shown.blocks)))

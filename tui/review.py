@@ -4,6 +4,13 @@ upstream outputs it was built from (``u``), the run's input and why it waits. ``
 approve form with its Approve button focused (``enter`` records), ``x`` rejects, ``i`` answers;
 each decision cites the checkpoint shown (a stale view is refused) and the next pending decision
 comes into view. ``n`` / ``N`` move along the queue.
+
+Like the runs list, the screen follows changes made elsewhere: every second it reads the store's
+version and, only when it changed, the queue again (in a thread worker, never two at once, not
+while a form or help is open over it, a read the reviewer asked for is in flight or a decision
+made here is being recorded). The decision shown stays in view, scrolled where it was, with the
+pending count updated; when it was decided elsewhere, the screen says so in one line and shows the
+next pending one.
 """
 
 from __future__ import annotations
@@ -20,10 +27,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
+from textual.timer import Timer
 from textual.widgets import Static
-from textual.worker import get_current_worker
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from relaypoint.display import clean, literal, preview
+from relaypoint.errors import RelaypointError
 from relaypoint.patterns_view import describe
 from relaypoint.status import CheckpointKind
 from relaypoint.upstream import upstream_of
@@ -31,9 +40,9 @@ from relaypoint.upstream import upstream_of
 from . import changes
 from . import format as fmt
 from .actions import GENERAL_BINDINGS, QUEUE_BINDINGS, REVIEW_BINDINGS, RUN_ACTIONS, help_markdown
-from .data import ReviewItem, ReviewWant, Upstream, read_review, read_upstream
+from .data import REFRESH_SECONDS, ReviewItem, ReviewRead, ReviewWant, Upstream, Version, read_review, read_upstream
 from .footer import ConsoleFooter
-from .messages import ActionDone, ActionFailed, ReviewLoaded, UpstreamLoaded
+from .messages import ActionDone, ActionFailed, RefreshFailed, ReviewLoaded, UpstreamLoaded
 from .modals import ApproveScreen, HelpScreen, RejectScreen, RespondScreen
 from .palette import ConsoleCommands
 from .readable import Block, Readable, ReadableOutput
@@ -139,6 +148,12 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         self.upstream: Upstream | None = None
         self.showing_upstream = False
         self._first = ReviewWant(move=move)
+        self._version: Version | None = None  # the store version the queue shown was read at
+        self._generation = 0  # moves on with every read the reviewer asks for and every decision made here
+        self._reading: Worker[None] | None = None
+        self._deciding = False  # a decision made here is being recorded
+        self._looking: Worker[None] | None = None
+        self._timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(Text("reading the review queue…", style="dim"), id="review-head")
@@ -149,26 +164,119 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
     def on_mount(self) -> None:
         self.query_one("#review-head").border_title = "Review"
         self.query_one("#review-body").border_title = "Output"
-        self._read(self._first)
+        self._ask(self._first)
+        self._schedule()
 
     # ---- reads --------------------------------------------------------------------------------
+
+    def _want(self, move: int = 0, expanded: bool = False) -> ReviewWant:
+        """The decision ``move`` along from the one shown (or, once it is decided, the one after it)."""
+        current = self.item.run.pending.checkpoint_id if self.item and self.item.run.pending else None
+        return ReviewWant(current, move, self.item.queue if self.item is not None else (), expanded)
 
     def read_again(self, move: int = 0, expanded: bool = False) -> None:
         """Read the queue again and show the decision ``move`` along from the one shown (or, once
         it is decided, the one after it)."""
-        current = self.item.run.pending.checkpoint_id if self.item and self.item.run.pending else None
-        seen = self.item.queue if self.item is not None else ()
-        self._read(ReviewWant(current, move, seen, expanded))
+        self._ask(self._want(move, expanded))
+
+    def _ask(self, want: ReviewWant) -> None:
+        """Read the queue as the reviewer asked; a live refresh under way is dropped."""
+        self._generation += 1
+        self.workers.cancel_group(self, "review-live")
+        self._reading = self._read(want)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="review")
     def _read(self, want: ReviewWant) -> None:
-        with self.app.reader.runtime() as rt:
+        reader = self.app.reader
+        with reader.runtime() as rt:
+            version = (reader.connection, *rt.data_version())
             read = read_review(rt, want)
         if not get_current_worker().is_cancelled:
-            self.post_message(ReviewLoaded(read))
+            self.post_message(ReviewLoaded(read, version))
+
+    # ---- live refresh: a chained one-shot timer, paused while anything is open over the screen ----
+
+    def _schedule(self) -> None:
+        self._timer = self.set_timer(REFRESH_SECONDS, self._look)
+
+    def _look(self) -> None:
+        """Look whether the store changed (and if so read the queue again), unless a form or help
+        is open over the screen, or a read or a decision is under way: then look again later."""
+        self._timer = None
+        reading = self._reading is not None and not self._reading.is_finished
+        if self.app.screen is not self or reading or self._deciding:
+            self._schedule()
+            return
+        self._looking = self._read_changes(self._version, self._generation, self._want())
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="review-live")
+    def _read_changes(self, version: Version | None, generation: int, want: ReviewWant) -> None:
+        """Read the store's version and, when it is not ``version``, the queue (``want``: the
+        decision shown, kept in view if it is still pending)."""
+        reader = self.app.reader
+        try:
+            with reader.runtime() as rt:
+                now = (reader.connection, *rt.data_version())
+                if now == version:
+                    return
+                read = read_review(rt, want)
+        except RelaypointError as e:  # shown under the header; the next look retries
+            self.post_message(RefreshFailed(str(e)))
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(ReviewLoaded(read, now, live=generation))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:  # a read failed (a decision refused is ActionFailed)
+            error = event.worker.error
+            text = str(error) if isinstance(error, RelaypointError) else f"internal error: {error!r}"
+            self.notify(clean(text), severity="error", markup=False)
+            if event.worker.group == "change":
+                self._deciding = False
+                self.read_again()
+        if event.worker is self._looking and event.state in (WorkerState.SUCCESS, WorkerState.ERROR,
+                                                            WorkerState.CANCELLED):
+            self._looking = None
+            self._schedule()
+
+    def on_refresh_failed(self, message: RefreshFailed) -> None:
+        self.query_one("#review-head").border_subtitle = Text.assemble(("refresh failed: ", "bold red"),
+                                                                        literal(message.error, "red"))
+
+    def _kept(self, read: ReviewRead) -> bool:
+        """Take a live refresh's ``read`` in: when it shows the decision on screen, update the
+        header (position, pending count) and keep the body as it is, scrolled where it was, and
+        return True; when that decision was decided elsewhere, say so in one line (the caller
+        shows what was read)."""
+        shown, item = self.item, read.item
+        if shown is None or shown.run.pending is None:
+            return False
+        if (item is not None and item.run.pending is not None
+                and (item.run.run_id, item.run.pending.checkpoint_id)
+                == (shown.run.run_id, shown.run.pending.checkpoint_id)):
+            self.item, self.readonly_reason = replace(item, output=shown.output), read.readonly_reason
+            self.refresh_bindings()
+            self.query_one("#review-head", Static).update(header(self.item, self.app.clock()))
+            return True
+        cp = shown.run.pending
+        step = describe(shown.execution, shown.run.tasks) if shown.execution is not None else cp.step or "?"
+        then = "showing the next pending decision" if item is not None else "nothing left to review"
+        done = "answered" if cp.kind == CheckpointKind.INPUT else "decided"
+        self.notify(clean(f"run {fmt.short_id(shown.run.run_id)}: its {cp.kind} at step {step} was {done} "
+                          f"elsewhere; {then}"), markup=False)
+        return False
 
     async def on_review_loaded(self, message: ReviewLoaded) -> None:
         read = message.read
+        if message.live is not None:
+            if message.live != self._generation or self._deciding or self.app.screen is not self:
+                return  # superseded, or something is open over the screen: the next look reads again
+            self._version = message.version
+            self.query_one("#review-head").border_subtitle = ""
+            if self._kept(read):
+                return
+        else:
+            self._version = message.version
         self.item, self.readonly_reason, self.loaded = read.item, read.readonly_reason, True
         self.showing_upstream = False
         self.refresh_bindings()
@@ -260,6 +368,8 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
     def _decide(self, form: ModalScreen[Any], change: Any) -> None:
         def done(result: Any) -> None:
             if result is not None and result is not False:
+                self._deciding = True  # until it is recorded, a live refresh would call it decided elsewhere
+                self._generation += 1
                 self._change(partial(change, result))
 
         self.app.push_screen(form, done)
@@ -355,10 +465,12 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
 
     @on(ActionDone)
     def _done(self, message: ActionDone) -> None:
+        self._deciding = False
         self.notify(clean(message.summary), markup=False)
         self.read_again()
 
     @on(ActionFailed)
     def _failed(self, message: ActionFailed) -> None:
+        self._deciding = False
         self.notify(clean(message.error), severity="error", markup=False)
         self.read_again()

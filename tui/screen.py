@@ -33,8 +33,8 @@ from . import changes
 from . import format as fmt
 from .actions import (GENERAL_BINDINGS, OUTPUT_BINDINGS, PANE_BINDINGS, QUEUE_BINDINGS, RUN_ACTION_NAMES, RUN_ACTIONS,
                       help_markdown)
-from .data import (PageKind, RefreshRequest, RunDetail, RunKey, RunQuery, StepOutput, StoreState, load_detail,
-                   load_output, read_page, read_refresh)
+from .data import (REFRESH_SECONDS, PageKind, RefreshRequest, RunDetail, RunKey, RunQuery, StepOutput, StoreState,
+                   load_detail, load_output, read_page, read_refresh)
 from .detail import DetailPane
 from .footer import ConsoleFooter
 from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded, PagerReady,
@@ -48,7 +48,6 @@ from .runs_table import AGO_PERIOD, RunsTable
 if TYPE_CHECKING:
     from .app import RelaypointConsole
 
-REFRESH_SECONDS = 1.0
 SEARCH_DEBOUNCE_SECONDS = 0.2
 OUTPUT_ACTIONS = frozenset(b.action for b in OUTPUT_BINDINGS)
 GREYABLE_KEYS = {**{a.key: a.name for a in RUN_ACTIONS}, **{b.key: b.action for b in OUTPUT_BINDINGS}}
@@ -329,15 +328,17 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         run = self.detail.run
         if run is not None and step is not None and not self.detail.output_is_current():
             shown = self.detail.output
-            pages = shown.pages if shown is not None and shown.seq == step.seq else 1
-            self._read_output(run, step, pages, self.detail.state)
+            if shown is not None and shown.seq != step.seq:
+                shown = None  # another step's: this one starts at one page, lists folded
+            self._read_output(run, step, shown.pages if shown else 1, self.detail.state, bool(shown and shown.expanded))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="output")
-    def _read_output(self, run: Run, step: Any, pages: int, state: Any) -> None:
-        """Read and format (here, off the UI thread) ``pages`` pages of a step's output (with, for
-        a pattern, its summary; ``state``: the run's latest driver state, as read with it)."""
+    def _read_output(self, run: Run, step: Any, pages: int, state: Any, expanded: bool = False) -> None:
+        """Read and format (here, off the UI thread) ``pages`` pages of a step's output as it reads
+        (``expanded``: its long lists whole; with, for a pattern, its summary; ``state``: the run's
+        latest driver state, as read with it)."""
         with self.app.open_runtime() as rt:
-            output = load_output(rt, run, step, pages, state)
+            output = load_output(rt, run, step, pages, state, expanded)
         if output is not None and not get_current_worker().is_cancelled:
             self.post_message(OutputLoaded(output))
 
@@ -348,7 +349,13 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         """``m``: show another page of the selected step's output (read and formatted in a worker)."""
         output, step, run = self.detail.output, self.detail.selected_step(), self.detail.run
         if self.why_not("more_output") is None and output is not None and step is not None and run is not None:
-            self._read_output(run, step, output.pages + 1, self.detail.state)
+            self._read_output(run, step, output.pages + 1, self.detail.state, output.expanded)
+
+    def action_expand(self) -> None:
+        """``e``: show the selected step's output with its long lists whole (read in a worker)."""
+        output, step, run = self.detail.output, self.detail.selected_step(), self.detail.run
+        if self.why_not("expand") is None and output is not None and step is not None and run is not None:
+            self._read_output(run, step, output.pages, self.detail.state, True)
 
     def action_pager(self) -> None:
         """``p``: open the selected step's whole output in ``$PAGER`` (formatted in a worker)."""
@@ -487,7 +494,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         if run is None or run.run_id != self.selected:
             return "no run is selected" if self.selected is None else "the run is still being read"
         if action in OUTPUT_ACTIONS:
-            return self.detail.why_no_output(more=action == "more_output")
+            return self.detail.why_no_output(action)
         if self.state.readonly_reason:
             return f"the store is read-only: {self.state.readonly_reason}"
         if action == "resume" and not self.app.app_spec:
