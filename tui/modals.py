@@ -296,10 +296,11 @@ class ApproveScreen(_Form):
         except InvalidValue as e:
             self.show_error(str(e))
             return
-        if result.output is not None and result.output != self._confirmed:
+        # an edit of a recorded output: its diff first (a person's value, with nothing recorded, is not an edit)
+        if self.recorded and result.output is not None and result.output != self._confirmed:
             self._confirmed = result.output
             diff = self.query_one("#output-diff", Static)
-            diff.update(output_diff(self.output if self.recorded else None, result.output))
+            diff.update(output_diff(self.output, result.output))
             diff.display = True
             self.show_error("the output was edited: check the changes above, then ctrl+s again to approve "
                             "with them (esc: cancel)")
