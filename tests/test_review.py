@@ -4,6 +4,8 @@ presses through the Textual pilot on a real store; what is recorded is read back
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import os
 import subprocess
 import sys
@@ -289,6 +291,21 @@ async def test_no_live_refresh_while_a_form_is_open_over_the_review_screen(db):
         assert shown_run(pilot) == runs[0] and isinstance(app.screen, ApproveScreen)
         await pilot.press("escape")  # the form closed: the screen catches up
         await until(pilot, lambda: shown_run(pilot) == runs[1])
+
+
+async def test_how_long_the_decision_has_waited_goes_on_while_nothing_changes(db):
+    runs = pending_store(db)
+    with Runtime(db, create=False) as rt:
+        since = rt.pending_decisions(1)[0].created_at
+    now = [since + timedelta(seconds=5)]
+    app = RelaypointConsole(db, review=True, clock=lambda: now[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await review_loaded(pilot)
+        assert shown_run(pilot) == runs[0]
+        head = lambda: "\n".join(screen_lines(review_screen(pilot).query_one("#review-head", Static)))  # noqa: E731
+        assert "waiting 5.0s" in head()
+        now[0] = since + timedelta(minutes=7)
+        await until(pilot, lambda: "waiting 7m 00s" in head())
 
 
 async def test_an_empty_queue_says_there_is_nothing_to_review(db):

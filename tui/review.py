@@ -207,6 +207,8 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         if self.app.screen is not self or reading or self._deciding:
             self._schedule()
             return
+        if self.item is not None:  # how long it has waited goes on, changed or not
+            self.query_one("#review-head", Static).update(header(self.item, self.app.clock()))
         self._looking = self._read_changes(self._version, self._generation, self._want())
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="review-live")
@@ -288,8 +290,8 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         if item is None:
             head.border_title = "Review · nothing to review"
             head.update(Text.assemble(("Nothing to review: ", "bold"), "no run waits for a decision (approval, "
-                                      "input or orphan hold).\n", ("escape", "bold"), " the runs list  ",
-                                      ("n", "bold"), " look again  ", ("q", "bold"), " quit"))
+                                      "input or orphan hold).\n", ("escape", "bold"), ": the runs list  ",
+                                      ("n", "bold"), ": look again  ", ("q", "bold"), ": quit"))
             body.border_title = "Output"
             await output.show(Text(""))
             return
