@@ -189,6 +189,10 @@ async def test_upstream_outputs_are_one_key_away(db):
         titles = [str(s.content) for s in screen.query(".field-title").results(Static)]
         assert titles[0] == "── output of gather ──"
         assert "Upstream" in str(screen.query_one("#review-body").border_title)
+        assert screen.upstream.outputs[0][1].folded and screen.why_not("expand") is None
+        await pilot.press("e")  # the upstream lists whole
+        await until(pilot, lambda: not screen.upstream.outputs[0][1].folded)
+        assert screen.why_not("expand") == "no list of the upstream outputs is folded"
         await pilot.press("u")
         await settle(pilot)
         assert screen.query(SafeMarkdown)  # the report again

@@ -402,8 +402,9 @@ class Upstream:
     outputs: tuple[tuple[str, Readable], ...]
 
 
-def read_upstream(rt: Runtime, item: ReviewItem) -> Upstream:
-    """Read the upstream outputs of ``item``'s step (bounded as it reads, one per step)."""
+def read_upstream(rt: Runtime, item: ReviewItem, expanded: bool = False) -> Upstream:
+    """Read the upstream outputs of ``item``'s step (bounded as it reads, one per step;
+    ``expanded``: their long lists whole)."""
     run = item.run
     outputs: list[tuple[str, Readable]] = []
     if item.execution is not None:
@@ -412,6 +413,6 @@ def read_upstream(rt: Runtime, item: ReviewItem) -> Upstream:
                 value = rt.store.step_output(run.run_id, step.seq)
             except UnknownStep:
                 continue
-            outputs.append((step.name, readable(value, show_command(rt.store.url, run.run_id, step))))
+            outputs.append((step.name, readable(value, show_command(rt.store.url, run.run_id, step), expanded)))
     assert run.pending is not None
     return Upstream(run.run_id, run.pending.checkpoint_id, tuple(outputs))

@@ -308,9 +308,9 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
             await output.show(unrecorded(item))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="upstream")
-    def _read_upstream(self, item: ReviewItem) -> None:
+    def _read_upstream(self, item: ReviewItem, expanded: bool = False) -> None:
         with self.app.reader.runtime() as rt:
-            upstream = read_upstream(rt, item)
+            upstream = read_upstream(rt, item, expanded)
         self.post_message(UpstreamLoaded(upstream))
 
     async def on_upstream_loaded(self, message: UpstreamLoaded) -> None:
@@ -349,8 +349,11 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
             return "this is the oldest pending decision"
         if action == "upstream" and (item.execution is None or not upstream_of(item.run.tasks, item.execution)):
             return "its step has no upstream outputs"
-        if action == "expand" and (item.output is None or item.output.readable is None
-                                   or not item.output.readable.folded):
+        if action == "expand" and self.showing_upstream:
+            if not (self._upstream_current() and any(shown.folded for _, shown in self.upstream.outputs)):
+                return "no list of the upstream outputs is folded"
+        elif action == "expand" and (item.output is None or item.output.readable is None
+                                     or not item.output.readable.folded):
             return "no list of its output is folded"
         return None
 
@@ -423,8 +426,13 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
             self._read_upstream(item)
 
     def action_expand(self) -> None:
-        """``e``: the output with its long lists whole."""
-        if self.why_not("expand") is None:
+        """``e``: the output (or, shown instead, the upstream outputs) with its long lists whole."""
+        if self.why_not("expand") is not None:
+            return
+        if self.showing_upstream:
+            assert self.item is not None
+            self._read_upstream(self.item, expanded=True)
+        else:
             self.read_again(0, expanded=True)
 
     def action_open_run(self) -> None:
