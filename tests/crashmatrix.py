@@ -122,7 +122,8 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
 
     DWELL = float(os.environ.get("CRASHAPP_TXN_DWELL", "0"))
     # frames between a store operation and its BEGIN/COMMIT: named by the operation, not by these
-    _PLUMBING = {"execute", "_write", "transaction", "__enter__", "__exit__", "wrapper", "_translated"}
+    _PLUMBING = {"execute", "_write", "transaction", "__enter__", "__exit__", "wrapper", "_translated",
+                 "_call_fenced"}
 
     def _where():
         frame = sys._getframe(2)

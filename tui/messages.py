@@ -101,14 +101,16 @@ class ResumeStarted(Message):
 class ReviewLoaded(Message):
     """The review queue and the pending decision it picked (none: nothing to review), read at
     store version ``version``. ``live``: read by the review screen's live refresh, because the
-    store changed, when the screen was at ``generation`` (see :class:`~relaypoint.tui.review.ReviewScreen`);
-    None: read because the reviewer asked."""
+    store changed, when the screen was at ``generation`` (see :class:`~relaypoint.tui.review.ReviewScreen`)
+    and showed checkpoint ``shown``; None: read because the reviewer asked."""
 
-    def __init__(self, read: ReviewRead, version: Version, live: int | None = None) -> None:
+    def __init__(self, read: ReviewRead, version: Version, live: int | None = None,
+                 shown: int | None = None) -> None:
         super().__init__()
         self.read = read
         self.version = version
         self.live = live
+        self.shown = shown
 
 
 class UpstreamLoaded(Message):

@@ -122,7 +122,13 @@ class _Form(ModalScreen[Any]):
         except InvalidValue as e:
             self.show_error(str(e))
             return
-        self.dismiss(result)
+        if self.ready(result):
+            self.dismiss(result)
+
+    def ready(self, result: Any) -> bool:
+        """Whether ``result`` (what :meth:`collect` gave) is to be recorded now; a form may first
+        show something about it and wait for the next submit."""
+        return True
 
     def collect(self) -> Any:
         """Read the fields; raise ``InvalidValue`` to keep the form open with a message."""
@@ -289,24 +295,19 @@ class ApproveScreen(_Form):
         original = self.output if self.recorded else None
         return Approval(comment, _edited_json(area, original, "the edited output"))
 
-    def action_submit(self) -> None:
-        """Approve; with an edited output, first show what changed (the next ``ctrl+s`` records)."""
-        try:
-            result = self.collect()
-        except InvalidValue as e:
-            self.show_error(str(e))
-            return
-        # an edit of a recorded output: its diff first (a person's value, with nothing recorded, is not an edit)
-        if self.recorded and result.output is not None and result.output != self._confirmed:
-            self._confirmed = result.output
-            diff = self.query_one("#output-diff", Static)
-            diff.update(output_diff(self.output, result.output))
-            diff.display = True
-            self.show_error("the output was edited: check the changes above, then ctrl+s again to approve "
-                            "with them (esc: cancel)")
-            diff.scroll_visible(animate=False)
-            return
-        self.dismiss(result)
+    def ready(self, result: Approval) -> bool:
+        """An edit of a recorded output: its diff first, recorded at the next ``ctrl+s`` (a person's
+        value, with nothing recorded, is not an edit)."""
+        if not (self.recorded and result.output is not None and result.output != self._confirmed):
+            return True
+        self._confirmed = result.output
+        diff = self.query_one("#output-diff", Static)
+        diff.update(output_diff(self.output, result.output))
+        diff.display = True
+        self.show_error("the output was edited: check the changes above, then ctrl+s again to approve "
+                        "with them (esc: cancel)")
+        diff.scroll_visible(animate=False)
+        return False
 
 
 def output_diff(original: Any, edited: Any) -> Text:

@@ -226,7 +226,7 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
             self.post_message(RefreshFailed(str(e)))
             return
         if not get_current_worker().is_cancelled:
-            self.post_message(ReviewLoaded(read, now, live=generation))
+            self.post_message(ReviewLoaded(read, now, live=generation, shown=want.current))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:  # a read failed (a decision refused is ActionFailed)
@@ -271,8 +271,11 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
     async def on_review_loaded(self, message: ReviewLoaded) -> None:
         read = message.read
         if message.live is not None:
-            if message.live != self._generation or self._deciding or self.app.screen is not self:
-                return  # superseded, or something is open over the screen: the next look reads again
+            if message.live != self._generation or self._deciding or self.app.screen is not self \
+                    or message.shown != self._want().current:
+                # superseded (or read for a decision no longer shown: a read the reviewer asked for
+                # landed meanwhile), or something is open over the screen: the next look reads again
+                return
             self._version = message.version
             self.query_one("#review-head").border_subtitle = ""
             if self._kept(read):
