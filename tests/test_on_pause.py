@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,11 @@ class Box:
                                     cwd=self.dir, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=f)
         self.workers.append((proc, err))
+        # its signal handlers are in place once it says it is on (a SIGTERM before would kill it)
+        deadline = time.monotonic() + 60
+        while "worker on" not in err.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.02)
         return proc
 
     def start(self, workflow: str, **input: Any) -> str:
