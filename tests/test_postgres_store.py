@@ -227,16 +227,24 @@ def test_a_newer_schema_is_refused(url, postgres_schema):
     assert server(f"SELECT run_id FROM {postgres_schema}.runs") == [("r1",)]  # untouched
 
 
-def test_a_version_2_store_is_upgraded_to_plan_its_boundaries_once_per_connection(url, postgres_schema):
+def store_at_version(schema: str, version: int) -> psycopg.Connection:
+    """A new store in ``schema`` as relaypoint's schema ``version`` left it, made in one committed
+    transaction; returns an autocommit connection to it (for rows of that version's shape)."""
     from relaypoint.store.postgres import MIGRATIONS
 
-    server(f"CREATE SCHEMA {postgres_schema}")
-    with psycopg.connect(POSTGRES_URL, autocommit=True, options=f"-c search_path={postgres_schema}") as conn:
-        with conn.transaction():
-            for migrate in MIGRATIONS[:2]:
-                for statement in migrate(postgres_schema):
-                    conn.execute(statement)
-            conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', '2')")
+    server(f"CREATE SCHEMA {schema}")
+    conn = psycopg.connect(POSTGRES_URL, autocommit=True, options=f"-c search_path={schema}")
+    with conn.transaction():
+        for migrate in MIGRATIONS[:version]:
+            for statement in migrate(schema):
+                conn.execute(statement)
+        conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), (%s, %s)",
+                     ("schema_version", str(version)))
+    return conn
+
+
+def test_a_version_2_store_is_upgraded_to_plan_its_boundaries_once_per_connection(url, postgres_schema):
+    store_at_version(postgres_schema, 2).close()
     config = ("SELECT proname, proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
               "WHERE nspname = %s AND proname IN ('commit_boundary', 'start_run') ORDER BY proname")
     assert server(config, (postgres_schema,)) == [("commit_boundary", None)]
@@ -251,17 +259,9 @@ def test_a_version_2_store_is_upgraded_to_plan_its_boundaries_once_per_connectio
     assert run.status == RunStatus.COMPLETED
     assert [(s.name, s.output) for s in run.tasks] == [("a", {"step": "a"}), ("b", {"step": "b"}), ("c", {"step": "c"})]
 def test_runs_per_status_kept_across_the_upgrade_to_slots_are_then_counted_per_connection(url, postgres_schema):
-    from relaypoint.store.postgres import MIGRATIONS
-
-    server(f"CREATE SCHEMA {postgres_schema}")
-    with psycopg.connect(POSTGRES_URL, autocommit=True, options=f"-c search_path={postgres_schema}") as conn:
-        with conn.transaction():  # the schema before slots (version 4), with runs counted in it
-            for migrate in MIGRATIONS[:3]:
-                for statement in migrate(postgres_schema):
-                    conn.execute(statement)
-            conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', '3')")
-            conn.execute("INSERT INTO runs (run_id, workflow, status, created_at, updated_at) "
-                         "SELECT 'q' || i, 'w', 'queued', now(), now() FROM generate_series(0, 2) AS i")
+    with store_at_version(postgres_schema, 3) as conn:  # the schema before slots (version 4), with runs counted in it
+        conn.execute("INSERT INTO runs (run_id, workflow, status, created_at, updated_at) "
+                     "SELECT 'q' || i, 'w', 'queued', now(), now() FROM generate_series(0, 2) AS i")
     with open_store(url) as store:  # upgraded here
         assert store.count_by_status() == {"queued": 3}
     code = ("import sys\nfrom relaypoint.store import open_store\n"
@@ -281,20 +281,12 @@ def test_runs_per_status_kept_across_the_upgrade_to_slots_are_then_counted_per_c
 
 
 def test_pauses_open_at_the_upgrade_to_announcements_count_as_announced(url, postgres_schema):
-    from relaypoint.store.postgres import MIGRATIONS
-
-    server(f"CREATE SCHEMA {postgres_schema}")
-    with psycopg.connect(POSTGRES_URL, autocommit=True, options=f"-c search_path={postgres_schema}") as conn:
-        with conn.transaction():  # version 5, with a run paused and one whose pause was decided
-            for migrate in MIGRATIONS[:5]:
-                for statement in migrate(postgres_schema):
-                    conn.execute(statement)
-            conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', '5')")
-            conn.execute("INSERT INTO runs (run_id, workflow, status, created_at, updated_at) VALUES "
-                         "('open', 'w', 'awaiting_approval', now(), now()), ('done', 'w', 'queued', now(), now())")
-            conn.execute("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, decision) VALUES "
-                         "('open', 1, 'a', 'approval', now(), NULL), ('done', 1, 'a', 'approval', now(), 'approved'), "
-                         "('done', 0, 'a', 'start', now(), NULL)")
+    with store_at_version(postgres_schema, 5) as conn:  # version 5, with a run paused and one whose pause was decided
+        conn.execute("INSERT INTO runs (run_id, workflow, status, created_at, updated_at) VALUES "
+                     "('open', 'w', 'awaiting_approval', now(), now()), ('done', 'w', 'queued', now(), now())")
+        conn.execute("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, decision) VALUES "
+                     "('open', 1, 'a', 'approval', now(), NULL), ('done', 1, 'a', 'approval', now(), 'approved'), "
+                     "('done', 0, 'a', 'start', now(), NULL)")
     with open_store(url) as store:  # upgraded here
         assert [p.run_id for p in store.pending_decisions(10)] == ["open"]
         assert store.claim_announcements(10, at(0)) == []  # announced by the relaypoint before, maybe: never twice
