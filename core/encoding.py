@@ -31,6 +31,16 @@ def _text(value: str, path: str, what: str = "text") -> str:
     return value
 
 
+def readable(text: str) -> str:
+    """``text`` as valid Unicode, each lone surrogate in it written as its escape (``\\udc80``): an
+    error message or traceback quoting a value that is not valid Unicode can then be stored as text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def _plain(value: Any, path: str, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise InvalidValue(f"{path}: nested deeper than {MAX_DEPTH} levels")
@@ -58,7 +68,8 @@ def _plain(value: Any, path: str, depth: int) -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise InvalidValue(f"{path}: key {k!r} is not a string (JSON keys are text)")
-            out[_text(k, path, "a key")] = _plain(v, f"{path}.{k}", depth + 1)
+            key = _text(k, path, "a key")  # before the value: its path quotes the key
+            out[key] = _plain(v, f"{path}.{key}", depth + 1)
         return out
     raise InvalidValue(f"{path}: {type(value).__name__} is not JSON serializable")
 

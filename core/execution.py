@@ -327,8 +327,8 @@ class Executor:
         """Record a failed attempt: start the next attempt (``retry``), or ask the driver (a
         planner re-plans: the run goes on), or fail the run. Returns None to go on, else the
         status the run stopped in."""
-        message = str(exc) if isinstance(exc, InvalidValue) else (
-            f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        message = encoding.readable(str(exc) if isinstance(exc, InvalidValue) else (
+            f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__))
         at = now_of(self.clock)
         name, where = cur.call.name, located(cur.call)
         failed = NewEvent(EventKind.STEP_FAILED, step=name, detail={"attempt": cur.attempt, "error": message,
@@ -339,7 +339,7 @@ class Executor:
                 claim.run_id, at, fence=claim.lease.token, started=StepStart(cur.seq, cur.attempt),
                 events=[failed, NewEvent(EventKind.STEP_STARTED, step=name, detail={"attempt": cur.attempt, **where})]))
             return None
-        ended = StepEnd(cur.seq, StepStatus.FAILED, error=message, traceback="".join(tb.format_exception(exc)))
+        ended = StepEnd(cur.seq, StepStatus.FAILED, error=message, traceback=encoding.readable("".join(tb.format_exception(exc))))
         outcome = claim.driver.failed(claim.state, cur.call, message)
         if not isinstance(outcome, str):
             if claim.lease.lost.is_set():

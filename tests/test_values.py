@@ -101,6 +101,9 @@ INVALID = [
     pytest.param(Reading(x=math.nan), ".x: nan is not valid JSON (only finite numbers are)", id="pydantic-with-nan"),
     pytest.param(10**5000, None, id="int-5001-digits"),
     pytest.param({"ok": 1, "\udc80": 2}, None, id="lone-surrogate-in-key"),
+    # The key is checked before its value, whose path would quote it.
+    pytest.param({"\udc80": "\ud800"}, ": a key contains a lone surrogate and is not valid Unicode",
+                 id="lone-surrogates-in-key-and-value"),
 ]
 
 
@@ -170,6 +173,27 @@ def test_step_output_that_cannot_be_stored_fails_the_step_naming_the_path(
         after = snapshot(db)
         for table in ("meta", "runs", "steps", "checkpoints", "events"):
             assert [r for r in after[table] if earlier in r] == [r for r in before[table] if earlier in r]
+        flow.on("b", returns({"v": 1}))
+        still_usable(rt)
+
+
+def test_a_step_raising_an_error_that_quotes_invalid_unicode_fails_with_the_error_readable(db: str) -> None:
+    # A message made from bytes decoded with surrogateescape (a file name, say) holds lone
+    # surrogates: they are recorded as their escapes, the step fails and nothing else changes.
+    def raises(ctx):
+        raise OSError("cannot open b'\\xff': \udcff \x00 \x1b[31mred")
+
+    flow = chain().on("b", raises)
+    with runtime(db, flow) as rt:
+        rid = rt.start("flow")
+        run = rt.get(rid)
+        assert run.status == RunStatus.FAILED
+        b = run.tasks[1]
+        assert b.status == StepStatus.FAILED
+        assert "\\udcff" in b.error and b.error.startswith("OSError: cannot open b'\\xff': ")
+        assert "\\udcff" in b.traceback and run.error == f"step 'b' failed: {b.error}"
+        [failed] = [e for e in rt.events(rid) if e.kind == "step_failed"]
+        assert failed.detail["error"].replace("\x00", "\ufffd") == b.error.replace("\x00", "\ufffd")  # PostgreSQL
         flow.on("b", returns({"v": 1}))
         still_usable(rt)
 
