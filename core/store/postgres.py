@@ -135,8 +135,8 @@ _CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created
                       "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING checkpoint_id")
 # A boundary's document, output and checkpoint state (schema version 7); a start's document, input,
 # definition and start checkpoint state, then its first boundary's.
-_COMMIT_BOUNDARY = "SELECT commit_boundary(%s::jsonb, %s, %s) AS checkpoint_id"
-_START_RUN = "SELECT start_run(%s::jsonb, %s, %s, %s, %s::jsonb, %s, %s) AS checkpoint_id"
+_COMMIT_BOUNDARY = "SELECT commit_boundary(%s::json, %s, %s) AS checkpoint_id"
+_START_RUN = "SELECT start_run(%s::json, %s, %s, %s, %s::json, %s, %s) AS checkpoint_id"
 _CHILDREN = ("FROM steps s WHERE s.run_id = %(run)s AND s.name = (SELECT g.name FROM steps g "
              "WHERE g.run_id = %(run)s AND g.seq = %(parent)s) AND s.parent_seq = %(parent)s ORDER BY s.seq")
 
@@ -163,12 +163,12 @@ took them first); version 7 reads them from a document (``_BOUNDARY_TYPE``)."""
 def _commit_boundary_function(schema: str, notify: str | None, document: bool = False) -> str:
     """The schema's ``commit_boundary`` function (see ``_migrate_1``); with ``notify`` (a channel), it
     also notifies that channel (version 2), and replaces the one there. ``document`` (version 7): the
-    boundary is one ``jsonb`` argument read into the schema's ``boundary`` type, its output and its
+    boundary is one ``json`` argument read into the schema's ``boundary`` type, its output and its
     checkpoint's state two ``text`` ones; otherwise each field is an argument of its own."""
     p = "b." if document else "p_"
-    header = (f"{schema}.commit_boundary(doc jsonb, p_output text, p_cp_state text)" if document
+    header = (f"{schema}.commit_boundary(doc json, p_output text, p_cp_state text)" if document
               else f"{schema}.commit_boundary({_BOUNDARY_PARAMETERS})")
-    declared = f"b {schema}.boundary := jsonb_populate_record(NULL::{schema}.boundary, doc);" if document else ""
+    declared = f"b {schema}.boundary := json_populate_record(NULL::{schema}.boundary, doc);" if document else ""
     return (
         f"""CREATE {'OR REPLACE ' if notify and not document else ''}FUNCTION {header} RETURNS bigint
             LANGUAGE plpgsql AS $$
@@ -506,8 +506,9 @@ checkpoint's state (arguments of their own)."""
 
 
 def _migrate_7(schema: str) -> list[str]:
-    """Version 7: ``commit_boundary`` and ``start_run`` take a boundary as one ``jsonb`` document (read
-    into the ``boundary`` and ``run_start`` types) and the values that may be long (an output, a
+    """Version 7: ``commit_boundary`` and ``start_run`` take a boundary as one ``json`` document (read
+    into the ``boundary`` and ``run_start`` types; ``json``, not ``jsonb``: read once, it is not worth
+    ``jsonb``'s conversion, which took twice as long) and the values that may be long (an output, a
     state, a run's input and definition) as ``text`` arguments. With one argument per field (47 for
     a boundary, 90 for a start) the client converted each on every call, and a start's statement
     was parsed anew each time (too many parameters for psycopg's cache): about 0.13 ms of a
@@ -543,11 +544,11 @@ def _migrate_7(schema: str) -> list[str]:
                 c_deadline timestamptz, lock1 integer, lock2 integer)""",
         _commit_boundary_function(schema, channel(schema), document=True),
         f"ALTER FUNCTION {schema}.commit_boundary SET plan_cache_mode = force_generic_plan",
-        f"""CREATE FUNCTION {schema}.start_run(doc jsonb, r_input text, r_definition text, c_state text,
-                                              boundary jsonb, p_output text, p_cp_state text) RETURNS bigint
+        f"""CREATE FUNCTION {schema}.start_run(doc json, r_input text, r_definition text, c_state text,
+                                              boundary json, p_output text, p_cp_state text) RETURNS bigint
             LANGUAGE plpgsql AS $$
             DECLARE
-                r {schema}.run_start := jsonb_populate_record(NULL::{schema}.run_start, doc);
+                r {schema}.run_start := json_populate_record(NULL::{schema}.run_start, doc);
             BEGIN
                 PERFORM pg_advisory_xact_lock_shared(r.lock1, r.lock2);
                 INSERT INTO {schema}.runs (run_id, workflow, status, parent_run_id, forked_from_step, fingerprint,
