@@ -255,6 +255,14 @@ def test_a_version_2_store_is_upgraded_to_plan_its_boundaries_once_per_connectio
         assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("7",)]
         assert server(config, (postgres_schema,)) == [("commit_boundary", ["plan_cache_mode=force_generic_plan"]),
                                                       ("start_run", ["plan_cache_mode=force_generic_plan"])]
+        # Version 7: a boundary is one json document and its long values (one call, three arguments,
+        # a start's seven: a statement the client converts once); the status counts in one function.
+        assert server("SELECT proname, pg_get_function_identity_arguments(p.oid) FROM pg_proc p JOIN pg_namespace n "
+                      "ON n.oid = p.pronamespace WHERE nspname = %s ORDER BY proname", (postgres_schema,)) == [
+            ("commit_boundary", "doc json, p_output text, p_cp_state text"),
+            ("run_counts_trigger", ""),
+            ("start_run", "doc json, r_input text, r_definition text, c_state text, boundary json, p_output text, "
+                          "p_cp_state text")]
         run = rt.get(rt.start("three"))
     assert run.status == RunStatus.COMPLETED
     assert [(s.name, s.output) for s in run.tasks] == [("a", {"step": "a"}), ("b", {"step": "b"}), ("c", {"step": "c"})]

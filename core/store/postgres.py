@@ -21,9 +21,9 @@ lock before any row lock, so the two never deadlock. A lock waited on longer tha
 is :class:`StoreBusy`.
 
 The hot path: a step boundary is one statement, a call of the schema's ``commit_boundary``
-function (PL/pgSQL, its statements planned once per connection: schema version 3), in its own
-transaction: one round trip, where sending the eight statements of a boundary cost three times as
-much on one machine.
+function (PL/pgSQL, its statements planned once per connection: schema version 3; the boundary one
+``json`` document: version 7), in its own transaction: one round trip, where sending the eight
+statements of a boundary cost three times as much on one machine.
 
 ``data_version`` (the console's change check): every boundary and every transaction that wrote
 notifies the schema's channel (``relaypoint_<schema>``, schema version 2); the server delivers one
@@ -487,19 +487,8 @@ def _migrate_6(schema: str) -> list[str]:
     ]
 
 
-_BOUNDARY_TYPE = """
-                run text, fence text, at timestamptz, fields text[],
-                status text, updated_at timestamptz, current_step text, steps_done bigint,
-                steps_total bigint, error text, fingerprint text, suspect_deaths bigint,
-                lease_token text, lease_pid bigint, lease_pid_start text, lease_host text,
-                lease_expires_at timestamptz, heartbeat_at timestamptz,
-                end_seq bigint, end_status text, end_error text, end_traceback text,
-                start_seq bigint, start_attempt bigint, new boolean, new_name text, new_iteration bigint,
-                new_agent text, new_parent bigint, new_options text, new_key text,
-                cp_kind text, cp_run text, cp_seq bigint, cp_step text, cp_at timestamptz,
-                cp_reason text, cp_deadline timestamptz,
-                ev_kinds text[], ev_steps text[], ev_actors text[], ev_details text[],
-                ev_names boolean[], lock1 integer, lock2 integer"""
+_BOUNDARY_TYPE = ", ".join(p.strip()[len("p_"):] for p in _BOUNDARY_PARAMETERS.split(",")
+                           if p.split()[0] not in ("p_output", "p_cp_state"))
 """The fields of a boundary's document (the schema's ``boundary`` type, version 7): the parameters
 of the version 1 ``commit_boundary`` without their ``p_`` prefix, less the output and the
 checkpoint's state (arguments of their own)."""
