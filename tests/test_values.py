@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from helpers import (APP, DB, Flow, app_workflows, asks, one_line_error, relaypoint, returns, runtime, snapshot,
                      sql, sqlite_only, write_app)
-from relaypoint import InvalidValue, RunStatus, Runtime, StepStatus, Workflow
+from relaypoint import InvalidValue, RunStatus, Runtime, StepStatus, UnknownRun, UnknownStep, Workflow
 
 CORE = Path(__file__).resolve().parent.parent / "core"
 
@@ -445,6 +445,58 @@ def test_cli_approve_output_and_respond_value_that_cannot_be_stored_are_one_line
     cli_error_is(relaypoint(cwd, "respond", ids["ask"], "--value", text, db=db), expected, "--value")
     assert snapshot(db) == before
     assert relaypoint(cwd, "approve", ids["review"], "--by", "ana", db=db).returncode == 0
+
+
+# ---- free text and keys: comments, who decides, prompts, ids and names looked up -------------------
+#
+# A command-line argument that is not UTF-8 reaches Python as lone surrogates (surrogateescape):
+# given as a comment or a name of who decides, it is recorded with its escapes (``\\udcff``), as a
+# step's exception message is.
+
+NOT_UTF8 = "\udcff\udcfe ok"  # what Python makes of the bytes ff fe in argv
+NOT_UTF8_RECORDED = "\\udcff\\udcfe ok"
+
+
+def test_decisions_record_free_text_that_is_not_valid_unicode_with_its_escapes(db: str) -> None:
+    flow = Flow("a", ("b", {"approval": True}), "c")
+    with runtime(db, flow) as rt:
+        approved, rejected, cancelled = rt.start("flow"), rt.start("flow"), rt.start("flow")
+        cp = rt.approve(approved, by=NOT_UTF8, comment=NOT_UTF8)
+        assert (cp.decided_by, cp.comment) == (NOT_UTF8_RECORDED, NOT_UTF8_RECORDED)
+        rt.reject(rejected, comment=NOT_UTF8, by=NOT_UTF8)
+        assert rt.cancel(cancelled, by=NOT_UTF8) == RunStatus.AWAITING_APPROVAL
+        assert [rt.get(r).status for r in (approved, rejected, cancelled)] == [
+            RunStatus.QUEUED, RunStatus.REJECTED, RunStatus.CANCELLED]
+        for rid, kind in ((approved, "approved"), (rejected, "rejected"), (cancelled, "cancelled")):
+            [event] = [e for e in rt.events(rid) if e.kind == kind]
+            assert event.actor == NOT_UTF8_RECORDED
+            if kind != "cancelled":
+                assert event.detail["comment"] == NOT_UTF8_RECORDED
+                [decided] = [c for c in rt.store.checkpoints(rid) if c.decision]
+                assert (decided.decided_by, decided.comment) == (NOT_UTF8_RECORDED, NOT_UTF8_RECORDED)
+        assert rt.resume(approved) == RunStatus.COMPLETED
+
+
+def test_an_answer_given_by_a_name_that_is_not_valid_unicode_is_recorded_with_its_escapes(db: str) -> None:
+    flow = Flow("a").on("a", asks("Title?"))
+    with runtime(db, flow) as rt:
+        rid = rt.start("flow")
+        assert rt.respond(rid, "t", by=NOT_UTF8).decided_by == NOT_UTF8_RECORDED
+        assert [e.actor for e in rt.events(rid) if e.kind == "responded"] == [NOT_UTF8_RECORDED]
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert rt.step_output(rid, "a") == ["t"]
+
+
+def test_a_prompt_that_is_not_valid_unicode_pauses_the_run_with_its_escapes(db: str) -> None:
+    flow = chain().on("b", asks("file \udcff?"))
+    with runtime(db, flow) as rt:
+        rid = rt.start("flow")
+        run = rt.get(rid)
+        assert run.status == RunStatus.AWAITING_INPUT
+        assert run.pending.reason == "file \\udcff?"
+        assert [e.detail["reason"] for e in rt.events(rid) if e.kind == "paused"] == ["file \\udcff?"]
+        rt.respond(rid, "yes")
+        assert rt.resume(rid) == RunStatus.COMPLETED
 
 
 # ---- nothing is unpickled, evaluated or imported because the store says so ------------------------
