@@ -451,7 +451,7 @@ def test_cli_approve_output_and_respond_value_that_cannot_be_stored_are_one_line
 #
 # A command-line argument that is not UTF-8 reaches Python as lone surrogates (surrogateescape):
 # given as a comment or a name of who decides, it is recorded with its escapes (``\\udcff``), as a
-# step's exception message is.
+# step's exception message is; given as a run id, step or workflow to look up, it matches nothing.
 
 NOT_UTF8 = "\udcff\udcfe ok"  # what Python makes of the bytes ff fe in argv
 NOT_UTF8_RECORDED = "\\udcff\\udcfe ok"
@@ -497,6 +497,58 @@ def test_a_prompt_that_is_not_valid_unicode_pauses_the_run_with_its_escapes(db: 
         assert [e.detail["reason"] for e in rt.events(rid) if e.kind == "paused"] == ["file \\udcff?"]
         rt.respond(rid, "yes")
         assert rt.resume(rid) == RunStatus.COMPLETED
+
+
+@pytest.mark.parametrize("key", ["\udcff", "ab\x00", "\udcff\x00"], ids=["lone-surrogate", "nul", "both"])
+def test_a_key_that_no_run_step_or_workflow_can_hold_matches_nothing(db: str, key: str) -> None:
+    flow = chain()
+    with runtime(db, flow) as rt:
+        rid = rt.start("flow")
+        before = snapshot(db)
+        for lookup in (lambda: rt.get(key), lambda: rt.events(key), lambda: rt.approve(key),
+                       lambda: rt.cancel(key), lambda: rt.delete(key), lambda: rt.fork(key, "a")):
+            with pytest.raises(UnknownRun, match="no run with id"):
+                lookup()
+        for lookup in (lambda: rt.fork(rid, key), lambda: rt.step_output(rid, key)):
+            with pytest.raises(UnknownStep, match="its steps are: a, b, c"):
+                lookup()
+        assert rt.list(workflow=key) == [] and rt.list(search=key) == []
+        assert snapshot(db) == before
+        still_usable(rt)
+
+
+def test_cli_free_text_and_keys_that_are_not_utf8_are_recorded_or_refused_in_one_line(cli_store) -> None:
+    cwd, db, ids = cli_store
+    rid = ids["review"]
+    not_utf8 = "\udcff\udcfe ok"  # subprocess passes it as the bytes ff fe
+    before = snapshot(db)
+    for args, what in ((["show", not_utf8], "no run with id '\\udcff\\udcfe ok'"),
+                       (["events", not_utf8], "no run with id"), (["approve", not_utf8], "no run with id"),
+                       (["cancel", not_utf8], "no run with id"), (["delete", not_utf8], "no run with id"),
+                       (["fork", rid, "--from", not_utf8], "no step '\\udcff\\udcfe ok'; its steps are"),
+                       (["show", rid, "--output", not_utf8], "no step '\\udcff\\udcfe ok'"),
+                       (["resume", not_utf8, "--app", APP], "no run with id")):
+        assert what in one_line_error(relaypoint(cwd, *args, db=db)), args
+    listed = relaypoint(cwd, "list", "--workflow", not_utf8, "--json", db=db)
+    assert (listed.returncode, json.loads(listed.stdout)) == (0, [])
+    assert snapshot(db) == before
+
+    approved = relaypoint(cwd, "approve", rid, "--comment", not_utf8, "--by", not_utf8, db=db)
+    assert approved.returncode == 0 and "Traceback" not in approved.stderr, approved.stderr
+    answered = relaypoint(cwd, "respond", ids["ask"], "--value", '"t"', "--by", not_utf8, db=db)
+    assert answered.returncode == 0, answered.stderr
+    events = json.loads(relaypoint(cwd, "events", rid, "--json", db=db).stdout)
+    [event] = [e for e in events if e["kind"] == "approved"]
+    assert (event["actor"], event["detail"]["comment"]) == ("\\udcff\\udcfe ok", "\\udcff\\udcfe ok")
+    assert "\\udcff\\udcfe ok" in relaypoint(cwd, "events", rid, db=db).stdout
+    with Runtime(db, app_workflows()) as rt:
+        other = rt.start("review")
+    rejected = relaypoint(cwd, "reject", other, "--comment", not_utf8, "--by", not_utf8, db=db)
+    assert rejected.returncode == 0, rejected.stderr
+    cancelled = relaypoint(cwd, "cancel", ids["review"], "--by", not_utf8, db=db)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert [e["actor"] for e in json.loads(relaypoint(cwd, "events", rid, "--json", db=db).stdout)
+            if e["kind"] == "cancelled"] == ["\\udcff\\udcfe ok"]
 
 
 # ---- nothing is unpickled, evaluated or imported because the store says so ------------------------

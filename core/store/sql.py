@@ -195,6 +195,8 @@ class SqlStore(RunStore):
     def resolve(self, run_id: str) -> str:
         if not run_id:
             raise UnknownRun("empty run id; see `relaypoint list`")
+        if not matchable(run_id):
+            raise self._unknown(run_id)
         rows = self._rows("SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT 3",
                           (run_id, run_id + "\U0010ffff"))
         if not rows:
@@ -246,6 +248,8 @@ class SqlStore(RunStore):
         # Each matching workflow name of a search (found by a loose index scan) is read in its
         # index's order and the streams are merged, so no match is sorted and at most about
         # ``limit`` rows per name are read.
+        if not all(matchable(key) for key in (workflow, search) if key):
+            return []
         where: list[str] = []
         params: list[Any] = []
         if status:
@@ -333,6 +337,8 @@ class SqlStore(RunStore):
 
     @translated
     def step_named(self, run_id: str, name: str) -> StepRecord | None:
+        if not matchable(name):
+            return None
         r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.name = ? AND s.parent_seq IS NULL "
                       "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
         return None if r is None else step_from_row(r)
@@ -582,6 +588,14 @@ class SqlStore(RunStore):
         where, params = ("WHERE (created_at, run_id) > (?, ?) ", [*after]) if after else ("", [])
         return [(r["created_at"], r["run_id"]) for r in self._rows(
             f"SELECT created_at, run_id FROM runs {where}ORDER BY created_at, run_id LIMIT ?", [*params, limit])]
+
+
+def matchable(key: str) -> bool:
+    """Whether ``key``, a run id or a name given to look one up, can match anything: names hold no
+    NUL and no lone surrogate (``relaypoint.workflow.is_name``) and run ids are hex, so a key holding
+    one matches nothing; it is not sent to the database, whose driver would refuse it (an encoding
+    error, or on PostgreSQL a NUL in text)."""
+    return "\x00" not in key and encoding.is_unicode(key)
 
 
 def event_detail(detail: dict[str, Any]) -> str | None:
