@@ -10,7 +10,7 @@ from typing import Any
 
 from . import encoding
 from .clock import Clock, to_text
-from .errors import InvalidValue, RefusedTransition, UnknownStep
+from .errors import InvalidValue, RefusedTransition, UnknownStep, quoted
 from .models import Checkpoint, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import cancel_refusal, decision_refusal
@@ -23,7 +23,7 @@ def step_named(store: RunStore, rid: str, name: str | None) -> StepRecord:
     found = store.step_named(rid, name) if name is not None else None
     if found is None:
         names = ", ".join(s.name for s in store.steps(rid) if s.parent is None) or "none"
-        raise UnknownStep(f"run {rid} has no step {name!r}; its steps are: {names}")
+        raise UnknownStep(f"run {rid} has no step {quoted(name)}; its steps are: {names}")
     return found
 
 

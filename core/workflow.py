@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .defaults import RETRIES
 from .drivers import ChainDriver, Driver
 from .encoding import is_unicode, readable
-from .errors import DefinitionError, UnknownWorkflow
+from .errors import DefinitionError, UnknownWorkflow, quoted
 from .status import CheckpointKind
 
 NAME_RULE = "non-empty text without NUL characters or lone surrogates (valid Unicode)"
@@ -313,7 +313,7 @@ def find_workflow(workflows: dict[str, Workflow], name: str) -> Workflow:
     """The workflow named ``name``; ``UnknownWorkflow`` listing the known ones otherwise."""
     if name not in workflows:
         known = ", ".join(sorted(workflows)) or "none loaded; pass --app MODULE:ATTR"
-        raise UnknownWorkflow(f"unknown workflow {name!r} (known: {known})")
+        raise UnknownWorkflow(f"unknown workflow {quoted(name)} (known: {known})")
     return workflows[name]
 
 

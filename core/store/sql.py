@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from .. import encoding
-from ..errors import LeaseLost, StoreError, UnknownRun
+from ..errors import LeaseLost, StoreError, UnknownRun, quoted
 from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import PAUSED as PAUSED_RUNS
 from ..status import RunStatus, StepStatus
@@ -166,7 +166,7 @@ class SqlStore(RunStore):
         return rows[0] if rows else None
 
     def _unknown(self, run_id: str) -> UnknownRun:
-        return UnknownRun(f"no run with id {run_id!r} in {self.where}; see `relaypoint list`")
+        return UnknownRun(f"no run with id {quoted(run_id)} in {self.where}; see `relaypoint list`")
 
     def _strict(self, text: str | None, what: str) -> Any:
         """Decode a stored JSON value a step will consume; damage fails closed with ``StoreDamaged``."""
@@ -203,7 +203,7 @@ class SqlStore(RunStore):
             raise self._unknown(run_id)
         if len(rows) > 1 and rows[0]["run_id"] != run_id:
             ids = ", ".join(r["run_id"] for r in rows[:2]) + (", ..." if len(rows) > 2 else "")
-            raise UnknownRun(f"run id prefix {run_id!r} matches several runs ({ids}); give more characters")
+            raise UnknownRun(f"run id prefix {quoted(run_id)} matches several runs ({ids}); give more characters")
         return rows[0]["run_id"]
 
     @translated
