@@ -10,7 +10,7 @@ from typing import Any
 
 from . import encoding
 from .clock import Clock, to_text
-from .errors import InvalidValue, RefusedTransition, UnknownStep
+from .errors import InvalidValue, RefusedTransition, UnknownStep, quoted
 from .models import Checkpoint, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import cancel_refusal, decision_refusal
@@ -23,8 +23,14 @@ def step_named(store: RunStore, rid: str, name: str | None) -> StepRecord:
     found = store.step_named(rid, name) if name is not None else None
     if found is None:
         names = ", ".join(s.name for s in store.steps(rid) if s.parent is None) or "none"
-        raise UnknownStep(f"run {rid} has no step {name!r}; its steps are: {names}")
+        raise UnknownStep(f"run {rid} has no step {quoted(name)}; its steps are: {names}")
     return found
+
+
+def said(text: str | None) -> str | None:
+    """Free text a person gives with a decision (who decides, a comment) as it is recorded: a lone
+    surrogate (bytes that are not UTF-8 on a command line) as its escape, which any store can hold."""
+    return None if text is None else encoding.readable(text)
 
 
 class Decisions:
@@ -65,6 +71,7 @@ class Decisions:
                 checkpoint_id: int | None) -> Checkpoint:
         """See :meth:`relaypoint.Runtime.approve`."""
         value = None if output is None else encoding.dumps(output, "output")
+        by, comment = said(by), said(comment)
         self.expire_deadlines()  # a pause past its deadline is expired, never decided
         with self.store.transaction():
             rid = self.store.resolve(run_id)
@@ -116,6 +123,7 @@ class Decisions:
         """See :meth:`relaypoint.Runtime.reject`."""
         if not comment or not comment.strip():
             raise InvalidValue("a rejection needs a reason: a comment that is not blank")
+        by, comment = said(by), said(comment)
         self.expire_deadlines()
         with self.store.transaction():
             rid = self.store.resolve(run_id)
@@ -132,6 +140,7 @@ class Decisions:
     def respond(self, run_id: str, value: Any, by: str, checkpoint_id: int | None) -> Checkpoint:
         """See :meth:`relaypoint.Runtime.respond`."""
         text = encoding.dumps(value, "value")
+        by = said(by)
         self.expire_deadlines()
         with self.store.transaction():
             rid = self.store.resolve(run_id)
@@ -148,6 +157,7 @@ class Decisions:
 
     def cancel(self, run_id: str, by: str) -> RunStatus:
         """See :meth:`relaypoint.Runtime.cancel`."""
+        by = said(by)
         self.recovery.sweep()  # a run whose owner died is reported as interrupted, not running
         with self.store.transaction():
             rid = self.store.resolve(run_id)

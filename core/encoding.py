@@ -23,22 +23,26 @@ from .errors import InvalidValue
 MAX_DEPTH = 200
 
 
-def _text(value: str, path: str, what: str = "text") -> str:
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode: it holds no lone surrogate (Python makes them of bytes that
+    are not UTF-8, in command-line arguments and file names). Only such text can be stored or looked up."""
     try:
-        value.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidValue(f"{path}: {what} contains a lone surrogate and is not valid Unicode") from None
+        return False
+    return True
+
+
+def _text(value: str, path: str, what: str = "text") -> str:
+    if not is_unicode(value):
+        raise InvalidValue(f"{path}: {what} contains a lone surrogate and is not valid Unicode")
     return value
 
 
 def readable(text: str) -> str:
     """``text`` as valid Unicode, each lone surrogate in it written as its escape (``\\udc80``): an
     error message or traceback quoting a value that is not valid Unicode can then be stored as text."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    return text if is_unicode(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _plain(value: Any, path: str, depth: int) -> Any:

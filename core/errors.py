@@ -3,6 +3,19 @@
 from __future__ import annotations
 
 
+QUOTED_CHARS = 100
+"""At most this many characters of a text a person gave (a run id, a step or workflow name) are
+quoted by the error that refuses it."""
+
+
+def quoted(text: str) -> str:
+    """``text`` as an error message quotes it: its ``repr``, cut after :data:`QUOTED_CHARS` characters
+    (saying how long it is), so a megabyte pasted as a run id is not echoed whole."""
+    if len(text) <= QUOTED_CHARS:
+        return repr(text)
+    return f"{text[:QUOTED_CHARS]!r}… ({len(text):,} characters)"
+
+
 class RelaypointError(Exception):
     """Base of every error relaypoint raises on purpose (the CLI prints ``error: <message>``)."""
 

@@ -12,16 +12,18 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .defaults import RETRIES
 from .drivers import ChainDriver, Driver
-from .errors import DefinitionError, UnknownWorkflow
+from .encoding import is_unicode, readable
+from .errors import DefinitionError, UnknownWorkflow, quoted
 from .status import CheckpointKind
 
-NAME_RULE = "non-empty text without NUL characters"
+NAME_RULE = "non-empty text without NUL characters or lone surrogates (valid Unicode)"
 
 
 def is_name(value: Any) -> bool:
     """Whether ``value`` can name a workflow, step, pattern or agent (see ``NAME_RULE``): a NUL
-    cannot be part of a key in PostgreSQL text, so neither backend takes one."""
-    return isinstance(value, str) and bool(value.strip()) and "\x00" not in value
+    cannot be part of a key in PostgreSQL text, and a lone surrogate cannot be stored at all, so
+    neither backend takes one."""
+    return isinstance(value, str) and bool(value.strip()) and "\x00" not in value and is_unicode(value)
 
 
 if TYPE_CHECKING:
@@ -244,6 +246,7 @@ class InputRequested(BaseException):
     """
 
     def __init__(self, prompt: str, index: int, kind: CheckpointKind = CheckpointKind.INPUT) -> None:
+        prompt = readable(prompt)  # a lone surrogate is recorded as its escape, as in an error message
         super().__init__(prompt)
         self.prompt = prompt
         self.index = index
@@ -310,7 +313,7 @@ def find_workflow(workflows: dict[str, Workflow], name: str) -> Workflow:
     """The workflow named ``name``; ``UnknownWorkflow`` listing the known ones otherwise."""
     if name not in workflows:
         known = ", ".join(sorted(workflows)) or "none loaded; pass --app MODULE:ATTR"
-        raise UnknownWorkflow(f"unknown workflow {name!r} (known: {known})")
+        raise UnknownWorkflow(f"unknown workflow {quoted(name)} (known: {known})")
     return workflows[name]
 
 

@@ -289,6 +289,17 @@ def test_an_unknown_run_id_is_echoed(app, db, args):
     assert "'feedface'" in one_line_error(relaypoint(app, *args, db=db))
 
 
+@pytest.mark.parametrize("args", [
+    ["show", "{long}"], ["approve", "{long}"], ["fork", "{rid}", "--from", "{long}"],
+    ["show", "{rid}", "--output", "{long}"], ["start", "{long}", "--app", APP],
+])
+def test_an_unknown_id_or_name_of_any_length_is_quoted_cut_in_one_short_line(app, db, args):
+    (rid,) = prepare(db, "review")
+    long = "x" * 100_000  # a command-line argument holds up to 128 KiB
+    line = one_line_error(relaypoint(app, *[a.format(long=long, rid=rid) for a in args], db=db))
+    assert len(line) < 400 and f"'{'x' * 100}'… (100,000 characters)" in line, line[:400]
+
+
 def test_an_ambiguous_prefix_is_refused(app, db):
     prepare(db, *["simple"] * 40)  # 40 random hex ids: some share a first character
     ids = [r["run_id"] for r in as_json(app, db, "list")]

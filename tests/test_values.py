@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from helpers import (APP, DB, Flow, app_workflows, asks, one_line_error, relaypoint, returns, runtime, snapshot,
                      sql, sqlite_only, write_app)
-from relaypoint import InvalidValue, RunStatus, Runtime, StepStatus, Workflow
+from relaypoint import InvalidValue, RunStatus, Runtime, StepStatus, UnknownRun, UnknownStep, Workflow
 
 CORE = Path(__file__).resolve().parent.parent / "core"
 
@@ -445,6 +445,110 @@ def test_cli_approve_output_and_respond_value_that_cannot_be_stored_are_one_line
     cli_error_is(relaypoint(cwd, "respond", ids["ask"], "--value", text, db=db), expected, "--value")
     assert snapshot(db) == before
     assert relaypoint(cwd, "approve", ids["review"], "--by", "ana", db=db).returncode == 0
+
+
+# ---- free text and keys: comments, who decides, prompts, ids and names looked up -------------------
+#
+# A command-line argument that is not UTF-8 reaches Python as lone surrogates (surrogateescape):
+# given as a comment or a name of who decides, it is recorded with its escapes (``\\udcff``), as a
+# step's exception message is; given as a run id, step or workflow to look up, it matches nothing.
+
+NOT_UTF8 = "\udcff\udcfe ok"  # what Python makes of the bytes ff fe in argv
+NOT_UTF8_RECORDED = "\\udcff\\udcfe ok"
+
+
+def test_decisions_record_free_text_that_is_not_valid_unicode_with_its_escapes(db: str) -> None:
+    flow = Flow("a", ("b", {"approval": True}), "c")
+    with runtime(db, flow) as rt:
+        approved, rejected, cancelled = rt.start("flow"), rt.start("flow"), rt.start("flow")
+        cp = rt.approve(approved, by=NOT_UTF8, comment=NOT_UTF8)
+        assert (cp.decided_by, cp.comment) == (NOT_UTF8_RECORDED, NOT_UTF8_RECORDED)
+        rt.reject(rejected, comment=NOT_UTF8, by=NOT_UTF8)
+        assert rt.cancel(cancelled, by=NOT_UTF8) == RunStatus.AWAITING_APPROVAL
+        assert [rt.get(r).status for r in (approved, rejected, cancelled)] == [
+            RunStatus.QUEUED, RunStatus.REJECTED, RunStatus.CANCELLED]
+        for rid, kind in ((approved, "approved"), (rejected, "rejected"), (cancelled, "cancelled")):
+            [event] = [e for e in rt.events(rid) if e.kind == kind]
+            assert event.actor == NOT_UTF8_RECORDED
+            if kind != "cancelled":
+                assert event.detail["comment"] == NOT_UTF8_RECORDED
+                [decided] = [c for c in rt.store.checkpoints(rid) if c.decision]
+                assert (decided.decided_by, decided.comment) == (NOT_UTF8_RECORDED, NOT_UTF8_RECORDED)
+        assert rt.resume(approved) == RunStatus.COMPLETED
+
+
+def test_an_answer_given_by_a_name_that_is_not_valid_unicode_is_recorded_with_its_escapes(db: str) -> None:
+    flow = Flow("a").on("a", asks("Title?"))
+    with runtime(db, flow) as rt:
+        rid = rt.start("flow")
+        assert rt.respond(rid, "t", by=NOT_UTF8).decided_by == NOT_UTF8_RECORDED
+        assert [e.actor for e in rt.events(rid) if e.kind == "responded"] == [NOT_UTF8_RECORDED]
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert rt.step_output(rid, "a") == ["t"]
+
+
+def test_a_prompt_that_is_not_valid_unicode_pauses_the_run_with_its_escapes(db: str) -> None:
+    flow = chain().on("b", asks("file \udcff?"))
+    with runtime(db, flow) as rt:
+        rid = rt.start("flow")
+        run = rt.get(rid)
+        assert run.status == RunStatus.AWAITING_INPUT
+        assert run.pending.reason == "file \\udcff?"
+        assert [e.detail["reason"] for e in rt.events(rid) if e.kind == "paused"] == ["file \\udcff?"]
+        rt.respond(rid, "yes")
+        assert rt.resume(rid) == RunStatus.COMPLETED
+
+
+@pytest.mark.parametrize("key", ["\udcff", "ab\x00", "\udcff\x00"], ids=["lone-surrogate", "nul", "both"])
+def test_a_key_that_no_run_step_or_workflow_can_hold_matches_nothing(db: str, key: str) -> None:
+    flow = chain()
+    with runtime(db, flow) as rt:
+        rid = rt.start("flow")
+        before = snapshot(db)
+        for lookup in (lambda: rt.get(key), lambda: rt.events(key), lambda: rt.approve(key),
+                       lambda: rt.cancel(key), lambda: rt.delete(key), lambda: rt.fork(key, "a")):
+            with pytest.raises(UnknownRun, match="no run with id"):
+                lookup()
+        for lookup in (lambda: rt.fork(rid, key), lambda: rt.step_output(rid, key)):
+            with pytest.raises(UnknownStep, match="its steps are: a, b, c"):
+                lookup()
+        assert rt.list(workflow=key) == [] and rt.list(search=key) == []
+        assert snapshot(db) == before
+        still_usable(rt)
+
+
+def test_cli_free_text_and_keys_that_are_not_utf8_are_recorded_or_refused_in_one_line(cli_store) -> None:
+    cwd, db, ids = cli_store
+    rid = ids["review"]
+    not_utf8 = "\udcff\udcfe ok"  # subprocess passes it as the bytes ff fe
+    before = snapshot(db)
+    for args, what in ((["show", not_utf8], "no run with id '\\udcff\\udcfe ok'"),
+                       (["events", not_utf8], "no run with id"), (["approve", not_utf8], "no run with id"),
+                       (["cancel", not_utf8], "no run with id"), (["delete", not_utf8], "no run with id"),
+                       (["fork", rid, "--from", not_utf8], "no step '\\udcff\\udcfe ok'; its steps are"),
+                       (["show", rid, "--output", not_utf8], "no step '\\udcff\\udcfe ok'"),
+                       (["resume", not_utf8, "--app", APP], "no run with id")):
+        assert what in one_line_error(relaypoint(cwd, *args, db=db)), args
+    listed = relaypoint(cwd, "list", "--workflow", not_utf8, "--json", db=db)
+    assert (listed.returncode, json.loads(listed.stdout)) == (0, [])
+    assert snapshot(db) == before
+
+    approved = relaypoint(cwd, "approve", rid, "--comment", not_utf8, "--by", not_utf8, db=db)
+    assert approved.returncode == 0 and "Traceback" not in approved.stderr, approved.stderr
+    answered = relaypoint(cwd, "respond", ids["ask"], "--value", '"t"', "--by", not_utf8, db=db)
+    assert answered.returncode == 0, answered.stderr
+    events = json.loads(relaypoint(cwd, "events", rid, "--json", db=db).stdout)
+    [event] = [e for e in events if e["kind"] == "approved"]
+    assert (event["actor"], event["detail"]["comment"]) == ("\\udcff\\udcfe ok", "\\udcff\\udcfe ok")
+    assert "\\udcff\\udcfe ok" in relaypoint(cwd, "events", rid, db=db).stdout
+    with Runtime(db, app_workflows()) as rt:
+        other = rt.start("review")
+    rejected = relaypoint(cwd, "reject", other, "--comment", not_utf8, "--by", not_utf8, db=db)
+    assert rejected.returncode == 0, rejected.stderr
+    cancelled = relaypoint(cwd, "cancel", ids["review"], "--by", not_utf8, db=db)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert [e["actor"] for e in json.loads(relaypoint(cwd, "events", rid, "--json", db=db).stdout)
+            if e["kind"] == "cancelled"] == ["\\udcff\\udcfe ok"]
 
 
 # ---- nothing is unpickled, evaluated or imported because the store says so ------------------------

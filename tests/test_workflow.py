@@ -64,6 +64,7 @@ def test_the_three_decorator_forms_register_steps_in_order():
     ({"name": ""}, "a step name must be non-empty text"),
     ({"name": "  "}, "a step name must be non-empty text"),
     ({"name": "boom\x00nul"}, "a step name must be non-empty text without NUL characters"),
+    ({"name": "boom\udcff"}, "a step name must be non-empty text without NUL characters or lone surrogates"),
 ])
 def test_invalid_options_are_refused_at_definition(options, message):
     wf = Workflow("w")
@@ -72,7 +73,7 @@ def test_invalid_options_are_refused_at_definition(options, message):
     assert wf.steps == []
 
 
-@pytest.mark.parametrize("name", ["", "   ", None, "a\x00b"])
+@pytest.mark.parametrize("name", ["", "   ", None, "a\x00b", "a\udcffb"])
 def test_a_workflow_needs_a_name(name):
     with pytest.raises(DefinitionError, match="a workflow name must be non-empty text"):
         Workflow(name)

@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from .. import encoding
-from ..errors import LeaseLost, StoreError, UnknownRun
+from ..errors import LeaseLost, StoreError, UnknownRun, quoted
 from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import PAUSED as PAUSED_RUNS
 from ..status import RunStatus, StepStatus
@@ -166,7 +166,7 @@ class SqlStore(RunStore):
         return rows[0] if rows else None
 
     def _unknown(self, run_id: str) -> UnknownRun:
-        return UnknownRun(f"no run with id {run_id!r} in {self.where}; see `relaypoint list`")
+        return UnknownRun(f"no run with id {quoted(run_id)} in {self.where}; see `relaypoint list`")
 
     def _strict(self, text: str | None, what: str) -> Any:
         """Decode a stored JSON value a step will consume; damage fails closed with ``StoreDamaged``."""
@@ -195,13 +195,15 @@ class SqlStore(RunStore):
     def resolve(self, run_id: str) -> str:
         if not run_id:
             raise UnknownRun("empty run id; see `relaypoint list`")
+        if not matchable(run_id):
+            raise self._unknown(run_id)
         rows = self._rows("SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT 3",
                           (run_id, run_id + "\U0010ffff"))
         if not rows:
             raise self._unknown(run_id)
         if len(rows) > 1 and rows[0]["run_id"] != run_id:
             ids = ", ".join(r["run_id"] for r in rows[:2]) + (", ..." if len(rows) > 2 else "")
-            raise UnknownRun(f"run id prefix {run_id!r} matches several runs ({ids}); give more characters")
+            raise UnknownRun(f"run id prefix {quoted(run_id)} matches several runs ({ids}); give more characters")
         return rows[0]["run_id"]
 
     @translated
@@ -246,6 +248,8 @@ class SqlStore(RunStore):
         # Each matching workflow name of a search (found by a loose index scan) is read in its
         # index's order and the streams are merged, so no match is sorted and at most about
         # ``limit`` rows per name are read.
+        if not all(matchable(key) for key in (workflow, search) if key):
+            return []
         where: list[str] = []
         params: list[Any] = []
         if status:
@@ -333,6 +337,8 @@ class SqlStore(RunStore):
 
     @translated
     def step_named(self, run_id: str, name: str) -> StepRecord | None:
+        if not matchable(name):
+            return None
         r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.name = ? AND s.parent_seq IS NULL "
                       "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
         return None if r is None else step_from_row(r)
@@ -582,6 +588,14 @@ class SqlStore(RunStore):
         where, params = ("WHERE (created_at, run_id) > (?, ?) ", [*after]) if after else ("", [])
         return [(r["created_at"], r["run_id"]) for r in self._rows(
             f"SELECT created_at, run_id FROM runs {where}ORDER BY created_at, run_id LIMIT ?", [*params, limit])]
+
+
+def matchable(key: str) -> bool:
+    """Whether ``key``, a run id or a name given to look one up, can match anything: names hold no
+    NUL and no lone surrogate (``relaypoint.workflow.is_name``) and run ids are hex, so a key holding
+    one matches nothing; it is not sent to the database, whose driver would refuse it (an encoding
+    error, or on PostgreSQL a NUL in text)."""
+    return "\x00" not in key and encoding.is_unicode(key)
 
 
 def event_detail(detail: dict[str, Any]) -> str | None:
