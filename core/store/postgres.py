@@ -136,6 +136,13 @@ _CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created
 # A boundary's document, output and checkpoint state (schema version 7); a start's document, input,
 # definition and start checkpoint state, then its first boundary's.
 _COMMIT_BOUNDARY = "SELECT commit_boundary(%s::json, %s, %s) AS checkpoint_id"
+# A start's document: the run's row (as _RUN_INSERT less updated_at), its planned executions (as
+# arrays, in the order of _step_values), its start checkpoint (less its state); the run_start type.
+_RUN_START_FIELDS = ("run", "workflow", "status", "parent_run", "forked_from", "fingerprint", "created_at",
+                     "current_step", "steps_done", "steps_total", *LEASE_COLUMNS)
+_STEP_ARRAYS = ("s_seqs", "s_names", "s_iterations", "s_agents", "s_parents", "s_statuses", "s_attempts", "s_options",
+                "s_keys")
+_START_CHECKPOINT_FIELDS = ("c_run", "c_seq", "c_step", "c_kind", "c_at", "c_reason", "c_deadline")
 _START_RUN = "SELECT start_run(%s::json, %s, %s, %s, %s::json, %s, %s) AS checkpoint_id"
 _CHILDREN = ("FROM steps s WHERE s.run_id = %(run)s AND s.name = (SELECT g.name FROM steps g "
              "WHERE g.run_id = %(run)s AND g.seq = %(parent)s) AND s.parent_seq = %(parent)s ORDER BY s.seq")
@@ -1302,20 +1309,16 @@ class PostgresStore(SqlStore):
         # One statement, the schema's start_run function (schema version 5), in its own transaction.
         if boundary.run_id != run.run_id:
             raise ValueError(f"start_run: the boundary is of run {boundary.run_id}, not of {run.run_id}")
-        columns: list[list[Any]] = [[] for _ in range(9)]
+        columns: list[list[Any]] = [[] for _ in _STEP_ARRAYS]
         for s in steps:
             for column, value in zip(columns, self._step_values(run.run_id, s)[1:]):
                 column.append(value)
-        doc = {"run": run.run_id, "workflow": run.workflow, "status": str(run.status), "parent_run": run.parent_run_id,
-               "forked_from": run.forked_from_step, "fingerprint": run.fingerprint, "created_at": _iso(run.created_at),
-               "current_step": run.current_step, "steps_done": run.steps_done, "steps_total": run.steps_total,
-               **_lease_fields(run.lease),
-               **dict(zip(("s_seqs", "s_names", "s_iterations", "s_agents", "s_parents", "s_statuses", "s_attempts",
-                           "s_options", "s_keys"), columns)),
-               "c_run": start.run_id, "c_seq": start.seq, "c_step": start.step, "c_kind": start.kind,
-               "c_at": _iso(start.at), "c_reason": _free(start.reason), "c_deadline": _iso(start.deadline_at),
+        values, cp = self._run_insert_values(run), self._checkpoint_values(start)
+        doc = {**dict(zip(_RUN_START_FIELDS, (*values[:7], *values[8:]))),  # updated_at is created_at
+               **dict(zip(_STEP_ARRAYS, columns)),
+               **dict(zip(_START_CHECKPOINT_FIELDS, (*cp[:6], cp[7]))),  # its state is an argument
                "lock1": self._lock_keys[0], "lock2": self._lock_keys[1]}
-        params = (_document(doc), run.input, run.definition, start.state, *self._boundary_params(boundary))
+        params = (_document(doc), run.input, run.definition, cp[6], *self._boundary_params(boundary))
         return self._call_fenced(_START_RUN, params, run.run_id)
 
     def _call_fenced(self, statement: str, params: Sequence[Any], run_id: str) -> BoundaryResult:
@@ -1356,13 +1359,13 @@ class PostgresStore(SqlStore):
                 names_it = False
             for column, value in zip(events, (ev.kind, ev.step, _free(ev.actor), detail, names_it)):
                 column.append(value)
-        doc = {"run": b.run_id, "fence": b.fence, "at": _iso(b.at), "fields": list(names),
+        doc = {"run": b.run_id, "fence": b.fence, "at": _time(b.at), "fields": list(names),
                "status": str(fields["status"]) if "status" in fields else None,
-               "updated_at": _iso(fields["updated_at"]), "current_step": fields.get("current_step"),
+               "updated_at": _time(fields["updated_at"]), "current_step": fields.get("current_step"),
                "steps_done": fields.get("steps_done"), "steps_total": fields.get("steps_total"),
                "error": _free(fields.get("error")), "fingerprint": fields.get("fingerprint"),
                "suspect_deaths": fields.get("suspect_deaths"),
-               **_lease_fields(fields.get("lease")),
+               **dict(zip(LEASE_COLUMNS, _lease_values(fields.get("lease")))),
                "ev_kinds": events[0], "ev_steps": events[1], "ev_actors": events[2], "ev_details": events[3],
                "ev_names": events[4], "lock1": self._lock_keys[0], "lock2": self._lock_keys[1]}
         if ended is not None:
@@ -1374,8 +1377,8 @@ class PostgresStore(SqlStore):
             doc.update(new_name=step.name, new_iteration=step.iteration, new_agent=step.agent, new_parent=step.parent,
                        new_options=step.options, new_key=step.idempotency_key)
         if cp is not None:
-            doc.update(cp_kind=cp.kind, cp_run=cp.run_id, cp_seq=cp.seq, cp_step=cp.step, cp_at=_iso(cp.at),
-                       cp_reason=_free(cp.reason), cp_deadline=_iso(cp.deadline_at))
+            doc.update(cp_kind=cp.kind, cp_run=cp.run_id, cp_seq=cp.seq, cp_step=cp.step, cp_at=_time(cp.at),
+                       cp_reason=_free(cp.reason), cp_deadline=_time(cp.deadline_at))
         return (_document(doc), None if ended is None else ended.output_json, None if cp is None else cp.state)
 
 
@@ -1387,27 +1390,10 @@ def _dialect(sql: str) -> str:
     return sql.replace("?", "%s") if "?" in sql else sql
 
 
-_LEASE_KEYS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
-"""A lease's fields in a boundary's or a start's document (schema version 7)."""
-
-
 def _document(fields: dict[str, Any]) -> str:
-    """A boundary's or a start's fields as the JSON document the schema's functions read (version 7)."""
-    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
-
-
-def _iso(dt: datetime | None) -> str | None:
-    """A store time (see :func:`_time`) as ISO 8601 text, for a document."""
-    t = _time(dt)
-    return None if t is None else t.isoformat()
-
-
-def _lease_fields(lease: Lease | None) -> dict[str, Any]:
-    """A lease's fields in a document (all None without one)."""
-    if lease is None:
-        return dict.fromkeys(_LEASE_KEYS)
-    return dict(zip(_LEASE_KEYS, (lease.token, lease.pid, lease.pid_start, lease.host, _iso(lease.expires_at),
-                                  _iso(lease.heartbeat_at))))
+    """A boundary's or a start's fields as the JSON document the schema's functions read (version 7):
+    store times (see :func:`_time`) as ISO 8601 text."""
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"), default=datetime.isoformat)
 
 
 def _time(dt: datetime | None) -> datetime | None:
