@@ -1,13 +1,17 @@
 """The PostgreSQL store's change check (``data_version``, what the console's live refresh asks each
-tick): notifications on the schema's channel, read without a round trip while nothing changes; the
-server's write counters when notifications cannot be had; and the upgrade of a version-1 store.
+tick): notifications on the schema's channel, read without a round trip while nothing changes, and
+sent only while a console listens; the server's write counters when notifications cannot be had;
+and the upgrade of a version-1 store.
 
 Writers are other processes (``python -c``), as a worker or another person's console would be."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -16,7 +20,7 @@ from relaypoint.store import StoreReadOnly, open_store
 from relaypoint.store.postgres import MIGRATIONS, SCHEMA_VERSION, _migrate_1, channel
 
 from conftest import POSTGRES_URL, drop_schema, postgres_server
-from test_postgres_store import server
+from test_postgres_store import server, store_at_version
 from test_store_contract import add_run
 
 psycopg = pytest.importorskip("psycopg")
@@ -61,6 +65,11 @@ def changed(store, version, seconds: float = 10):
     return now
 
 
+def listeners(schema: str) -> list[int]:
+    """The server process ids of the consoles listening to the store in ``schema``."""
+    return [r[0] for r in server(f"SELECT pid FROM {schema}.listeners ORDER BY pid")]
+
+
 def backends(pids: list[int]) -> list[tuple]:
     """What the server shows of these backends: state, when it last changed, the last statement."""
     return server("SELECT pid, state, state_change, query FROM pg_stat_activity WHERE pid = ANY(%s) ORDER BY pid",
@@ -73,8 +82,7 @@ def test_a_commit_by_another_process_changes_the_version_and_an_idle_check_sends
     with open_store(url, readonly=True) as store:  # a console's store (its test notification is sent read-only)
         version = store.data_version()
         assert store.change_feed == "notifications"
-        pids = [store.conn.info.backend_pid, *(r[0] for r in server(
-            "SELECT pid FROM pg_stat_activity WHERE query = %s", (f"LISTEN {channel(store.schema)}",)))]
+        pids = [store.conn.info.backend_pid, *listeners(store.schema)]
         assert len(pids) == 2  # the store's connection and its listener
         seen = backends(pids)
         for _ in range(200):
@@ -118,12 +126,111 @@ def test_a_lost_listener_counts_as_a_change_and_listening_resumes(url):
     with open_store(url, create=True) as store:
         add_run(store, "r1")
         version = store.data_version()
-        server("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
-               (f"LISTEN {channel(store.schema)}",))
+        [listener] = listeners(store.schema)
+        server("SELECT pg_terminate_backend(%s)", (listener,))
         version = changed(store, version)  # what was sent meanwhile may be lost: counted as a change
         assert store.change_feed == "notifications"
         write_elsewhere(url)
         assert changed(store, version) != version
+
+
+def heard(conn, seconds: float = 1.0) -> int:
+    """The notifications of writes (not the consoles' test ones) that reach ``conn`` within ``seconds``."""
+    return sum(n.payload == "" for n in conn.notifies(timeout=seconds))
+
+
+def test_writers_notify_only_while_a_console_listens(url, postgres_schema):
+    with open_store(url, create=True) as writer:
+        add_run(writer, "r1")
+    # A connection that listens without being recorded hears what every listener would.
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as ear:
+        ear.execute(f"LISTEN {channel(postgres_schema)}")
+        write_elsewhere(url, "boundary")
+        write_elsewhere(url)
+        assert heard(ear) == 0 and listeners(postgres_schema) == []  # no console: nothing sent
+        with open_store(url, readonly=True) as console:
+            version = console.data_version()
+            assert console.change_feed == "notifications"
+            [pid] = listeners(postgres_schema)
+            assert pid != console.conn.info.backend_pid  # its listening connection, not its own
+            write_elsewhere(url, "boundary")
+            write_elsewhere(url)
+            assert heard(ear) == 2
+            assert changed(console, version) != version
+        assert listeners(postgres_schema) == []  # its record is dropped when it closes
+        write_elsewhere(url, "boundary")
+        assert heard(ear) == 0
+
+
+CONSOLE = """\
+import sys, time
+from relaypoint.store import open_store
+store = open_store(sys.argv[1], readonly=True)
+store.data_version()
+print(store.change_feed, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_record_of_a_killed_console_is_dropped_when_the_next_one_listens(url, postgres_schema):
+    with open_store(url, create=True) as writer:
+        add_run(writer, "r1")
+    console = subprocess.Popen([sys.executable, "-c", CONSOLE, url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert console.stdout.readline() == "notifications\n"
+        [gone] = listeners(postgres_schema)
+    finally:
+        os.kill(console.pid, signal.SIGKILL)
+        console.wait()
+    deadline = time.monotonic() + 10
+    while server("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (gone,)) != [(0,)]:
+        assert time.monotonic() < deadline, "the killed console's connection did not end"
+        time.sleep(0.05)
+    assert listeners(postgres_schema) == [gone]  # left behind: writers notify for nobody meanwhile
+    with open_store(url, readonly=True) as other:
+        other.data_version()
+        [pid] = listeners(postgres_schema)
+        assert pid != gone
+
+
+def test_a_console_starts_listening_once_the_writes_under_way_have_committed(url):
+    with open_store(url, create=True) as writer, open_store(url, readonly=True) as console:
+        add_run(writer, "r1")
+        listening = threading.Event()
+        with writer.transaction("r1"):  # under way: it has not seen a listener, so it will not notify
+            writer.update_run("r1", steps_done=5)
+            thread = threading.Thread(target=lambda: (console.data_version(), listening.set()))
+            thread.start()
+            # the console records itself under the schema's lock, which every writer holds (shared)
+            assert not listening.wait(1.0)
+        thread.join(10)
+        assert listening.is_set() and console.change_feed == "notifications"
+        assert console.run("r1").steps_done == 5  # so its first read, after that, sees the write
+
+
+def test_consoles_of_readers_and_of_writers_granted_the_tables_before_version_8_are_notified(url, postgres_schema):
+    store_at_version(postgres_schema, 7).close()
+    reader, writer = f"{postgres_schema}_r", f"{postgres_schema}_w"
+    try:
+        for role in (reader, writer):
+            server(f"CREATE ROLE {role} LOGIN")
+            server(f"GRANT USAGE ON SCHEMA {postgres_schema} TO {role}")
+            server(f"GRANT SELECT ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
+        server(f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres_schema} TO {writer}")
+        with open_store(url) as owner:  # upgraded here, by the schema's owner
+            add_run(owner, "r1")
+        for role, readonly in ((reader, True), (writer, False)):
+            with open_store(url.replace("postgres@", f"{role}@", 1)) as console:
+                assert (console.readonly_reason is not None) is readonly
+                version = console.data_version()
+                assert console.change_feed == "notifications"
+                write_elsewhere(url, "boundary")
+                assert changed(console, version) != version
+            assert listeners(postgres_schema) == []
+    finally:
+        for role in (reader, writer):
+            server(f"DROP OWNED BY {role}")
+            server(f"DROP ROLE {role}")
 
 
 @pytest.fixture
@@ -168,11 +275,11 @@ def test_a_version_1_store_is_upgraded_on_open_and_then_notifies(url, postgres_s
             for statement in _migrate_1(postgres_schema):
                 conn.execute(statement)
             conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', '1')")
-    assert MIGRATIONS[0] is _migrate_1 and SCHEMA_VERSION == 7
-    with pytest.raises(StoreReadOnly, match="needs an upgrade to version 7"):
+    assert MIGRATIONS[0] is _migrate_1 and SCHEMA_VERSION == 8
+    with pytest.raises(StoreReadOnly, match="needs an upgrade to version 8"):
         open_store(url, readonly=True)
     with open_store(url) as store:  # upgraded here
-        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("7",)]
+        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("8",)]
         [(source,)] = server("SELECT prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
                              "WHERE nspname = %s AND proname = 'commit_boundary'", (postgres_schema,))
         assert f"pg_notify('{channel(postgres_schema)}', '')" in source

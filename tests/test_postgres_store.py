@@ -205,7 +205,7 @@ def test_the_store_lives_in_its_schema_with_the_sqlite_stores_tables(url, postgr
         pass
     tables = {r[0] for r in server("SELECT tablename FROM pg_tables WHERE schemaname = %s", (postgres_schema,))}
     assert tables == {"meta", "runs", "run_inputs", "definitions", "steps", "outputs", "checkpoints", "events",
-                      "run_counts"}
+                      "run_counts", "listeners"}  # listeners: the consoles listening (version 8)
     indexes = {r[0] for r in server("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (postgres_schema,))}
     assert {"runs_by_created", "runs_by_status", "runs_by_workflow", "runs_by_parent", "runs_by_fingerprint",
             "steps_by_name", "checkpoints_by_run", "checkpoints_due", "checkpoints_paused",
@@ -213,7 +213,7 @@ def test_the_store_lives_in_its_schema_with_the_sqlite_stores_tables(url, postgr
     types = dict(server("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
                         "AND table_name = 'runs'", (postgres_schema,)))
     assert types["created_at"] == types["lease_expires_at"] == "timestamp with time zone"
-    assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("7",)]
+    assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("8",)]
     assert server("SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'runs'") == [(0,)]
 
 
@@ -222,7 +222,7 @@ def test_a_newer_schema_is_refused(url, postgres_schema):
         add_run(store, "r1")
     server(f"UPDATE {postgres_schema}.meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(StoreNewer, match=r"has store schema version 99, newer than this relaypoint understands "
-                                         r"\(7\); upgrade relaypoint to open it$"):
+                                         r"\(8\); upgrade relaypoint to open it$"):
         open_store(url)
     assert server(f"SELECT run_id FROM {postgres_schema}.runs") == [("r1",)]  # untouched
 
@@ -252,7 +252,7 @@ def test_a_version_2_store_is_upgraded_to_plan_its_boundaries_once_per_connectio
     for name in ("a", "b", "c"):
         wf.step(name=name)(lambda ctx, name=name: {"step": name})
     with Runtime(url, [wf], create=False) as rt:  # upgraded here
-        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("7",)]
+        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("8",)]
         assert server(config, (postgres_schema,)) == [("commit_boundary", ["plan_cache_mode=force_generic_plan"]),
                                                       ("start_run", ["plan_cache_mode=force_generic_plan"])]
         # Version 7: a boundary is one json document and its long values (one call, three arguments,
