@@ -9,7 +9,7 @@ import importlib
 import os
 import sys
 
-from .errors import AppLoadError
+from .errors import AppLoadError, quoted
 from .workflow import Workflow
 
 
@@ -21,22 +21,23 @@ def load_workflows(spec: str) -> list[Workflow]:
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise AppLoadError(f"--app {spec!r} must look like MODULE:ATTR, e.g. myflows:workflows")
+        raise AppLoadError(f"--app {quoted(spec)} must look like MODULE:ATTR, e.g. myflows:workflows")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
-        raise AppLoadError(f"cannot import {module_name!r} named by --app: {e}; run from the directory that "
-                           "holds it or set PYTHONPATH") from None
+        raise AppLoadError(f"cannot import {quoted(module_name)} named by --app: no module named "
+                           f"{quoted(e.name or module_name)}; run from the directory that holds it or set "
+                           "PYTHONPATH") from None
     except Exception as e:  # the operator's module failed while importing
-        raise AppLoadError(f"importing {module_name!r} named by --app failed: {type(e).__name__}: {e}") from None
+        raise AppLoadError(f"importing {quoted(module_name)} named by --app failed: {type(e).__name__}: {e}") from None
     try:
         value = getattr(module, attr)
     except AttributeError:
-        raise AppLoadError(f"module {module_name!r} has no attribute {attr!r} (named by --app)") from None
+        raise AppLoadError(f"module {quoted(module_name)} has no attribute {quoted(attr)} (named by --app)") from None
     workflows = [value] if isinstance(value, Workflow) else value
     if not isinstance(workflows, (list, tuple)) or not all(isinstance(w, Workflow) for w in workflows):
-        raise AppLoadError(f"--app {spec!r} must name a Workflow or a list of Workflows, "
+        raise AppLoadError(f"--app {quoted(spec)} must name a Workflow or a list of Workflows, "
                            f"not {type(value).__name__}")
     return list(workflows)

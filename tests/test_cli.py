@@ -292,6 +292,8 @@ def test_an_unknown_run_id_is_echoed(app, db, args):
 @pytest.mark.parametrize("args", [
     ["show", "{long}"], ["approve", "{long}"], ["fork", "{rid}", "--from", "{long}"],
     ["show", "{rid}", "--output", "{long}"], ["start", "{long}", "--app", APP],
+    ["start", "review", "--app", "{long}"], ["start", "review", "--app", "{long}:workflows"],
+    ["start", "review", "--app", "rpflows:{long}"],
 ])
 def test_an_unknown_id_or_name_of_any_length_is_quoted_cut_in_one_short_line(app, db, args):
     (rid,) = prepare(db, "review")
