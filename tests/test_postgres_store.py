@@ -5,6 +5,7 @@ listing queries. The backend-neutral contract is in test_store_contract.py (``st
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -313,6 +314,26 @@ def test_a_schema_holding_other_tables_is_not_a_store(url, postgres_schema):
     with pytest.raises(Exception, match="holds tables but is not a relaypoint store"):
         open_store(url, create=True)
     assert server(f"SELECT tablename FROM pg_tables WHERE schemaname = %s", (postgres_schema,)) == [("invoices",)]
+
+
+@pytest.mark.parametrize("schema, kind", [
+    ("user", "reserved"), ("select", "reserved"), ("left", "reserved (can be function or type name)"),
+    ("int", "unreserved (cannot be function or type name)"),
+])
+def test_a_schema_named_by_an_sql_keyword_is_refused_in_one_line_and_nothing_is_made(tmp_path, schema, kind):
+    """PostgreSQL takes these words as names only when quoted, and relaypoint writes its schema's name
+    unquoted: instead of the server's "syntax error at or near", one line saying to name another."""
+    url = f"{postgres_server()}?schema={schema}"
+    with pytest.raises(InvalidStoreURL, match=f"^store URL .* names schema '{schema}', an SQL keyword PostgreSQL "
+                                              f"takes as a name only quoted {re.escape(f'({kind})')}; name another"):
+        open_store(url, create=True)
+    (tmp_path / "app.py").write_text("from relaypoint import Workflow\nwf = Workflow('w')\n"
+                                     "@wf.step\ndef s(ctx):\n    return 1\nworkflows = [wf]\n")
+    result = subprocess.run([sys.executable, "-m", "relaypoint", "--db", url, "start", "w", "--app", "app:workflows"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("Error: store URL ") and len(result.stderr.splitlines()) == 1
+    assert server("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)) == []
 
 
 def test_two_schemas_in_one_database_are_kept_apart(url, postgres_schema):
