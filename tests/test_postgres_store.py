@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -585,6 +587,71 @@ def test_a_user_with_create_on_a_schema_an_administrator_made_can_make_the_store
             open_store(url)
     finally:
         server(f"DROP SCHEMA IF EXISTS {postgres_schema} CASCADE")
+        server(f"DROP OWNED BY {role}")
+        server(f"DROP ROLE {role}")
+
+
+def test_the_readmes_two_roles_work_as_written(postgres_schema, tmp_path):
+    """The README's permissions recipe, run as written (its role and schema names made unique): the
+    administrator's SQL, the owner's command that makes the tables, then every command that records,
+    ``copy`` into the store included, as the everyday role."""
+    teams = (Path(__file__).resolve().parent.parent / "README.md").read_text().split("\n## Teams:", 1)[1]
+    recipe = re.search(r"```sql\n(.*?)```", teams, flags=re.S).group(1)
+    make = re.search(r'```sh\n\s*(python -c ".*?")\n\s*```', teams).group(1)
+    owner, user = f"{postgres_schema}_owner", f"{postgres_schema}_relay"
+    recipe = re.sub(r"\brelay_owner\b", owner, re.sub(r"\brelay\b", user, recipe))
+    server(re.sub(r"SCHEMA relaypoint\b", f"SCHEMA {postgres_schema}", recipe))
+    as_owner, as_user = (f"{POSTGRES_URL.replace('postgres@', role + '@', 1)}?schema={postgres_schema}"
+                         for role in (owner, user))
+    try:
+        command = make.replace("postgresql://relay_owner@db/team", as_owner).removeprefix("python")
+        subprocess.run(shlex.quote(sys.executable) + command, shell=True, check=True, timeout=60)
+        (tmp_path / "app.py").write_text("from relaypoint import Workflow\nwf = Workflow('w')\n"
+                                         "@wf.step(approval=True)\ndef a(ctx):\n    return 1\n"
+                                         "@wf.step\ndef b(ctx):\n    return 2\nworkflows = [wf]\n")
+
+        def as_relay(*args: str, db: str = as_user) -> str:
+            result = subprocess.run([sys.executable, "-m", "relaypoint", "--db", db, *args], capture_output=True,
+                                    text=True, timeout=60, cwd=tmp_path)
+            assert result.returncode == 0, result.stderr
+            return result.stdout.strip()
+
+        run = as_relay("start", "w", "--app", "app:workflows")
+        as_relay("approve", run)
+        as_relay("resume", run, "--app", "app:workflows")
+        as_relay("cancel", as_relay("fork", run, "--from", "b"))
+        as_relay("prune", "--days", "0")
+        local = str(tmp_path / "local.db")
+        moved = as_relay("start", "w", "--app", "app:workflows", db=local)
+        assert as_relay("copy", "--from", local, "--to", as_user).startswith("copied 1 run ")
+        assert as_relay("approve", moved).startswith("approved checkpoint ")
+        assert {r["run_id"] for r in json.loads(as_relay("list", "--json", db=as_owner))} == {moved}
+    finally:
+        server(f"DROP SCHEMA IF EXISTS {postgres_schema} CASCADE")
+        for role in (owner, user):
+            server(f"DROP OWNED BY {role}")
+            server(f"DROP ROLE {role}")
+
+
+def test_copying_in_without_the_sequences_says_which_grant_is_missing_and_copies_nothing(postgres_schema, tmp_path):
+    url = f"{POSTGRES_URL}?schema={postgres_schema}"
+    open_store(url, create=True).close()
+    role = f"{postgres_schema}_rw"
+    server(f"CREATE ROLE {role} LOGIN")
+    try:
+        server(f"GRANT USAGE ON SCHEMA {postgres_schema} TO {role}")
+        server(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
+        local = str(tmp_path / "local.db")
+        with open_store(local, create=True) as store:
+            add_run(store, "r1")
+        result = cli("copy", "--from", local, "--to", url.replace("postgres@", f"{role}@", 1))
+        assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
+        assert (f"permission denied for sequence checkpoints_checkpoint_id_seq; copying runs in needs USAGE, SELECT, "
+                f"UPDATE on the schema's sequences (GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA "
+                f"{postgres_schema} TO {role}); nothing was copied") in result.stderr
+        with open_store(url) as store:
+            assert not store.exists("r1")
+    finally:
         server(f"DROP OWNED BY {role}")
         server(f"DROP ROLE {role}")
 

@@ -925,6 +925,10 @@ class PostgresStore(SqlStore):
         if isinstance(e, (pgerrors.InvalidPassword, pgerrors.InvalidAuthorizationSpecification)):
             return StoreDenied(f"the server at {self._database()} refused the credentials ({msg}); check the user "
                                "and password (PGPASSWORD or ~/.pgpass)")
+        if isinstance(e, pgerrors.InsufficientPrivilege) and "for sequence" in msg:  # copy keeps or allots ids
+            return StoreDenied(f"{w}: {msg}; copying runs in needs USAGE, SELECT, UPDATE on the schema's sequences "
+                               f"(GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {self.schema} TO "
+                               f"{self._user or 'the user'}); nothing was copied")
         if isinstance(e, pgerrors.InsufficientPrivilege):
             return StoreDenied(f"{w}: {msg}; the database user needs CREATE on the database (to make the store) "
                                "and USAGE, SELECT, INSERT, UPDATE, DELETE on the schema's tables")
