@@ -749,3 +749,28 @@ def test_a_pooled_store_reads_writes_and_reconnects_after_a_lost_connection(url)
         assert pooled.run("r1").run_id == "r1"  # the broken one was dropped, a new one made
         with pooled.transaction():
             assert pooled.conn.info.backend_pid != pid
+
+
+def test_an_upgrade_a_user_may_not_make_names_the_owner_who_may_and_changes_nothing(url, postgres_schema):
+    """After relaypoint is upgraded, the everyday role of the README's two roles opens the store first:
+    the migration needs the tables' owner, and says so (not "needs CREATE on the database")."""
+    store_at_version(postgres_schema, 6).close()
+    ((owner,),) = server("SELECT current_user")
+    role = f"{postgres_schema}_rw"
+    server(f"CREATE ROLE {role} LOGIN")
+    try:
+        server(f"GRANT USAGE ON SCHEMA {postgres_schema} TO {role}")
+        server(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
+        as_role = url.replace("postgres@", f"{role}@", 1)
+        result = cli("--db", as_role, "list")
+        assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
+        assert (f"has store schema version 6 and needs an upgrade to version 7, which only the owner of its tables "
+                f"may make (permission denied for schema {postgres_schema}): run any relaypoint command once as "
+                f"{owner}, then again as this user") in result.stderr
+        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("6",)]
+        open_store(url).close()  # the owner upgrades it
+        with open_store(as_role) as store:
+            assert store.list_runs() == []
+    finally:
+        server(f"DROP OWNED BY {role}")
+        server(f"DROP ROLE {role}")

@@ -881,9 +881,21 @@ class PostgresStore(SqlStore):
             if version > SCHEMA_VERSION:
                 raise StoreNewer(f"{self._where} has store schema version {version}, newer than this relaypoint "
                                  f"understands ({SCHEMA_VERSION}); upgrade relaypoint to open it")
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS[v - 1](self.schema):
-                    self.conn.execute(statement)
+            # who may upgrade it (the owner of its tables), named if this user may not
+            owner = self.conn.execute("SELECT tableowner FROM pg_tables WHERE schemaname = %s AND tablename = 'runs'",
+                                      (self.schema,)).fetchone() if version else None
+            try:
+                for v in range(version + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS[v - 1](self.schema):
+                        self.conn.execute(statement)
+            except pgerrors.InsufficientPrivilege as e:
+                if not version:
+                    raise
+                who = owner["tableowner"] if owner else "the owner of its tables"
+                raise StoreDenied(f"{self._where} has store schema version {version} and needs an upgrade to "
+                                  f"version {SCHEMA_VERSION}, which only the owner of its tables may make "
+                                  f"({_one_line(e)}): run any relaypoint command once as {who}, "
+                                  "then again as this user") from None
             self.conn.execute("INSERT INTO meta (key, value) VALUES ('app', %s) ON CONFLICT (key) DO NOTHING",
                               (APP_ID,))
             self.conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
