@@ -53,11 +53,13 @@ def test_a_postgresql_url_names_a_schema_relaypoint_by_default():
     ("postgresql://h/db?schema=a&schema=b", "names the schema more than once"),
     ("postgresql://h/db?schema=Relay-1", "names schema 'Relay-1'; a relaypoint schema name is lower-case"),
     ("postgresql://h/db#frag", "has a fragment"),
+    ("postgresql://app:p@ss@h/db", r"^store URL 'postgresql://app:\*\*\*@h/db' has more than one '@' before its host; "
+                                   "write an '@' in the user name or password as %40"),
 ])
 def test_a_postgresql_url_with_anything_else_is_refused_in_one_line(url, message):
     with pytest.raises(InvalidStoreURL, match=message) as e:
         parse(url)
-    assert "\n" not in str(e.value)
+    assert "\n" not in str(e.value) and "ss@" not in str(e.value)
 
 
 def test_a_url_without_a_host_reaches_the_server_named_by_pghost(postgres_schema, monkeypatch):
@@ -168,6 +170,13 @@ def cli(*args: str) -> subprocess.CompletedProcess:
      "or point --db at another database"),
     ("postgresql://postgres@127.0.0.1:{port}/test?schema=relaypoint_none_here",
      "no relaypoint store at postgres@127.0.0.1:{port}/test/relaypoint_none_here; make one with"),
+    ("postgresql://postgres@127.0.0.1:99999/test",
+     'cannot connect to the PostgreSQL server at 127.0.0.1:99999: connection is bad: invalid port number: "99999"'),
+    ("postgresql://postgres@127.0.0.1:54x/test",
+     'cannot connect to the PostgreSQL server at 127.0.0.1:54x: connection is bad: invalid integer value "54x" for '
+     'connection option "port"'),
+    ("postgresql://postgres@127.0.0.1:{port},127.0.0.1:{port}/test?schema=relaypoint_none_here",
+     "no relaypoint store at postgres@127.0.0.1:{port},127.0.0.1:{port}/test/relaypoint_none_here; make one with"),
 ])
 def test_connection_failures_are_one_line_through_the_cli(db, line):
     postgres_server()

@@ -668,11 +668,15 @@ class PostgresStore(SqlStore):
         """Rows this store object has read and returned (a cost guard for tests)."""
         parts = urlsplit(conninfo)
         host = parts.hostname or "localhost"
+        try:
+            port = f":{parts.port}" if parts.port else ""
+            self._server = f"{host}:{parts.port or 5432}"
+        except ValueError:  # not one port number: several hosts (h1:5432,h2:5432), or one libpq refuses in one line
+            host, port = parts.netloc.rpartition("@")[2], ""
+            self._server = host
         self._user = parts.username
-        self._server = f"{host}:{parts.port or 5432}"
         self._dbname = (parts.path or "/").lstrip("/") or None
-        self._where = f"{parts.username + '@' if parts.username else ''}{host}{f':{parts.port}' if parts.port else ''}" \
-                      f"{parts.path or '/'}/{schema}"
+        self._where = f"{parts.username + '@' if parts.username else ''}{host}{port}{parts.path or '/'}/{schema}"
         self.conn: psycopg.Connection | None = None
         """This store's connection (while borrowed, for a pooled store; None otherwise)."""
         self._key = (conninfo, schema)
