@@ -5,9 +5,12 @@ listing queries. The backend-neutral contract is in test_store_contract.py (``st
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -50,11 +53,13 @@ def test_a_postgresql_url_names_a_schema_relaypoint_by_default():
     ("postgresql://h/db?schema=a&schema=b", "names the schema more than once"),
     ("postgresql://h/db?schema=Relay-1", "names schema 'Relay-1'; a relaypoint schema name is lower-case"),
     ("postgresql://h/db#frag", "has a fragment"),
+    ("postgresql://app:p@ss@h/db", r"^store URL 'postgresql://app:\*\*\*@h/db' has more than one '@' before its host; "
+                                   "write an '@' in the user name or password as %40"),
 ])
 def test_a_postgresql_url_with_anything_else_is_refused_in_one_line(url, message):
     with pytest.raises(InvalidStoreURL, match=message) as e:
         parse(url)
-    assert "\n" not in str(e.value)
+    assert "\n" not in str(e.value) and "ss@" not in str(e.value)
 
 
 def test_a_url_without_a_host_reaches_the_server_named_by_pghost(postgres_schema, monkeypatch):
@@ -165,6 +170,13 @@ def cli(*args: str) -> subprocess.CompletedProcess:
      "or point --db at another database"),
     ("postgresql://postgres@127.0.0.1:{port}/test?schema=relaypoint_none_here",
      "no relaypoint store at postgres@127.0.0.1:{port}/test/relaypoint_none_here; make one with"),
+    ("postgresql://postgres@127.0.0.1:99999/test",
+     'cannot connect to the PostgreSQL server at 127.0.0.1:99999: connection is bad: invalid port number: "99999"'),
+    ("postgresql://postgres@127.0.0.1:54x/test",
+     'cannot connect to the PostgreSQL server at 127.0.0.1:54x: connection is bad: invalid integer value "54x" for '
+     'connection option "port"'),
+    ("postgresql://postgres@127.0.0.1:{port},127.0.0.1:{port}/test?schema=relaypoint_none_here",
+     "no relaypoint store at postgres@127.0.0.1:{port},127.0.0.1:{port}/test/relaypoint_none_here; make one with"),
 ])
 def test_connection_failures_are_one_line_through_the_cli(db, line):
     postgres_server()
@@ -313,6 +325,26 @@ def test_a_schema_holding_other_tables_is_not_a_store(url, postgres_schema):
     with pytest.raises(Exception, match="holds tables but is not a relaypoint store"):
         open_store(url, create=True)
     assert server(f"SELECT tablename FROM pg_tables WHERE schemaname = %s", (postgres_schema,)) == [("invoices",)]
+
+
+@pytest.mark.parametrize("schema, kind", [
+    ("user", "reserved"), ("select", "reserved"), ("left", "reserved (can be function or type name)"),
+    ("int", "unreserved (cannot be function or type name)"),
+])
+def test_a_schema_named_by_an_sql_keyword_is_refused_in_one_line_and_nothing_is_made(tmp_path, schema, kind):
+    """PostgreSQL takes these words as names only when quoted, and relaypoint writes its schema's name
+    unquoted: instead of the server's "syntax error at or near", one line saying to name another."""
+    url = f"{postgres_server()}?schema={schema}"
+    with pytest.raises(InvalidStoreURL, match=f"^store URL .* names schema '{schema}', an SQL keyword PostgreSQL "
+                                              f"takes as a name only quoted {re.escape(f'({kind})')}; name another"):
+        open_store(url, create=True)
+    (tmp_path / "app.py").write_text("from relaypoint import Workflow\nwf = Workflow('w')\n"
+                                     "@wf.step\ndef s(ctx):\n    return 1\nworkflows = [wf]\n")
+    result = subprocess.run([sys.executable, "-m", "relaypoint", "--db", url, "start", "w", "--app", "app:workflows"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("Error: store URL ") and len(result.stderr.splitlines()) == 1
+    assert server("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)) == []
 
 
 def test_two_schemas_in_one_database_are_kept_apart(url, postgres_schema):
@@ -568,6 +600,71 @@ def test_a_user_with_create_on_a_schema_an_administrator_made_can_make_the_store
         server(f"DROP ROLE {role}")
 
 
+def test_the_readmes_two_roles_work_as_written(postgres_schema, tmp_path):
+    """The README's permissions recipe, run as written (its role and schema names made unique): the
+    administrator's SQL, the owner's command that makes the tables, then every command that records,
+    ``copy`` into the store included, as the everyday role."""
+    teams = (Path(__file__).resolve().parent.parent / "README.md").read_text().split("\n## Teams:", 1)[1]
+    recipe = re.search(r"```sql\n(.*?)```", teams, flags=re.S).group(1)
+    make = re.search(r'```sh\n\s*(python -c ".*?")\n\s*```', teams).group(1)
+    owner, user = f"{postgres_schema}_owner", f"{postgres_schema}_relay"
+    recipe = re.sub(r"\brelay_owner\b", owner, re.sub(r"\brelay\b", user, recipe))
+    server(re.sub(r"SCHEMA relaypoint\b", f"SCHEMA {postgres_schema}", recipe))
+    as_owner, as_user = (f"{POSTGRES_URL.replace('postgres@', role + '@', 1)}?schema={postgres_schema}"
+                         for role in (owner, user))
+    try:
+        command = make.replace("postgresql://relay_owner@db/team", as_owner).removeprefix("python")
+        subprocess.run(shlex.quote(sys.executable) + command, shell=True, check=True, timeout=60)
+        (tmp_path / "app.py").write_text("from relaypoint import Workflow\nwf = Workflow('w')\n"
+                                         "@wf.step(approval=True)\ndef a(ctx):\n    return 1\n"
+                                         "@wf.step\ndef b(ctx):\n    return 2\nworkflows = [wf]\n")
+
+        def as_relay(*args: str, db: str = as_user) -> str:
+            result = subprocess.run([sys.executable, "-m", "relaypoint", "--db", db, *args], capture_output=True,
+                                    text=True, timeout=60, cwd=tmp_path)
+            assert result.returncode == 0, result.stderr
+            return result.stdout.strip()
+
+        run = as_relay("start", "w", "--app", "app:workflows")
+        as_relay("approve", run)
+        as_relay("resume", run, "--app", "app:workflows")
+        as_relay("cancel", as_relay("fork", run, "--from", "b"))
+        as_relay("prune", "--days", "0")
+        local = str(tmp_path / "local.db")
+        moved = as_relay("start", "w", "--app", "app:workflows", db=local)
+        assert as_relay("copy", "--from", local, "--to", as_user).startswith("copied 1 run ")
+        assert as_relay("approve", moved).startswith("approved checkpoint ")
+        assert {r["run_id"] for r in json.loads(as_relay("list", "--json", db=as_owner))} == {moved}
+    finally:
+        server(f"DROP SCHEMA IF EXISTS {postgres_schema} CASCADE")
+        for role in (owner, user):
+            server(f"DROP OWNED BY {role}")
+            server(f"DROP ROLE {role}")
+
+
+def test_copying_in_without_the_sequences_says_which_grant_is_missing_and_copies_nothing(postgres_schema, tmp_path):
+    url = f"{POSTGRES_URL}?schema={postgres_schema}"
+    open_store(url, create=True).close()
+    role = f"{postgres_schema}_rw"
+    server(f"CREATE ROLE {role} LOGIN")
+    try:
+        server(f"GRANT USAGE ON SCHEMA {postgres_schema} TO {role}")
+        server(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
+        local = str(tmp_path / "local.db")
+        with open_store(local, create=True) as store:
+            add_run(store, "r1")
+        result = cli("copy", "--from", local, "--to", url.replace("postgres@", f"{role}@", 1))
+        assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
+        assert (f"permission denied for sequence checkpoints_checkpoint_id_seq; copying runs in needs USAGE, SELECT, "
+                f"UPDATE on the schema's sequences (GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA "
+                f"{postgres_schema} TO {role}); nothing was copied") in result.stderr
+        with open_store(url) as store:
+            assert not store.exists("r1")
+    finally:
+        server(f"DROP OWNED BY {role}")
+        server(f"DROP ROLE {role}")
+
+
 def test_a_user_who_may_only_read_the_tables_browses_a_read_only_store(postgres_schema, tmp_path):
     url = f"{POSTGRES_URL}?schema={postgres_schema}"
     with open_store(url, create=True) as store:
@@ -661,3 +758,28 @@ def test_a_pooled_store_reads_writes_and_reconnects_after_a_lost_connection(url)
         assert pooled.run("r1").run_id == "r1"  # the broken one was dropped, a new one made
         with pooled.transaction():
             assert pooled.conn.info.backend_pid != pid
+
+
+def test_an_upgrade_a_user_may_not_make_names_the_owner_who_may_and_changes_nothing(url, postgres_schema):
+    """After relaypoint is upgraded, the everyday role of the README's two roles opens the store first:
+    the migration needs the tables' owner, and says so (not "needs CREATE on the database")."""
+    store_at_version(postgres_schema, 6).close()
+    ((owner,),) = server("SELECT current_user")
+    role = f"{postgres_schema}_rw"
+    server(f"CREATE ROLE {role} LOGIN")
+    try:
+        server(f"GRANT USAGE ON SCHEMA {postgres_schema} TO {role}")
+        server(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
+        as_role = url.replace("postgres@", f"{role}@", 1)
+        result = cli("--db", as_role, "list")
+        assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
+        assert (f"has store schema version 6 and needs an upgrade to version 7, which only the owner of its tables "
+                f"may make (permission denied for schema {postgres_schema}): run any relaypoint command once as "
+                f"{owner}, then again as this user") in result.stderr
+        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("6",)]
+        open_store(url).close()  # the owner upgrades it
+        with open_store(as_role) as store:
+            assert store.list_runs() == []
+    finally:
+        server(f"DROP OWNED BY {role}")
+        server(f"DROP ROLE {role}")

@@ -80,6 +80,7 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
                    renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
+from .url import InvalidStoreURL, shown
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
                   UNDECIDED, SqlStore, event_detail, translated)
 
@@ -711,11 +712,15 @@ class PostgresStore(SqlStore):
         """Rows this store object has read and returned (a cost guard for tests)."""
         parts = urlsplit(conninfo)
         host = parts.hostname or "localhost"
+        try:
+            port = f":{parts.port}" if parts.port else ""
+            self._server = f"{host}:{parts.port or 5432}"
+        except ValueError:  # not one port number: several hosts (h1:5432,h2:5432), or one libpq refuses in one line
+            host, port = parts.netloc.rpartition("@")[2], ""
+            self._server = host
         self._user = parts.username
-        self._server = f"{host}:{parts.port or 5432}"
         self._dbname = (parts.path or "/").lstrip("/") or None
-        self._where = f"{parts.username + '@' if parts.username else ''}{host}{f':{parts.port}' if parts.port else ''}" \
-                      f"{parts.path or '/'}/{schema}"
+        self._where = f"{parts.username + '@' if parts.username else ''}{host}{port}{parts.path or '/'}/{schema}"
         self.conn: psycopg.Connection | None = None
         """This store's connection (while borrowed, for a pooled store; None otherwise)."""
         self._key = (conninfo, schema)
@@ -906,6 +911,14 @@ class PostgresStore(SqlStore):
                                      f"can GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {self.schema} to it")
 
     def _migrate(self) -> None:
+        """Make or upgrade the store under the schema's lock. Raises ``InvalidStoreURL`` for a schema
+        name the migrations cannot write unquoted (an SQL keyword other than an unreserved one)."""
+        keyword = self.conn.execute("SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode <> 'U'",
+                                    (self.schema,)).fetchone()
+        if keyword is not None:
+            raise InvalidStoreURL(f"store URL {shown(self._url)!r} names schema {self.schema!r}, an SQL keyword "
+                                  f"PostgreSQL takes as a name only quoted ({keyword['catdesc']}); name another "
+                                  "schema with ?schema=NAME (e.g. relaypoint)")
         with self.conn.transaction():
             self.conn.execute(_LOCK, self._lock_keys)
             # Re-read under the lock: another process may have made or migrated the store meanwhile.
@@ -917,9 +930,21 @@ class PostgresStore(SqlStore):
             if version > SCHEMA_VERSION:
                 raise StoreNewer(f"{self._where} has store schema version {version}, newer than this relaypoint "
                                  f"understands ({SCHEMA_VERSION}); upgrade relaypoint to open it")
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS[v - 1](self.schema):
-                    self.conn.execute(statement)
+            # who may upgrade it (the owner of its tables), named if this user may not
+            owner = self.conn.execute("SELECT tableowner FROM pg_tables WHERE schemaname = %s AND tablename = 'runs'",
+                                      (self.schema,)).fetchone() if version else None
+            try:
+                for v in range(version + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS[v - 1](self.schema):
+                        self.conn.execute(statement)
+            except pgerrors.InsufficientPrivilege as e:
+                if not version:
+                    raise
+                who = owner["tableowner"] if owner else "the owner of its tables"
+                raise StoreDenied(f"{self._where} has store schema version {version} and needs an upgrade to "
+                                  f"version {SCHEMA_VERSION}, which only the owner of its tables may make "
+                                  f"({_one_line(e)}): run any relaypoint command once as {who}, "
+                                  "then again as this user") from None
             self.conn.execute("INSERT INTO meta (key, value) VALUES ('app', %s) ON CONFLICT (key) DO NOTHING",
                               (APP_ID,))
             self.conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
@@ -965,6 +990,10 @@ class PostgresStore(SqlStore):
         if isinstance(e, (pgerrors.InvalidPassword, pgerrors.InvalidAuthorizationSpecification)):
             return StoreDenied(f"the server at {self._database()} refused the credentials ({msg}); check the user "
                                "and password (PGPASSWORD or ~/.pgpass)")
+        if isinstance(e, pgerrors.InsufficientPrivilege) and "for sequence" in msg:  # copy keeps or allots ids
+            return StoreDenied(f"{w}: {msg}; copying runs in needs USAGE, SELECT, UPDATE on the schema's sequences "
+                               f"(GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {self.schema} TO "
+                               f"{self._user or 'the user'}); nothing was copied")
         if isinstance(e, pgerrors.InsufficientPrivilege):
             return StoreDenied(f"{w}: {msg}; the database user needs CREATE on the database (to make the store) "
                                "and USAGE, SELECT, INSERT, UPDATE, DELETE on the schema's tables")

@@ -100,6 +100,9 @@ def _postgres(given: str) -> StoreURL:
     if "\x00" in given:
         raise InvalidStoreURL(f"store URL {text!r} holds a NUL character; write postgresql://user@host:port/dbname")
     parts = urlsplit(given)
+    if parts.netloc.count("@") > 1:  # libpq splits at the first '@': the rest of a password would be the host
+        raise InvalidStoreURL(f"store URL {text!r} has more than one '@' before its host; write an '@' in the user "
+                              "name or password as %40 (or keep the password in PGPASSWORD or ~/.pgpass)")
     if parts.fragment:
         raise InvalidStoreURL(f"store URL {text!r} has a fragment, which relaypoint does not take; "
                               "write postgresql://user@host:port/dbname?schema=NAME")
