@@ -615,6 +615,32 @@ def prune(ctx: click.Context, days: float, statuses: tuple[str, ...]) -> None:
     _say(f"deleted {len(ids)} run(s)")
 
 
+@cli.command()
+@click.option("--grant", "writers", multiple=True, metavar="ROLE",
+              help="PostgreSQL: let ROLE use the store: every command, the worker, the console (repeatable).")
+@click.option("--grant-read", "readers", multiple=True, metavar="ROLE",
+              help="PostgreSQL: let ROLE browse the store read-only (repeatable).")
+@click.pass_context
+def migrate(ctx: click.Context, writers: tuple[str, ...], readers: tuple[str, ...]) -> None:
+    """Make the store when there is none, or upgrade an older one to this relaypoint's schema.
+
+    Any command that opens a store to write upgrades it the same way; this one does only that, so a team
+    can run it once as the schema's owner (the everyday role may not change tables). --grant and
+    --grant-read give roles the privileges relaypoint needs, now and after later upgrades.
+    """
+    with open_store(ctx.obj["db"], create=True, durability=ctx.obj["durability"]) as store:
+        if store.upgraded_from is None:
+            _say(f"{store.where} is at store schema version {store.schema_version}; nothing to upgrade")
+        elif store.upgraded_from == 0:
+            _say(f"made a store at {store.where} (schema version {store.schema_version})")
+        else:
+            _say(f"upgraded {store.where} from store schema version {store.upgraded_from} to {store.schema_version}")
+        for roles, writes in ((writers, True), (readers, False)):
+            for role in roles:
+                store.grant(role, writes=writes)
+                _say(f"granted {role} what it needs to {'use' if writes else 'browse'} the store")
+
+
 @cli.command("copy")
 @click.option("--from", "source_url", required=True, metavar="URL", help="The store to copy from (only read).")
 @click.option("--to", "destination_url", required=True, metavar="URL",

@@ -92,6 +92,17 @@ def test_a_version_2_store_migrates_in_place_in_one_step(v2):
     assert sql(v2, "PRAGMA foreign_key_check") == []
 
 
+def test_migrate_upgrades_a_version_2_store_and_then_finds_it_current(v2):
+    def migrate() -> str:
+        done = relaypoint(v2.parent, "migrate", db=str(v2))
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return done.stdout
+
+    assert migrate() == f"upgraded {v2} from store schema version 2 to 4\n"
+    assert dict(sql(v2, "SELECT key, value FROM meta"))["schema_version"] == "4"
+    assert migrate() == f"{v2} is at store schema version 4; nothing to upgrade\n"
+
+
 def test_pauses_open_at_the_upgrade_count_as_announced_and_new_ones_are_announced_once(v2):
     open_pauses = "SELECT checkpoint_id FROM checkpoints WHERE kind IN ('approval', 'input') AND decision IS NULL"
     before = sql(v2, open_pauses)

@@ -588,11 +588,13 @@ def test_a_user_with_create_on_a_schema_an_administrator_made_can_make_the_store
             add_run(store, "r1")
             assert store.exists("r1")
         other = url.replace(f"schema={postgres_schema}", f"schema={postgres_schema}_x")
-        with pytest.raises(StoreDenied, match="permission denied for database"):
+        with pytest.raises(StoreDenied, match=f"^no relaypoint store at .*/{postgres_schema}_x, and {role} may not make "
+                                              "one \\(permission denied for database test\\); make it once as a user "
+                                              "with CREATE on the database"):
             open_store(other, create=True)  # no CREATE on the database: one line saying what is needed
         server(f"REVOKE USAGE ON SCHEMA {postgres_schema} FROM {role}")
-        with pytest.raises(StoreDenied, match=f"{role} may not use schema {postgres_schema}; an administrator can "
-                                              f"GRANT USAGE ON SCHEMA {postgres_schema} and SELECT"):
+        with pytest.raises(StoreDenied, match=f"{role} may not use schema {postgres_schema}; the schema's owner can "
+                                              f"grant what relaypoint needs: `relaypoint --db URL migrate --grant {role}`"):
             open_store(url)
     finally:
         server(f"DROP SCHEMA IF EXISTS {postgres_schema} CASCADE")
@@ -602,47 +604,53 @@ def test_a_user_with_create_on_a_schema_an_administrator_made_can_make_the_store
 
 def test_the_readmes_two_roles_work_as_written(postgres_schema, tmp_path):
     """The README's permissions recipe, run as written (its role and schema names made unique): the
-    administrator's SQL, the owner's command that makes the tables, then every command that records,
-    ``copy`` into the store included, as the everyday role."""
+    administrator's SQL, the owner's ``migrate --grant``, then every command that records, ``copy``
+    into the store included, as the everyday role; and a reader granted with ``--grant-read``."""
     teams = (Path(__file__).resolve().parent.parent / "README.md").read_text().split("\n## Teams:", 1)[1]
     recipe = re.search(r"```sql\n(.*?)```", teams, flags=re.S).group(1)
-    make = re.search(r'```sh\n\s*(python -c ".*?")\n\s*```', teams).group(1)
-    owner, user = f"{postgres_schema}_owner", f"{postgres_schema}_relay"
+    make = re.search(r"```sh\n\s*(relaypoint --db \S+ migrate --grant relay)\n\s*```", teams).group(1)
+    owner, user, reader = (f"{postgres_schema}_{r}" for r in ("owner", "relay", "reader"))
     recipe = re.sub(r"\brelay_owner\b", owner, re.sub(r"\brelay\b", user, recipe))
     server(re.sub(r"SCHEMA relaypoint\b", f"SCHEMA {postgres_schema}", recipe))
-    as_owner, as_user = (f"{POSTGRES_URL.replace('postgres@', role + '@', 1)}?schema={postgres_schema}"
-                         for role in (owner, user))
+    server(f"CREATE ROLE {reader} LOGIN")
+    as_owner, as_user, as_reader = (f"{POSTGRES_URL.replace('postgres@', role + '@', 1)}?schema={postgres_schema}"
+                                    for role in (owner, user, reader))
     try:
-        command = make.replace("postgresql://relay_owner@db/team", as_owner).removeprefix("python")
-        subprocess.run(shlex.quote(sys.executable) + command, shell=True, check=True, timeout=60)
         (tmp_path / "app.py").write_text("from relaypoint import Workflow\nwf = Workflow('w')\n"
                                          "@wf.step(approval=True)\ndef a(ctx):\n    return 1\n"
                                          "@wf.step\ndef b(ctx):\n    return 2\nworkflows = [wf]\n")
 
-        def as_relay(*args: str, db: str = as_user) -> str:
+        def relaypoint(db: str, *args: str) -> str:
             result = subprocess.run([sys.executable, "-m", "relaypoint", "--db", db, *args], capture_output=True,
                                     text=True, timeout=60, cwd=tmp_path)
             assert result.returncode == 0, result.stderr
             return result.stdout.strip()
 
-        run = as_relay("start", "w", "--app", "app:workflows")
-        as_relay("approve", run)
-        as_relay("resume", run, "--app", "app:workflows")
-        as_relay("cancel", as_relay("fork", run, "--from", "b"))
-        as_relay("prune", "--days", "0")
+        command = shlex.split(make)
+        assert command == ["relaypoint", "--db", "postgresql://relay_owner@db.internal/team", "migrate", "--grant", "relay"]
+        assert relaypoint(as_owner, "migrate", "--grant", user, "--grant-read", reader).splitlines() == [
+            f"made a store at {owner}@{as_owner.split('@', 1)[1].split('?')[0]}/{postgres_schema} (schema version 8)",
+            f"granted {user} what it needs to use the store", f"granted {reader} what it needs to browse the store"]
+        run = relaypoint(as_user, "start", "w", "--app", "app:workflows")
+        relaypoint(as_user, "approve", run)
+        relaypoint(as_user, "resume", run, "--app", "app:workflows")
+        relaypoint(as_user, "cancel", relaypoint(as_user, "fork", run, "--from", "b"))
+        relaypoint(as_user, "prune", "--days", "0")
         local = str(tmp_path / "local.db")
-        moved = as_relay("start", "w", "--app", "app:workflows", db=local)
-        assert as_relay("copy", "--from", local, "--to", as_user).startswith("copied 1 run ")
-        assert as_relay("approve", moved).startswith("approved checkpoint ")
-        assert {r["run_id"] for r in json.loads(as_relay("list", "--json", db=as_owner))} == {moved}
+        moved = relaypoint(local, "start", "w", "--app", "app:workflows")
+        assert relaypoint(as_user, "copy", "--from", local, "--to", as_user).startswith("copied 1 run ")
+        assert relaypoint(as_user, "approve", moved).startswith("approved checkpoint ")
+        assert {r["run_id"] for r in json.loads(relaypoint(as_reader, "list", "--json"))} == {moved}
+        with open_store(as_reader) as store:
+            assert store.readonly_reason.startswith(f"{reader} may only read schema {postgres_schema}")
     finally:
         server(f"DROP SCHEMA IF EXISTS {postgres_schema} CASCADE")
-        for role in (owner, user):
+        for role in (owner, user, reader):
             server(f"DROP OWNED BY {role}")
             server(f"DROP ROLE {role}")
 
 
-def test_copying_in_without_the_sequences_says_which_grant_is_missing_and_copies_nothing(postgres_schema, tmp_path):
+def test_copying_in_without_the_sequences_says_how_to_grant_them_and_copies_nothing(postgres_schema, tmp_path):
     url = f"{POSTGRES_URL}?schema={postgres_schema}"
     open_store(url, create=True).close()
     role = f"{postgres_schema}_rw"
@@ -655,9 +663,8 @@ def test_copying_in_without_the_sequences_says_which_grant_is_missing_and_copies
             add_run(store, "r1")
         result = cli("copy", "--from", local, "--to", url.replace("postgres@", f"{role}@", 1))
         assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
-        assert (f"permission denied for sequence checkpoints_checkpoint_id_seq; copying runs in needs USAGE, SELECT, "
-                f"UPDATE on the schema's sequences (GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA "
-                f"{postgres_schema} TO {role}); nothing was copied") in result.stderr
+        assert (f"permission denied for sequence checkpoints_checkpoint_id_seq; the schema's owner can grant what "
+                f"relaypoint needs: `relaypoint --db URL migrate --grant {role}`") in result.stderr
         with open_store(url) as store:
             assert not store.exists("r1")
     finally:
@@ -676,9 +683,8 @@ def test_a_user_who_may_only_read_the_tables_browses_a_read_only_store(postgres_
         server(f"GRANT SELECT ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
         reader = url.replace("postgres@", role + "@", 1)
         with open_store(reader) as store:  # what the console shows, and why actions are unavailable
-            assert store.readonly_reason == (f"{role} may only read schema {postgres_schema}; an administrator can "
-                                             f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres_schema} "
-                                             "to it")
+            assert store.readonly_reason == (f"{role} may only read schema {postgres_schema}; the schema's owner can "
+                                             f"grant what relaypoint needs: `relaypoint --db URL migrate --grant {role}`")
             assert [r.run_id for r in store.list_runs()] == ["r1"]
         worker = subprocess.run([sys.executable, "-m", "relaypoint", "--db", reader, "worker", "--app",
                                  "relaypoint.demo:workflows"], capture_output=True, text=True, timeout=60,
@@ -686,9 +692,9 @@ def test_a_user_who_may_only_read_the_tables_browses_a_read_only_store(postgres_
         assert worker.returncode == 1 and worker.stdout == ""
         assert worker.stderr.splitlines() == [
             f"Error: {role}@{reader.split('@', 1)[1].split('?')[0]}/{postgres_schema} is read-only "
-            f"({role} may only read schema {postgres_schema}; an administrator can GRANT INSERT, UPDATE, DELETE ON ALL "
-            f"TABLES IN SCHEMA {postgres_schema} to it); a worker records what it executes, so it needs a store it "
-            "can write"]
+            f"({role} may only read schema {postgres_schema}; the schema's owner can grant what relaypoint needs: "
+            f"`relaypoint --db URL migrate --grant {role}`); a worker records what it executes, so it needs a store "
+            "it can write"]
         server(f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
         with open_store(reader) as store:
             assert store.readonly_reason is None
@@ -773,11 +779,13 @@ def test_an_upgrade_a_user_may_not_make_names_the_owner_who_may_and_changes_noth
         as_role = url.replace("postgres@", f"{role}@", 1)
         result = cli("--db", as_role, "list")
         assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
-        assert (f"has store schema version 6 and needs an upgrade to version 7, which only the owner of its tables "
-                f"may make (permission denied for schema {postgres_schema}): run any relaypoint command once as "
-                f"{owner}, then again as this user") in result.stderr
+        assert (f"has store schema version 6 and needs an upgrade to version 8, which only the owner of its tables "
+                f"may make (permission denied for schema {postgres_schema}): run `relaypoint --db URL migrate` once "
+                f"as {owner}") in result.stderr
         assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("6",)]
-        open_store(url).close()  # the owner upgrades it
+        assert cli("--db", url, "migrate").stdout == (f"upgraded {url.split('@', 1)[0].split('//')[1]}@"
+                                                      f"{url.split('@', 1)[1].split('?')[0]}/{postgres_schema} from "
+                                                      "store schema version 6 to 8\n")  # by the owner
         with open_store(as_role) as store:
             assert store.list_runs() == []
     finally:

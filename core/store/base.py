@@ -22,9 +22,9 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
-from ..errors import RefusedTransition, StoreError
+from ..errors import InvalidValue, RefusedTransition, StoreError
 from ..models import Checkpoint, Event, Lease, OwnedRun, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import RunStatus, StepStatus
 
@@ -358,6 +358,12 @@ class RunStore(ABC):
     :class:`StoreFull` or :class:`StoreDamaged` besides what its docstring names.
     """
 
+    schema_version: ClassVar[int]
+    """The schema version of the stores this backend writes (each backend numbers its own)."""
+    upgraded_from: int | None = None
+    """The schema version this store had before opening it migrated it (0: opening made it); None
+    when it was at ``schema_version`` already."""
+
     # ---- properties and lifecycle
 
     @property
@@ -378,6 +384,14 @@ class RunStore(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the connection. The store is unusable afterwards."""
+
+    def grant(self, role: str, *, writes: bool) -> None:
+        """Let the database role ``role`` use this store: read it, and with ``writes`` record in it
+        (every command and the worker), now and after later migrations by this user. Only a store
+        on a database server has roles: here it raises :class:`InvalidValue` (a SQLite store is
+        guarded by its file's permissions)."""
+        raise InvalidValue(f"roles belong to a database server; {self.where} is a SQLite file, guarded by its "
+                           "file permissions")
 
     @abstractmethod
     def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> AbstractContextManager[None]:

@@ -67,12 +67,13 @@ from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg.sql import SQL, Identifier
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..clock import from_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
-from ..errors import InvalidValue, StoreError
+from ..errors import InvalidValue, StoreError, quoted
 from ..models import Lease, OwnedRun, Owner, StepRecord
 from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
@@ -694,6 +695,8 @@ class PostgresStore(SqlStore):
     ``NotAStore`` (a schema holding other tables), ``StoreNewer``, ``InvalidValue``.
     """
 
+    schema_version = SCHEMA_VERSION
+
     def __init__(self, conninfo: str, schema: str, *, url: str | None = None, create: bool = False,
                  readonly: bool = False, durability: str = DURABILITY,
                  busy_timeout: float = BUSY_TIMEOUT_SECONDS, pooled: bool = False) -> None:
@@ -878,10 +881,8 @@ class PostgresStore(SqlStore):
         catalog = self._catalog()
         # A schema this user may not use is left out of its search_path silently: say so instead.
         if catalog is not None and not catalog["usage"]:
-            user = self._user or "this user"
-            raise StoreDenied(f"{self._where}: {user} may not use schema {self.schema}; an administrator can "
-                              f"GRANT USAGE ON SCHEMA {self.schema} and SELECT, INSERT, UPDATE, DELETE ON ALL TABLES "
-                              f"IN SCHEMA {self.schema} to it")
+            raise StoreDenied(f"{self._where}: {self._user or 'this user'} may not use schema {self.schema}; "
+                              f"{self._grant_hint()}")
         version = self._schema_version(catalog)
         if version > SCHEMA_VERSION:
             raise StoreNewer(f"{self._where} has store schema version {version}, newer than this relaypoint "
@@ -890,8 +891,8 @@ class PostgresStore(SqlStore):
             self._note_a_reader(catalog["writes"])
             return
         if version == 0 and not create:
-            raise StoreMissing(f"no relaypoint store at {self._where}; make one with `relaypoint --db URL demo` or "
-                               "`relaypoint start`, or point --db (RELAYPOINT_DB) at an existing store")
+            raise StoreMissing(f"no relaypoint store at {self._where}; make one with `relaypoint --db URL migrate` "
+                               "(or `demo`, `start`), or point --db (RELAYPOINT_DB) at an existing store")
         if self.readonly:
             if version == 0:
                 raise StoreMissing(f"no relaypoint store at {self._where} (opened read-only, so none is made)")
@@ -907,48 +908,82 @@ class PostgresStore(SqlStore):
             return
         if not writes:
             self.readonly = True
-            self._readonly_reason = (f"{self._user or 'this user'} may only read schema {self.schema}; an administrator "
-                                     f"can GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {self.schema} to it")
+            self._readonly_reason = f"{self._user or 'this user'} may only read schema {self.schema}; " \
+                                    f"{self._grant_hint()}"
+
+    def _grant_hint(self) -> str:
+        """What to do about a privilege this store's user lacks."""
+        return f"the schema's owner can grant what relaypoint needs: `relaypoint --db URL migrate --grant " \
+               f"{self._user or 'USER'}`"
 
     def _migrate(self) -> None:
         """Make or upgrade the store under the schema's lock. Raises ``InvalidStoreURL`` for a schema
-        name the migrations cannot write unquoted (an SQL keyword other than an unreserved one)."""
+        name the migrations cannot write unquoted (an SQL keyword other than an unreserved one), and
+        ``StoreDenied`` when this user may not (naming who may)."""
         keyword = self.conn.execute("SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode <> 'U'",
                                     (self.schema,)).fetchone()
         if keyword is not None:
             raise InvalidStoreURL(f"store URL {shown(self._url)!r} names schema {self.schema!r}, an SQL keyword "
                                   f"PostgreSQL takes as a name only quoted ({keyword['catdesc']}); name another "
                                   "schema with ?schema=NAME (e.g. relaypoint)")
-        with self.conn.transaction():
-            self.conn.execute(_LOCK, self._lock_keys)
-            # Re-read under the lock: another process may have made or migrated the store meanwhile.
-            catalog = self._catalog()
-            # Made only when missing: a schema an administrator made (granting CREATE on it alone) is used as is.
-            if catalog is None:
-                self.conn.execute(f"CREATE SCHEMA {self.schema}")
-            version = self._schema_version(catalog)
-            if version > SCHEMA_VERSION:
-                raise StoreNewer(f"{self._where} has store schema version {version}, newer than this relaypoint "
-                                 f"understands ({SCHEMA_VERSION}); upgrade relaypoint to open it")
-            # who may upgrade it (the owner of its tables), named if this user may not
-            owner = self.conn.execute("SELECT tableowner FROM pg_tables WHERE schemaname = %s AND tablename = 'runs'",
-                                      (self.schema,)).fetchone() if version else None
-            try:
+        version, owner = 0, None
+        try:
+            with self.conn.transaction():
+                self.conn.execute(_LOCK, self._lock_keys)
+                # Re-read under the lock: another process may have made or migrated the store meanwhile.
+                catalog = self._catalog()
+                version = self._schema_version(catalog)
+                # Made only when missing: a schema an administrator made (granting CREATE on it alone) is used as is.
+                if catalog is None:
+                    self.conn.execute(f"CREATE SCHEMA {self.schema}")
+                if version > SCHEMA_VERSION:
+                    raise StoreNewer(f"{self._where} has store schema version {version}, newer than this relaypoint "
+                                     f"understands ({SCHEMA_VERSION}); upgrade relaypoint to open it")
+                # who may upgrade it (the owner of its tables), named if this user may not
+                owner = self.conn.execute("SELECT tableowner FROM pg_tables WHERE schemaname = %s AND tablename = "
+                                          "'runs'", (self.schema,)).fetchone() if version else None
                 for v in range(version + 1, SCHEMA_VERSION + 1):
                     for statement in MIGRATIONS[v - 1](self.schema):
                         self.conn.execute(statement)
-            except pgerrors.InsufficientPrivilege as e:
-                if not version:
-                    raise
-                who = owner["tableowner"] if owner else "the owner of its tables"
-                raise StoreDenied(f"{self._where} has store schema version {version} and needs an upgrade to "
-                                  f"version {SCHEMA_VERSION}, which only the owner of its tables may make "
-                                  f"({_one_line(e)}): run any relaypoint command once as {who}, "
-                                  "then again as this user") from None
-            self.conn.execute("INSERT INTO meta (key, value) VALUES ('app', %s) ON CONFLICT (key) DO NOTHING",
-                              (APP_ID,))
-            self.conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
-                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+                self.conn.execute("INSERT INTO meta (key, value) VALUES ('app', %s) ON CONFLICT (key) DO NOTHING",
+                                  (APP_ID,))
+                self.conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
+                                  "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+        except pgerrors.InsufficientPrivilege as e:
+            user = self._user or "this user"
+            if version == 0:
+                raise StoreDenied(f"no relaypoint store at {self._where}, and {user} may not make one ({_one_line(e)}); "
+                                  "make it once as a user with CREATE on the database (or on the schema): "
+                                  "`relaypoint --db URL migrate`") from None
+            who = owner["tableowner"] if owner else "the owner of its tables"
+            raise StoreDenied(f"{self._where} has store schema version {version} and needs an upgrade to version "
+                              f"{SCHEMA_VERSION}, which only the owner of its tables may make ({_one_line(e)}): run "
+                              f"`relaypoint --db URL migrate` once as {who}") from None
+        if version < SCHEMA_VERSION:
+            self.upgraded_from = version
+
+    def grant(self, role: str, *, writes: bool) -> None:
+        """Let ``role`` use the schema and read its tables, and with ``writes`` also write them and
+        move their id sequences on (a copy into the store sets them); the same for the tables and
+        sequences later migrations by this user make (default privileges). Raises ``InvalidValue``
+        for a role the server does not have, ``StoreDenied`` for a user who may not grant them (not
+        the schema's owner)."""
+        tables = "SELECT, INSERT, UPDATE, DELETE" if writes else "SELECT"
+        statements = [f"GRANT USAGE ON SCHEMA {self.schema} TO {{}}",
+                      f"GRANT {tables} ON ALL TABLES IN SCHEMA {self.schema} TO {{}}",
+                      f"ALTER DEFAULT PRIVILEGES IN SCHEMA {self.schema} GRANT {tables} ON TABLES TO {{}}"]
+        if writes:
+            statements += [f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {self.schema} TO {{}}",
+                           f"ALTER DEFAULT PRIVILEGES IN SCHEMA {self.schema} GRANT USAGE, SELECT, UPDATE ON SEQUENCES "
+                           "TO {}"]
+        with self._connection() as conn:
+            try:
+                with conn.transaction():
+                    for statement in statements:
+                        conn.execute(SQL(statement).format(Identifier(role)))
+            except pgerrors.UndefinedObject:
+                raise InvalidValue(f"the server at {self._server} has no role {quoted(role)}; create it first "
+                                   "(CREATE ROLE ... LOGIN)") from None
 
     # ---- properties and lifecycle
 
@@ -990,13 +1025,8 @@ class PostgresStore(SqlStore):
         if isinstance(e, (pgerrors.InvalidPassword, pgerrors.InvalidAuthorizationSpecification)):
             return StoreDenied(f"the server at {self._database()} refused the credentials ({msg}); check the user "
                                "and password (PGPASSWORD or ~/.pgpass)")
-        if isinstance(e, pgerrors.InsufficientPrivilege) and "for sequence" in msg:  # copy keeps or allots ids
-            return StoreDenied(f"{w}: {msg}; copying runs in needs USAGE, SELECT, UPDATE on the schema's sequences "
-                               f"(GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {self.schema} TO "
-                               f"{self._user or 'the user'}); nothing was copied")
         if isinstance(e, pgerrors.InsufficientPrivilege):
-            return StoreDenied(f"{w}: {msg}; the database user needs CREATE on the database (to make the store) "
-                               "and USAGE, SELECT, INSERT, UPDATE, DELETE on the schema's tables")
+            return StoreDenied(f"{w}: {msg}; {self._grant_hint()}")
         if isinstance(e, (pgerrors.UndefinedTable, pgerrors.UndefinedColumn, pgerrors.UndefinedFunction)):
             return StoreDamaged(f"{w} does not match its schema version ({msg}); edited by hand?")
         if isinstance(e, psycopg.OperationalError) or self.conn is None or self.conn.broken or self.conn.closed:

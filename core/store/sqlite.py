@@ -279,6 +279,8 @@ class SqliteStore(SqlStore):
     not be read as a store.
     """
 
+    schema_version = SCHEMA_VERSION
+
     def __init__(self, path: str | os.PathLike, *, url: str | None = None, create: bool = False,
                  readonly: bool = False, durability: str = DURABILITY,
                  busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
@@ -299,8 +301,8 @@ class SqliteStore(SqlStore):
         if not self.path.exists():
             if not create:
                 raise StoreMissing(
-                    f"no relaypoint store at {self.path}; make one with `relaypoint --db {self.path} demo` or "
-                    "`relaypoint start`, or point --db (RELAYPOINT_DB) at an existing store"
+                    f"no relaypoint store at {self.path}; make one with `relaypoint --db {self.path} migrate` "
+                    "(or `demo`, `start`), or point --db (RELAYPOINT_DB) at an existing store"
                 )
             self._create_file()
         elif self.path.is_dir():
@@ -434,6 +436,8 @@ class SqliteStore(SqlStore):
                 self.db["meta"].insert({"key": "app", "value": APP_ID})
                 self.db["meta"].insert({"key": "schema_version", "value": "0"})
             version = int(self.db["meta"].get("schema_version")["value"])
+            if version < SCHEMA_VERSION:
+                self.upgraded_from = version
             for v in range(version + 1, SCHEMA_VERSION + 1):
                 try:
                     MIGRATIONS[v](self.db)
