@@ -347,6 +347,19 @@ def test_a_schema_named_by_an_sql_keyword_is_refused_in_one_line_and_nothing_is_
     assert server("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)) == []
 
 
+@pytest.mark.parametrize("damage", ["DROP TYPE {}.boundary", "DROP FUNCTION {}.commit_boundary",
+                                    "DROP TABLE {}.events CASCADE", "ALTER TABLE {}.steps DROP COLUMN traceback"])
+def test_a_store_missing_an_object_of_its_schema_is_damaged_in_one_line(url, postgres_schema, tmp_path, damage):
+    open_store(url, create=True).close()
+    server(damage.format(postgres_schema))
+    (tmp_path / "app.py").write_text("from relaypoint import Workflow\nwf = Workflow('w')\n"
+                                     "@wf.step\ndef s(ctx):\n    return 1\nworkflows = [wf]\n")
+    result = subprocess.run([sys.executable, "-m", "relaypoint", "--db", url, "start", "w", "--app", "app:workflows"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert re.search(r"does not match its schema version \(.* does not exist\); edited by hand\?", result.stderr)
+
+
 def test_two_schemas_in_one_database_are_kept_apart(url, postgres_schema):
     other_schema = postgres_schema + "_b"
     other_url = url.replace(postgres_schema, other_schema)

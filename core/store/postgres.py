@@ -1027,7 +1027,8 @@ class PostgresStore(SqlStore):
                                "and password (PGPASSWORD or ~/.pgpass)")
         if isinstance(e, pgerrors.InsufficientPrivilege):
             return StoreDenied(f"{w}: {msg}; {self._grant_hint()}")
-        if isinstance(e, (pgerrors.UndefinedTable, pgerrors.UndefinedColumn, pgerrors.UndefinedFunction)):
+        if isinstance(e, (pgerrors.UndefinedTable, pgerrors.UndefinedColumn, pgerrors.UndefinedFunction,
+                          pgerrors.UndefinedObject)):  # an object: the boundary's type (version 7)
             return StoreDamaged(f"{w} does not match its schema version ({msg}); edited by hand?")
         if isinstance(e, psycopg.OperationalError) or self.conn is None or self.conn.broken or self.conn.closed:
             if isinstance(e, pgerrors.AdminShutdown) or (self.conn is not None and self.conn.closed):
