@@ -323,6 +323,24 @@ async def test_a_read_only_console_records_nothing_and_says_why(store):
     assert snapshot(path) == before
 
 
+async def test_the_status_line_names_the_store_as_messages_do(store):
+    # A PostgreSQL store was "relaypoint_t...@127.0.0.1/test" (schema@host/db), which reads as a user
+    # called after the schema; messages say user@host:port/db/schema.
+    path, _ = store
+    with Runtime(path, create=False) as rt:
+        where = rt.store.where
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        (line,) = screen_lines(main_screen(pilot).query_one("#status-line", Static))
+    if "://" in path:
+        schema = path.rpartition("schema=")[2]
+        assert where == f"{path.split('://', 1)[1].split('?')[0]}/{schema}"  # postgres@127.0.0.1:5432/test/<schema>
+        assert f" {where} " in line and f"{schema}@" not in line, line
+    else:
+        assert f" {Path(path).name} " in line, line  # the file's name: its path is in the title of the terminal's shell
+
+
 async def test_a_change_by_another_process_appears_without_moving_the_cursor(store):
     path, runs = store
     app = RelaypointConsole(path)

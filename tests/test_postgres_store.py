@@ -67,15 +67,16 @@ def test_a_url_without_a_host_reaches_the_server_named_by_pghost(postgres_schema
     assert parse(url).conninfo == f"postgresql:///{server_url['dbname']}"
     with open_store(url, create=True) as store:
         assert store.list_runs() == []
+        assert store.where == store_name(url) == \
+            f"{server_url.get('host') or 'localhost'}/{server_url['dbname']}/{postgres_schema}"
     assert server("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'runs'",
                   (postgres_schema,)) == [(1,)]
-    assert store_name(url) == f"{postgres_schema}@{server_url.get('host') or 'localhost'}/{server_url['dbname']}"
 
 
 def test_a_password_in_the_url_is_never_shown_and_files_beside_the_store_have_a_place():
     url = "postgresql://bob:s3cret@db.example:5432/team?schema=relay_dev"
     assert shown(url) == "postgresql://bob:***@db.example:5432/team?schema=relay_dev"
-    assert store_name(url) == "relay_dev@db.example/team"
+    assert store_name(url) == "bob@db.example:5432/team/relay_dev"  # as messages name it
     assert log_stem(url) == "relaypoint-relay_dev"
     assert (shown("sqlite:////tmp/r.db"), store_name("sqlite:////tmp/r.db"), log_stem("sqlite:////tmp/r.db")) == (
         "sqlite:////tmp/r.db", "r.db", "/tmp/r.db")

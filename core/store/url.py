@@ -121,14 +121,23 @@ def _postgres(given: str) -> StoreURL:
     return StoreURL("postgres", "", conninfo=given.partition("?")[0], schema=schema)
 
 
+def postgres_where(conninfo: str, schema: str) -> str:
+    """How messages and the console name a PostgreSQL store: ``user@host:port/dbname/schema``, the
+    user and port as the URL gives them (left out when it does not), the host from ``PGHOST`` when
+    the URL has none (as libpq does), never the password."""
+    parts = urlsplit(conninfo)
+    host = parts.hostname or os.environ.get("PGHOST") or "localhost"
+    return (f"{parts.username + '@' if parts.username else ''}{host}{f':{parts.port}' if parts.port else ''}"
+            f"{parts.path or '/'}/{schema}")
+
+
 def store_name(url: str) -> str:
-    """A short name of the store at ``url`` for a status line: the SQLite file's name, or
-    ``schema@host/dbname`` (never a password)."""
+    """A short name of the store at ``url`` for a status line: the SQLite file's name, or for
+    PostgreSQL the store's name in messages (:func:`postgres_where`)."""
     where = parse(url)
     if where.backend == "sqlite":
         return Path(where.path).name
-    parts = urlsplit(where.conninfo or "")
-    return f"{where.schema}@{parts.hostname or os.environ.get('PGHOST') or 'localhost'}{parts.path}"
+    return postgres_where(where.conninfo or "", where.schema)
 
 
 def log_stem(url: str) -> str:
