@@ -323,6 +323,56 @@ async def test_a_read_only_console_records_nothing_and_says_why(store):
     assert snapshot(path) == before
 
 
+@pytest.fixture
+def reader(store: tuple[str, dict[str, str]], request: pytest.FixtureRequest) -> tuple[str, str]:
+    """The fixture store opened by someone who may only read it: on PostgreSQL a role granted SELECT
+    only (dropped afterwards), on SQLite the console's --read-only. Its URL and why it is read-only."""
+    path, _ = store
+    if "://" not in path:
+        return path, "opened read-only"
+    import psycopg
+
+    from conftest import POSTGRES_URL
+
+    schema = path.rpartition("schema=")[2]
+    role = f"{schema}_ro"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+
+    def drop() -> None:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+    request.addfinalizer(drop)
+    return (path.replace("postgres@", f"{role}@", 1), f"{role} may only read schema {schema}; an administrator "
+            f"can GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} to it")
+
+
+@pytest.mark.parametrize("size", [(80, 24), SIZE])
+async def test_the_status_line_says_read_only_at_any_width_and_help_and_refusals_say_why(store, reader, size):
+    # The reason followed the counts, the time and the store: cut mid-sentence at 160 columns, gone at 80.
+    (path, runs), (url, why) = store, reader
+    app = RelaypointConsole(url, "fixtures:WORKFLOWS", readonly="://" not in url)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=size) as pilot:
+        await select_run(pilot, runs["awaiting_approval"])
+        (line,) = screen_lines(main_screen(pilot).query_one("#status-line", Static))
+        assert "read-only" in line, line
+        assert why not in line  # the whole reason is for help and refusals; a part of it would be cut
+        await pilot.press("a")
+        await settle(pilot)
+        assert notes == [(f"approve: the store is read-only: {why}", "warning")]
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await settle(pilot)
+        assert "".join(f"This store is read-only: {why}.".split()) in rendered(app.screen)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is main_screen(pilot))
+
+
 async def test_the_status_line_names_the_store_as_messages_do(store):
     # A PostgreSQL store was "relaypoint_t...@127.0.0.1/test" (schema@host/db), which reads as a user
     # called after the schema; messages say user@host:port/db/schema.

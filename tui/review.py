@@ -469,7 +469,7 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         self.app.pop_screen()
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(help_markdown()))
+        self.app.push_screen(HelpScreen(help_markdown(), readonly_reason=self.readonly_reason))
 
     def action_quit(self) -> None:
         self.app.exit()

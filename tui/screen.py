@@ -141,17 +141,18 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         self.query_one("#runs-panel").border_title = title
 
     def _status_line(self, error: str | None = None) -> None:
+        """Counts per status, the time of the last refresh, the store, and a failed refresh's error.
+        A read-only store is said first, so that no width cuts it off; why it is read-only is too
+        long for one line: help and every refused action say it whole."""
+        head = Text("read-only  ", style="bold yellow") if self.state.readonly_reason else Text()
         tail = Text(f"refreshed {self.app.clock().strftime('%H:%M:%S')} UTC  ", style="dim")
         tail.append_text(literal(self.app.store_name, "dim"))
-        if self.state.readonly_reason:
-            tail.append("  read-only: ", style="bold yellow")
-            tail.append_text(literal(self.state.readonly_reason, "yellow"))
         if error:
             tail.append("  refresh failed: ", style="bold red")
             tail.append_text(literal(error, "red"))
-        line = self._counts(named=True) + tail
+        line = head + self._counts(named=True) + tail
         if line.cell_len > self.size.width - 2:  # too long: symbols only
-            line = self._counts(named=False) + tail
+            line = head + self._counts(named=False) + tail
         self.query_one("#status-line", Static).update(line, layout=False)  # one line, full width: no relayout
 
     def _counts(self, named: bool) -> Text:
@@ -436,7 +437,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
             self._set_query(RunQuery())
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(help_markdown()))
+        self.app.push_screen(HelpScreen(help_markdown(), readonly_reason=self.state.readonly_reason))
 
     def action_next_pending(self) -> None:
         """``n``: the review queue, at the oldest pending decision of all runs."""
