@@ -593,6 +593,16 @@ def test_a_user_who_may_only_read_the_tables_browses_a_read_only_store(postgres_
             f"({role} may only read schema {postgres_schema}; an administrator can GRANT INSERT, UPDATE, DELETE ON ALL "
             f"TABLES IN SCHEMA {postgres_schema} to it); a worker records what it executes, so it needs a store it "
             "can write"]
+        demo = subprocess.run([sys.executable, "-m", "relaypoint", "--db", reader, "demo", "--no-console"],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert demo.returncode == 1 and demo.stdout == ""  # no progress line first, which read as success
+        assert demo.stderr.splitlines() == [
+            f"Error: {role}@{reader.split('@', 1)[1].split('?')[0]}/{postgres_schema} is read-only "
+            f"({role} may only read schema {postgres_schema}; an administrator can GRANT INSERT, UPDATE, DELETE ON ALL "
+            f"TABLES IN SCHEMA {postgres_schema} to it); the demo records the runs it makes, so it needs a store it "
+            "can write"]
+        with open_store(url) as store:
+            assert [r.run_id for r in store.list_runs()] == ["r1"]
         server(f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
         with open_store(reader) as store:
             assert store.readonly_reason is None
