@@ -163,9 +163,11 @@ async def test_a_decision_on_a_stale_view_is_refused_with_one_line(store):
 # ---- fork, cancel, resume ------------------------------------------------------------------------
 
 
-async def test_fork_from_the_selected_step_creates_a_child_run(store):
+@pytest.mark.parametrize("app_spec", [None, "fixtures:WORKFLOWS"], ids=["without-app", "with-app"])
+async def test_fork_from_the_selected_step_creates_a_child_run(store, app_spec):
     path, runs = store
-    app = RelaypointConsole(path)
+    app = RelaypointConsole(path, app_spec)
+    notes = recorded_notifications(app)
     async with app.run_test(size=SIZE) as pilot:
         await select_run(pilot, runs["completed"])
         await select_step(pilot, "review")
@@ -175,6 +177,11 @@ async def test_fork_from_the_selected_step_creates_a_child_run(store):
         with Runtime(path, create=False) as rt:
             await until(pilot, lambda: len(rt.get(runs["completed"]).forks) == 2)
             child = rt.get(rt.get(runs["completed"]).forks[-1])
+        await until(pilot, lambda: any(m.startswith("forked run") for m, _ in notes))
+    (said,) = [m for m, _ in notes if m.startswith("forked run")]
+    # press r only where r can resume (the console was given the workflows)
+    assert said.endswith("(queued: select it and press r to resume it)" if app_spec else
+                         f"(queued: a worker resumes it, or `relaypoint resume {child.run_id} --app MODULE:ATTR`)")
     assert child.parent_run_id == runs["completed"]
     assert child.forked_from_step == "review"
     assert child.status == RunStatus.QUEUED

@@ -392,7 +392,7 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         else:
             form = ApproveScreen(item.run, output.value, output.recorded, output.editor, output.readable,
                                  confirm_first=True)
-        self._decide(form, partial(changes.approve, item.run))
+        self._decide(form, partial(changes.approve, item.run, app_spec=self.app.app_spec))
 
     def action_reject(self) -> None:
         if self.why_not("reject") is None and self.item is not None:
@@ -400,7 +400,8 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
 
     def action_respond(self) -> None:
         if self.why_not("respond") is None and self.item is not None:
-            self._decide(RespondScreen(self.item.run), partial(changes.respond, self.item.run))
+            self._decide(RespondScreen(self.item.run),
+                         partial(changes.respond, self.item.run, app_spec=self.app.app_spec))
 
     def action_next_pending(self) -> None:
         """``n``: the next newer pending decision (read again: with none shown, the oldest)."""

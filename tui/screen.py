@@ -544,7 +544,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
             form = ApproveScreen(run)
             self._read_gated_output(run)
         self._approve_form = form
-        self._decide(form, partial(changes.approve, run))
+        self._decide(form, partial(changes.approve, run, app_spec=self.app.app_spec))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="prepare")
     def _read_gated_output(self, run: Run) -> None:
@@ -570,7 +570,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
 
     def action_respond(self) -> None:
         if (run := self._actionable("respond")) is not None:
-            self._decide(RespondScreen(run), partial(changes.respond, run))
+            self._decide(RespondScreen(run), partial(changes.respond, run, app_spec=self.app.app_spec))
 
     def action_fork(self) -> None:
         """Open the fork form from the highlighted step; from a pattern's call, from that call's
@@ -582,7 +582,8 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         point = None
         if step.parent is not None:
             point = ForkPoint(step.name, step.iteration, fork_point(self.detail.kind_of_group(step), step))
-        self._decide(ForkScreen(run, step.name, point), partial(changes.fork, run))
+        self._decide(ForkScreen(run, step.name, point),
+                     partial(changes.fork, run, app_spec=self.app.app_spec))
 
     def action_cancel(self) -> None:
         if (run := self._actionable("cancel")) is None:
