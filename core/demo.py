@@ -25,6 +25,7 @@ from .examples import audit, panel
 from .models import StepRecord
 from .runtime import Runtime
 from .status import RunStatus, StepStatus
+from .store import StoreReadOnly
 
 workflows = [*audit.workflows, *panel.workflows]
 """Every workflow the demo's runs use: the app the demo's console resumes with (:data:`DEMO_APP`)."""
@@ -65,14 +66,18 @@ def build_demo(db_url: str, root: str | None = None, progress: Callable[[str], N
                durability: str = DURABILITY) -> dict[str, str]:
     """Create the demo runs in the store at ``db_url`` (created if missing). ``root``: the directory
     audited (default: the installed relaypoint sources, a real and bounded tree). Reports are
-    written to the system temporary directory. Returns label -> run id. Raises ``RelaypointError``
-    (before anything is recorded when ``root`` is not a readable directory)."""
+    written to the system temporary directory. Returns label -> run id. Raises ``RelaypointError``,
+    before anything is recorded or reported to ``progress``, when ``root`` is not a readable
+    directory or the store is read-only (``StoreReadOnly``)."""
     root = root or str(Path(__file__).resolve().parent)
     if not os.path.isdir(root) or not os.access(root, os.R_OK | os.X_OK):
         problem = "is not a readable directory" if os.path.exists(root) else "does not exist"
         raise RelaypointError(f"demo: the directory to audit, {root!r}, {problem}; give --root an existing directory")
     base = {"root": root}
     with Runtime(db_url, workflows, durability=durability) as rt:
+        if rt.store.readonly_reason is not None:  # before the first progress line, which reads as success
+            raise StoreReadOnly(f"{rt.store.where} is read-only ({rt.store.readonly_reason}); the demo records "
+                                "the runs it makes, so it needs a store it can write")
         runs: dict[str, str] = {}
 
         progress("completed: audit, approve, resume to the end")

@@ -18,6 +18,7 @@ import random
 import signal
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 
 from .defaults import DURABILITY, LEASE_SECONDS, MAX_RECOVERIES, POLL_SECONDS
 from .errors import RefusedTransition, RelaypointError
@@ -39,7 +40,8 @@ class Worker:
 
     ``max_recoveries``: an interrupted run whose executor died more than this many times while
     executing it alone is marked failed with the reason instead of being recovered again.
-    ``log``: receives one line per action. ``on_pause``: told of each pause for a person (approval,
+    ``log``: receives one line per action; a line it cannot write (``OSError``: its reader gone, as
+    the pipe to ``tee`` after Ctrl-C) is lost, and the worker goes on, or stops as asked. ``on_pause``: told of each pause for a person (approval,
     input, a held orphan) in the store that no one has announced yet, whoever made it (see
     :meth:`~relaypoint.Runtime.announce_pauses`): a thread of its own claims them every
     ``poll_seconds``, no more than the hook can start at once, so the runs executing never wait for
@@ -90,30 +92,30 @@ class Worker:
         interrupted run alone, see the class docstring); a store found unreachable ends the poll.
         Returns the runs executed: 1, or 0 when none could be claimed (the caller then waits)."""
         for rid in rt.expire_deadlines():
-            self.log(f"run {rid}: pause deadline passed; rejected")
+            self._say(f"run {rid}: pause deadline passed; rejected")
         for rid, status in self.candidates(rt):
             alone = status == RunStatus.INTERRUPTED
             if self.stopping.is_set() or not self._enter(rid if alone else None):
                 break  # stopping, or a recovery is isolated: nothing is claimed until it is done
             try:
                 if alone:
-                    self.log(f"run {rid}: recovering it alone up to its next boundary")
+                    self._say(f"run {rid}: recovering it alone up to its next boundary")
                 # only as listed: a run listed interrupted may have failed as a poison pill since
                 # (a failed run is resumable), one listed queued may need recovering alone
                 ended = rt.resume(rid, should_stop=self._alone_until_boundary if alone else self._should_release,
                                   only_if=status, skip_locked=True)
             except RefusedTransition:  # another worker is claiming it or claimed it first, or it changed state
                 if alone:
-                    self.log(f"run {rid}: not recovered here (another worker took it, or it changed meanwhile)")
+                    self._say(f"run {rid}: not recovered here (another worker took it, or it changed meanwhile)")
                 continue
             except RelaypointError as e:  # LeaseLost, drift, a failing definition: say it, go on
-                self.log(str(e) if str(e).startswith(f"run {rid}") else f"run {rid}: {e}")
+                self._say(str(e) if str(e).startswith(f"run {rid}") else f"run {rid}: {e}")
                 if isinstance(e, StoreUnreachable):
                     break  # the server, not the run: the other candidates wait for the next poll
                 continue
             finally:
                 self._leave(alone)
-            self.log(f"run {rid}: {ended}")
+            self._say(f"run {rid}: {ended}")
             return 1  # the rest of the list went stale while the run executed: the next poll lists again
         return 0
 
@@ -163,7 +165,7 @@ class Worker:
                     try:
                         claimed = rt.announce_pauses(free)
                     except RelaypointError as e:  # e.g. the server unreachable: say it, try at the next poll
-                        self.log(f"pauses not announced this poll: {e}")
+                        self._say(f"pauses not announced this poll: {e}")
                 for pause in claimed:
                     hook.announce(pause)
                 if not free or len(claimed) < free:
@@ -175,7 +177,7 @@ class Worker:
                 try:
                     busy = self.run_once(rt)
                 except RelaypointError as e:  # e.g. the store stayed busy: say so, poll again
-                    self.log(str(e))
+                    self._say(str(e))
                     busy = 0
                 if not busy:
                     self.stopping.wait(self.poll_seconds)
@@ -208,7 +210,15 @@ class Worker:
                                     "what it executes, so it needs a store it can write")
 
     def stop(self) -> None:
-        """Finish the step under way, release its run, and stop polling."""
-        if not self.stopping.is_set():
-            self.log("stopping: finishing the steps under way")
+        """Finish the step under way, release its run, and stop polling (also as a signal handler:
+        stopping is decided before anything is written)."""
+        stopped = self.stopping.is_set()
         self.stopping.set()
+        if not stopped:
+            self._say("stopping: finishing the steps under way")
+
+    def _say(self, line: str) -> None:
+        """Give ``line`` to ``log``; an ``OSError`` writing it (a closed pipe, a terminal gone) loses
+        the line: it must neither end a thread between two runs nor escape a signal handler."""
+        with suppress(OSError):
+            self.log(line)

@@ -674,6 +674,19 @@ def test_store_not_writable_in_a_read_only_directory_while_a_writer_has_it_open(
         writer.close()
 
 
+def test_the_demo_refuses_a_store_not_writable_in_one_line_before_saying_anything(store: Path, shared_dir: Path,
+                                                                                 unprivileged) -> None:
+    # It said "completed: audit, approve, resume to the end" first, which read as success.
+    read_only_copy(store, shared_dir, 0o777)
+    before = snapshot(shared_dir / DB)
+    result = as_other_user(unprivileged, shared_dir, "demo", "--no-console")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"Error: {shared_dir / DB} is read-only ({shared_dir / DB} (or its directory) is not writable by this user); "
+        "the demo records the runs it makes, so it needs a store it can write"]
+    assert snapshot(shared_dir / DB) == before
+
+
 def test_store_not_writable_in_a_read_only_directory(store: Path, shared_dir: Path, unprivileged) -> None:
     read_only_copy(store, shared_dir, 0o555)
     assert sorted(p.name for p in shared_dir.iterdir()) == [DB]

@@ -163,9 +163,11 @@ async def test_a_decision_on_a_stale_view_is_refused_with_one_line(store):
 # ---- fork, cancel, resume ------------------------------------------------------------------------
 
 
-async def test_fork_from_the_selected_step_creates_a_child_run(store):
+@pytest.mark.parametrize("app_spec", [None, "fixtures:WORKFLOWS"], ids=["without-app", "with-app"])
+async def test_fork_from_the_selected_step_creates_a_child_run(store, app_spec):
     path, runs = store
-    app = RelaypointConsole(path)
+    app = RelaypointConsole(path, app_spec)
+    notes = recorded_notifications(app)
     async with app.run_test(size=SIZE) as pilot:
         await select_run(pilot, runs["completed"])
         await select_step(pilot, "review")
@@ -175,6 +177,11 @@ async def test_fork_from_the_selected_step_creates_a_child_run(store):
         with Runtime(path, create=False) as rt:
             await until(pilot, lambda: len(rt.get(runs["completed"]).forks) == 2)
             child = rt.get(rt.get(runs["completed"]).forks[-1])
+        await until(pilot, lambda: any(m.startswith("forked run") for m, _ in notes))
+    (said,) = [m for m, _ in notes if m.startswith("forked run")]
+    # press r only where r can resume (the console was given the workflows)
+    assert said.endswith("(queued: select it and press r to resume it)" if app_spec else
+                         f"(queued: a worker resumes it, or `relaypoint resume {child.run_id} --app MODULE:ATTR`)")
     assert child.parent_run_id == runs["completed"]
     assert child.forked_from_step == "review"
     assert child.status == RunStatus.QUEUED
@@ -321,6 +328,74 @@ async def test_a_read_only_console_records_nothing_and_says_why(store):
         assert app.screen is screen
         assert "read-only" in "".join(app.export_screenshot().split())
     assert snapshot(path) == before
+
+
+@pytest.fixture
+def reader(store: tuple[str, dict[str, str]], request: pytest.FixtureRequest) -> tuple[str, str]:
+    """The fixture store opened by someone who may only read it: on PostgreSQL a role granted SELECT
+    only (dropped afterwards), on SQLite the console's --read-only. Its URL and why it is read-only."""
+    path, _ = store
+    if "://" not in path:
+        return path, "opened read-only"
+    import psycopg
+
+    from conftest import POSTGRES_URL
+
+    schema = path.rpartition("schema=")[2]
+    role = f"{schema}_ro"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+
+    def drop() -> None:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+    request.addfinalizer(drop)
+    return (path.replace("postgres@", f"{role}@", 1), f"{role} may only read schema {schema}; the schema's owner "
+            f"can grant what relaypoint needs: `relaypoint --db URL migrate --grant {role}`")
+
+
+@pytest.mark.parametrize("size", [(80, 24), SIZE])
+async def test_the_status_line_says_read_only_at_any_width_and_help_and_refusals_say_why(store, reader, size):
+    # The reason followed the counts, the time and the store: cut mid-sentence at 160 columns, gone at 80.
+    (path, runs), (url, why) = store, reader
+    app = RelaypointConsole(url, "fixtures:WORKFLOWS", readonly="://" not in url)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=size) as pilot:
+        await select_run(pilot, runs["awaiting_approval"])
+        (line,) = screen_lines(main_screen(pilot).query_one("#status-line", Static))
+        assert "read-only" in line, line
+        assert why not in line  # the whole reason is for help and refusals; a part of it would be cut
+        await pilot.press("a")
+        await settle(pilot)
+        assert notes == [(f"approve: the store is read-only: {why}", "warning")]
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await settle(pilot)
+        assert "".join(f"This store is read-only: {why}.".split()) in rendered(app.screen)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is main_screen(pilot))
+
+
+async def test_the_status_line_names_the_store_as_messages_do(store):
+    # A PostgreSQL store was "relaypoint_t...@127.0.0.1/test" (schema@host/db), which reads as a user
+    # called after the schema; messages say user@host:port/db/schema.
+    path, _ = store
+    with Runtime(path, create=False) as rt:
+        where = rt.store.where
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        (line,) = screen_lines(main_screen(pilot).query_one("#status-line", Static))
+    if "://" in path:
+        schema = path.rpartition("schema=")[2]
+        assert where == f"{path.split('://', 1)[1].split('?')[0]}/{schema}"  # postgres@127.0.0.1:5432/test/<schema>
+        assert f" {where} " in line and f"{schema}@" not in line, line
+    else:
+        assert f" {Path(path).name} " in line, line  # the file's name: its path is in the title of the terminal's shell
 
 
 async def test_a_change_by_another_process_appears_without_moving_the_cursor(store):

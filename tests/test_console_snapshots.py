@@ -125,3 +125,19 @@ def test_a_run_awaiting_input_at_80x24(snap_compare, console):
     """The step that asked for input reads as awaiting input in the chain."""
     app, runs = console
     assert snap_compare(app, terminal_size=SMALL, run_before=showing(runs["awaiting_input"]))
+
+
+def test_a_read_only_store_at_80x24(snap_compare, tmp_path):
+    """The status line starts with read-only, so no width cuts it off."""
+    path = tmp_path / "store.db"
+    runs = build_fixture_store(str(path))
+    app = RelaypointConsole(str(path), clock=fixed_clock(), readonly=True)
+    assert snap_compare(app, terminal_size=SMALL, run_before=showing(runs["awaiting_approval"]))
+
+
+def test_help_on_a_read_only_store(snap_compare, tmp_path):
+    """Help says first why the store is read-only."""
+    path = tmp_path / "store.db"
+    build_fixture_store(str(path))
+    app = RelaypointConsole(str(path), clock=fixed_clock(), readonly=True)
+    assert snap_compare(app, terminal_size=SMALL, run_before=showing(None, "question_mark", HelpScreen))

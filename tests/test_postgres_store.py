@@ -72,15 +72,16 @@ def test_a_url_without_a_host_reaches_the_server_named_by_pghost(postgres_schema
     assert parse(url).conninfo == f"postgresql:///{server_url['dbname']}"
     with open_store(url, create=True) as store:
         assert store.list_runs() == []
+        assert store.where == store_name(url) == \
+            f"{server_url.get('host') or 'localhost'}/{server_url['dbname']}/{postgres_schema}"
     assert server("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'runs'",
                   (postgres_schema,)) == [(1,)]
-    assert store_name(url) == f"{postgres_schema}@{server_url.get('host') or 'localhost'}/{server_url['dbname']}"
 
 
 def test_a_password_in_the_url_is_never_shown_and_files_beside_the_store_have_a_place():
     url = "postgresql://bob:s3cret@db.example:5432/team?schema=relay_dev"
     assert shown(url) == "postgresql://bob:***@db.example:5432/team?schema=relay_dev"
-    assert store_name(url) == "relay_dev@db.example/team"
+    assert store_name(url) == "bob@db.example:5432/team/relay_dev"  # as messages name it
     assert log_stem(url) == "relaypoint-relay_dev"
     assert (shown("sqlite:////tmp/r.db"), store_name("sqlite:////tmp/r.db"), log_stem("sqlite:////tmp/r.db")) == (
         "sqlite:////tmp/r.db", "r.db", "/tmp/r.db")
@@ -708,6 +709,16 @@ def test_a_user_who_may_only_read_the_tables_browses_a_read_only_store(postgres_
             f"({role} may only read schema {postgres_schema}; the schema's owner can grant what relaypoint needs: "
             f"`relaypoint --db URL migrate --grant {role}`); a worker records what it executes, so it needs a store "
             "it can write"]
+        demo = subprocess.run([sys.executable, "-m", "relaypoint", "--db", reader, "demo", "--no-console"],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert demo.returncode == 1 and demo.stdout == ""  # no progress line first, which read as success
+        assert demo.stderr.splitlines() == [
+            f"Error: {role}@{reader.split('@', 1)[1].split('?')[0]}/{postgres_schema} is read-only "
+            f"({role} may only read schema {postgres_schema}; the schema's owner can grant what relaypoint needs: "
+            f"`relaypoint --db URL migrate --grant {role}`); the demo records the runs it makes, so it needs a "
+            "store it can write"]
+        with open_store(url) as store:
+            assert [r.run_id for r in store.list_runs()] == ["r1"]
         server(f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres_schema} TO {role}")
         with open_store(reader) as store:
             assert store.readonly_reason is None

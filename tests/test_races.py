@@ -793,6 +793,30 @@ def test_sigterm_finishes_the_step_and_releases_the_run(box):
     assert [s for s, _, _ in execs(box, rid)] == ["nap", "last"]
 
 
+@pytest.mark.parametrize("options", [(), ("--on-pause", "true"), ("--concurrency", "2")],
+                         ids=["alone", "on-pause", "concurrency-2"])
+def test_ctrl_c_stops_a_worker_whose_output_pipe_is_closed(box, options):
+    # `relaypoint worker ... 2>&1 | tee w.log`, then Ctrl-C: tee is gone first, so the worker's
+    # "stopping" line meets a closed pipe. It stopped nothing (the worker ran on for minutes), or,
+    # with one thread to join, ended the process at once and left the step under way interrupted.
+    with api(box) as rt:
+        rid = rt.fork(rt.start("slow", {"sleep": 0}), "nap", {"sleep": 2.0})
+    w = box.spawn("worker", "--app", APP, "--poll", "0.1", *options)
+    try:
+        procs.wait_step(box.db, "nap", run_id=rid, timeout=30)
+        w.stdout.close()
+        w.stderr.close()  # the reader of its output is gone
+        procs.kill(w, signal.SIGINT)
+        code = w.wait(timeout=30)
+    finally:
+        procs.kill(w)
+    assert code == 0
+    row = procs.run_row(box.db, rid)
+    assert row["status"] == "queued" and row["lease_token"] is None and row["current_step"] == "last"
+    assert procs.step_row(box.db, rid, "nap")["status"] == "completed"
+    assert [e["step"] for e in procs.events(box.db, rid) if e["kind"] == "released"] == ["last"]
+
+
 def test_poison_pill_run_is_failed_after_max_recoveries(box):
     start = box.run("start", "poison", "--app", APP)
     assert start.code == -signal.SIGKILL  # the step killed its own process

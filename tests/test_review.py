@@ -177,6 +177,36 @@ async def test_n_and_N_move_along_the_queue_and_escape_returns_to_the_runs_list(
         assert app.screen is main_screen(pilot)
 
 
+@pytest.mark.parametrize("app_spec", [None, "test_review:report"], ids=["without-app", "with-app"])
+async def test_after_a_decision_the_console_says_how_the_run_goes_on(db, app_spec):
+    # `relaypoint review` without --app said "r on the runs list resumes it"; r then said --app was needed.
+    runs = pending_store(db, approvals=1, inputs=1)
+    app = RelaypointConsole(db, app_spec, review=True)
+    notes = recorded_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await review_loaded(pilot)
+        await Keys(pilot)("a", "enter")
+        await until(pilot, lambda: shown_run(pilot) == runs[1])
+        await Keys(pilot)("i", *'"ops"', "ctrl+s")
+        await until(pilot, lambda: any(m.startswith("answered") for m, _ in notes))
+        said = [m for m, _ in notes if m.startswith(("approved", "answered"))]
+        if app_spec:
+            assert said == [f"approved run {runs[0][:8]}; it is queued: r on the runs list resumes it",
+                            f"answered run {runs[1][:8]}; it is queued: r on the runs list resumes it"]
+            return
+        assert said == [f"approved run {runs[0][:8]}; it is queued: a worker resumes it, or `relaypoint resume "
+                        f"{runs[0]} --app MODULE:ATTR`",
+                        f"answered run {runs[1][:8]}; it is queued: a worker resumes it, or `relaypoint resume "
+                        f"{runs[1]} --app MODULE:ATTR`"]
+        await Keys(pilot)("escape")
+        await until(pilot, lambda: runs[0] in runs_table(pilot).runs)
+        table = runs_table(pilot)
+        table.move_cursor(row=table.get_row_index(runs[0]))
+        await settle(pilot)
+        await Keys(pilot)("r")  # and r says what the hint said: it cannot resume here
+        assert notes[-1][0].startswith("resume: resuming needs the workflow definitions")
+
+
 async def test_upstream_outputs_are_one_key_away(db):
     pending_store(db, approvals=1, inputs=0)
     app = RelaypointConsole(db, review=True)

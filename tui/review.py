@@ -392,7 +392,7 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         else:
             form = ApproveScreen(item.run, output.value, output.recorded, output.editor, output.readable,
                                  confirm_first=True)
-        self._decide(form, partial(changes.approve, item.run))
+        self._decide(form, partial(changes.approve, item.run, app_spec=self.app.app_spec))
 
     def action_reject(self) -> None:
         if self.why_not("reject") is None and self.item is not None:
@@ -400,7 +400,8 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
 
     def action_respond(self) -> None:
         if self.why_not("respond") is None and self.item is not None:
-            self._decide(RespondScreen(self.item.run), partial(changes.respond, self.item.run))
+            self._decide(RespondScreen(self.item.run),
+                         partial(changes.respond, self.item.run, app_spec=self.app.app_spec))
 
     def action_next_pending(self) -> None:
         """``n``: the next newer pending decision (read again: with none shown, the oldest)."""
@@ -469,7 +470,7 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         self.app.pop_screen()
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(help_markdown()))
+        self.app.push_screen(HelpScreen(help_markdown(), readonly_reason=self.readonly_reason))
 
     def action_quit(self) -> None:
         self.app.exit()

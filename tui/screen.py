@@ -141,17 +141,18 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         self.query_one("#runs-panel").border_title = title
 
     def _status_line(self, error: str | None = None) -> None:
+        """Counts per status, the time of the last refresh, the store, and a failed refresh's error.
+        A read-only store is said first, so that no width cuts it off; why it is read-only is too
+        long for one line: help and every refused action say it whole."""
+        head = Text("read-only  ", style="bold yellow") if self.state.readonly_reason else Text()
         tail = Text(f"refreshed {self.app.clock().strftime('%H:%M:%S')} UTC  ", style="dim")
         tail.append_text(literal(self.app.store_name, "dim"))
-        if self.state.readonly_reason:
-            tail.append("  read-only: ", style="bold yellow")
-            tail.append_text(literal(self.state.readonly_reason, "yellow"))
         if error:
             tail.append("  refresh failed: ", style="bold red")
             tail.append_text(literal(error, "red"))
-        line = self._counts(named=True) + tail
+        line = head + self._counts(named=True) + tail
         if line.cell_len > self.size.width - 2:  # too long: symbols only
-            line = self._counts(named=False) + tail
+            line = head + self._counts(named=False) + tail
         self.query_one("#status-line", Static).update(line, layout=False)  # one line, full width: no relayout
 
     def _counts(self, named: bool) -> Text:
@@ -436,7 +437,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
             self._set_query(RunQuery())
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(help_markdown()))
+        self.app.push_screen(HelpScreen(help_markdown(), readonly_reason=self.state.readonly_reason))
 
     def action_next_pending(self) -> None:
         """``n``: the review queue, at the oldest pending decision of all runs."""
@@ -543,7 +544,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
             form = ApproveScreen(run)
             self._read_gated_output(run)
         self._approve_form = form
-        self._decide(form, partial(changes.approve, run))
+        self._decide(form, partial(changes.approve, run, app_spec=self.app.app_spec))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="prepare")
     def _read_gated_output(self, run: Run) -> None:
@@ -569,7 +570,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
 
     def action_respond(self) -> None:
         if (run := self._actionable("respond")) is not None:
-            self._decide(RespondScreen(run), partial(changes.respond, run))
+            self._decide(RespondScreen(run), partial(changes.respond, run, app_spec=self.app.app_spec))
 
     def action_fork(self) -> None:
         """Open the fork form from the highlighted step; from a pattern's call, from that call's
@@ -581,7 +582,8 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         point = None
         if step.parent is not None:
             point = ForkPoint(step.name, step.iteration, fork_point(self.detail.kind_of_group(step), step))
-        self._decide(ForkScreen(run, step.name, point), partial(changes.fork, run))
+        self._decide(ForkScreen(run, step.name, point),
+                     partial(changes.fork, run, app_spec=self.app.app_spec))
 
     def action_cancel(self) -> None:
         if (run := self._actionable("cancel")) is None:

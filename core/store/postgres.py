@@ -81,7 +81,7 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
                    renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
-from .url import InvalidStoreURL, shown
+from .url import InvalidStoreURL, postgres_where, shown
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
                   UNDECIDED, SqlStore, event_detail, translated)
 
@@ -714,16 +714,13 @@ class PostgresStore(SqlStore):
         self.rows_read = 0
         """Rows this store object has read and returned (a cost guard for tests)."""
         parts = urlsplit(conninfo)
-        host = parts.hostname or "localhost"
         try:
-            port = f":{parts.port}" if parts.port else ""
-            self._server = f"{host}:{parts.port or 5432}"
-        except ValueError:  # not one port number: several hosts (h1:5432,h2:5432), or one libpq refuses in one line
-            host, port = parts.netloc.rpartition("@")[2], ""
-            self._server = host
+            self._server = f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+        except ValueError:  # not one port number (see postgres_where)
+            self._server = parts.netloc.rpartition("@")[2]
         self._user = parts.username
         self._dbname = (parts.path or "/").lstrip("/") or None
-        self._where = f"{parts.username + '@' if parts.username else ''}{host}{port}{parts.path or '/'}/{schema}"
+        self._where = postgres_where(conninfo, schema)
         self.conn: psycopg.Connection | None = None
         """This store's connection (while borrowed, for a pooled store; None otherwise)."""
         self._key = (conninfo, schema)

@@ -124,14 +124,26 @@ def _postgres(given: str) -> StoreURL:
     return StoreURL("postgres", "", conninfo=given.partition("?")[0], schema=schema)
 
 
+def postgres_where(conninfo: str, schema: str) -> str:
+    """How messages and the console name a PostgreSQL store: ``user@host:port/dbname/schema``, the
+    user and port as the URL gives them (left out when it does not), the host from ``PGHOST`` when
+    the URL has none (as libpq does), never the password."""
+    parts = urlsplit(conninfo)
+    host = parts.hostname or os.environ.get("PGHOST") or "localhost"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # not one port number: several hosts (h1:5432,h2:5432), or one libpq refuses in one line
+        host, port = parts.netloc.rpartition("@")[2], ""
+    return f"{parts.username + '@' if parts.username else ''}{host}{port}{parts.path or '/'}/{schema}"
+
+
 def store_name(url: str) -> str:
-    """A short name of the store at ``url`` for a status line: the SQLite file's name, or
-    ``schema@host/dbname`` (never a password)."""
+    """A short name of the store at ``url`` for a status line: the SQLite file's name, or for
+    PostgreSQL the store's name in messages (:func:`postgres_where`)."""
     where = parse(url)
     if where.backend == "sqlite":
         return Path(where.path).name
-    parts = urlsplit(where.conninfo or "")
-    return f"{where.schema}@{parts.hostname or os.environ.get('PGHOST') or 'localhost'}{parts.path}"
+    return postgres_where(where.conninfo or "", where.schema)
 
 
 def log_stem(url: str) -> str:
