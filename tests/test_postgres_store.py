@@ -645,6 +645,11 @@ def test_the_readmes_two_roles_work_as_written(postgres_schema, tmp_path):
         assert relaypoint(as_owner, "migrate", "--grant", user, "--grant-read", reader).splitlines() == [
             f"made a store at {owner}@{as_owner.split('@', 1)[1].split('?')[0]}/{postgres_schema} (schema version 8)",
             f"granted {user} what it needs to use the store", f"granted {reader} what it needs to browse the store"]
+        refused = subprocess.run([sys.executable, "-m", "relaypoint", "--db", as_user, "migrate", "--grant-read",
+                                  reader], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert refused.returncode == 1 and refused.stderr.endswith(  # a GRANT of anyone else grants nothing
+            f"only the owner of its tables ({owner}) may grant a role what relaypoint needs; run `relaypoint --db URL "
+            f"migrate --grant ...` as {owner}\n")
         run = relaypoint(as_user, "start", "w", "--app", "app:workflows")
         relaypoint(as_user, "approve", run)
         relaypoint(as_user, "resume", run, "--app", "app:workflows")

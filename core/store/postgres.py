@@ -964,7 +964,7 @@ class PostgresStore(SqlStore):
         move their id sequences on (a copy into the store sets them); the same for the tables and
         sequences later migrations by this user make (default privileges). Raises ``InvalidValue``
         for a role the server does not have, ``StoreDenied`` for a user who may not grant them (not
-        the schema's owner)."""
+        the owner of the tables, or a member of its role)."""
         tables = "SELECT, INSERT, UPDATE, DELETE" if writes else "SELECT"
         statements = [f"GRANT USAGE ON SCHEMA {self.schema} TO {{}}",
                       f"GRANT {tables} ON ALL TABLES IN SCHEMA {self.schema} TO {{}}",
@@ -974,6 +974,13 @@ class PostgresStore(SqlStore):
                            f"ALTER DEFAULT PRIVILEGES IN SCHEMA {self.schema} GRANT USAGE, SELECT, UPDATE ON SEQUENCES "
                            "TO {}"]
         with self._connection() as conn:
+            # Anyone else's GRANT grants nothing, with a warning only: check first.
+            owner = conn.execute("SELECT pg_has_role(relowner, 'USAGE') AS owns, relowner::regrole::text AS name "
+                                 "FROM pg_class WHERE oid = 'runs'::regclass").fetchone()
+            if not owner["owns"]:
+                raise StoreDenied(f"{self._where}: only the owner of its tables ({owner['name']}) may grant a role "
+                                  f"what relaypoint needs; run `relaypoint --db URL migrate --grant ...` as "
+                                  f"{owner['name']}")
             try:
                 with conn.transaction():
                     for statement in statements:
