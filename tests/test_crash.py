@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import procs
@@ -78,6 +79,18 @@ def wait_for_step(db: str, step: str, status: str = "running", timeout: float = 
     return procs.wait_step(db, step, status, timeout=timeout)["run_id"]
 
 
+def wait_for_execution(app, step: str, timeout: float = 30.0) -> str:
+    """The run whose ``step`` is running once its function has logged its start: the step is recorded
+    running at a boundary that commits before the function is called, so a signal sent at the
+    boundary alone may find it not yet begun (and the executions log without it)."""
+    run_id = wait_for_step(app["db"], step, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while executions(app)[-1:] != [step]:
+        assert time.monotonic() < deadline, f"step {step} did not begin executing"
+        time.sleep(0.02)
+    return run_id
+
+
 def set_input(db: str, run_id: str, run_input: dict) -> None:
     """Change a run's stored input behind relaypoint's back (how long its step sleeps on a resume)."""
     stores.execute(db, "UPDATE run_inputs SET input = ? WHERE run_id = ?", json.dumps(run_input), run_id)
@@ -86,7 +99,7 @@ def set_input(db: str, run_id: str, run_input: dict) -> None:
 def test_sigkill_mid_step_then_resume_reruns_only_the_interrupted_step(app):
     proc = cli(app, "start", "chain", "--app", "crashapp:workflows", "--input", json.dumps({"sleep": 30}),
                wait=False)
-    run_id = wait_for_step(app["db"], "slow")
+    run_id = wait_for_execution(app, "slow")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 
@@ -113,7 +126,7 @@ def test_sigkill_mid_step_then_resume_reruns_only_the_interrupted_step(app):
 def test_concurrent_resumers_exactly_one_executes(app):
     proc = cli(app, "start", "chain", "--app", "crashapp:workflows", "--input", json.dumps({"sleep": 30}),
                wait=False)
-    run_id = wait_for_step(app["db"], "slow")
+    run_id = wait_for_execution(app, "slow")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     set_input(app["db"], run_id, {"sleep": 1.5})
@@ -175,7 +188,7 @@ def test_a_live_owner_on_this_host_keeps_its_run_past_its_lease_unless_its_pid_w
 def test_a_run_released_by_ctrl_c_is_not_charged_as_a_death(app, monkeypatch):
     proc = cli(app, "start", "chain", "--app", "crashapp:workflows", "--input", json.dumps({"sleep": 30}),
                wait=False)
-    run_id = wait_for_step(app["db"], "slow")
+    run_id = wait_for_execution(app, "slow")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "Traceback" not in err, err
