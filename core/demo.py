@@ -25,7 +25,6 @@ from .examples import audit, panel
 from .models import StepRecord
 from .runtime import Runtime
 from .status import RunStatus, StepStatus
-from .store import StoreReadOnly
 
 workflows = [*audit.workflows, *panel.workflows]
 """Every workflow the demo's runs use: the app the demo's console resumes with (:data:`DEMO_APP`)."""
@@ -76,8 +75,7 @@ def build_demo(db_url: str, root: str | None = None, progress: Callable[[str], N
     base = {"root": root}
     with Runtime(db_url, workflows, durability=durability) as rt:
         if rt.store.readonly_reason is not None:  # before the first progress line, which reads as success
-            raise StoreReadOnly(f"{rt.store.where} is read-only ({rt.store.readonly_reason}); the demo records "
-                                "the runs it makes, so it needs a store it can write")
+            raise rt.store.read_only_error("the demo records the runs it makes, so it needs a store it can write")
         runs: dict[str, str] = {}
 
         progress("completed: audit, approve, resume to the end")

@@ -26,7 +26,7 @@ from .lease import heartbeat_store
 from .pausehook import PauseHook
 from .runtime import Runtime
 from .status import RunStatus
-from .store import StoreReadOnly, StoreUnreachable
+from .store import StoreUnreachable
 from .workflow import Workflow
 
 CANDIDATES = 50
@@ -206,8 +206,7 @@ class Worker:
         records what it executes."""
         with self._runtime() as rt:
             if rt.store.readonly_reason is not None:
-                raise StoreReadOnly(f"{rt.store.where} is read-only ({rt.store.readonly_reason}); a worker records "
-                                    "what it executes, so it needs a store it can write")
+                raise rt.store.read_only_error("a worker records what it executes, so it needs a store it can write")
 
     def stop(self) -> None:
         """Finish the step under way, release its run, and stop polling (also as a signal handler:

@@ -385,6 +385,11 @@ class RunStore(ABC):
     def close(self) -> None:
         """Release the connection. The store is unusable afterwards."""
 
+    def read_only_error(self, consequence: str = "actions that record something are unavailable") -> StoreReadOnly:
+        """The error for a write this read-only store refuses (a :class:`StoreReadOnly`): where it
+        is, why it is read-only (``readonly_reason``), and ``consequence``."""
+        return StoreReadOnly(f"{self.where} is read-only ({self.readonly_reason}); {consequence}")
+
     def grant(self, role: str, *, writes: bool) -> None:
         """Let the database role ``role`` use this store: read it, and with ``writes`` record in it
         (every command and the worker), now and after later migrations by this user. Only a store

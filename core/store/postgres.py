@@ -1080,7 +1080,7 @@ class PostgresStore(SqlStore):
     @contextmanager
     def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
         if self.readonly:
-            raise self._read_only()
+            raise self.read_only_error()
         try:
             with self._write(run, skip_locked):
                 yield
@@ -1446,7 +1446,7 @@ class PostgresStore(SqlStore):
         and returns the boundary's checkpoint id; its refused fence (``FENCE_REFUSED``) is raised as
         :meth:`_refused` says, nothing written."""
         if self.readonly:
-            raise self._read_only()
+            raise self.read_only_error()
         if self._in_transaction:
             raise RuntimeError(NESTED)
         with self._connection() as conn:

@@ -29,7 +29,7 @@ from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSumm
 from ..status import PAUSED as PAUSED_RUNS
 from ..status import RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, NewStep, RunRows,
-                   RunStore, StoreDamaged, StoreReadOnly)
+                   RunStore, StoreDamaged)
 from .rows import (_owner, _position, _summary_fields, _summary_or_none, _time, checkpoint_from_row, readable,
                    step_from_row)
 
@@ -156,10 +156,6 @@ class SqlStore(RunStore):
     @property
     def readonly_reason(self) -> str | None:
         return self._readonly_reason if self.readonly else None
-
-    def _read_only(self) -> StoreReadOnly:
-        return StoreReadOnly(f"{self.where} is read-only ({self._readonly_reason}); actions that record "
-                             "something are unavailable")
 
     def _row(self, sql: str, params: Any = ()) -> dict[str, Any] | None:
         rows = self._rows(sql, params)
@@ -443,7 +439,7 @@ class SqlStore(RunStore):
     @translated
     def claim_announcements(self, limit: int, at: datetime) -> list[PendingDecision]:
         if self.readonly:
-            raise self._read_only()
+            raise self.read_only_error()
         if not self._unannounced(1):  # the common case, every poll: a read, no lock taken, nothing written
             return []
         with self.transaction():  # the only writer: of claimers racing, the first takes them, the others none

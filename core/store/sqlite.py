@@ -497,7 +497,7 @@ class SqliteStore(SqlStore):
     def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
         # One writer at a time (BEGIN IMMEDIATE): ``run`` and ``skip_locked`` change nothing here.
         if self.readonly:
-            raise self._read_only()
+            raise self.read_only_error()
         try:
             with self._write():
                 yield
@@ -755,7 +755,7 @@ class SqliteStore(SqlStore):
 
     def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
         if self.readonly:
-            raise self._read_only()
+            raise self.read_only_error()
         if self._in_transaction:
             raise RuntimeError(NESTED)
         execute = self.conn.execute
