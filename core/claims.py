@@ -146,7 +146,7 @@ class Claims:
                 state = driver.replan(state)
             else:  # a subtask failed for good is re-planned, not run again
                 state, action, cur = self.executor.resolve(rid, driver, driver.replan(state), input)
-        abandoned = self._abandon(rid, resume_at, cur, at) if resume_at is not None else None
+        abandoned = self._abandon(rid, checkpoint, cur, at) if checkpoint is not None else None
         if head.status == RunStatus.INTERRUPTED and self._poisoned(head, cur, at):
             return RunStatus.FAILED
         if cur is not None and cur.seq is not None:
@@ -162,12 +162,15 @@ class Claims:
         self._begin(claim, at)
         return claim
 
-    def _abandon(self, rid: str, seq: int, cur: Current | None, at: datetime) -> dict[str, Any] | None:
-        """The execution the run stopped at (``seq``, named by its latest checkpoint), when the run
-        does not go on with it and it never finished (an allowed drift removed its agent), is
-        ``cancelled``: it will not run again. Returns it as the ``resumed`` event names it, or None."""
-        row = self.store.step(rid, seq)
-        if row is None or row.status not in OPEN_STEPS or (cur is not None and cur.seq == seq):
+    def _abandon(self, rid: str, checkpoint: Checkpoint, cur: Current | None, at: datetime) -> dict[str, Any] | None:
+        """The execution the run stopped at, named by its latest ``checkpoint`` (the execution its
+        pause is about, else the one it went on with), when the run does not go on with it and it
+        never finished (an allowed drift removed its agent), is ``cancelled``: it will not run again.
+        A pattern's row is not, while the run goes on inside the pattern (the row records the
+        pattern's result once it ends). Returns it as the ``resumed`` event names it, or None."""
+        seq = checkpoint.paused_seq if checkpoint.kind in PAUSE_KINDS else checkpoint.seq
+        row = self.store.step(rid, seq) if seq is not None else None
+        if row is None or row.status not in OPEN_STEPS or (cur is not None and seq in (cur.seq, cur.call.parent)):
             return None
         self.store.update_step(rid, seq, status=StepStatus.CANCELLED, finished_at=at)
         return {"seq": seq, "step": row.name, **located(Call.of(row))}
@@ -195,7 +198,7 @@ class Claims:
         reason = (f"step '{cur.call.name}' was running (attempt {cur.attempt - 1}) when its process died and its "
                   "output was not recorded; approve to re-run it, or approve with an output to record what it did")
         cp = self.store.add_checkpoint(NewCheckpoint(rid, CheckpointKind.ORPHAN, cur.seq, cur.call.name, at,
-                                                     reason=reason, state=state_json(state)))
+                                                     reason=reason, state=state_json(state), paused_seq=cur.seq))
         self.store.update_run(rid, status=RunStatus.AWAITING_APPROVAL, updated_at=at, current_step=cur.call.name,
                               lease=None)
         self.store.add_event(rid, at, EventKind.PAUSED, step=cur.call.name, checkpoint_id=cp,

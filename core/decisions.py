@@ -76,14 +76,14 @@ class Decisions:
         with self.store.transaction():
             rid = self.store.resolve(run_id)
             cp = self._pending(rid, APPROVAL_KINDS, "approve", checkpoint_id)
+            own = self._paused_execution(rid, cp)
             at = now_of(self.clock)
             self._decide(cp, Decision.APPROVED, by, at, comment, value)
             head = self.store.head(rid)
-            own = self._paused_execution(rid, cp)
-            if own is None:  # a chain's gate: the output of step cp.step, approved (or edited)
-                step = step_named(self.store, rid, cp.step)
+            if cp.kind == CheckpointKind.APPROVAL and own.status != StepStatus.AWAITING_APPROVAL:
+                # a gate: the output of the gated execution, approved (or edited); the run goes on after it
                 if value is not None:
-                    self.store.set_output(rid, step.seq, value)
+                    self.store.set_output(rid, own.seq, value)
                 progress = {"steps_done": head.steps_done, "current_step": self._next_open(rid, cp.seq)}
             elif cp.kind == CheckpointKind.ORPHAN and value is not None:  # record what the orphan did
                 self.store.update_step(rid, own.seq, status=StepStatus.COMPLETED, finished_at=at)
@@ -99,17 +99,15 @@ class Decisions:
         return cp.model_copy(update={"decision": Decision.APPROVED.value, "decided_by": by, "decided_at": at,
                                      "comment": comment, "value": output})
 
-    def _paused_execution(self, rid: str, cp: Checkpoint) -> StepRecord | None:
-        """The execution a pause holds itself: a held orphan's, or a person's approval turn in a
-        pattern (its row at ``cp.seq`` awaits approval); None for a chain's gate, which holds the
-        run between steps. Raises ``UnknownStep`` when an orphan's row is gone."""
-        row = self.store.step(rid, cp.seq)
-        if cp.kind == CheckpointKind.ORPHAN:
-            if row is None:
-                raise UnknownStep(f"run {rid} has no execution {cp.seq} (step '{cp.step}'), which checkpoint "
-                                  f"{cp.checkpoint_id} holds; delete or fork the run")
-            return row
-        return row if row is not None and row.status == StepStatus.AWAITING_APPROVAL else None
+    def _paused_execution(self, rid: str, cp: Checkpoint) -> StepRecord:
+        """The execution pause ``cp`` is about (its ``paused_seq``): a gated step, a held orphan, a
+        person's turn, a step asking for input. Raises ``UnknownStep`` when the run no longer has it
+        (an allowed drift removed it)."""
+        row = self.store.step(rid, cp.paused_seq) if cp.paused_seq is not None else None
+        if row is None:
+            raise UnknownStep(f"run {rid} no longer has the execution of step '{cp.step}' that checkpoint "
+                              f"{cp.checkpoint_id} is about; fork the run from an earlier step, or delete it")
+        return row
 
     def _next_open(self, rid: str, seq: int) -> str | None:
         """The name of the first execution from ``seq`` on that has not completed (a fork's copied
@@ -146,9 +144,10 @@ class Decisions:
             rid = self.store.resolve(run_id)
             cp = self._pending(rid, INPUT_KINDS, "respond to", checkpoint_id)
             at = now_of(self.clock)
+            asking = self._paused_execution(rid, cp)
             self._decide(cp, Decision.RESPONDED, by, at, None, text)
             # Answered: the step no longer waits; it re-runs from its top when the run is resumed.
-            self.store.update_step(rid, cp.seq, status=StepStatus.PENDING)
+            self.store.update_step(rid, asking.seq, status=StepStatus.PENDING)
             self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at)
             self.store.add_event(rid, at, EventKind.RESPONDED, step=cp.step, actor=by,
                                  checkpoint_id=cp.checkpoint_id)

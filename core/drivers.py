@@ -67,12 +67,13 @@ class RunSteps:
 
 @dataclass(frozen=True)
 class Pause:
-    """Pause the run for a decision: ``kind`` approval (a person approves ``step``'s output) or
-    input; ``reason`` is what the person is asked; ``timeout`` seconds until the pause is expired
-    (None: no deadline)."""
+    """Pause the run for a decision: ``kind`` approval (a person approves the output of ``step``,
+    the execution ``seq``, which has completed) or input; ``reason`` is what the person is asked;
+    ``timeout`` seconds until the pause is expired (None: no deadline)."""
 
     kind: Literal["approval", "input"]
     step: str
+    seq: int
     reason: str
     timeout: float | None = None
 
@@ -273,8 +274,8 @@ class ChainDriver(Driver):
     def next(self, state: State) -> Action:
         gate = state.get("gate")
         if gate is not None:
-            spec = self.steps[self._index[gate]]
-            return Pause(CheckpointKind.APPROVAL, gate, f"approve the output of step '{gate}'", spec.timeout)
+            i = self._index[gate]
+            return Pause(CheckpointKind.APPROVAL, gate, i, f"approve the output of step '{gate}'", self.steps[i].timeout)
         i = state["next"]
         if i >= len(self.steps):
             return Finish()

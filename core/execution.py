@@ -284,7 +284,7 @@ class Executor:
         elif isinstance(action, Pause):
             deadline = deadline_of(self.clock, action.timeout)
             checkpoint = NewCheckpoint(run_id, action.kind, after, action.step, at, reason=action.reason,
-                                       state=state_json(state), deadline_at=deadline)
+                                       state=state_json(state), deadline_at=deadline, paused_seq=action.seq)
             status = RunStatus.AWAITING_INPUT if action.kind == CheckpointKind.INPUT else RunStatus.AWAITING_APPROVAL
             run.update(status=status, current_step=action.step, lease=None)
             events.append(paused_event(action.kind, action.step, action.reason, deadline))
@@ -316,7 +316,7 @@ class Executor:
                                    status=StepStatus.AWAITING_APPROVAL if approval else StepStatus.AWAITING_INPUT)
             cp = self.store.add_checkpoint(NewCheckpoint(
                 claim.run_id, kind, cur.seq, cur.call.name, at, reason=prompt,
-                state=state_json(claim.state), deadline_at=deadline))
+                state=state_json(claim.state), deadline_at=deadline, paused_seq=cur.seq))
             event = paused_event(kind, cur.call.name, prompt, deadline)
             event.detail.update(located(cur.call))
             self.store.add_event(claim.run_id, at, event.kind, step=event.step, checkpoint_id=cp, **event.detail)

@@ -103,7 +103,7 @@ class Forks:
         inherited: list[tuple[StepRecord, int, Any]] = []
         hold: tuple[StepRecord, str] | None = None
         for s in gates:
-            cp = self.store.latest_approval(parent, s.name)
+            cp = self.store.latest_approval(parent, s.seq)
             if cp is not None and cp.decision == Decision.APPROVED:
                 inherited.append((s, self.store.inherit_approval(cp.checkpoint_id, child, at), cp))
                 continue
@@ -121,7 +121,7 @@ class Forks:
         reason = f"approve the output of step '{s.name}', copied from run {parent}, where its approval was {why}"
         deadline = deadline_of(self.clock, s.options.get("timeout"))
         cp_id = self.store.add_checkpoint(NewCheckpoint(child, CheckpointKind.APPROVAL, s.seq + 1, s.name, at,
-                                                        reason=reason, deadline_at=deadline))
+                                                        reason=reason, deadline_at=deadline, paused_seq=s.seq))
         self.store.update_run(child, status=RunStatus.AWAITING_APPROVAL, updated_at=at, current_step=s.name, lease=None)
         self.store.add_event(child, at, EventKind.PAUSED, step=s.name, checkpoint_id=cp_id,
                              gate=CheckpointKind.APPROVAL, reason=reason,

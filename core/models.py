@@ -87,6 +87,13 @@ class Checkpoint(_Model):
     approved, rejected or responded is recorded, once. ``seq`` is the sequence number of the step
     execution the run continues with from this boundary; ``state`` is the driver's state (JSON) at
     this boundary, restored on resume (None for checkpoints written before schema version 3).
+
+    ``paused_seq``: what a pause is about, the seq of its execution: the gated execution whose
+    output an approval approves (the run then continues at ``seq``, another execution), the
+    execution that asked for input, a person's turn, a held orphan (these continue where they
+    paused: ``seq`` is the same). None for kinds that do not pause, and for a pause whose execution
+    is no longer in the run (an allowed drift removed it; negative then, as ``seq`` is). Every
+    reader resolves a pause through this one field, never through ``seq``.
     """
 
     checkpoint_id: int
@@ -103,6 +110,7 @@ class Checkpoint(_Model):
     comment: str | None = None
     value: Any = None
     deadline_at: datetime | None = None
+    paused_seq: int | None = None
 
 
 class PendingDecision(Checkpoint):

@@ -59,14 +59,11 @@ def tree(tasks: Iterable[StepRecord]) -> list[tuple[StepRecord, list[StepRecord]
 
 
 def paused_execution(tasks: Sequence[StepRecord], checkpoint: Checkpoint) -> StepRecord | None:
-    """The execution a pending ``checkpoint`` is about, among the run's ``tasks``: the one at the
-    checkpoint's seq when it is a pattern's child (a person's turn) or awaits input; else the
-    top-level step the checkpoint names (an approval gate is recorded at the step after the gated
-    one). None when neither is in ``tasks``."""
-    at = next((s for s in tasks if s.seq == checkpoint.seq), None)
-    if at is not None and (at.parent is not None or at.status == StepStatus.AWAITING_INPUT):
-        return at
-    return next((s for s in tasks if s.parent is None and s.name == checkpoint.step), None)
+    """The execution a pausing ``checkpoint`` is about (its ``paused_seq``) among the run's
+    ``tasks``, or None when it names none that is there."""
+    if checkpoint.paused_seq is None:
+        return None
+    return next((s for s in tasks if s.seq == checkpoint.paused_seq), None)
 
 
 def inner_state(group: StepRecord, state: Any) -> Mapping[str, Any] | None:

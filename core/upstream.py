@@ -95,7 +95,8 @@ class LazyResponses(Sequence[Any]):
         except StoreError as e:
             self.damage = e
             raise
-        if cp is None or cp.kind != CheckpointKind.APPROVAL or cp.seq != self._seq or cp.decision != Decision.APPROVED:
+        if (cp is None or cp.kind != CheckpointKind.APPROVAL or cp.paused_seq != self._seq
+                or cp.decision != Decision.APPROVED):
             return None
         return {"approved": True, "by": cp.decided_by, "comment": cp.comment, "value": cp.value}
 

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from relaypoint import Runtime, Workflow, cli
 from relaypoint.display import PREVIEW_CHARS
 from relaypoint.store import open_store
+from relaypoint.store.sqlite import SCHEMA_VERSION as SQLITE_VERSION
 
 LIST_KEYS = {"run_id", "workflow", "status", "parent_run_id", "created_at", "updated_at"}
 SHOW_KEYS = {"run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
@@ -337,8 +338,9 @@ def test_an_unknown_workflow_names_the_known_ones(app, db):
 
 
 def test_migrate_makes_a_store_which_then_needs_nothing_and_has_no_roles(app):
-    assert relaypoint(app, "migrate").stdout == f"made a store at {DB} (schema version 4)\n"
-    assert relaypoint(app, "migrate").stdout == f"{DB} is at store schema version 4; nothing to upgrade\n"
+    assert relaypoint(app, "migrate").stdout == f"made a store at {DB} (schema version {SQLITE_VERSION})\n"
+    assert relaypoint(app, "migrate").stdout == (f"{DB} is at store schema version {SQLITE_VERSION}; "
+                                                 "nothing to upgrade\n")
     assert one_line_error(relaypoint(app, "migrate", "--grant", "relay")) == (
         f"Error: roles belong to a database server; {DB} is a SQLite file, guarded by its file permissions")
 

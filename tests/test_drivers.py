@@ -57,7 +57,7 @@ def test_an_approval_step_opens_a_gate_that_pauses_until_decided():
     driver = ChainDriver(chain("a", ("b", {"approval": True, "timeout": 60}), "c"))
     calls, state = drive(driver, driver.initial_state())
     assert calls == ["a", "b"] and state == {"next": 2, "gate": "b"}
-    assert driver.next(state) == Pause("approval", "b", "approve the output of step 'b'", 60)
+    assert driver.next(state) == Pause("approval", "b", 1, "approve the output of step 'b'", 60)
     decided = driver.decided(state, checkpoint("approval", 2, "b", state, "approved"))
     assert decided == {"next": 2} and driver.next(decided) == RunStep(Call("c"))
     assert state == {"next": 2, "gate": "b"}  # never mutated

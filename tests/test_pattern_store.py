@@ -87,7 +87,7 @@ def paused_turn(path: str, run_id: str, status: StepStatus, kind: str, deadline:
                                                 attempts=1, idempotency_key=f"{run_id}/argue#2/ann")])
             store.add_checkpoint(NewCheckpoint(run_id, kind, 5, "argue", at(9), reason="ann's turn",
                                                state='{"next": 1, "in": {"round": 2}}',
-                                               deadline_at=None if deadline is None else at(deadline)))
+                                               deadline_at=None if deadline is None else at(deadline), paused_seq=5))
             store.update_run(run_id, status=RunStatus.AWAITING_APPROVAL, current_step="argue", lease=None)
     return 5
 

@@ -429,9 +429,11 @@ def test_cancel_open_steps_leaves_ended_ones(store):
 
 def pause(store: RunStore, run_id: str, kind: str = "approval", seq: int = 1, step: str = "a",
           deadline: datetime | None = None) -> int:
+    """A pause at ``seq``: a gate on the execution before it (approval), or the execution ``seq``."""
     with store.transaction():
         return store.add_checkpoint(NewCheckpoint(run_id=run_id, kind=kind, seq=seq, step=step, at=at(1),
-                                                  reason=f"approve the output of step '{step}'", deadline_at=deadline))
+                                                  reason=f"approve the output of step '{step}'", deadline_at=deadline,
+                                                  paused_seq=seq - 1 if kind == "approval" else seq))
 
 
 def paused_runs(store: RunStore, count: int) -> None:
@@ -462,7 +464,8 @@ def test_a_checkpoint_is_decided_exactly_once(store):
     assert (decided.decision, decided.decided_by, decided.decided_at, decided.comment, decided.value) == (
         "approved", "alice", at(2), "ok", {"v": 1})
     assert store.pending_checkpoint("r1") is None
-    assert store.latest_approval("r1", "a").checkpoint_id == cp and store.latest_approval("r1", "b") is None
+    assert store.latest_approval("r1", 0).checkpoint_id == cp and store.latest_approval("r1", 1) is None
+    assert store.last_pause("r1").paused_seq == 0
 
 
 def test_responses_are_the_answered_input_requests_of_one_execution_in_order(store):
@@ -618,7 +621,7 @@ def test_an_approval_is_inherited_with_its_author_and_origin(store):
     with store.transaction():
         store.decide(cp, "approved", "alice", at(2), comment="fine")
         new = store.inherit_approval(cp, "child", at(8))
-    got = store.latest_approval("child", "a")
+    got = store.latest_approval("child", 0)
     assert got.checkpoint_id == new != cp
     assert (got.decision, got.decided_by, got.decided_at, got.created_at) == ("approved", "alice", at(2), at(8))
     assert got.comment == f"inherited from checkpoint {cp} of run p: fine"
@@ -779,7 +782,8 @@ def test_a_fork_inside_a_pattern_copies_the_children_before_the_cut(store):
 def test_replace_steps_moves_children_with_their_group_and_checkpoints_with_their_execution(store):
     seqs = add_debate(store, "r1", rounds=2)
     with store.transaction():
-        asked = store.add_checkpoint(NewCheckpoint("r1", "input", seqs[2, "con"], "argue", at(30)))
+        asked = store.add_checkpoint(NewCheckpoint("r1", "input", seqs[2, "con"], "argue", at(30),
+                                                   paused_seq=seqs[2, "con"]))
         store.decide(asked, "responded", "ann", at(31), value_json='"my point"')
         store.add_checkpoint(NewCheckpoint("r1", "boundary", 7, "argue", at(32), state='{"next": 1}'))  # next append
         dropped = store.replace_steps("r1", [NewStep(seq=0, name="intro", idempotency_key="r1/intro"),
@@ -799,6 +803,8 @@ def test_replace_steps_moves_children_with_their_group_and_checkpoints_with_thei
     assert store.output_of("r1", "brief") == (True, "the brief")
     assert store.checkpoint_at("r1", seqs[2, "pro"] + 1).state == {"next": 1, "in": {"round": 2, "spoken": []}}
     assert store.responses("r1", seqs[2, "con"] + 1) == ["my point"]  # the answer stays with the turn that asked
+    moved = next(c for c in store.checkpoints("r1") if c.checkpoint_id == asked)
+    assert moved.seq == moved.paused_seq == seqs[2, "con"] + 1
     assert store.checkpoint_at("r1", 1).kind == "start"  # brief's, moved with it
     assert [c.seq for c in store.checkpoints("r1")][-1] == -8  # the next-append position names no execution
     with store.transaction():
@@ -807,6 +813,7 @@ def test_replace_steps_moves_children_with_their_group_and_checkpoints_with_thei
     assert shape(store.steps("r1")) == [(0, "brief", 1, None, None, "completed")]
     assert store.step_output("r1", 0) == "the brief" and store.max_seq("r1") == 0
     assert store.responses("r1", 4) == [] and all(c.seq < 0 for c in store.checkpoints("r1") if c.seq != 0)
+    assert next(c for c in store.checkpoints("r1") if c.checkpoint_id == asked).paused_seq < 0
 
 
 # ---- transactions, versions, read-only ----------------------------------------------------------

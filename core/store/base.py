@@ -122,7 +122,8 @@ class NewStep:
 class NewCheckpoint:
     """A checkpoint to insert. ``kind``: start, boundary, approval, input, orphan or fork.
     ``seq``: the execution the run continues with from here. ``state``: the driver state as JSON
-    text (None: none). ``deadline_at``: when an undecided pause expires (UTC), or None."""
+    text (None: none). ``deadline_at``: when an undecided pause expires (UTC), or None.
+    ``paused_seq``: a pause's execution (see :class:`relaypoint.models.Checkpoint`), None otherwise."""
 
     run_id: str
     kind: str
@@ -132,6 +133,7 @@ class NewCheckpoint:
     reason: str | None = None
     state: str | None = None
     deadline_at: datetime | None = None
+    paused_seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,7 @@ STEP_ROW = ("seq", "name", "iteration", "agent", "parent_seq", "status", "attemp
 """The columns of each of a :class:`RunRows`' ``steps`` (the ``steps`` table's but ``run_id``)."""
 OUTPUT_ROW = ("seq", "value")
 CHECKPOINT_ROW = ("checkpoint_id", "seq", "step", "kind", "created_at", "reason", "state", "decision", "decided_by",
-                  "decided_at", "comment", "value", "deadline_at", "announced_at")
+                  "decided_at", "comment", "value", "deadline_at", "announced_at", "paused_seq")
 EVENT_ROW = ("event_id", "at", "kind", "step", "actor", "detail")
 ROW_TIMES = frozenset({"created_at", "updated_at", "lease_expires_at", "heartbeat_at", "started_at", "finished_at",
                        "decided_at", "deadline_at", "announced_at", "at"})
@@ -536,12 +538,13 @@ class RunStore(ABC):
 
     @abstractmethod
     def responses(self, run_id: str, seq: int) -> list[Any]:
-        """The answers recorded to execution ``seq``'s input requests, in the order asked, strictly
-        decoded. Raises :class:`StoreDamaged`."""
+        """The answers recorded to execution ``seq``'s input requests (the input pauses whose
+        ``paused_seq`` is ``seq``), in the order asked, strictly decoded. Raises :class:`StoreDamaged`."""
 
     @abstractmethod
-    def latest_approval(self, run_id: str, step: str) -> Checkpoint | None:
-        """The newest approval checkpoint of step ``step`` (decided or not), or None."""
+    def latest_approval(self, run_id: str, seq: int) -> Checkpoint | None:
+        """The newest approval checkpoint of execution ``seq`` (its ``paused_seq``; decided or not),
+        or None."""
 
     @abstractmethod
     def due_pauses(self, now: datetime) -> list[Checkpoint]:
@@ -584,8 +587,8 @@ class RunStore(ABC):
         output; others are fresh. The children of a kept step move with it: ``parent`` its new seq,
         their own seqs shifted by (new count - recorded count of top-level steps), so they stay
         after every top-level step in the same order, with their outputs. Checkpoints follow the
-        execution at their ``seq``; a checkpoint at no kept execution (a dropped one, a position
-        past the last) gets ``seq`` ``-1 - seq``, naming none. Returns the names of recorded
+        executions at their ``seq`` and ``paused_seq``; either at no kept execution (a dropped one,
+        a position past the last) becomes ``-1 - seq``, naming none. Returns the names of recorded
         top-level steps dropped (their outputs and children go with them)."""
 
     @abstractmethod

@@ -83,7 +83,7 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
 from .url import InvalidStoreURL, postgres_where, shown
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
-                  UNDECIDED, SqlStore, event_detail, translated)
+                  UNDECIDED, SqlStore, event_detail, paused_seq_derived, translated)
 
 # psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
 # when the application configured no logging: a second, raw line beside the error raised and said here
@@ -144,8 +144,8 @@ _DEFINITION_INSERT = ("INSERT INTO definitions (fingerprint, definition) VALUES 
                       "ON CONFLICT (fingerprint) DO NOTHING")
 _OUTPUT_INSERT = ("INSERT INTO outputs (run_id, seq, value) VALUES (%s, %s, %s) "
                   "ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value")
-_CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at) "
-                      "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING checkpoint_id")
+_CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at, "
+                      "paused_seq) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING checkpoint_id")
 # A boundary's document, output and checkpoint state (schema version 7); a start's document, input,
 # definition and start checkpoint state, then its first boundary's.
 _COMMIT_BOUNDARY = "SELECT commit_boundary(%s::json, %s, %s) AS checkpoint_id"
@@ -181,16 +181,18 @@ took them first); version 7 reads them from a document (``_BOUNDARY_TYPE``)."""
 
 
 def _commit_boundary_function(schema: str, notify: str | None, document: bool = False,
-                              listened: bool = False) -> str:
+                              listened: bool = False, paused: bool = False) -> str:
     """The schema's ``commit_boundary`` function (see ``_migrate_1``); with ``notify`` (a channel), it
     also notifies that channel (version 2), and replaces the one there. ``document`` (version 7): the
     boundary is one ``json`` argument read into the schema's ``boundary`` type, its output and its
     checkpoint's state two ``text`` ones; otherwise each field is an argument of its own.
-    ``listened`` (version 8): it notifies only while a console listens (a row in ``listeners``)."""
+    ``listened`` (version 8): it notifies only while a console listens (a row in ``listeners``).
+    ``paused`` (version 9): the checkpoint's ``paused_seq`` is the document's ``cp_paused``."""
     p = "b." if document else "p_"
     header = (f"{schema}.commit_boundary(doc json, p_output text, p_cp_state text)" if document
               else f"{schema}.commit_boundary({_BOUNDARY_PARAMETERS})")
     declared = f"b {schema}.boundary := json_populate_record(NULL::{schema}.boundary, doc);" if document else ""
+    paused_column, paused_value = (", paused_seq", f", {p}cp_paused") if paused else ("", "")
     return (
         f"""CREATE {'OR REPLACE ' if notify and not document else ''}FUNCTION {header} RETURNS bigint
             LANGUAGE plpgsql AS $$
@@ -241,9 +243,10 @@ def _commit_boundary_function(schema: str, notify: str | None, document: bool = 
                         WHERE run_id = {p}run AND seq = {p}start_seq;
                 END IF;
                 IF {p}cp_kind IS NOT NULL THEN
-                    INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at)
+                    INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at{
+                                                          paused_column})
                         VALUES ({p}cp_run, {p}cp_seq, {p}cp_step, {p}cp_kind, {p}cp_at, {p}cp_reason, p_cp_state,
-                                {p}cp_deadline)
+                                {p}cp_deadline{paused_value})
                         RETURNING checkpoint_id INTO cp;
                 END IF;
                 IF cardinality({p}ev_kinds) > 0 THEN
@@ -615,8 +618,23 @@ def _migrate_8(schema: str) -> list[str]:
     ]
 
 
+def _migrate_9(schema: str) -> list[str]:
+    """Version 9: a checkpoint records the execution a pause is about in a column of its own,
+    ``paused_seq`` (see :class:`relaypoint.models.Checkpoint`), derived for the pauses already
+    recorded (:func:`relaypoint.store.sql.paused_seq_derived`); a boundary's document gives it as
+    ``cp_paused``. The readers that resolved a pause by its ``seq`` (where the run continues) took a
+    gate on a pattern's neighbour for one of the pattern's executions."""
+    return [
+        *paused_seq_derived(f"{schema}."),
+        f"ALTER TYPE {schema}.boundary ADD ATTRIBUTE cp_paused bigint",
+        f"DROP FUNCTION {schema}.commit_boundary",
+        _commit_boundary_function(schema, channel(schema), document=True, listened=True, paused=True),
+        f"ALTER FUNCTION {schema}.commit_boundary SET plan_cache_mode = force_generic_plan",
+    ]
+
+
 MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1, _migrate_2, _migrate_3, _migrate_4, _migrate_5,
-                                                _migrate_6, _migrate_7, _migrate_8]
+                                                _migrate_6, _migrate_7, _migrate_8, _migrate_9]
 """The schema's migrations in order: version N is reached by running ``MIGRATIONS[N - 1]``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -1310,7 +1328,8 @@ class PostgresStore(SqlStore):
 
     @staticmethod
     def _checkpoint_values(c: NewCheckpoint) -> tuple[Any, ...]:
-        return c.run_id, c.seq, c.step, c.kind, _time(c.at), _free(c.reason), c.state, _time(c.deadline_at)
+        return (c.run_id, c.seq, c.step, c.kind, _time(c.at), _free(c.reason), c.state, _time(c.deadline_at),
+                c.paused_seq)
 
     @translated
     def cancel_open_steps(self, run_id: str, at: datetime) -> None:
@@ -1360,14 +1379,14 @@ class PostgresStore(SqlStore):
         # The state as SQLite's json_object writes it: {"inherited_from":{"run_id":..,"checkpoint_id":..}}.
         row = self.conn.execute(
             """INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, decision,
-                                        decided_by, decided_at, comment, value)
+                                        decided_by, decided_at, comment, value, paused_seq)
                SELECT %(child)s::text, seq, step, kind, %(at)s, reason,
                       '{"inherited_from":{"run_id":' || to_json(run_id)::text || ',"checkpoint_id":'
                           || checkpoint_id || '}}',
                       decision, decided_by, decided_at,
                       'inherited from checkpoint ' || checkpoint_id || ' of run ' || run_id
                           || coalesce(': ' || comment, ''),
-                      value
+                      value, paused_seq
                FROM checkpoints WHERE checkpoint_id = %(cp)s
                RETURNING checkpoint_id""",
             {"child": child, "at": _time(at), "cp": parent_checkpoint_id}).fetchone()
@@ -1498,7 +1517,7 @@ class PostgresStore(SqlStore):
                        new_options=step.options, new_key=step.idempotency_key)
         if cp is not None:
             doc.update(cp_kind=cp.kind, cp_run=cp.run_id, cp_seq=cp.seq, cp_step=cp.step, cp_at=_time(cp.at),
-                       cp_reason=_free(cp.reason), cp_deadline=_time(cp.deadline_at))
+                       cp_reason=_free(cp.reason), cp_deadline=_time(cp.deadline_at), cp_paused=cp.paused_seq)
         return (_document(doc), None if ended is None else ended.output_json, None if cp is None else cp.state)
 
 

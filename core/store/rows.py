@@ -119,5 +119,5 @@ def checkpoint_from_row(r: dict[str, Any]) -> Checkpoint:
         kind=r["kind"], created_at=_time(r, "created_at", what), reason=r["reason"],
         state=readable(r["state"]), decision=r["decision"], decided_by=r["decided_by"],
         decided_at=_time(r, "decided_at", what), comment=r["comment"], value=readable(r["value"]),
-        deadline_at=_time(r, "deadline_at", what),
+        deadline_at=_time(r, "deadline_at", what), paused_seq=r["paused_seq"],
     )

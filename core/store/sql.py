@@ -56,6 +56,33 @@ UNANNOUNCED = f"announced_at IS NULL AND {PAUSED} AND {UNDECIDED}"
 PAUSED_RUN = f"r.status IN {tuple(sorted(str(s) for s in PAUSED_RUNS))!r}"
 NEWEST_OPEN_PAUSE = f"(SELECT max(p.checkpoint_id) FROM checkpoints p WHERE p.run_id = r.run_id AND {PAUSED} AND {UNDECIDED})"
 NESTED = "a store transaction is already open on this store (transactions do not nest)"
+
+
+def paused_seq_derived(prefix: str) -> list[str]:
+    """The statements that give existing pauses their ``paused_seq`` (SQLite's version 5,
+    PostgreSQL's version 9; ``prefix``: how table names are qualified, e.g. ``"relaypoint."``), as
+    the readers that resolved them correctly did before: an input request, a held orphan and a
+    person's turn (an approval whose step names a pattern: gates are never on patterns) are about
+    the execution at their ``seq``; a gate is about the top-level step it names (its ``seq`` is the
+    execution after it). A pause whose step the run no longer has names none (NULL).
+
+    Also undoes what resolving pauses by ``seq`` did to a pattern's row: a resume from a gate on
+    the step before a pattern took the gate's ``seq`` (the pattern's row) for the execution the run
+    had stopped at and marked the row ``cancelled``; nothing else cancels a pattern's row in a run
+    that was neither cancelled nor rejected, and the row had not run (it records the pattern's
+    result when the pattern ends), so it is ``pending`` again."""
+    pattern = "g.options LIKE '%\"pattern\":%'"  # a pattern's row (compact JSON options)
+    top = f"{prefix}steps g WHERE g.run_id = c.run_id AND g.parent_seq IS NULL AND g.name = c.step"
+    return [
+        f"ALTER TABLE {prefix}checkpoints ADD COLUMN paused_seq bigint",
+        f"""UPDATE {prefix}checkpoints AS c SET paused_seq = seq WHERE kind IN ('input', 'orphan')
+               OR (kind = 'approval' AND EXISTS (SELECT 1 FROM {top} AND {pattern}))""",
+        f"""UPDATE {prefix}checkpoints AS c SET paused_seq = (SELECT min(g.seq) FROM {top})
+               WHERE kind = 'approval' AND paused_seq IS NULL""",
+        f"""UPDATE {prefix}steps AS g SET status = 'pending', finished_at = NULL
+               WHERE status = 'cancelled' AND parent_seq IS NULL AND {pattern} AND run_id IN (
+                   SELECT run_id FROM {prefix}runs WHERE status NOT IN ('completed', 'rejected', 'cancelled'))""",
+    ]
 STEP_COLUMNS = (
     "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
     "s.started_at, s.finished_at, s.idempotency_key, "
@@ -399,12 +426,12 @@ class SqlStore(RunStore):
     @translated
     def responses(self, run_id: str, seq: int) -> list[Any]:
         rows = self._rows(f"SELECT step, value FROM checkpoints WHERE run_id = ? AND {PAUSED} AND kind = 'input' "
-                          "AND seq = ? AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
+                          "AND paused_seq = ? AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
         return [self._strict(r["value"], f"a response to step '{r['step']}' of run {run_id}") for r in rows]
 
     @translated
-    def latest_approval(self, run_id: str, step: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND {PAUSED} AND kind = 'approval' AND step = ?", (run_id, step))
+    def latest_approval(self, run_id: str, seq: int) -> Checkpoint | None:
+        return self._checkpoint(f"run_id = ? AND {PAUSED} AND kind = 'approval' AND paused_seq = ?", (run_id, seq))
 
     @translated
     def due_pauses(self, now: datetime) -> list[Checkpoint]:
@@ -503,12 +530,15 @@ class SqlStore(RunStore):
         self._execute_many("UPDATE outputs SET seq = ? WHERE run_id = ? AND seq = ?",
                            [(new, run_id, -1 - was) for was, new in moved.items()])
         self._execute("DELETE FROM outputs WHERE run_id = ? AND seq < 0", (run_id,))
-        # Checkpoints follow their execution (an answer stays with the step that asked for it); one
-        # at no kept execution names none (negative), so it never matches an execution added later.
-        self._execute_many("UPDATE checkpoints SET seq = ? WHERE checkpoint_id = ?", [
-            (moved.get(r["seq"], -1 - r["seq"]), r["checkpoint_id"]) for r in self._rows(
-                "SELECT checkpoint_id, seq FROM checkpoints WHERE run_id = ? AND seq >= 0", (run_id,))
-            if moved.get(r["seq"]) != r["seq"]])
+        # Checkpoints follow their executions (an answer stays with the step that asked for it); a
+        # seq at no kept execution names none (negative), so it never matches an execution added later.
+        def follow(seq: int | None) -> int | None:
+            return seq if seq is None or seq < 0 else moved.get(seq, -1 - seq)
+
+        self._execute_many("UPDATE checkpoints SET seq = ?, paused_seq = ? WHERE checkpoint_id = ?", [
+            (follow(r["seq"]), follow(r["paused_seq"]), r["checkpoint_id"]) for r in self._rows(
+                "SELECT checkpoint_id, seq, paused_seq FROM checkpoints WHERE run_id = ?", (run_id,))
+            if (follow(r["seq"]), follow(r["paused_seq"])) != (r["seq"], r["paused_seq"])])
         return sorted(old)
 
     @translated

@@ -32,11 +32,11 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
-                  UNDECIDED, SqlStore, event_detail, translated)
+                  UNDECIDED, SqlStore, event_detail, paused_seq_derived, translated)
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Statements of the hot path and its helpers: fixed texts, so sqlite3 prepares each once.
 _STEP_END = "UPDATE steps SET status = ?, finished_at = ?, error = ?, traceback = ? WHERE run_id = ? AND seq = ?"
@@ -45,8 +45,8 @@ _STEP_START = (f"UPDATE steps SET status = '{StepStatus.RUNNING.value}', attempt
 _STEP_APPEND = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
                 f"started_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, '{StepStatus.RUNNING.value}', ?, ?, ?, ?)")
 _OUTPUT_INSERT = "INSERT OR REPLACE INTO outputs (run_id, seq, value) VALUES (?, ?, ?)"
-_CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+_CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at, "
+                      "paused_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)"
 # The children of execution ?2 of run ?1, in seq order. A group's children carry its name (the
 # pattern's): steps_by_name reads the group's executions only, not every execution after it (the
@@ -262,7 +262,13 @@ def _migrate_4(db: sqlite_utils.Database) -> None:
         db.conn.execute(statement)
 
 
-MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3, 4: _migrate_4}
+def _migrate_5(db: sqlite_utils.Database) -> None:
+    # What each pause is about, as a column of its own (see relaypoint.models.Checkpoint.paused_seq).
+    for statement in paused_seq_derived(""):
+        db.conn.execute(statement)
+
+
+MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3, 4: _migrate_4, 5: _migrate_5}
 
 
 class SqliteStore(SqlStore):
@@ -651,7 +657,7 @@ class SqliteStore(SqlStore):
 
     def _insert_checkpoint(self, c: NewCheckpoint) -> int:
         cur = self.conn.execute(_CHECKPOINT_INSERT, (c.run_id, c.seq, c.step, c.kind, _text(c.at), c.reason,
-                                                          c.state, _text(c.deadline_at)))
+                                                     c.state, _text(c.deadline_at), c.paused_seq))
         return int(cur.lastrowid)
 
     @translated
@@ -707,13 +713,13 @@ class SqliteStore(SqlStore):
         # The decision keeps its original author and time; the comment names where it came from.
         cur = self.conn.execute(
             """INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, decision,
-                                        decided_by, decided_at, comment, value)
+                                        decided_by, decided_at, comment, value, paused_seq)
                SELECT :child, seq, step, kind, :at, reason,
                       json_object('inherited_from', json_object('run_id', run_id, 'checkpoint_id', checkpoint_id)),
                       decision, decided_by, decided_at,
                       'inherited from checkpoint ' || checkpoint_id || ' of run ' || run_id
                           || coalesce(': ' || comment, ''),
-                      value
+                      value, paused_seq
                FROM checkpoints WHERE checkpoint_id = :cp""",
             {"child": child, "at": _text(at), "cp": parent_checkpoint_id})
         if cur.rowcount != 1:
@@ -806,7 +812,7 @@ class SqliteStore(SqlStore):
         if cp is not None:
             checkpoint_id = execute(_CHECKPOINT_INSERT, (
                 cp.run_id, cp.seq, cp.step, cp.kind, at if cp.at == b.at else _text(cp.at), cp.reason,
-                cp.state, _text(cp.deadline_at))).lastrowid
+                cp.state, _text(cp.deadline_at), cp.paused_seq)).lastrowid
         if b.events:
             self.conn.executemany(_EVENT_INSERT, [
                 (b.run_id, at, ev.kind, ev.step, ev.actor,

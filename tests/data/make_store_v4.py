@@ -1,10 +1,11 @@
 """How store_v4.db (SQLite, schema version 4) and store_pg_v8.sql (PostgreSQL, schema version 8) were
-made: run with relaypoint at commit d9cd0d1, from the project root: `python tests/data/make_store_v4.py`.
+made: run with relaypoint at commit d9cd0d1, from the project root: `python tests/data/make_store_v4.py`
+(with that commit's package first on the path).
 Kept for the record; later releases cannot remake these versions. store_v4.json maps what each run
 shows to its id (the same ids in both stores). The PostgreSQL store is the data of schema
-``rp_fixture_v8`` as `pg_dump --data-only --inserts` wrote it (its INSERTs and setvals), less the run counts (the tests make
+``rp_fixture_v8`` as `pg_dump --data-only --inserts` wrote it, less the run counts (the tests make
 a version-8 schema with relaypoint's own migrations, and its trigger counts the runs inserted)."""
-import itertools, json, subprocess, sys
+import itertools, json, re, subprocess, sys
 from pathlib import Path
 
 import psycopg
@@ -43,8 +44,8 @@ assert make(f"{SERVER}?schema={SCHEMA}") == ids
 dump = subprocess.run(["pg_dump", "--data-only", "--inserts", f"--schema={SCHEMA}",
                        f"--exclude-table-data={SCHEMA}.run_counts", SERVER],
                       check=True, capture_output=True, text=True).stdout
-# the rows and the identity sequences' positions, nothing else (no psql meta-commands, no settings)
-kept = [line for line in dump.splitlines() if line.startswith(("INSERT INTO", "SELECT pg_catalog.setval"))]
+# less psql's meta-commands (\restrict, \unrestrict): the rest is SQL a client runs as one script
+kept = [line for line in dump.splitlines() if not re.match(r"\\(un)?restrict ", line)]
 (DATA / "store_pg_v8.sql").write_text("\n".join(kept) + "\n")
 with psycopg.connect(SERVER, autocommit=True) as conn:
     conn.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
