@@ -116,10 +116,14 @@ class Checkpoint(_Model):
 class PendingDecision(Checkpoint):
     """A decision a person or host owes: the undecided pausing checkpoint (approval, input, orphan)
     a paused run waits on, with the run's ``workflow`` and ``status`` (awaiting_approval or
-    awaiting_input). The review queue's entries, oldest first."""
+    awaiting_input), and where the execution it is about (``paused_seq``) is inside its pattern:
+    its ``iteration`` and ``agent`` (both None for a top-level step). The review queue's entries,
+    oldest first."""
 
     workflow: str
     status: RunStatus
+    iteration: int | None = None
+    agent: str | None = None
 
 
 class RunHead(RunSummary):

@@ -33,9 +33,11 @@ _ERROR_CHARS = 200
 
 def notice(pause: PendingDecision) -> dict[str, Any]:
     """The JSON object a hook reads: ``run_id``, ``workflow``, ``kind`` (approval, input, orphan),
-    ``step``, ``reason``, ``deadline`` (ISO 8601 UTC, or None) and ``checkpoint_id`` (what a
+    ``step``, and for an execution inside a pattern its ``iteration`` and ``agent`` (None for a
+    top-level step), ``reason``, ``deadline`` (ISO 8601 UTC, or None) and ``checkpoint_id`` (what a
     decision cites: ``relaypoint approve RUN --checkpoint ID``)."""
     return {"run_id": pause.run_id, "workflow": pause.workflow, "kind": pause.kind, "step": pause.step,
+            "iteration": pause.iteration, "agent": pause.agent,
             "reason": pause.reason, "deadline": to_text(pause.deadline_at) if pause.deadline_at else None,
             "checkpoint_id": pause.checkpoint_id}
 

@@ -81,7 +81,7 @@ HOOK = textwrap.dedent('''
         time.sleep(600)
 ''')
 
-NOTICE_KEYS = {"run_id", "workflow", "kind", "step", "reason", "deadline", "checkpoint_id"}
+NOTICE_KEYS = {"run_id", "workflow", "kind", "step", "iteration", "agent", "reason", "deadline", "checkpoint_id"}
 
 
 class Box:
@@ -180,7 +180,10 @@ def sqlite_box(tmp_path: Path):
 def pending_of(rt: Runtime, run_id: str) -> dict[str, Any]:
     run = rt.get(run_id, with_outputs=False)
     assert run.pending is not None, run.status
+    paused = next(t for t in run.tasks if t.seq == run.pending.paused_seq)
+    inside = paused.parent is not None
     return {"run_id": run.run_id, "workflow": run.workflow, "kind": run.pending.kind, "step": run.pending.step,
+            "iteration": paused.iteration if inside else None, "agent": paused.agent if inside else None,
             "reason": run.pending.reason, "checkpoint_id": run.pending.checkpoint_id}
 
 

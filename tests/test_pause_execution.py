@@ -21,6 +21,7 @@ from test_review import review_loaded, review_screen
 from textual.widgets import Static, TextArea
 
 from relaypoint import Runtime, RunStatus, StepStatus
+from relaypoint.pausehook import notice
 from relaypoint.store.postgres import MIGRATIONS as PG_MIGRATIONS
 from relaypoint.store.url import parse
 from relaypoint.tui import RelaypointConsole
@@ -135,6 +136,16 @@ async def test_mcp_pending_names_the_gated_step(app: Path, db: str):
         assert (pending["run_id"], pending["step"], pending["paused_seq"]) == (rid, "final", final.seq)
         shown = await call(session, "show_run", run_id=rid)
         assert shown["pending"]["paused_seq"] == final.seq
+
+
+def test_the_queue_and_the_on_pause_notice_say_where_each_pause_is(db: str):
+    with Runtime(db, WORKFLOWS) as rt:
+        gate, turn, asked = rt.start("gate_after_pattern"), rt.start("turn_approval"), rt.start("ask")
+        owed = rt.pending_decisions()
+        claimed = rt.store.claim_announcements(10, rt.clock())  # what a worker's --on-pause announces
+    for decisions in (owed, claimed):
+        where = {d.run_id: (notice(d)["step"], notice(d)["iteration"], notice(d)["agent"]) for d in decisions}
+        assert where == {gate: ("final", None, None), turn: ("argue", 1, "person"), asked: ("question", None, None)}
 
 
 # ---- 2: a gate before a pattern ---------------------------------------------------------------

@@ -451,10 +451,14 @@ class SqlStore(RunStore):
     def _owed(self, tables: str, where: str, limit: int) -> list[PendingDecision]:
         """The decisions owed among ``tables`` (``r``: runs, ``c``: checkpoints) where ``where`` holds,
         oldest first, at most ``limit``."""
-        rows = self._rows(f"SELECT c.*, r.workflow AS run_workflow, r.status AS run_status FROM {tables} "
+        rows = self._rows(f"SELECT c.*, r.workflow AS run_workflow, r.status AS run_status, x.iteration AS "
+                          f"paused_iteration, x.agent AS paused_agent, x.parent_seq AS paused_parent FROM {tables} "
+                          "LEFT JOIN steps x ON x.run_id = c.run_id AND x.seq = c.paused_seq "
                           f"WHERE {where} ORDER BY c.checkpoint_id LIMIT ?", (limit,))
         return [PendingDecision(**checkpoint_from_row(r).model_dump(), workflow=r["run_workflow"],
-                                status=r["run_status"]) for r in rows]
+                                status=r["run_status"], **({} if r["paused_parent"] is None else {
+                                    "iteration": r["paused_iteration"], "agent": r["paused_agent"]}))
+                for r in rows]
 
     def _unannounced(self, limit: int) -> list[PendingDecision]:
         """The decisions owed not announced yet, oldest first, at most ``limit``: the rows of the
