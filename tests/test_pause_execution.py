@@ -172,6 +172,19 @@ def test_a_failed_run_shows_its_pattern_pending_not_cancelled(app: Path, db: str
     assert "argue  pending" in shown and "cancelled" not in shown
 
 
+async def test_the_console_shows_the_failed_run_s_pattern_not_cancelled(db: str):
+    with Runtime(db, WORKFLOWS) as rt:
+        rid = rt.start("gate_before_pattern", {"fail": True})
+        rt.approve(rid, by="alice")
+        rt.resume(rid)
+    app = RelaypointConsole(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await select_run(pilot, rid)
+        await until(pilot, lambda: "profailedonpurpose" in rendered(main_screen(pilot).detail))
+        assert "cancelled" not in rendered(main_screen(pilot).detail)
+
+
 def test_a_person_s_turn_is_its_own_execution(db: str):
     with Runtime(db, WORKFLOWS) as rt:
         rid = rt.start("turn_approval")
