@@ -11,7 +11,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from http.client import HTTPConnection
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
