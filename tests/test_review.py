@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_pilot import main_screen, runs_table, screen_lines, settle, until
+from console_pilot import main_screen, open_form, runs_table, screen_lines, settle, until
 from textual.command import CommandPalette
 from textual.pilot import Pilot
 from textual.widgets import Markdown, Static, TextArea
@@ -514,11 +514,17 @@ async def palette_titles(pilot: Pilot) -> list[str]:
 async def test_the_palette_lists_relaypoints_commands_only(db):
     # Textual's own (Theme, Screenshot, Keys, Maximize, its Quit) are not the console's: Screenshot
     # failed with "Failed to save screenshot" and no reason.
-    pending_store(db, approvals=1, inputs=0)
+    (run_id,) = pending_store(db, approvals=1, inputs=0)
     app = RelaypointConsole(db)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert sorted(await palette_titles(pilot)) == sorted(e.title for e in palette_entries())
+        await open_form(pilot, run_id, "a", ApproveScreen)  # a form has no commands: no palette over it
+        await pilot.press("ctrl+p")
+        await settle(pilot)
+        assert isinstance(app.screen, ApproveScreen)
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, ApproveScreen))
         await pilot.press("n")
         await review_loaded(pilot)
         assert sorted(await palette_titles(pilot)) == sorted(e.title for e in palette_entries(review=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
 
 from textual.app import App
 
@@ -30,7 +31,7 @@ class RelaypointConsole(App[None]):
     """
 
     TITLE = "relaypoint console"
-    COMMANDS = set()  # no Textual commands (theme, screenshot, keys...) in the palette: its screens give theirs
+    COMMANDS: ClassVar[set] = set()  # not Textual's commands (theme, screenshot, keys...): the screens give theirs
     CSS_PATH = "console.tcss"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (130, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
@@ -68,6 +69,12 @@ class RelaypointConsole(App[None]):
         asks for. Reads go through :attr:`reader`, the one long-lived connection."""
         return Runtime(self.db_url, create=False, clock=self.clock, readonly=self.readonly,
                        durability=self.durability)
+
+    def action_command_palette(self) -> None:
+        # The palette's commands are the screen's (the runs list's, the review screen's); a form or
+        # help has none, so ctrl+p opens nothing over it.
+        if self.screen.COMMANDS:
+            super().action_command_palette()
 
     def on_unmount(self) -> None:
         self.reader.close()
