@@ -512,8 +512,7 @@ async def palette_titles(pilot: Pilot) -> list[str]:
 
 
 async def test_the_palette_lists_relaypoints_commands_only(db):
-    # Textual's own (Theme, Screenshot, Keys, Maximize, its Quit) are not the console's: Screenshot
-    # failed with "Failed to save screenshot" and no reason.
+    # Textual's own commands (Theme, Screenshot, Keys, Maximize, its Quit) are not the console's.
     (run_id,) = pending_store(db, approvals=1, inputs=0)
     app = RelaypointConsole(db)
     async with app.run_test(size=SIZE) as pilot:

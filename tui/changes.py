@@ -31,7 +31,7 @@ def resumed_by(run_id: str, app_spec: str | None, key: str) -> str:
 
 def approve(run: Run, approval: Approval, rt: Runtime, *, app_spec: str | None, by: str | None) -> str:
     """Approve the checkpoint shown, with the comment and the edited output if any, as ``by``
-    (None: the OS user; so for every decision here). ``app_spec``: the console's (see
+    (here and in each decision below, None is the OS user). ``app_spec``: the console's (see
     :func:`resumed_by`)."""
     rt.approve(run.run_id, by=by, comment=approval.comment, output=approval.output, checkpoint_id=_checkpoint(run))
     edited = " with an edited output" if approval.output is not None else ""
