@@ -1,14 +1,13 @@
 """``relaypoint serve``: the console in a web browser, through textual-serve.
 
-Each browser session runs the console (``python -m relaypoint console``) as a subprocess whose
-screen and keys travel over a WebSocket. The store's URL reaches that subprocess in
+Each browser session runs the console (``python -m relaypoint console --by NAME``) as a subprocess
+whose screen and keys travel over a WebSocket. The store's URL reaches that subprocess in
 ``RELAYPOINT_DB``, never on its command line, where ``ps`` would show a PostgreSQL password.
 
-There is no authentication: anyone who can open the page can approve, reject, fork and cancel runs.
-So the server listens on the loopback address unless told otherwise (:func:`listen_address`), and
-it refuses the two ways another web site could drive a loopback console from the user's own
-browser: a WebSocket opened by a page of another origin (cross-site WebSocket hijacking), and,
-listening on loopback, a request naming a host that is not a loopback name (DNS rebinding).
+Whoever opens the page decides runs, so every request needs the server's token, and the page asks
+for the name the decisions are recorded under (:mod:`relaypoint.browser_access`, which also refuses
+what another web site could make the user's own browser request). The server speaks plain HTTP, so
+it listens on the loopback address unless told otherwise (:func:`listen_address`).
 
 textual-serve (and aiohttp under it) is imported only when serving, by :func:`serve_console`.
 """
@@ -26,10 +25,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from urllib.parse import quote
 
 from .defaults import DURABILITY
-from .errors import RelaypointError
+from .errors import InvalidValue, RelaypointError
 
 LOOPBACK_HOST = "127.0.0.1"
 """Where ``relaypoint serve`` listens unless ``--host`` says otherwise."""
@@ -81,9 +80,9 @@ def listen_address(host: str, port: int, *, public: bool) -> ListenAddress:
         raise RelaypointError(f"cannot serve on host {host!r}: {why}") from None
     loopback = all(_is_loopback(info[4][0]) for info in infos)
     if not loopback and not public:
-        raise RelaypointError(f"host {host!r} is not a loopback address, and relaypoint serve has no "
-                              "authentication: anyone who reaches it can decide runs; add --public to serve "
-                              "there anyway")
+        raise RelaypointError(f"host {host!r} is not a loopback address, and relaypoint serve speaks plain HTTP: "
+                              "its token and every page would cross the network unencrypted; tunnel to a loopback "
+                              "server (ssh -L), or add --public to serve there anyway")
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
@@ -105,50 +104,100 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def console_command(app_spec: str | None, *, readonly: bool = False, durability: str = DURABILITY) -> str:
-    """The shell command each browser session runs: ``python -m relaypoint --durability D console
-    [--app APP] [--read-only]``, every word quoted. The store is not on it: see :func:`serve_console`."""
+    """The shell command each browser session runs, with ``--by=NAME`` added (the name its page
+    gave): ``python -m relaypoint --durability D console [--app APP] [--read-only]``, every word
+    quoted. The store is not on it: see :func:`serve_console`."""
     words = [sys.executable, "-m", "relaypoint", "--durability", durability, "console"]
     words += ["--app", app_spec] if app_spec else []
     words += ["--read-only"] if readonly else []
     return shlex.join(words)
 
 
-def serve_console(db_url: str, where: ListenAddress, command: str, *, announce: Callable[[str], None]) -> None:
-    """Serve the console at ``where`` until SIGINT or SIGTERM: each browser session runs
-    ``command`` (:func:`console_command`) with ``RELAYPOINT_DB`` set to ``db_url`` in its
-    environment. ``announce`` is called with one line once the server starts."""
+def serve_console(db_url: str, where: ListenAddress, token: str, command: str, *,
+                  announce: Callable[[str], None]) -> None:
+    """Serve the console at ``where`` until SIGINT or SIGTERM, to requests carrying ``token``: each
+    browser session runs ``command`` (:func:`console_command`) with ``--by=NAME``, the name its
+    page gave (one word: a name that looks like an option stays a name), and ``RELAYPOINT_DB``
+    set to ``db_url`` in its environment. ``announce`` is called with one line, the address to
+    open (with the token), once the server starts."""
+    import aiohttp_jinja2
     from aiohttp import web
-    from textual_serve.server import Server
+    from textual_serve.app_service import AppService
+    from textual_serve.server import Server, to_int
     from yarl import URL
+
+    from .browser_access import NAME_CHARS, Access, hide_tokens_in_access_log, reviewer_name, see_other
 
     os.environ["RELAYPOINT_DB"] = db_url  # inherited by every session's console, not shown by `ps`
     sessions: set[asyncio.Task] = set()
-    allowed_names = {*LOOPBACK_NAMES, URL(where.url).host}
+    access = Access(token, where.port, frozenset({*LOOPBACK_NAMES, URL(where.url).host}) if where.loopback else None)
+    log = logging.getLogger("textual-serve")
+
+    def name_form(request: web.Request, name: str, error: str | None = None, status: int = 200) -> web.Response:
+        return aiohttp_jinja2.render_template("name.html", request, {"name": name, "error": error,
+                                                                     "limit": NAME_CHARS}, status=status)
 
     class ConsoleServer(Server):
-        """textual-serve's server, announcing itself in one line and refusing requests another
-        site could make through the user's browser (see the module's docstring)."""
+        """textual-serve's server behind :class:`~relaypoint.browser_access.Access`, asking for a
+        name before the console, and announcing itself in one line."""
 
-        def _refuse(self, request: web.Request) -> None:
-            if where.loopback and (request.url.host or "").lower() not in allowed_names:
-                raise web.HTTPForbidden(text=f"relaypoint serve answers only to {', '.join(sorted(allowed_names))}\n")
-            origin = request.headers.get("Origin")
-            if origin is not None and origin.lower() not in (f"http://{request.host}".lower(),
-                                                             f"https://{request.host}".lower()):
-                raise web.HTTPForbidden(text="relaypoint serve refuses pages of other origins\n")
+        async def _make_app(self) -> web.Application:
+            app = await super()._make_app()
+            app.middlewares.append(access.middleware)
+            app.add_routes([web.get("/name", self.handle_name_form), web.post("/name", self.handle_name)])
+            return app
 
-        async def handle_index(self, request: web.Request) -> Any:
-            self._refuse(request)
-            return await super().handle_index(request)
+        async def handle_index(self, request: web.Request) -> web.StreamResponse:
+            name = access.name_of(request)
+            if name is None:
+                return name_form(request, "")
+            context = {"font_size": to_int(request.query.get("fontsize", "16"), 16), "name": name,
+                       "application": {"name": self.title}}
+            return aiohttp_jinja2.render_template("app_index.html", request, context)
+
+        async def handle_name_form(self, request: web.Request) -> web.StreamResponse:
+            return name_form(request, access.name_of(request) or "")
+
+        async def handle_name(self, request: web.Request) -> web.StreamResponse:
+            given = (await request.post()).get("name")
+            try:
+                name = reviewer_name(given if isinstance(given, str) else "")
+            except InvalidValue as e:
+                return name_form(request, "", str(e), status=400)
+            response = see_other("/")
+            access.remember_name(response, name)
+            return response
 
         async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
-            self._refuse(request)
+            name = access.name_of(request)
+            if name is None:
+                raise web.HTTPForbidden(text="relaypoint serve: give your name on its page first (open /)\n")
             session = asyncio.current_task()
             sessions.add(session)
             try:
-                return await super().handle_websocket(request)
+                return await self._run_console(request, f"{self.command} {shlex.quote(f'--by={name}')}")
             finally:
                 sessions.discard(session)
+
+        async def _run_console(self, request: web.Request, command: str) -> web.WebSocketResponse:
+            # textual-serve's handle_websocket, with a command of the session's own (its name).
+            websocket = web.WebSocketResponse(heartbeat=15)
+            service: AppService | None = None
+            try:
+                await websocket.prepare(request)
+                service = AppService(command, write_bytes=websocket.send_bytes, write_str=websocket.send_str,
+                                     close=websocket.close, download_manager=self.download_manager, debug=self.debug)
+                await service.start(to_int(request.query.get("width", "80"), 80),
+                                    to_int(request.query.get("height", "24"), 24))
+                await self._process_messages(websocket, service)
+            except asyncio.CancelledError:
+                await websocket.close()
+            except Exception as error:
+                log.exception(error)
+            finally:
+                if service is not None:
+                    await service.stop()
+            return websocket
 
         async def on_shutdown(self, app: web.Application) -> None:
             # Each session, cancelled, closes its WebSocket and tells its console to quit; left
@@ -158,11 +207,13 @@ def serve_console(db_url: str, where: ListenAddress, command: str, *, announce: 
 
         def initialize_logging(self) -> None:
             # Plain lines on stderr, which the CLI cleans (a request line or a User-Agent is the
-            # client's text); no tracebacks with local variables, which could show the store's URL.
+            # client's text); no tracebacks with local variables, which could show the store's URL;
+            # no token in a logged address.
             logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+            hide_tokens_in_access_log()
 
         async def on_startup(self, app: web.Application) -> None:
-            announce(f"serving the console at {where.url} (Ctrl+C stops)")
+            announce(f"serving the console at {where.url}/?token={quote(token, safe='')} (Ctrl+C stops)")
 
     server = ConsoleServer(command, host=where.host, port=where.port, title="relaypoint console",
                            templates_path=PAGE_TEMPLATES)

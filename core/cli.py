@@ -52,6 +52,8 @@ LIST_PAGE = 1_000
 STATUS_CHOICE = click.Choice([s.value for s in RunStatus])
 APP_OPTION = click.option("--app", "app_spec", envvar="RELAYPOINT_APP", metavar="MODULE:ATTR",
                           help="Module attribute holding a Workflow or a list of them (env RELAYPOINT_APP).")
+BY_OPTION = click.option("--by", metavar="NAME", help="Who decides: the name the console's approvals, rejections, "
+                         "answers and cancels are recorded under (default: the OS user).")
 
 
 class _Group(click.Group):
@@ -142,20 +144,21 @@ def cli(ctx: click.Context, db: str, durability: str) -> None:
     """
     ctx.obj = {"db": db, "durability": durability}
     if ctx.invoked_subcommand is None:
-        ctx.invoke(console, app_spec=os.environ.get("RELAYPOINT_APP"), readonly=False)
+        ctx.invoke(console, app_spec=os.environ.get("RELAYPOINT_APP"), readonly=False, by=None)
 
 
 @cli.command()
 @APP_OPTION
 @click.option("--read-only", "readonly", is_flag=True, help="Browse without recording anything.")
+@BY_OPTION
 @click.pass_context
-def console(ctx: click.Context, app_spec: str | None, readonly: bool) -> None:
+def console(ctx: click.Context, app_spec: str | None, readonly: bool, by: str | None) -> None:
     """Open the terminal console on the store."""
     from relaypoint.tui import run_console  # textual is imported only for the console
 
     if app_spec:
         load_workflows(app_spec)  # fail here, with one line, rather than at the first resume
-    run_console(ctx.obj["db"], app_spec, readonly=readonly, durability=ctx.obj["durability"])
+    run_console(ctx.obj["db"], app_spec, readonly=readonly, durability=ctx.obj["durability"], by=by)
 
 
 @cli.command()
@@ -164,33 +167,41 @@ def console(ctx: click.Context, app_spec: str | None, readonly: bool) -> None:
 @click.option("--host", default=LOOPBACK_HOST, show_default=True,
               help="Address to listen on; one that is not loopback needs --public.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
-@click.option("--public", is_flag=True, help="Allow a --host that is not loopback (there is no authentication).")
+@click.option("--public", is_flag=True, help="Allow a --host that is not loopback (plain HTTP: the token and "
+              "the pages cross the network unencrypted).")
+@click.option("--token-file", metavar="PATH", help="Read the token every request needs from PATH (one word) "
+              "instead of making a fresh one at each start.")
 @click.pass_context
-def serve(ctx: click.Context, app_spec: str | None, readonly: bool, host: str, port: int, public: bool) -> None:
+def serve(ctx: click.Context, app_spec: str | None, readonly: bool, host: str, port: int, public: bool,
+          token_file: str | None) -> None:
     """Serve the console to web browsers (each browser tab runs its own console) until SIGINT/SIGTERM.
 
-    Listens on the loopback address unless --host and --public say otherwise. There is no
-    authentication: whoever can open the page can decide runs.
+    Prints the address to open, with the token every request needs (a fresh one at each start,
+    unless --token-file gives it). The page asks for your name: decisions made through it are
+    recorded under it. Listens on the loopback address unless --host and --public say otherwise.
     """
     from .browser import console_command, listen_address, serve_console
+    from .browser_access import new_token, read_token_file
 
+    token = read_token_file(token_file) if token_file is not None else new_token()
     if app_spec:
         load_workflows(app_spec)  # fail here, with one line, rather than at a browser's first resume
     Runtime(ctx.obj["db"], create=False, readonly=readonly, durability=ctx.obj["durability"]).close()
     where = listen_address(host, port, public=public)
     if not where.loopback:
-        _say(f"Warning: relaypoint serve has no authentication: anyone who can reach {where.url} can approve, "
-             "reject, fork and cancel runs", err=True)
+        _say(f"Warning: relaypoint serve speaks plain HTTP: on {where.url} its token and every page cross the "
+             "network unencrypted, and whoever learns the token can approve, reject, fork and cancel runs", err=True)
     command = console_command(app_spec, readonly=readonly, durability=ctx.obj["durability"])
-    serve_console(ctx.obj["db"], where, command,
+    serve_console(ctx.obj["db"], where, token, command,
                   announce=lambda line: _say(f"{line}; store {shown(ctx.obj['db'])}", err=True))
 
 
 @cli.command()
 @APP_OPTION
 @click.option("--read-only", "readonly", is_flag=True, help="Browse without recording anything.")
+@BY_OPTION
 @click.pass_context
-def review(ctx: click.Context, app_spec: str | None, readonly: bool) -> None:
+def review(ctx: click.Context, app_spec: str | None, readonly: bool, by: str | None) -> None:
     """Open the console on the review queue: the oldest pending decision of all runs.
 
     a approves (enter records it), x rejects, i answers, n / N move along the queue,
@@ -200,7 +211,7 @@ def review(ctx: click.Context, app_spec: str | None, readonly: bool) -> None:
 
     if app_spec:
         load_workflows(app_spec)
-    run_console(ctx.obj["db"], app_spec, readonly=readonly, durability=ctx.obj["durability"], review=True)
+    run_console(ctx.obj["db"], app_spec, readonly=readonly, durability=ctx.obj["durability"], review=True, by=by)
 
 
 @cli.command()

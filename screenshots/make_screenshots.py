@@ -12,7 +12,8 @@ Files: ``<out>/<name>.svg`` and ``<out>/<name>.png``.
 
 Then ``browser.png``: the console in a web browser, ``relaypoint serve`` opened in headless Debian
 Chromium through Playwright (tests/browser_console.py, as the browser test does), a page of
-:data:`BROWSER_VIEWPORT` CSS pixels showing the runs table. Without Playwright or
+:data:`BROWSER_VIEWPORT` CSS pixels showing the runs table, the name :data:`BROWSER_NAME` given
+when the page asks who decides. Without Playwright or
 ``/usr/bin/chromium`` it is not made (the script says why). ``--browser-only`` makes it alone.
 Chromium falls back per glyph too: with Symbola installed, ⏸ is drawn.
 
@@ -47,6 +48,9 @@ from fixtures import CONSOLE_NOW, build_fixture_store, fixed_clock  # noqa: E402
 
 BROWSER_VIEWPORT = (1600, 900)
 """The browser page of ``browser.png``, in CSS pixels (the console gets as many cells as fit)."""
+
+BROWSER_NAME = "alice"
+"""The name ``browser.png``'s page is given (its status line shows it)."""
 
 SMALL = (80, 24)
 """The last shot: the same run on an 80x24 terminal."""
@@ -161,7 +165,7 @@ def shoot_browser(db: Path, out: Path) -> Path | None:
     with tempfile.TemporaryDirectory() as cwd, \
             served(Path(cwd), "--db", str(db.resolve()), "serve", "--port", str(free_port())) as server, \
             chromium_page(*BROWSER_VIEWPORT) as page:
-        terminal = BrowserTerminal(page, server)
+        terminal = BrowserTerminal(page, server, name=BROWSER_NAME)
         terminal.wait_for_text(target[:8])
         terminal.wait_for(lambda lines: "Approve" in lines[-1], "the footer's keys")
         time.sleep(0.5)  # xterm.js draws on the next animation frames

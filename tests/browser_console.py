@@ -15,6 +15,7 @@ Chromium is Debian's (``/usr/bin/chromium``), never one ``playwright install`` w
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,10 +26,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
 
 CHROMIUM = "/usr/bin/chromium"
 START_SECONDS = 60.0
 """How long the server may take to listen, and the console to draw its first screen."""
+
+REVIEWER = "Test Reviewer"
+"""The name :class:`BrowserTerminal` gives when the page asks who decides."""
 
 INSTALL = ("pip install -e '.[test]' (Playwright) and Debian's chromium at /usr/bin/chromium "
            "(apt-get install -y --no-install-recommends chromium)")
@@ -70,10 +75,12 @@ def free_port() -> int:
 @dataclass
 class Served:
     """A running ``relaypoint serve``: its process (the leader of its own session), the page's
-    URL, and the files its stdout and stderr go to."""
+    URL on 127.0.0.1 with the token the server printed, that token, and the files its stdout and
+    stderr go to."""
 
     process: subprocess.Popen
     url: str
+    token: str
     out: Path
     err: Path
 
@@ -111,48 +118,70 @@ def _stop(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def _printed_token(err: Path) -> str | None:
+    """The token in the address ``relaypoint serve`` printed (``serving the console at URL``), once printed."""
+    found = re.search(r"serving the console at (\S+)", err.read_text(errors="replace"))
+    return None if found is None else parse_qs(urlsplit(found[1]).query).get("token", [""])[0]
+
+
+def _listens(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 @contextmanager
 def served(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
     """Run ``python -m relaypoint ARGS`` (a ``serve`` command, with ``--port``) in ``cwd`` in a
     session of its own, with the RELAYPOINT_* variables of this process cleared (``env`` adds
-    variables), and wait until it listens. The process group is stopped on exit."""
+    variables), and wait until it has printed its address and listens. The process group is
+    stopped on exit."""
     port = int(args[args.index("--port") + 1])
     base = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
     out, err = cwd / "serve.out", cwd / "serve.err"
     with open(out, "wb") as stdout, open(err, "wb") as stderr:
         process = subprocess.Popen([sys.executable, "-m", "relaypoint", *args], cwd=cwd, env={**base, **(env or {})},
                                    stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True)
-    server = Served(process, f"http://127.0.0.1:{port}/", out, err)
     try:
         deadline = time.monotonic() + START_SECONDS
         while True:
             if process.poll() is not None:
-                raise AssertionError(f"relaypoint serve exited ({process.returncode}): {server.output()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                raise AssertionError(f"relaypoint serve exited ({process.returncode}): "
+                                     f"{out.read_text(errors='replace')}{err.read_text(errors='replace')}")
+            token = _printed_token(err)
+            if token is not None and _listens(port):
                 break
-            except OSError:
-                assert time.monotonic() < deadline, f"relaypoint serve did not listen: {server.output()}"
-                time.sleep(0.1)
-        yield server
+            assert time.monotonic() < deadline, f"relaypoint serve did not listen: {err.read_text(errors='replace')}"
+            time.sleep(0.1)
+        yield Served(process, f"http://127.0.0.1:{port}/?token={quote(token, safe='')}" if token else
+                     f"http://127.0.0.1:{port}/", token, out, err)
     finally:
         _stop(process)
 
 
 class BrowserTerminal:
     """The served console in a Playwright page: open it (at ``url``, by default the server's at
-    127.0.0.1), read its lines, press keys."""
+    127.0.0.1 with its token), give ``name`` when the page asks who decides, read its lines, press
+    keys."""
 
-    def __init__(self, page: Any, server: Served, url: str | None = None) -> None:
+    def __init__(self, page: Any, server: Served, url: str | None = None, name: str = REVIEWER) -> None:
         self.page = page
         self.server = server
         page.goto(url or server.url)
         from playwright.sync_api import TimeoutError
 
-        try:  # the console sent its first screen, or its session ended
-            page.wait_for_selector("body.-first-byte, body.-closed", state="attached", timeout=START_SECONDS * 1000)
+        drawn = "body.-first-byte, body.-closed"  # the console sent its first screen, or its session ended
+        try:
+            if page.wait_for_selector(f"{drawn}, #name-form", state="attached",
+                                      timeout=START_SECONDS * 1000).get_attribute("id") == "name-form":
+                page.fill("#name", name)
+                page.press("#name", "Enter")
+                page.wait_for_selector(drawn, state="attached", timeout=START_SECONDS * 1000)
         except TimeoutError:
-            raise AssertionError(f"the console drew nothing; the server printed: {server.output()}") from None
+            raise AssertionError(f"the console drew nothing; the page: {page.content()[:2000]}\n"
+                                 f"the server printed: {server.output()}") from None
         assert not self._closed(), f"the console's session ended at once; the server printed: {server.output()}"
         cdp = page.context.new_cdp_session(page)
         prototype = cdp.send("Runtime.evaluate", {"expression": "Object.prototype"})["result"]["objectId"]

@@ -237,6 +237,44 @@ async def test_cancel_asks_first_and_y_cancels(store):
         await until(pilot, lambda: run_status(path, runs["awaiting_input"]) == RunStatus.CANCELLED)
 
 
+async def test_every_decision_of_a_console_given_a_name_is_recorded_under_it(store):
+    # relaypoint serve gives each browser session's console the name its page asked for (--by).
+    path, runs = store
+    name = "[bold]Ada[/bold] L"  # Rich markup, shown and recorded as typed
+    with Runtime(path, WORKFLOWS) as rt:
+        to_reject = rt.start("publish-post", {"topic": "to reject"})
+    app = RelaypointConsole(path, by=name)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        (line,) = screen_lines(main_screen(pilot).query_one("#status-line", Static))
+        assert line.strip().startswith(f"as {name} "), line  # under which name you decide, said first
+        await open_form(pilot, runs["awaiting_approval"], "a", ApproveScreen)
+        await pilot.press("enter")
+        await until(pilot, lambda: run_status(path, runs["awaiting_approval"]) == RunStatus.QUEUED)
+        await open_form(pilot, runs["awaiting_input"], "i", RespondScreen)
+        await type_text(pilot, '"finance"')
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: run_status(path, runs["awaiting_input"]) == RunStatus.QUEUED)
+        await open_form(pilot, runs["fork"], "c", ConfirmScreen)
+        await pilot.press("y")
+        await until(pilot, lambda: run_status(path, runs["fork"]) == RunStatus.CANCELLED)
+        await pilot.press("n")  # the review queue: the one pending decision left
+        await until(pilot, lambda: any(getattr(s, "loaded", False) for s in app.screen_stack))
+        await settle(pilot)
+        assert f"as {name}" in "".join(screen_lines(app.screen.query_one("#review-head")))
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, RejectScreen))
+        await type_text(pilot, "not now")
+        await pilot.press("enter")
+        await until(pilot, lambda: run_status(path, to_reject) == RunStatus.REJECTED)
+    with Runtime(path, create=False) as rt:
+        for run_id, kind in ((runs["awaiting_approval"], "approved"), (runs["awaiting_input"], "responded"),
+                             (runs["fork"], "cancelled"), (to_reject, "rejected")):
+            assert [e.actor for e in rt.events(run_id) if e.kind == kind] == [name], (run_id, kind)
+        for run_id in (runs["awaiting_approval"], runs["awaiting_input"], to_reject):
+            assert rt.store.last_pause(run_id).decided_by == name
+
+
 TINY_APP = '''
 from relaypoint import Workflow
 

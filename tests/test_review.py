@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_pilot import main_screen, runs_table, screen_lines, settle, until
+from console_pilot import main_screen, open_form, runs_table, screen_lines, settle, until
 from textual.command import CommandPalette
 from textual.pilot import Pilot
 from textual.widgets import Markdown, Static, TextArea
@@ -495,6 +495,38 @@ async def test_the_palette_lists_every_action_and_runs_one_by_keys(db):
         await pilot.press("enter")
         await until(pilot, lambda: main_screen(pilot).query_state.status == "awaiting_input")
         await until(pilot, lambda: list(runs_table(pilot).runs) == [runs[1]])
+
+
+async def palette_titles(pilot: Pilot) -> list[str]:
+    """The titles of the commands the palette lists before anything is typed."""
+    await pilot.press("ctrl+p")
+    await until(pilot, lambda: isinstance(pilot.app.screen, CommandPalette))
+    palette = pilot.app.screen
+    await until(pilot, lambda: palette.query_one("CommandList").option_count > 0)
+    await settle(pilot)
+    listed = palette.query_one("CommandList")
+    titles = [str(listed.get_option_at_index(i).prompt).splitlines()[0] for i in range(listed.option_count)]
+    await pilot.press("escape")
+    await settle(pilot)
+    return titles
+
+
+async def test_the_palette_lists_relaypoints_commands_only(db):
+    # Textual's own commands (Theme, Screenshot, Keys, Maximize, its Quit) are not the console's.
+    (run_id,) = pending_store(db, approvals=1, inputs=0)
+    app = RelaypointConsole(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert sorted(await palette_titles(pilot)) == sorted(e.title for e in palette_entries())
+        await open_form(pilot, run_id, "a", ApproveScreen)  # a form has no commands: no palette over it
+        await pilot.press("ctrl+p")
+        await settle(pilot)
+        assert isinstance(app.screen, ApproveScreen)
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, ApproveScreen))
+        await pilot.press("n")
+        await review_loaded(pilot)
+        assert sorted(await palette_titles(pilot)) == sorted(e.title for e in palette_entries(review=True))
 
 
 async def test_the_palette_opens_a_run_by_id_prefix_and_says_why_an_action_does_not_apply(db):

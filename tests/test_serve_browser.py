@@ -1,8 +1,9 @@
 """``relaypoint serve``: the console in a web browser. A real server process on a real store, driven
-from headless Chromium (tests/browser_console.py): the runs table appears, key presses approve a
-paused run, the store records the decision; the store's URL reaches each browser session's console
-by environment, never on a command line. And the refusals: a host that is not loopback, a port in
-use, requests another site could make through the user's browser."""
+from headless Chromium (tests/browser_console.py): the page asks for a name, the runs table
+appears, key presses approve a paused run, the store records the decision under that name; the
+store's URL reaches each browser session's console by environment, never on a command line. And
+the refusals: a host that is not loopback, a port in use. Who may use the server (the token, the
+name, Host and Origin): tests/test_serve_access.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from http.client import HTTPConnection
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -22,6 +22,8 @@ from relaypoint import Runtime, RunStatus
 
 PASSWORD = "s3cret-in-url"
 COMMENT = "approved in a browser"
+NAME = "<i>Ada</i> [bold]L[/bold] '$(touch pwned)'"
+"""Who decides, as typed into the page: HTML, Rich markup and shell syntax, all kept literally."""
 
 
 def need_browser() -> None:
@@ -58,9 +60,10 @@ def test_a_run_is_approved_from_a_browser_and_the_store_records_it(db: str, tmp_
         (["--db", url, "serve", "--port", port], {})
 
     with served(elsewhere, *args, env=env) as server, chromium_page() as page:
-        terminal = BrowserTerminal(page, server)
+        terminal = BrowserTerminal(page, server, name=NAME)
         terminal.wait_for_text(paused[:8])
         assert "awaiting_approval" in terminal.text()
+        assert f"as {NAME}" in terminal.lines()[-2]  # the status line says under which name you decide
         terminal.press(*["j"] * order.index(paused))  # the cursor starts on the newest run
         terminal.wait_for_text(f"Run {paused[:8]}")  # its detail, beside the table
         terminal.press("a")
@@ -87,8 +90,12 @@ def test_a_run_is_approved_from_a_browser_and_the_store_records_it(db: str, tmp_
     with Runtime(url, create=False) as rt:
         assert rt.get(paused).status == RunStatus.QUEUED
         approved = [e for e in rt.events(paused) if e.kind == "approved"]
+        decided = rt.store.last_pause(paused)
     assert len(approved) == 1
     assert approved[0].detail["comment"] == COMMENT
+    assert approved[0].actor == NAME
+    assert decided.decided_by == NAME
+    assert not list(elsewhere.glob("pwned"))
 
 
 @pytest.mark.parametrize("listen, name", [([], "localhost"), (["--host", "0.0.0.0", "--public"], "127.0.0.1")],
@@ -103,7 +110,7 @@ def test_the_page_works_under_the_name_the_browser_used_and_asks_nothing_of_othe
         requests: list[str] = []
         page.on("request", lambda request: requests.append(request.url))
         page.on("websocket", lambda websocket: requests.append(websocket.url))
-        terminal = BrowserTerminal(page, server, f"http://{name}:{port}/")
+        terminal = BrowserTerminal(page, server, f"http://{name}:{port}/?token={server.token}")
         # the key bar is drawn on load, before any key or click
         terminal.wait_for(lambda lines: "Quit" in lines[-1] and "Help" in lines[-1], "the key bar on the last row")
         assert "awaiting_approval" in terminal.text()
@@ -112,10 +119,28 @@ def test_the_page_works_under_the_name_the_browser_used_and_asks_nothing_of_othe
     assert [url for url in requests if urlsplit(url).netloc != f"{name}:{port}"] == []
 
 
+def test_the_address_opened_from_a_link_on_another_site_opens_the_console(tmp_path: Path):
+    # A teammate clicks the printed address in a chat or a mail: a navigation from another site,
+    # whose redirect (dropping the token from the address) must still carry the token's cookie.
+    need_browser()
+    build_fixture_store(str(tmp_path / "store.db"))
+    port = str(free_port())
+    with served(tmp_path, "--db", "store.db", "serve", "--port", port) as server, chromium_page() as page:
+        page.route("http://chat.example/", lambda route: route.fulfill(
+            content_type="text/html", body=f'<a id="link" href="{server.url}">the console</a>'))
+        page.goto("http://chat.example/")
+        page.click("#link")
+        page.wait_for_selector("#name-form", timeout=30_000)
+        assert page.url == f"http://127.0.0.1:{port}/"
+        page.fill("#name", "Ada")
+        page.press("#name", "Enter")
+        page.wait_for_selector("body.-first-byte", state="attached", timeout=60_000)
+
+
 def test_a_host_that_is_not_loopback_needs_public(tmp_path: Path):
     build_fixture_store(str(tmp_path / "store.db"))
     error = one_line_error(relaypoint(tmp_path, "serve", "--host", "192.0.2.1", "--port", str(free_port())))
-    assert "not a loopback address" in error and "no authentication" in error and "--public" in error
+    assert "not a loopback address" in error and "plain HTTP" in error and "--public" in error
     # with --public, it is the address that is refused: this machine has none of TEST-NET-1's
     error = one_line_error(relaypoint(tmp_path, "serve", "--host", "192.0.2.1", "--port", str(free_port()), "--public"))
     assert "cannot listen on 192.0.2.1" in error and "no such address" in error
@@ -132,29 +157,3 @@ def test_a_port_in_use_is_one_line(tmp_path: Path):
         assert f"cannot listen on 127.0.0.1 port {port}: the port is in use" in error
     done = relaypoint(tmp_path, "serve", "--port", "0")
     assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
-
-
-def test_requests_another_site_could_make_are_refused(tmp_path: Path):
-    build_fixture_store(str(tmp_path / "store.db"))
-    port = str(free_port())
-
-    def status(path: str, **headers: str) -> int:
-        connection = HTTPConnection("127.0.0.1", int(port), timeout=30)  # sends the headers as given
-        try:
-            connection.request("GET", path, headers=headers)
-            return connection.getresponse().status
-        finally:
-            connection.close()
-
-    handshake = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
-                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
-    with served(tmp_path, "--db", "store.db", "serve", "--port", port):
-        assert status("/") == 200
-        assert status("/", Host=f"localhost:{port}") == 200
-        assert status("/", Host=f"rebound.example:{port}") == 403  # DNS rebinding
-        assert status("/ws", **handshake, Origin="http://evil.example") == 403  # cross-site WebSocket
-        assert status("/ws", **handshake, Origin=f"http://127.0.0.1:{port}") == 101
-        # a page served under another loopback name opens its WebSocket under that name
-        assert status("/ws", **handshake, Host=f"localhost:{port}", Origin=f"http://localhost:{port}") == 101
-        assert status("/", Host=f"[::1]:{port}") == 200
-        assert status("/ws", **handshake, Host=f"127.0.0.1:{port}", Origin=f"http://localhost:{port}") == 403

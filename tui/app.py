@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
 
 from textual.app import App
 
@@ -25,16 +26,21 @@ class RelaypointConsole(App[None]):
     line); a store this user cannot write opens read-only anyway. ``review``: open on the review
     queue (the oldest pending decision); escape goes to the runs list. ``durability``: of what the
     console records, and of the resumes it starts (see :func:`relaypoint.store.open_store`).
+    ``by``: who decides, the name its approvals, rejections, answers and cancels are recorded
+    under, shown first in the status line (None: the OS user, not shown).
     """
 
     TITLE = "relaypoint console"
+    COMMANDS: ClassVar[set] = set()  # not Textual's commands (theme, screenshot, keys...): the screens give theirs
     CSS_PATH = "console.tcss"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (130, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
 
     def __init__(self, db_url: str, app_spec: str | None = None, *, clock: Clock = utcnow,
-                 readonly: bool = False, durability: str = DURABILITY, review: bool = False) -> None:
+                 readonly: bool = False, durability: str = DURABILITY, review: bool = False,
+                 by: str | None = None) -> None:
         super().__init__()
+        self.by = by
         self.review = review
         self.db_url = str(db_url)
         self.durability = durability
@@ -63,6 +69,12 @@ class RelaypointConsole(App[None]):
         asks for. Reads go through :attr:`reader`, the one long-lived connection."""
         return Runtime(self.db_url, create=False, clock=self.clock, readonly=self.readonly,
                        durability=self.durability)
+
+    def action_command_palette(self) -> None:
+        # The palette's commands are the screen's (the runs list's, the review screen's); a form or
+        # help has none, so ctrl+p opens nothing over it.
+        if self.screen.COMMANDS:
+            super().action_command_palette()
 
     def on_unmount(self) -> None:
         self.reader.close()

@@ -29,24 +29,25 @@ def resumed_by(run_id: str, app_spec: str | None, key: str) -> str:
     return f"a worker resumes it, or `relaypoint resume {run_id} --app MODULE:ATTR`"
 
 
-def approve(run: Run, approval: Approval, rt: Runtime, *, app_spec: str | None) -> str:
-    """Approve the checkpoint shown, with the comment and the edited output if any. ``app_spec``:
-    the console's (see :func:`resumed_by`)."""
-    rt.approve(run.run_id, comment=approval.comment, output=approval.output, checkpoint_id=_checkpoint(run))
+def approve(run: Run, approval: Approval, rt: Runtime, *, app_spec: str | None, by: str | None) -> str:
+    """Approve the checkpoint shown, with the comment and the edited output if any, as ``by``
+    (here and in each decision below, None is the OS user). ``app_spec``: the console's (see
+    :func:`resumed_by`)."""
+    rt.approve(run.run_id, by=by, comment=approval.comment, output=approval.output, checkpoint_id=_checkpoint(run))
     edited = " with an edited output" if approval.output is not None else ""
     return (f"approved run {short_id(run.run_id)}{edited}; it is queued: "
             f"{resumed_by(run.run_id, app_spec, 'r on the runs list resumes it')}")
 
 
-def reject(run: Run, reason: str, rt: Runtime) -> str:
-    """Reject the checkpoint shown; the run ends."""
-    rt.reject(run.run_id, reason, checkpoint_id=_checkpoint(run))
+def reject(run: Run, reason: str, rt: Runtime, *, by: str | None) -> str:
+    """Reject the checkpoint shown as ``by``; the run ends."""
+    rt.reject(run.run_id, reason, by=by, checkpoint_id=_checkpoint(run))
     return f"rejected run {short_id(run.run_id)}; the run has ended"
 
 
-def respond(run: Run, response: Response, rt: Runtime, *, app_spec: str | None) -> str:
-    """Answer the input request shown. ``app_spec``: the console's (see :func:`resumed_by`)."""
-    rt.respond(run.run_id, response.value, checkpoint_id=_checkpoint(run))
+def respond(run: Run, response: Response, rt: Runtime, *, app_spec: str | None, by: str | None) -> str:
+    """Answer the input request shown, as ``by``. ``app_spec``: the console's (see :func:`resumed_by`)."""
+    rt.respond(run.run_id, response.value, by=by, checkpoint_id=_checkpoint(run))
     return (f"answered run {short_id(run.run_id)}; it is queued: "
             f"{resumed_by(run.run_id, app_spec, 'r on the runs list resumes it')}")
 
@@ -68,9 +69,9 @@ def fork(run: Run, request: ForkRequest, rt: Runtime, *, app_spec: str | None) -
     return f"forked run {short_id(run.run_id)} from {where} with {given} as {short_id(new_id)} ({then})"
 
 
-def cancel(run: Run, confirmed: bool, rt: Runtime) -> str:
-    """Cancel the run (``confirmed`` is the answer to the confirmation, always true here)."""
-    was = rt.cancel(run.run_id)
+def cancel(run: Run, confirmed: bool, rt: Runtime, *, by: str | None) -> str:
+    """Cancel the run as ``by`` (``confirmed`` is the answer to the confirmation, always true here)."""
+    was = rt.cancel(run.run_id, by=by)
     return f"cancelled run {short_id(run.run_id)} (it was {was})"
 
 

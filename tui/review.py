@@ -162,10 +162,18 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         yield ConsoleFooter()
 
     def on_mount(self) -> None:
-        self.query_one("#review-head").border_title = "Review"
+        self._title_head(Text())
         self.query_one("#review-body").border_title = "Output"
         self._ask(self._first)
         self._schedule()
+
+    def _title_head(self, what: Text) -> None:
+        """Title the head "Review", then ``what`` is shown, then the name decisions made here are
+        recorded under, when the console was given one."""
+        title = Text.assemble("Review", what)
+        if self.app.by is not None:
+            title.append_text(Text.assemble(" · as ", literal(self.app.by)))
+        self.query_one("#review-head").border_title = title
 
     # ---- reads --------------------------------------------------------------------------------
 
@@ -291,14 +299,14 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         output = self.query_one("#review-output", ReadableOutput)
         item = read.item
         if item is None:
-            head.border_title = "Review · nothing to review"
+            self._title_head(Text(" · nothing to review"))
             head.update(Text.assemble(("Nothing to review: ", "bold"), "no run waits for a decision (approval, "
                                       "input or orphan hold).\n", ("escape", "bold"), ": the runs list  ",
                                       ("n", "bold"), ": look again  ", ("q", "bold"), ": quit"))
             body.border_title = "Output"
             await output.show(Text(""))
             return
-        head.border_title = Text.assemble("Review · run ", literal(fmt.short_id(item.run.run_id)))
+        self._title_head(Text.assemble(" · run ", literal(fmt.short_id(item.run.run_id))))
         head.update(header(item, self.app.clock()))
         body.border_title = body_title(item, False)
         await self._show_own(item)
@@ -392,16 +400,16 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         else:
             form = ApproveScreen(item.run, output.value, output.recorded, output.editor, output.readable,
                                  confirm_first=True)
-        self._decide(form, partial(changes.approve, item.run, app_spec=self.app.app_spec))
+        self._decide(form, partial(changes.approve, item.run, app_spec=self.app.app_spec, by=self.app.by))
 
     def action_reject(self) -> None:
         if self.why_not("reject") is None and self.item is not None:
-            self._decide(RejectScreen(self.item.run), partial(changes.reject, self.item.run))
+            self._decide(RejectScreen(self.item.run), partial(changes.reject, self.item.run, by=self.app.by))
 
     def action_respond(self) -> None:
         if self.why_not("respond") is None and self.item is not None:
             self._decide(RespondScreen(self.item.run),
-                         partial(changes.respond, self.item.run, app_spec=self.app.app_spec))
+                         partial(changes.respond, self.item.run, app_spec=self.app.app_spec, by=self.app.by))
 
     def action_next_pending(self) -> None:
         """``n``: the next newer pending decision (read again: with none shown, the oldest)."""

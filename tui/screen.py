@@ -142,9 +142,12 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
 
     def _status_line(self, error: str | None = None) -> None:
         """Counts per status, the time of the last refresh, the store, and a failed refresh's error.
-        A read-only store is said first, so that no width cuts it off; why it is read-only is too
-        long for one line: help and every refused action say it whole."""
+        A read-only store is said first, so that no width cuts it off (why it is read-only is too
+        long for one line: help and every refused action say it whole), then the name decisions
+        are recorded under, when the console was given one."""
         head = Text("read-only  ", style="bold yellow") if self.state.readonly_reason else Text()
+        if self.app.by is not None:
+            head.append_text(Text.assemble("as ", literal(self.app.by, "bold"), "  "))
         tail = Text(f"refreshed {self.app.clock().strftime('%H:%M:%S')} UTC  ", style="dim")
         tail.append_text(literal(self.app.store_name, "dim"))
         if error:
@@ -544,7 +547,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
             form = ApproveScreen(run)
             self._read_gated_output(run)
         self._approve_form = form
-        self._decide(form, partial(changes.approve, run, app_spec=self.app.app_spec))
+        self._decide(form, partial(changes.approve, run, app_spec=self.app.app_spec, by=self.app.by))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="prepare")
     def _read_gated_output(self, run: Run) -> None:
@@ -566,11 +569,11 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
 
     def action_reject(self) -> None:
         if (run := self._actionable("reject")) is not None:
-            self._decide(RejectScreen(run), partial(changes.reject, run))
+            self._decide(RejectScreen(run), partial(changes.reject, run, by=self.app.by))
 
     def action_respond(self) -> None:
         if (run := self._actionable("respond")) is not None:
-            self._decide(RespondScreen(run), partial(changes.respond, run, app_spec=self.app.app_spec))
+            self._decide(RespondScreen(run), partial(changes.respond, run, app_spec=self.app.app_spec, by=self.app.by))
 
     def action_fork(self) -> None:
         """Open the fork form from the highlighted step; from a pattern's call, from that call's
@@ -591,7 +594,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         question = Text.assemble("Cancel run ", literal(fmt.short_id(run.run_id)), " (", literal(run.workflow, "bold"),
                                  ", ", fmt.run_status(run.status), ")?\nIts remaining steps are cancelled; "
                                  "a step still running will not be recorded. It can be forked later.")
-        self._decide(ConfirmScreen("Cancel run", question), partial(changes.cancel, run))
+        self._decide(ConfirmScreen("Cancel run", question), partial(changes.cancel, run, by=self.app.by))
 
     def action_resume(self) -> None:
         """Resume the run in a separate process. When the last resume started here was refused
