@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from relaypoint import DriftError, Runtime, Workflow
+from relaypoint.patterns_view import progress
 
 
 def calls(rt: Runtime, rid: str, name: str) -> list[tuple[int, str | None, str]]:
@@ -20,6 +21,13 @@ def calls(rt: Runtime, rid: str, name: str) -> list[tuple[int, str | None, str]]
     run = rt.get(rid)
     group = next(t for t in run.tasks if t.name == name and t.parent is None)
     return [(t.iteration, t.agent, t.status.value) for t in run.tasks if t.parent == group.seq]
+
+
+def progress_of(rt: Runtime, rid: str, name: str) -> str:
+    """What the console shows of pattern ``name``'s progress."""
+    run = rt.get(rid)
+    group = next(t for t in run.tasks if t.name == name and t.parent is None)
+    return progress(group, [t for t in run.tasks if t.parent == group.seq])
 
 
 def asks(at: int, answer: Any = None):
@@ -48,6 +56,17 @@ def stopped_then_drifted(db: str, old: Workflow, new: Workflow, answer: Any = "a
         rid = rt.start(old.name)
         assert rt.get(rid).status == "awaiting_input"
         rt.respond(rid, answer)
+    return Runtime(db, [new]), rid
+
+
+def released_after(db: str, old: Workflow, new: Workflow, decided: list[bool]) -> tuple[Runtime, str]:
+    """A run of ``old`` stopped at its first person's question and answered, then resumed by an
+    executor asked to stop (a worker's graceful stop) at the boundary where ``decided[0]`` has
+    turned true: the pattern's last call (a judge, a tally, a pass) is recorded, its result not
+    yet. Then a runtime of ``new``, as :func:`stopped_then_drifted`."""
+    rt, rid = stopped_then_drifted(db, old, old)
+    with rt:
+        assert rt.resume(rid, should_stop=lambda: decided[0]) == "queued"
     return Runtime(db, [new]), rid
 
 
@@ -100,6 +119,7 @@ def test_rounds_lowered_below_the_round_under_way_cancel_that_round_and_the_judg
         assert drift.detail["cancelled"] == [{"seq": pro3.seq, "step": "argue", "iteration": 3, "agent": "pro"}]
         (resumed,) = [e for e in rt.events(rid) if e.kind == "resumed"]
         assert resumed.detail["abandoned"]["agent"] == "con"  # the turn it stopped in
+        assert progress_of(rt, rid, "argue") == "round 2/2"
 
 
 def test_rounds_lowered_below_whole_rounds_already_spoken_cancel_those_rounds_too(db):
@@ -120,6 +140,21 @@ def test_rounds_raised_while_a_person_judges_cancel_that_judgement_and_the_judge
         assert calls(rt, rid, "argue")[4:] == [(3, "judge", "cancelled"), (3, "pro", "completed"),
                                                (3, "con", "completed"), (4, "judge", "completed")]
         assert rt.step_output(rid, "argue") == "judge 4"
+
+
+def test_rounds_raised_after_the_judge_decided_but_before_the_result_have_the_judge_decide_again(db):
+    decided = [False]
+
+    def judge(ctx):
+        decided[0] = True
+        return heard(ctx)
+
+    rt, rid = released_after(db, debate(2, asks(1), judge=judge), debate(3, asks(1), judge=judge), decided)
+    with rt:
+        assert rt.resume(rid, allow_drift=True) == "completed"
+        assert rt.step_output(rid, "argue")["heard"] == [f"{a} {r}" for r in (1, 2, 3) for a in ("pro", "con")]
+        assert calls(rt, rid, "argue")[4:] == [(3, "judge", "cancelled"), (3, "pro", "completed"),
+                                               (3, "con", "completed"), (4, "judge", "completed")]
 
 
 def test_an_agent_added_mid_debate_speaks_from_the_round_under_way(db):
@@ -178,6 +213,23 @@ def test_a_voter_removed_mid_vote_is_not_counted_by_a_tally_function(db):
         assert calls(rt, rid, "decide")[0] == (1, "a", "cancelled")
 
 
+def test_a_voter_added_after_the_tally_but_before_the_result_has_the_tally_count_again(db):
+    decided = [False]
+
+    def tally(votes):
+        decided[0] = True
+        return sorted(votes.items())
+
+    old = vote({"a": lambda c: 1, "b": asks(1)}, tally)
+    rt, rid = released_after(db, old, vote({"a": lambda c: 1, "b": asks(1), "c": lambda c: 3}, tally), decided)
+    with rt:
+        assert rt.resume(rid, allow_drift=True) == "completed"
+        assert rt.step_output(rid, "decide") == {"result": [["a", 1], ["b", "answer"], ["c", 3]],
+                                                 "votes": {"a": 1, "b": "answer", "c": 3}}
+        assert calls(rt, rid, "decide") == [(1, "a", "completed"), (1, "b", "completed"), (1, "tally", "cancelled"),
+                                            (1, "c", "completed"), (1, "tally", "completed")]
+
+
 def test_a_voter_added_mid_vote_votes_and_is_counted(db):
     old = vote({"a": lambda c: "ship", "b": asks(1)})
     new = vote({"a": lambda c: "ship", "b": asks(1), "c": lambda c: "wait"})
@@ -215,6 +267,43 @@ def test_max_iterations_raised_mid_loop_gives_more_passes(db):
         assert rt.step_output(rid, "refine") == "pass 5"
 
 
+def test_max_iterations_raised_after_the_last_pass_but_before_the_result_gives_more_passes(db):
+    decided = [False]
+
+    def refine(ctx):
+        decided[0] = ctx.iteration == 3
+        return asks(1)(ctx)
+
+    def capped(max_iterations):
+        wf = Workflow("l")
+        wf.loop(max_iterations=max_iterations, until=lambda ctx: False)(refine)
+        return wf
+
+    rt, rid = released_after(db, capped(3), capped(5), decided)
+    with rt:
+        assert rt.resume(rid, allow_drift=True) == "completed"
+        assert rt.step_output(rid, "refine") == "pass 5"
+
+
+def test_a_loop_until_ended_stays_ended_when_max_iterations_is_raised(db):
+    decided = [False]
+
+    def until(ctx):
+        decided[0] = ctx.iteration == 2
+        return decided[0]
+
+    def capped(max_iterations):
+        wf = Workflow("l")
+        wf.loop(max_iterations=max_iterations, until=until, name="refine")(asks(1))
+        return wf
+
+    rt, rid = released_after(db, capped(3), capped(5), decided)
+    with rt:
+        assert rt.resume(rid, allow_drift=True) == "completed"
+        assert rt.step_output(rid, "refine") == "pass 2"
+        assert len(calls(rt, rid, "refine")) == 2
+
+
 def test_max_iterations_lowered_to_the_pass_under_way_finishes_that_pass(db):
     rt, rid = stopped_then_drifted(db, loop(5, 4), loop(4, 4))
     with rt:
@@ -231,6 +320,7 @@ def test_max_iterations_lowered_below_the_pass_under_way_ends_the_loop_at_the_ne
         assert rt.step_output(rid, "refine") == "pass 2"
         assert calls(rt, rid, "refine") == [(1, None, "completed"), (2, None, "completed"), (3, None, "cancelled"),
                                             (4, None, "cancelled")]
+        assert progress_of(rt, rid, "refine") == "pass 2/2"
 
 
 # ---- supervisor -----------------------------------------------------------------------------------
