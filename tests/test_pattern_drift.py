@@ -399,3 +399,21 @@ def test_an_agent_removed_that_the_plan_needs_is_planned_around_with_replan(db):
     with rt:
         assert rt.resume(rid, allow_drift=True, replan=True) == "completed"
         assert rt.step_output(rid, "build") == {"t1": "answer", "t2": "code 2"}
+
+
+def test_max_replans_lowered_mid_plan_applies_at_the_next_failed_subtask(db):
+    def failing(max_replans: int) -> Workflow:
+        def code(ctx):
+            raise RuntimeError("cannot edit")
+
+        wf = Workflow("p")
+        wf.planner("build", plan=lambda c: [{"id": "t1", "agent": "ask"}, {"id": "t2", "agent": "code", "after": ["t1"]}],
+                   agents={"ask": asks(1), "code": code}, replan=lambda c: [{"id": "t3", "agent": "ask"}],
+                   max_replans=max_replans)
+        return wf
+
+    rt, rid = stopped_then_drifted(db, failing(2), failing(0))
+    with rt:
+        assert rt.resume(rid, allow_drift=True) == "failed"
+        assert rt.get(rid).error == ("subtask 't2' of 'build' failed: RuntimeError: cannot edit; the plan was already "
+                                     "re-planned 0 times (max_replans=0)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from relaypoint import DefinitionError, DriftError, Runtime, Workflow, human
+from relaypoint import DefinitionError, DriftError, InvalidValue, Runtime, Workflow, human
 from relaypoint.patterns import majority
 
 
@@ -143,6 +143,8 @@ def test_a_majority_compares_whole_votes_unless_a_key_picks_what_is_counted(db):
         assert run.error == ("step 'decide' failed: the vote's key returned set for the vote of 'a', not a JSON value "
                              "(text, a number, true/false, null, a list or a dict)")
     assert majority({"a": [1, "x"], "b": (1, "x")}, key=lambda v: v)["counts"] == [[[1, "x"], 2]]
+    with pytest.raises(InvalidValue, match="^a set is the vote of 'a', not a JSON value"):
+        majority({"a": {1}})
 
 
 def test_a_votes_key_is_recorded_by_name_and_a_vote_without_one_keeps_its_definition(db):

@@ -38,8 +38,9 @@ def majority(votes: Mapping[str, Any], key: Callable[[Any], Any] | None = None) 
         try:
             same = json.dumps(value, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError):
-            raise InvalidValue(f"the vote's key returned {type(value).__name__} for the vote of {voter!r}, not a "
-                               "JSON value (text, a number, true/false, null, a list or a dict)") from None
+            what = f"the vote's key returned {type(value).__name__} for" if key else f"a {type(value).__name__} is"
+            raise InvalidValue(f"{what} the vote of {voter!r}, not a JSON value (text, a number, true/false, null, "
+                               "a list or a dict)") from None
         counts.setdefault(same, [value, 0])[1] += 1
     ranked = sorted(counts.values(), key=lambda c: -c[1])
     top = ranked[0][1] if ranked else 0
