@@ -273,13 +273,13 @@ class Claims:
         return done
 
     def _withdraw(self, rid: str, driver: Driver, state: State, group: int) -> list[dict[str, Any]]:
-        """After an allowed drift, ``state`` carried over: cancel the ended calls of the pattern
+        """After an allowed drift, ``state`` carried over: cancel the completed calls of the pattern
         under way (group row ``group``) that the new definition no longer counts (a round past a
         lowered limit, a removed voter's vote), keeping their records and outputs. Returns them as
-        the ``drift_allowed`` event names them. (Its open call is the one the run stopped at,
-        which :meth:`_abandon` cancels if the run does not go on with it.)"""
+        the ``drift_allowed`` event names them. (Its open call is the one the run stopped at, which
+        :meth:`_abandon` cancels if the run does not go on with it; a failed call stays failed.)"""
         gone = [c for c in self.store.children(rid, group)
-                if c.status in (StepStatus.COMPLETED, StepStatus.FAILED) and not driver.kept(state, Call.of(c))]
+                if c.status == StepStatus.COMPLETED and not driver.kept(state, Call.of(c))]
         for c in gone:
             self.store.update_step(rid, c.seq, status=StepStatus.CANCELLED)
         return [{"seq": c.seq, "step": c.name, **located(Call.of(c))} for c in gone]

@@ -163,9 +163,9 @@ class Driver(ABC):
         return None
 
     def kept(self, state: State, call: Call) -> bool:
-        """After an allowed drift, ``state`` carried over by :meth:`remap`: whether the recorded call
-        ``call`` of the pattern under way (completed, or failed) is still part of the run; one that
-        is not is cancelled (default: every call is kept)."""
+        """After an allowed drift, ``state`` carried over by :meth:`remap`: whether the completed call
+        ``call`` of the pattern under way is still part of the run; one that is not is cancelled
+        (default: every call is kept)."""
         return True
 
     def lacking(self, state: State) -> str | None:

@@ -352,6 +352,28 @@ def test_max_turns_lowered_below_the_turn_under_way_cancels_the_turns_past_it(db
             (3, "route", "cancelled"), (3, "work", "cancelled"), (4, "route", "cancelled"), (4, "work", "cancelled")]
 
 
+def test_a_router_that_failed_is_asked_that_turn_again_after_max_turns_is_raised(db):
+    failing = [True]
+
+    def route(ctx):
+        if ctx.iteration == 2 and failing[0]:
+            raise RuntimeError("router down")
+        return "work" if ctx.iteration <= 3 else None
+
+    with Runtime(db, [supervisor(3, {"work": said}, route)]) as rt:
+        rid = rt.start("s")
+        assert rt.get(rid).status == "failed"
+    failing[0] = False
+    with Runtime(db, [supervisor(5, {"work": said}, route)]) as rt:
+        assert rt.resume(rid, allow_drift=True) == "completed"
+        assert [(i, a, s) for i, a, s in calls(rt, rid, "triage")][2:4] == [(2, "route", "completed"),
+                                                                            (2, "work", "completed")]
+        assert [t.attempts for t in rt.get(rid).tasks if (t.iteration, t.agent) == (2, "route")] == [2]
+        (drift,) = [e for e in rt.events(rid) if e.kind == "drift_allowed"]
+        assert "cancelled" not in drift.detail  # the failed decision was not withdrawn: it is the one retried
+        assert rt.step_output(rid, "triage") == "work 3"
+
+
 def test_the_agent_a_decided_turn_chose_removed_cancels_that_decision_and_the_router_is_asked_again(db):
     rt, rid = stopped_then_drifted(db, supervisor(5, {"work": said, "ask": asks(1)}, lambda c: "ask"),
                                    supervisor(5, {"work": said}, lambda c: None if c.state["turn"] >= 2 else "work"))

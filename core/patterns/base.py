@@ -174,8 +174,8 @@ class Pattern(ABC):
         return sub
 
     def kept(self, sub: Sub, turn: Turn) -> bool:
-        """After an allowed drift, ``sub`` carried over (:meth:`carry`): whether the recorded call
-        ``turn`` (completed, or failed) is still part of the pattern. One that is not is cancelled:
+        """After an allowed drift, ``sub`` carried over (:meth:`carry`): whether the completed call
+        ``turn`` is still part of the pattern. One that is not is cancelled:
         its record and output stay, but it is no longer in ``ctx.history`` or the result (a round
         past a lowered ``rounds``, a removed voter's vote). Default: True."""
         return True
