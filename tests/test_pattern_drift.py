@@ -386,6 +386,21 @@ def test_the_agent_a_decided_turn_chose_removed_cancels_that_decision_and_the_ro
         assert rt.step_output(rid, "triage") == "work 2"
 
 
+def test_an_agent_removed_after_it_ran_keeps_its_calls_and_a_router_naming_it_fails_its_turn(db):
+    def route(ctx):
+        return {0: "ask", 1: "work"}.get(ctx.state["turn"], "ask")
+
+    rt, rid = stopped_then_drifted(db, supervisor(5, {"ask": said, "work": asks(2)}, route),
+                                   supervisor(5, {"work": asks(2)}, route))
+    with rt:
+        assert rt.resume(rid, allow_drift=True) == "failed"
+        assert calls(rt, rid, "triage") == [(1, "route", "completed"), (1, "ask", "completed"),
+                                            (2, "route", "completed"), (2, "work", "completed"),
+                                            (3, "route", "failed")]
+        assert rt.get(rid).error.endswith("the router of 'triage' returned 'ask' for turn 3, not one of its agents "
+                                          "(work) or None to stop")
+
+
 # ---- planner --------------------------------------------------------------------------------------
 
 
