@@ -146,6 +146,8 @@ class Claims:
                 state = driver.replan(state)
             else:  # a subtask failed for good is re-planned, not run again
                 state, action, cur = self.executor.resolve(rid, driver, driver.replan(state), input)
+        if (lacking := driver.lacking(state)) is not None:  # rolled back with the rest of the claim
+            raise DriftError(f"run {rid} cannot go on: {lacking}")
         abandoned = self._abandon(rid, checkpoint, cur, at) if checkpoint is not None else None
         if head.status == RunStatus.INTERRUPTED and self._poisoned(head, cur, at):
             return RunStatus.FAILED
@@ -250,14 +252,16 @@ class Claims:
         self.store.update_run(rid, definition=encoding.dumps_trusted(defined, "definition"),
                               fingerprint=fingerprint(defined),
                               steps_total=len(planned), steps_done=done)
-        self.store.add_event(rid, at, EventKind.DRIFT_ALLOWED, change=change, dropped=sorted(dropped))
         # The run goes on at its first top-level step not completed, recorded as a checkpoint, so a
         # resume after a crash restores it from there. When that step is where the latest state
         # went on (a pattern under way), that state is carried over, so the pattern keeps its progress.
         first = next((s for s in top if s.status != StepStatus.COMPLETED), None)
         carried = self._carried(rid, driver, latest, first, [d["name"] for d in recorded])
+        withdrawn: list[dict[str, Any]] = []
         if carried is not None:
             state, seq, step = carried
+            assert first is not None
+            withdrawn = self._withdraw(rid, driver, state, first.seq)
         else:
             if under_way:  # rolled back with the rest of the claim
                 raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}), and the "
@@ -266,8 +270,22 @@ class Claims:
             seq = first.seq if first is not None else len(top)
             step = first.name if first is not None else None
             state = driver.restore(None, NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, step, at))
+        self.store.add_event(rid, at, EventKind.DRIFT_ALLOWED, change=change, dropped=sorted(dropped),
+                             **({"cancelled": withdrawn} if withdrawn else {}))
         self.store.add_checkpoint(NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, step, at, state=state_json(state)))
         return done
+
+    def _withdraw(self, rid: str, driver: Driver, state: State, group: int) -> list[dict[str, Any]]:
+        """After an allowed drift, ``state`` carried over: cancel the completed calls of the pattern
+        under way (group row ``group``) that the new definition no longer counts (a round past a
+        lowered limit, a removed voter's vote), keeping their records and outputs. Returns them as
+        the ``drift_allowed`` event names them. (Its open call is the one the run stopped at, which
+        :meth:`_abandon` cancels if the run does not go on with it; a failed call stays failed.)"""
+        gone = [c for c in self.store.children(rid, group)
+                if c.status == StepStatus.COMPLETED and not driver.kept(state, Call.of(c))]
+        for c in gone:
+            self.store.update_step(rid, c.seq, status=StepStatus.CANCELLED)
+        return [{"seq": c.seq, "step": c.name, **located(Call.of(c))} for c in gone]
 
     def _carried(self, rid: str, driver: Driver, latest: Checkpoint | None, first: StepRecord | None,
                  recorded: list[str]) -> tuple[State, int, str | None] | None:

@@ -163,6 +163,17 @@ class Driver(ABC):
         current definition, after an allowed drift; None when it cannot be carried over."""
         return None
 
+    def kept(self, state: State, call: Call) -> bool:
+        """After an allowed drift, ``state`` carried over by :meth:`remap`: whether the completed call
+        ``call`` of the pattern under way is still part of the run; one that is not is cancelled
+        (default: every call is kept)."""
+        return True
+
+    def lacking(self, state: State) -> str | None:
+        """Why the run cannot go on from ``state`` under this definition, in words (a planner whose
+        plan names an agent an allowed drift removed), or None (the default)."""
+        return None
+
 
 def located(call: Call) -> dict[str, Any]:
     """What an event adds to name a pattern's execution: its ``iteration``, ``agent`` and ``task``
@@ -354,8 +365,18 @@ class ChainDriver(Driver):
         j = self._index.get(recorded[i])
         if j is None:
             return None
-        moved = {**state, "next": j}
         pattern = self.steps[j].pattern
-        if "in" in state and (pattern is None or not pattern.fits(state["in"])):
+        if "in" not in state:
+            return {**state, "next": j}
+        if pattern is None or not pattern.fits(state["in"]):
             return None
-        return moved
+        return {**state, "next": j, "in": pattern.carry(state["in"])}
+
+    def kept(self, state: State, call: Call) -> bool:
+        pattern = self._pattern(call) if call.parent is not None else None
+        return pattern is None or "in" not in state or pattern.kept(state["in"], Turn.of(call))
+
+    def lacking(self, state: State) -> str | None:
+        i = state.get("next")
+        pattern = self.steps[i].pattern if isinstance(i, int) and i < len(self.steps) else None
+        return None if pattern is None else pattern.lacking(self._sub(state, pattern))

@@ -160,7 +160,10 @@ def progress(group: StepRecord, children: Sequence[StepRecord], state: Any = Non
     reached = max((c.iteration for c in calls), default=0)
     if kind in ("debate", "loop"):
         limit = _size(options.get("rounds" if kind == "debate" else "max_iterations"))
-        return f"{'round' if kind == 'debate' else 'pass'} {reached}" + (f"/{limit}" if limit is not None else "")
+        if limit is None:
+            return f"{'round' if kind == 'debate' else 'pass'} {reached}"
+        # an allowed drift may have lowered the limit below the iterations recorded (those are cancelled)
+        return f"{'round' if kind == 'debate' else 'pass'} {min(reached, limit)}/{limit}"
     if kind == "supervisor":
         return f"turn {max((c.iteration for c in children), default=0)}"
     if kind == "vote":
@@ -265,7 +268,8 @@ class PatternSummary:
     ``status``, ``iterations`` (the latest :data:`SHOWN_ITERATIONS`; ``earlier``: how many more
     before them). Supervisor: ``counts`` (from the state while the run is inside it, else computed
     from the calls) and ``routes`` (the routing decisions of the turns listed). Vote: ``votes``
-    (voter, vote) and ``tally`` (recorded, value). Debate: ``judge`` (the judge's execution,
+    (voter, vote), ``uncounted`` (voter, vote: votes an allowed drift withdrew, their voter no
+    longer defined) and ``tally`` (recorded, value). Debate: ``judge`` (the judge's execution,
     output loaded). Planner: ``plan`` (the roots of the plan tree), ``replans`` and ``plan_step``
     (the first ``plan`` execution). ``parameters``: the group row's options (the pattern's
     parameters: ``rounds``, ``judge``, ``agents``...)."""
@@ -279,6 +283,7 @@ class PatternSummary:
     counts_live: bool = False
     routes: list[Route] = field(default_factory=list)
     votes: list[tuple[str, Any]] = field(default_factory=list)
+    uncounted: list[tuple[str, Any]] = field(default_factory=list)
     tally: tuple[bool, Any] = (False, None)
     judge: StepRecord | None = None
     plan: list[PlanNode] = field(default_factory=list)
@@ -311,13 +316,15 @@ def _first_shown(iterations: list[Iteration]) -> int:
 def wanted_outputs(group: StepRecord, children: Sequence[StepRecord], state: Any = None) -> list[int]:
     """The seqs of the completed children whose outputs :func:`summary` uses, so that reading
     them stays bounded however long the pattern ran: the calls of the iterations it lists, their
-    routing decisions, the plans and re-plans, the judge, the tally, every vote; and every call of
+    routing decisions, the plans and re-plans, the judge, the tally, every vote (those an allowed
+    drift cancelled included); and every call of
     a supervisor the run has left (its idle counts are computed from them; inside it, the state
     has them). Read them, then call :func:`summary` (``state``: as for it)."""
     kind = kind_of(group) or ""
     first = _first_shown(_iterations(kind, children))
     every = kind == "vote" or (kind == "supervisor" and inner_state(group, state) is None)
-    return [c.seq for c in children if c.status == StepStatus.COMPLETED and c.has_output
+    ended = (StepStatus.COMPLETED, StepStatus.CANCELLED) if kind == "vote" else (StepStatus.COMPLETED,)
+    return [c.seq for c in children if c.status in ended and c.has_output
             and (every or c.iteration >= first or c.agent in (PLAN, REPLAN, JUDGE, TALLY))]
 
 
@@ -391,16 +398,21 @@ def _route(child: StepRecord) -> Route:
 
 
 def _votes(children: Sequence[StepRecord], result: tuple[bool, Any]) -> dict[str, Any]:
-    """The votes (from the group's result once recorded, else from the voters' recorded calls)
-    and the tally (the result's ``"result"``, else a tally call's output)."""
+    """The votes counted (from the group's result once recorded, else from the voters' recorded
+    calls), the votes not counted (cast, then cancelled by an allowed drift) and the tally (the
+    result's ``"result"``, else a tally call's output)."""
+    uncounted = [(c.agent or "?", c.output) for c in children
+                 if c.agent != TALLY and c.status == StepStatus.CANCELLED and c.has_output]
     recorded, value = result
     if recorded and isinstance(value, Mapping) and isinstance(value.get("votes"), Mapping):
         votes = list(value["votes"].items())
-        return {"votes": [(str(v), vote) for v, vote in votes], "tally": (True, value.get("result"))}
+        return {"votes": [(str(v), vote) for v, vote in votes], "uncounted": uncounted,
+                "tally": (True, value.get("result"))}
     votes = [(c.agent or "?", c.output) for c in children
              if c.agent != TALLY and c.status == StepStatus.COMPLETED]
     tally = next((c for c in children if c.agent == TALLY and c.status == StepStatus.COMPLETED), None)
-    return {"votes": votes, "tally": (True, tally.output) if tally is not None else (False, None)}
+    return {"votes": votes, "uncounted": uncounted,
+            "tally": (True, tally.output) if tally is not None else (False, None)}
 
 
 def plan_tree(children: Sequence[StepRecord]) -> tuple[list[PlanNode], list[Replan]]:

@@ -169,13 +169,20 @@ class Workflow:
         self._add_pattern(Debate(name, agents, rounds=rounds, judge=judge, retries=retries, on_orphan=on_orphan,
                                  timeout=timeout))
 
-    def vote(self, name: str, *, voters: Mapping[str, Any], tally: Any = "majority", retries: int = RETRIES,
-             on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
+    def vote(self, name: str, *, voters: Mapping[str, Any], tally: Any = "majority",
+             key: Callable[[Any], Any] | None = None, retries: int = RETRIES, on_orphan: OnOrphan = "retry",
+             timeout: float | None = None) -> None:
         """Register a vote: each voter runs once (independent calls, each recorded on its own),
         then ``tally`` ("majority", or a function of ``{voter: vote}``) decides; the result is
-        ``{"result": <the tally's output>, "votes": {voter: vote}}``."""
+        ``{"result": <the tally's output>, "votes": {voter: vote}}``. ``key``: with the majority, a
+        function of one vote returning what is counted (a JSON value), e.g. ``key=lambda v:
+        v["score"]``; the tally then names the winning key and adds ``"keys": {voter: key}`` (see
+        :func:`relaypoint.patterns.majority`). The definition records the key by its qualified
+        name. Raises ``DefinitionError`` for a key that is not a function, or given with a tally
+        function."""
         from .patterns import Vote
-        self._add_pattern(Vote(name, voters, tally=tally, retries=retries, on_orphan=on_orphan, timeout=timeout))
+        self._add_pattern(Vote(name, voters, tally=tally, key=key, retries=retries, on_orphan=on_orphan,
+                               timeout=timeout))
 
     def supervisor(self, name: str, *, agents: Mapping[str, Any], route: StepFn, max_turns: int = 20,
                    max_idle: int = 3, retries: int = RETRIES, on_orphan: OnOrphan = "retry",

@@ -7,7 +7,8 @@ The app (:data:`APP`, written as ``patternapp.py`` into a test's directory) defi
 - ``patterns``: every kind of node in one workflow: a step, a loop, a debate (3 rounds and a
   judge), a vote (3 voters, majority), a supervisor (a router over two agents, one of which goes
   idle), a planner (3 subtasks) and a step that reports on them all;
-- ``debate``: a 5-round debate of ``pro`` and ``con`` with a judge; ``careful``: 2 rounds, its
+- ``debate``: a 5-round debate of ``pro`` and ``con`` with a judge (``PATTERNAPP_ROUNDS=n``: n
+  rounds, its definition changed, for a drift-allowed resume); ``careful``: 2 rounds, its
   agents' calls held for a person when their process dies (``on_orphan="hold"``);
 - ``supervise``: the supervisor alone; ``plan``: a planner with a re-plan function and
   ``max_replans=1`` (a subtask fails when its id is in the input's ``fail`` list);
@@ -159,7 +160,7 @@ def report(ctx):
 
 
 debate = Workflow("debate")
-_debate(debate, 5)
+_debate(debate, int(os.environ.get("PATTERNAPP_ROUNDS", "5")))
 careful = Workflow("careful")
 careful.debate("argue", agents={"pro": said, "con": said}, rounds=2, judge=judged, on_orphan="hold")
 supervise = Workflow("supervise")

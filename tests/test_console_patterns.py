@@ -640,3 +640,43 @@ def test_an_agent_an_allowed_drift_removed_is_shown_with_a_placeholder_mark(db):
         console.print(summary_view(summary(group, kids, rt.store.latest_checkpoint(rid).state)))
         text = console.export_text()
     assert text.count("ask (not defined)") == 2 and "search (not defined)" not in text  # its turn, its counts
+
+
+def drifted_vote(db: str) -> str:
+    """A keyed vote whose voter ``old`` voted, then was removed by an allowed drift (and ``c``
+    added): its vote is kept but no longer counted."""
+    def flow(voters: dict[str, Any]) -> Workflow:
+        wf = Workflow("v")
+        wf.vote("decide", voters=voters, key=lambda vote: vote["score"])
+        return wf
+
+    with Runtime(db, [flow({"old": lambda c: {"score": 1, "why": "old"}, "b": human("?")})]) as rt:
+        rid = rt.start("v")
+        rt.respond(rid, {"score": 4, "why": "b"})
+    with Runtime(db, [flow({"b": human("?"), "c": lambda c: {"score": 4, "why": "c"}})]) as rt:
+        assert rt.resume(rid, allow_drift=True) == "completed"
+    return rid
+
+
+def test_a_votes_summary_lists_the_votes_a_drift_withdrew_marked_not_counted_and_what_each_vote_counted_as(db):
+    rid = drifted_vote(db)
+    group, calls = group_and_calls(db, rid, "decide")
+    with Runtime(db, create=False) as rt:
+        result = rt.step_output(rid, "decide")
+    wanted = wanted_outputs(group, calls)
+    assert [c.agent for c in calls if c.seq in wanted] == ["old", "b", "c"]  # the withdrawn vote is read too
+    view = summary(group, calls, result=(True, result))
+    assert view.votes == [("b", {"score": 4, "why": "b"}), ("c", {"score": 4, "why": "c"})]
+    assert view.uncounted == [("old", {"score": 1, "why": "old"})]
+    assert progress(group, calls) == "2/2 votes"
+
+
+async def test_the_console_shows_a_withdrawn_vote_marked_and_each_votes_key(db):
+    rid = drifted_vote(db)
+    app = RelaypointConsole(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_to_run(pilot, rid)
+        shown = output_text(pilot)
+        for part in ('b→4{"score":4,"why":"b"}', 'c→4{"score":4,"why":"c"}',
+                     'old(notdefined)notcounted{"score":1,"why":"old"}', "tallywinner44×2"):
+            assert part in shown, part

@@ -172,6 +172,29 @@ def test_a_debate_killed_inside_the_commit_of_round_3_resumes_to_the_uninterrupt
     assert_same_as_uninterrupted(box, run_id, "debate", again=Counter({"argue#3/con": 1}))
 
 
+def test_a_debate_killed_in_round_3_and_cut_to_2_rounds_by_an_allowed_drift_ends_as_a_2_round_debate(box):
+    """SIGKILLed inside con's call of round 3 of 5, resumed by a process whose definition has 2
+    rounds (``--allow-drift``): round 3 is cancelled, pro's speech included, and the judge hears
+    rounds 1 and 2 only, deciding exactly as in an uninterrupted 2-round debate; con's round 3,
+    cut by the kill, never runs again."""
+    run_id = started(box, "debate", "argue#3/con")
+    done = resume(box, run_id, "--allow-drift", PATTERNAPP_ROUNDS="2")
+    assert done.code == 0 and done.out.strip() == f"run {run_id} is completed", done.text
+    cut = shown(box, run_id)
+    assert [(label_of(t), t["status"]) for t in cut["tasks"]] == [("argue", "completed")] + [
+        (f"argue#{r}/{a}", "completed") for r in (1, 2) for a in ("pro", "con")] + [
+        ("argue#3/pro", "cancelled"), ("argue#3/con", "cancelled"), ("argue#3/judge", "completed")]
+    assert cut["tasks"][5]["output"].startswith("argue#3/pro:")  # cancelled, its output kept
+    fresh = start(box, "debate", PATTERNAPP_ROUNDS="2")
+    assert fresh.code == 0, fresh.text
+    ref = shown(box, fresh.out.strip())
+    assert [(label_of(t), t["output"]) for t in cut["tasks"] if t["status"] == "completed"] == [
+        (label_of(t), t["output"]) for t in ref["tasks"]]
+    assert cut["tasks"][-1]["output"]["heard"] == 4
+    assert Counter(c.label for c in calls(box) if c.run_id == run_id) == Counter(
+        [f"argue#{r}/{a}" for r in (1, 2, 3) for a in ("pro", "con")] + ["argue#3/judge"])
+
+
 def test_a_held_agent_killed_mid_call_waits_for_a_person_whose_output_is_recorded(box):
     """``on_orphan="hold"`` on a pattern: the resume after its agent's process died asks a person
     instead of calling the agent again; approving with an output records it as that call's output,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from relaypoint import DefinitionError, DriftError, Runtime, Workflow, human
+from relaypoint import DefinitionError, DriftError, InvalidValue, Runtime, Workflow, human
 from relaypoint.patterns import majority
 
 
@@ -115,6 +115,61 @@ def test_a_vote_runs_each_voter_once_and_reports_a_majority_a_tie_or_a_custom_ta
         assert rt.step_output(rid, "decide") == {"result": 7, "votes": {"a": 2, "b": 5}}
         assert [t.agent for t in children(rt, rid, "decide")] == ["a", "b", "tally"]
     assert majority({}) == {"winner": None, "tie": False, "majority": False, "counts": []}
+
+
+def score_of(vote):
+    return vote["score"]
+
+
+def test_a_majority_compares_whole_votes_unless_a_key_picks_what_is_counted(db):
+    voters = {v: (lambda c, v=v: {"score": 4, "comment": f"{v} liked it"}) for v in "abc"}
+    whole = Workflow("whole")
+    whole.vote("decide", voters=voters)
+    keyed = Workflow("keyed")
+    keyed.vote("decide", voters={**voters, "d": lambda c: {"score": 2, "comment": "meh"}}, key=score_of)
+    bad = Workflow("bad")
+    bad.vote("decide", voters={"a": lambda c: 1}, key=lambda vote: {vote})
+    with Runtime(db, [whole, keyed, bad]) as rt:
+        result = rt.step_output(rt.start("whole"), "decide")["result"]
+        assert (result["winner"], result["tie"], [n for _, n in result["counts"]]) == (None, True, [1, 1, 1])
+        assert "keys" not in result
+        assert rt.step_output(rt.start("keyed"), "decide") == {
+            "result": {"winner": 4, "tie": False, "majority": True, "counts": [[4, 3], [2, 1]],
+                       "keys": {"a": 4, "b": 4, "c": 4, "d": 2}},
+            "votes": {"a": {"score": 4, "comment": "a liked it"}, "b": {"score": 4, "comment": "b liked it"},
+                      "c": {"score": 4, "comment": "c liked it"}, "d": {"score": 2, "comment": "meh"}}}
+        run = rt.get(rt.start("bad"))
+        assert run.status == "failed" and [t.attempts for t in run.tasks if t.name == "decide"][0] == 1
+        assert run.error == ("step 'decide' failed: the vote's key returned set for the vote of 'a', not a JSON value "
+                             "(text, a number, true/false, null, a list or a dict)")
+    assert majority({"a": [1, "x"], "b": (1, "x")}, key=lambda v: v)["counts"] == [[[1, "x"], 2]]
+    with pytest.raises(InvalidValue, match="^a set is the vote of 'a', not a JSON value"):
+        majority({"a": {1}})
+
+
+def test_a_votes_key_is_recorded_by_name_and_a_vote_without_one_keeps_its_definition(db):
+    def flow(key):
+        wf = Workflow("v")
+        wf.vote("decide", voters={"a": lambda c: {"score": 1}, "b": human("?")}, key=key)
+        return wf
+
+    def points_of(vote):
+        return vote["points"]
+
+    assert flow(None).definition() == [{"name": "decide", "approval": False, "retries": 0, "on_orphan": "retry",
+                                        "timeout": None, "pattern": "vote", "agents": ["a", "b"],
+                                        "humans": {"b": {"kind": "input", "timeout": None}}, "tally": "majority"}]
+    assert flow(score_of).definition()[0]["key"] == "score_of"
+    assert flow(lambda v: v).definition()[0]["key"].endswith(".<locals>.<lambda>")
+    assert len({flow(None).fingerprint(), flow(score_of).fingerprint(), flow(points_of).fingerprint()}) == 3
+    with Runtime(db, [flow(score_of)]) as rt:
+        rid = rt.start("v")
+        rt.respond(rid, {"score": 1})
+    with Runtime(db, [flow(points_of)]) as rt:
+        with pytest.raises(DriftError, match=r'options changed for decide \(key: "score_of" -> '
+                                             r'"test_a_votes_key_is_recorded_by_name_and_a_vote_without_one_keeps_its_'
+                                             r'definition.<locals>.points_of"\)'):
+            rt.resume(rid)
 
 
 def supervised(route, *, max_turns=20, max_idle=2, search=lambda c: None):
@@ -284,6 +339,9 @@ def test_definitions_are_refused_with_one_line():
         (lambda: wf.debate("d", agents={"a": "nope"}, rounds=1), "agent 'a' must be a function of ctx"),
         (lambda: wf.debate("d", agents={"a": print}, rounds=0), "rounds must be a whole number >= 1"),
         (lambda: wf.vote("v", voters={"a": print}, tally="plurality"), "tally must be 'majority' or a function"),
+        (lambda: wf.vote("v", voters={"a": print}, key="score"), "key must be a function of a vote, not str"),
+        (lambda: wf.vote("v", voters={"a": print}, tally=len, key=len),
+         "key picks what tally='majority' counts; a tally function is given the whole votes, so pick inside it"),
         (lambda: wf.supervisor("s", agents={"route": print}, route=print), "'route' is reserved"),
         (lambda: wf.supervisor("s", agents={"a": print}, route=print, max_idle=0), "max_idle must be"),
         (lambda: wf.planner("p", plan=print, agents={"a": print}, max_replans=-1), "max_replans must be"),

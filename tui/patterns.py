@@ -163,10 +163,21 @@ def _majority(result: Mapping[str, Any]) -> Text | None:
 
 
 def _votes(s: PatternSummary) -> list[RenderableType]:
-    rows = [[literal(voter), inline(vote)] for voter, vote in s.votes]
-    parts: list[RenderableType] = [_heading("votes"), _table(rows, (16,)) if rows else Text("none yet", style="dim"),
-                                   _heading("tally")]
+    """The votes, then the tally. With a majority's ``key``, a middle column shows what each vote
+    counted as; a vote an allowed drift withdrew is listed after them, marked ``not counted``."""
     recorded, result = s.tally
+    keys = result.get("keys") if recorded and isinstance(result, Mapping) else None
+    keys = keys if isinstance(keys, Mapping) else {}
+    if keys or s.uncounted:
+        rows = [[literal(voter), Text.assemble(("→ ", "dim"), inline(keys[voter], 40)) if voter in keys
+                 else Text("counted", style="dim"), inline(vote)] for voter, vote in s.votes]
+        rows += [[_agent(voter, gone=undefined(s.parameters, voter)), Text("not counted", style="yellow"),
+                  inline(vote)] for voter, vote in s.uncounted]
+        caps: tuple[int, ...] = (30, 24)
+    else:
+        rows, caps = [[literal(voter), inline(vote)] for voter, vote in s.votes], (16,)
+    parts: list[RenderableType] = [_heading("votes"), _table(rows, caps) if rows else Text("none yet", style="dim"),
+                                   _heading("tally")]
     if not recorded:
         parts.append(Text("not yet", style="dim"))
     else:

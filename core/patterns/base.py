@@ -167,6 +167,24 @@ class Pattern(ABC):
         is carried over)."""
         return isinstance(sub, dict) and set(self.start()) <= set(sub)
 
+    def carry(self, sub: Sub) -> Sub:
+        """``sub``, recorded under an earlier definition, for this one, after an allowed drift (the
+        README's table "Drift inside a pattern"): what a run of this definition would go on from,
+        given the calls :meth:`kept`. Default: ``sub`` as it is."""
+        return sub
+
+    def kept(self, sub: Sub, turn: Turn) -> bool:
+        """After an allowed drift, ``sub`` carried over (:meth:`carry`): whether the completed call
+        ``turn`` is still part of the pattern. One that is not is cancelled:
+        its record and output stay, but it is no longer in ``ctx.history`` or the result (a round
+        past a lowered ``rounds``, a removed voter's vote). Default: True."""
+        return True
+
+    def lacking(self, sub: Sub) -> str | None:
+        """Why the pattern cannot go on from ``sub`` under this definition, in words (a planner's
+        subtasks for an agent an allowed drift removed), or None (the default)."""
+        return None
+
     @abstractmethod
     def result(self, records: list[StepRecord]) -> Any:
         """The pattern's result from its completed children (seq order, roles included)."""
@@ -174,6 +192,13 @@ class Pattern(ABC):
     def finish(self, ctx: Context) -> Any:
         """The group row's function: records :meth:`result`."""
         return self.result(ctx.history.records())  # type: ignore[attr-defined]
+
+
+def qualified_name(fn: Callable[..., Any]) -> str:
+    """What a definition records of a function it cannot serialize: its qualified name
+    (``by_score``, ``Panel.by_score``, ``<lambda>``; for a callable object, its class's)."""
+    name = getattr(fn, "__qualname__", None)
+    return name if isinstance(name, str) else type(fn).__qualname__
 
 
 def outputs_by_agent(records: list[StepRecord], roles: tuple[str, ...]) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 Children: the agents' turns (iteration = round), then ``judge`` (iteration = rounds + 1).
 Sub-state: ``{"round": r, "spoken": [agents who spoke in round r]}`` (by name, so a run resumed
 after an allowed drift that removed or reordered agents still gives each agent one turn a round)
-plus ``{"judged": true}`` once the judge has spoken.
+plus ``{"judged": true}`` once the judge has spoken. After an allowed drift a round is whole or
+not at all: rounds past a lowered ``rounds`` are withdrawn (cancelled), so the judge hears rounds
+1..``rounds`` only, and a judgement given on other rounds than those is given again.
 """
 
 from __future__ import annotations
@@ -55,6 +57,18 @@ class Debate(Pattern):
         if self.judge is not None and not sub.get("judged"):
             return (Turn(r + 1 if spoken else r, "judge"),)  # after every round spoken, even a cut one
         return ()
+
+    def carry(self, sub: Sub) -> Sub:
+        r, spoken = sub["round"], sub["spoken"]
+        if (r if spoken else r - 1) > self.rounds:  # a round begun past the new number: the debate ends before it
+            return {"round": self.rounds + 1, "spoken": []}
+        speaking = (r if any(a not in spoken for a in self.order) else r + 1) <= self.rounds
+        if sub.get("judged") and (speaking or self.judge is None):  # judged on fewer rounds, or no judge now
+            return {k: v for k, v in sub.items() if k != "judged"}
+        return sub
+
+    def kept(self, sub: Sub, turn: Turn) -> bool:
+        return bool(sub.get("judged")) if turn.agent == "judge" else turn.iteration <= self.rounds
 
     def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
         if turn.agent == "judge":

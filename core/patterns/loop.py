@@ -1,7 +1,10 @@
 """The loop: one function run pass after pass until ``until(ctx)`` says stop or ``max_iterations``.
 
-Children: the passes, agent None, iteration = pass (1-based). Sub-state: ``{"pass": n, "done": bool}``
-(``until``'s verdict on each pass commits with that pass's output, so a resume never asks it again).
+Children: the passes, agent None, iteration = pass (1-based). Sub-state: ``{"pass": n, "done": bool}``,
+plus ``{"stopped": "until"}`` when ``until`` ended it (``until``'s verdict on each pass commits with
+that pass's output, so a resume never asks it again). After an allowed drift that lowers
+``max_iterations`` below the pass under way, the passes past it are withdrawn (cancelled) and the
+loop ends at the new limit; one that raises it goes on, unless ``until`` ended the loop.
 """
 
 from __future__ import annotations
@@ -47,12 +50,27 @@ class Loop(Pattern):
         return () if sub["done"] else (Turn(sub["pass"] + 1),)
 
     def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
-        done = turn.iteration >= self.max_iterations
-        if not done and self.until is not None:
+        if turn.iteration >= self.max_iterations:
+            return {"pass": turn.iteration, "done": True}
+        if self.until is not None:
             assert ctx is not None, "until is evaluated on the pass's context"
             ctx.output = output
-            done = bool(self.until(ctx))
-        return {"pass": turn.iteration, "done": done}
+            if self.until(ctx):
+                return {"pass": turn.iteration, "done": True, "stopped": "until"}
+        return {"pass": turn.iteration, "done": False}
+
+    def carry(self, sub: Sub) -> Sub:
+        n = sub["pass"]
+        if n > self.max_iterations:  # passes past the new limit: the loop ends at it
+            return {"pass": self.max_iterations, "done": True}
+        if n == self.max_iterations:
+            return {**sub, "done": True}
+        if sub["done"] and "stopped" not in sub:  # ended by a limit now raised
+            return {"pass": n, "done": False}
+        return sub
+
+    def kept(self, sub: Sub, turn: Turn) -> bool:
+        return turn.iteration <= self.max_iterations
 
     def result(self, records: list[StepRecord]) -> Any:
         return records[-1].output if records else None

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..drivers import Turn
-from ..errors import DefinitionError, InvalidValue
+from ..errors import DefinitionError, InvalidValue, quoted
 from .base import Pattern, Sub, whole
 
 if TYPE_CHECKING:
@@ -99,6 +99,24 @@ class Planner(Pattern):
         # past the execution the run stopped at (started, maybe failed for good): its ordinal, and
         # so its idempotency key, is never given to another subtask
         return {**sub, "decompose": True, "failed": None, "ordinal": sub["ordinal"] + 1}
+
+    def lacking(self, sub: Sub) -> str | None:
+        if sub["plan"] is None or sub.get("decompose") or sub.get("failed") is not None:
+            return None  # a plan is to be made, and checked against this definition
+        gone = [t for t in sub["plan"] if t["status"] == PENDING and t["agent"] not in self.agents]
+        if not gone:
+            return None
+        agents = list(dict.fromkeys(t["agent"] for t in gone))
+        it = "it" if len(agents) == 1 else "them"
+        if len(agents) == 1:
+            which = (f"subtask{'s' if len(gone) > 1 else ''} {', '.join(quoted(t['id']) for t in gone)} for agent "
+                     f"{quoted(agents[0])}, which")
+        else:
+            listed = ", ".join(f"{quoted(t['id'])} (agent {quoted(t['agent'])})" for t in gone)
+            which = f"subtasks {listed}, whose agents"
+        return (f"the plan of {quoted(self.name)} still has {which} the loaded definition does not have (an allowed "
+                f"drift removed {it}); restore {it}, resume with --replan to plan again, or fork the run from an "
+                "earlier step")
 
     def _checked(self, output: Any, kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The subtasks of a plan answer not completed already (``kept``: a re-plan may repeat them;

@@ -5,7 +5,9 @@ Children, per turn t: ``route`` (iteration t; its recorded output is the routing
 Sub-state: ``{"turn": completed turns, "activations": {agent: calls}, "idle": {agent: consecutive
 idle turns}}``, plus ``{"choice": name}`` between a decision and its agent's call and
 ``{"stopped": "route"}`` once the router said stop. A decided turn is never asked again: the
-choice commits with the router's record.
+choice commits with the router's record. After an allowed drift a turn is whole or not at all:
+turns past a lowered ``max_turns`` are withdrawn (cancelled, decision and call), and a decided turn
+whose chosen agent was removed has its decision withdrawn and is asked again.
 """
 
 from __future__ import annotations
@@ -73,6 +75,21 @@ class Supervisor(Pattern):
         if sub["turn"] >= self.max_turns or all(sub["idle"].get(a, 0) >= self.max_idle for a in self.order):
             return ()
         return (Turn(turn, "route"),)
+
+    def carry(self, sub: Sub) -> Sub:
+        if sub["turn"] >= self.max_turns:  # a turn decided past the new limit: the supervisor ends before it
+            rest = {k: v for k, v in sub.items() if k not in ("choice", "stopped")}
+            return {**rest, "turn": self.max_turns}
+        if "choice" in sub and sub["choice"] not in self.agents:  # chose a removed agent: asked again
+            return {k: v for k, v in sub.items() if k != "choice"}
+        return sub
+
+    def kept(self, sub: Sub, turn: Turn) -> bool:
+        if turn.iteration > self.max_turns:
+            return False
+        if turn.agent == "route" and turn.iteration > sub["turn"]:  # the decision of the turn under way
+            return "choice" in sub or "stopped" in sub
+        return True
 
     def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
         if turn.agent == "route":
