@@ -367,8 +367,8 @@ def test_an_unknown_workflow_names_the_known_ones(app, db):
 
 
 def test_migrate_makes_a_store_which_then_needs_nothing_and_has_no_roles(app):
-    assert relaypoint(app, "migrate").stdout == f"made a store at {DB} (schema version 4)\n"
-    assert relaypoint(app, "migrate").stdout == f"{DB} is at store schema version 4; nothing to upgrade\n"
+    assert relaypoint(app, "migrate").stdout == f"made a store at {DB} (schema version 5)\n"
+    assert relaypoint(app, "migrate").stdout == f"{DB} is at store schema version 5; nothing to upgrade\n"
     assert one_line_error(relaypoint(app, "migrate", "--grant", "relay")) == (
         f"Error: roles belong to a database server; {DB} is a SQLite file, guarded by its file permissions")
 

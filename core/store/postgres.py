@@ -615,8 +615,19 @@ def _migrate_8(schema: str) -> list[str]:
     ]
 
 
+def _migrate_9(schema: str) -> list[str]:
+    """Version 9: an announcement is marked once a hook's attempt succeeded; until then a worker's
+    claim holds the pause (``announcing_until``: another worker takes it after that, its claimer
+    having died), and a pause whose every attempt failed is left alone (``announce_failed_at``)
+    until ``relaypoint announce`` asks again, as on SQLite (its migration 5)."""
+    return [
+        f"ALTER TABLE {schema}.checkpoints ADD COLUMN announcing_until timestamptz",
+        f"ALTER TABLE {schema}.checkpoints ADD COLUMN announce_failed_at timestamptz",
+    ]
+
+
 MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1, _migrate_2, _migrate_3, _migrate_4, _migrate_5,
-                                                _migrate_6, _migrate_7, _migrate_8]
+                                                _migrate_6, _migrate_7, _migrate_8, _migrate_9]
 """The schema's migrations in order: version N is reached by running ``MIGRATIONS[N - 1]``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -36,7 +36,7 @@ from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Statements of the hot path and its helpers: fixed texts, so sqlite3 prepares each once.
 _STEP_END = "UPDATE steps SET status = ?, finished_at = ?, error = ?, traceback = ? WHERE run_id = ? AND seq = ?"
@@ -262,7 +262,16 @@ def _migrate_4(db: sqlite_utils.Database) -> None:
         db.conn.execute(statement)
 
 
-MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3, 4: _migrate_4}
+def _migrate_5(db: sqlite_utils.Database) -> None:
+    # An announcement is marked once a hook's attempt succeeded: until then a worker's claim holds the
+    # pause (announcing_until: another worker takes it after that, its claimer having died), and a
+    # pause whose every attempt failed is left alone (announce_failed_at) until `relaypoint
+    # announce` asks again. Neither is in the index: they narrow its few rows.
+    db["checkpoints"].add_column("announcing_until", str)
+    db["checkpoints"].add_column("announce_failed_at", str)
+
+
+MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3, 4: _migrate_4, 5: _migrate_5}
 
 
 class SqliteStore(SqlStore):
