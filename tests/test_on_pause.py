@@ -350,7 +350,7 @@ def test_a_hook_failing_twice_is_announced_once_after_three_attempts(box: Box):
     cp = notices[0]["checkpoint_id"]
     assert lines == [
         f"run {run_id}: on-pause hook for checkpoint {cp} exited with status 3: the chat webhook answered 500 "
-        f"(attempt {n} of 3; again in {0.05 * 2 ** (n - 1):g} s)" for n in (1, 2)]
+        f"(attempt {n} of 3; again in {0.05 * 2 ** (n - 1):g} s)" for n in (1, 2)] + ["stopping: finishing the steps under way"]
     assert box.rt.announce_pauses(10, box.rt.clock() + timedelta(seconds=60)) == []
 
 
