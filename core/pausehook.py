@@ -37,9 +37,9 @@ HOOK_THREADS = 4
 BACKOFF_MAX_SECONDS = 60.0
 """The longest wait between two attempts of a hook."""
 
-CLAIM_MARGIN_SECONDS = 30.0
-"""How much longer than its attempts and waits a worker's claim on a pause lasts: time to start and
-reap the hooks and to record the outcome, on a loaded machine."""
+CLAIM_MARGIN_SECONDS = 10.0
+"""How much longer than its attempts and waits (and a worker's poll) a worker's claim on a pause
+lasts: time to start and reap the hooks and to record the outcome, on a loaded machine."""
 
 _ERROR_CHARS = 200
 """Characters of a failed hook's last stderr line quoted in the worker's log."""

@@ -173,7 +173,8 @@ class Worker:
                     self._settle(rt, handed, [f for f in handed if f.done()])
                     free = hook.free()
                     claimed: list[PendingDecision] = []
-                    until = now_of(rt.clock) + timedelta(seconds=hook.hold_seconds)
+                    # held for every attempt, and until the poll after the last, which records it
+                    until = now_of(rt.clock) + timedelta(seconds=hook.hold_seconds + self.poll_seconds)
                     if free:
                         try:
                             claimed = rt.announce_pauses(free, until)

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from relaypoint.pausehook import HOOK_THREADS, PauseHook
 from relaypoint.worker import Worker
 
 from helpers import kill_owner
-from procs import checkpoints, wait_status, wait_until
+from procs import checkpoints, parse_utc, wait_status, wait_until
 
 APP = textwrap.dedent('''
     from relaypoint import Workflow
@@ -197,6 +197,11 @@ def pending_of(rt: Runtime, run_id: str) -> dict[str, Any]:
             "reason": run.pending.reason, "checkpoint_id": run.pending.checkpoint_id}
 
 
+def when(stamp: str | datetime) -> datetime:
+    """A time read from either store: a datetime (PostgreSQL), or ISO 8601 text (SQLite)."""
+    return stamp if isinstance(stamp, datetime) else parse_utc(stamp)
+
+
 def announced(box: Box) -> list[tuple[str, int]]:
     return sorted((n["run_id"], n["checkpoint_id"]) for n in box.notices())
 
@@ -317,6 +322,27 @@ def test_a_hook_that_leaves_a_background_child_has_finished_when_it_exits(box: B
         if child.exists():
             with suppress(ProcessLookupError):
                 os.kill(int(child.read_text()), signal.SIGKILL)
+
+
+def test_a_pause_whose_worker_died_while_announcing_it_is_announced_by_the_next_worker(box: Box):
+    # at least once: the first worker is killed while its hook runs; its claim expires, and another
+    # worker announces the pause, with the same idempotency key
+    run_id = box.start("gated", n=1)
+    first = box.worker(box.hook("hang"), "--on-pause-timeout", "1")
+    pid_file = box.dir / "notices.jsonl.pid"
+    [hook_pid] = wait_until(lambda: pid_file.exists() and pid_file.read_text().split(), 60, "the hook to start")
+    first.kill()
+    first.wait()
+    os.killpg(int(hook_pid), signal.SIGKILL)  # the hook has a session of its own
+    [claim] = [c for c in checkpoints(box.db, run_id) if c["kind"] == "approval"]
+    assert claim["announced_at"] is None and claim["announcing_until"] is not None  # claimed, never announced
+    second = box.worker(box.hook("ok"))
+    notices = box.wait_notices(2)
+    announced_then = wait_until(lambda: announced_at(box, run_id)[0], 60, "the pause to be marked announced")
+    assert when(announced_then) >= when(claim["announcing_until"])  # not before the dead worker's claim expired
+    assert [n["idempotency_key"] for n in notices] == [f"{run_id}/pause/{claim['checkpoint_id']}"] * 2
+    assert "Traceback" not in box.stop(second)
+    assert len(box.notices()) == 2  # the dead worker's attempt, and the one that counted
 
 
 @contextmanager
