@@ -96,6 +96,26 @@ def test_enqueue_records_the_run_queued_and_executes_nothing_until_resumed(db):
         assert rt.get(empty).status == RunStatus.QUEUED and rt.resume(empty) == RunStatus.COMPLETED
 
 
+def test_an_enqueued_run_that_begins_with_a_pattern_is_executed_as_a_started_one(db):
+    # the pattern's first execution is one its driver appends: recorded at enqueue, as start records
+    # it, so the claim goes on with it rather than abandoning the pattern's row
+    def refuses(ctx):
+        raise RuntimeError("no")
+
+    wf = Workflow("debating")
+    wf.debate("argue", agents={"pro": refuses, "con": lambda ctx: "con"}, rounds=1, judge=lambda ctx: "judged")
+    with runtime(db, wf) as rt:
+        started = rt.start("debating")
+        queued = rt.enqueue("debating")
+        assert [(t.name, t.agent, t.status) for t in rt.get(queued).tasks] == [
+            ("argue", None, "pending"), ("argue", "pro", "pending")]
+        assert rt.resume(queued) == RunStatus.FAILED
+        rows_of = lambda rid: [(t.name, t.iteration, t.agent, t.status, t.attempts) for t in rt.get(rid).tasks]
+        assert rows_of(queued) == rows_of(started) == [("argue", 1, None, "pending", 0), ("argue", 1, "pro", "failed", 1)]
+        [resumed] = [e for e in rt.events(queued) if e.kind == "resumed"]
+        assert "abandoned" not in resumed.detail
+
+
 def test_enqueue_refuses_what_start_refuses_and_records_nothing(db):
     with runtime(db, Flow("a")) as rt:
         for bad in ([1, 2], "text", {"n": float("nan")}):
