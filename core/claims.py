@@ -1,4 +1,5 @@
-"""Claiming a run for this process: a new run (start) or an existing one (resume).
+"""Claiming a run for this process: a new run (start) or an existing one (resume); and recording a
+new run for a worker to claim (enqueue).
 
 A claim takes the run's lease in one transaction and reads what the run loop needs, in constant
 cost: the run's own row, its input, the latest checkpoint (the driver's state) and the next
@@ -10,6 +11,7 @@ ended, drifted, or whose latest pause carries a decision that does not let it go
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -76,6 +78,38 @@ class Claims:
             NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None, at, state=state_json(state)),
             Boundary(run_id, at, fence=lease.token, started=started, checkpoint=checkpoint, events=events))
         return claim
+
+    def enqueue(self, run_id: str, wf: Workflow, input_text: str) -> None:
+        """Record a new run of ``wf`` ``queued``, owned by no one, in one transaction: the rows
+        :meth:`start` writes (the run, its planned steps, its start checkpoint, and when the driver
+        begins with an execution it appends, that row with a checkpoint naming it), every step
+        pending, and a ``run_queued`` event; nothing executes. A worker's claim (:meth:`resume`)
+        goes on from there."""
+        driver = wf.driver()
+        planned = driver.planned()
+        at = now_of(self.clock)
+        # a fresh run: resolving reads nothing of the store; it names the execution the run begins with
+        state, _, cur = self.executor.resolve(run_id, driver, driver.initial_state(), encoding.loads(input_text),
+                                              fresh_from=0)
+        steps = [NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(run_id, Call(s.name)),
+                         options=encoding.dumps_trusted(s.options(), "options")) for i, s in enumerate(planned)]
+        named = None
+        if cur is not None and cur.seq is None:  # appended by the driver: its row after the planned ones
+            cur = replace(cur, seq=len(planned))
+            steps.append(self.executor.appended(driver, cur))
+            # a checkpoint naming the row, so the claim goes on with it instead of appending another
+            named = NewCheckpoint(run_id, CheckpointKind.BOUNDARY, cur.seq, cur.call.name, at, state=state_json(state))
+        with self.store.transaction():
+            self.store.insert_run(NewRun(
+                run_id=run_id, workflow=wf.name, status=RunStatus.QUEUED, input=input_text,
+                definition=encoding.dumps_trusted(driver.definition(), "definition"), fingerprint=wf.fingerprint(),
+                created_at=at, steps_total=len(planned), current_step=planned[0].name if planned else None))
+            self.store.insert_steps(run_id, steps)
+            self.store.add_checkpoint(NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None, at,
+                                                    state=state_json(state)))
+            if named is not None:
+                self.store.add_checkpoint(named)
+            self.store.add_event(run_id, at, EventKind.RUN_QUEUED, workflow=wf.name)
 
     def _begin(self, claim: Claim, at: datetime) -> None:
         """Inside the claim's transaction: start the execution the run continues with."""

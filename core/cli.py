@@ -37,7 +37,7 @@ from .display import Preview, clean, error_line, literal, preview, preview_json
 from .drivers import Call, where
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
-from .defaults import DURABILITIES, DURABILITY, HOOK_SECONDS, LEASE_SECONDS
+from .defaults import DURABILITIES, DURABILITY, HOOK_ATTEMPTS, HOOK_SECONDS, LEASE_SECONDS
 from .runtime import Runtime
 from .workflow import find_workflow
 from .models import Run, RunSummary
@@ -109,8 +109,8 @@ def _input_arg(text: str | None) -> dict[str, Any] | None:
     return data
 
 
-def _continue_hint(run_id: str) -> str:
-    app = os.environ.get("RELAYPOINT_APP") or "MODULE:ATTR"
+def _continue_hint(run_id: str, app: str | None = None) -> str:
+    app = app or os.environ.get("RELAYPOINT_APP") or "MODULE:ATTR"
     return f"continue it with `relaypoint resume {run_id} --app {app}` or let a worker pick it up"
 
 
@@ -236,11 +236,14 @@ def demo(ctx: click.Context, no_console: bool, root: str | None) -> None:
 @click.argument("workflow")
 @APP_OPTION
 @click.option("--input", "input_json", metavar="JSON", help="The run input, a JSON object.")
+@click.option("--queue", is_flag=True, help="Record the run queued for a worker (relaypoint worker) and execute "
+              "nothing here.")
 @click.pass_context
-def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: str | None) -> None:
+def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: str | None, queue: bool) -> None:
     """Start a run of WORKFLOW and execute it here; prints the run id.
 
-    Exits 0 when the run ends completed or paused, 1 when it failed.
+    Exits 0 when the run ends completed or paused, 1 when it failed. With --queue the run is only
+    recorded, queued: a worker picks it up.
     """
     if not app_spec:
         raise click.UsageError("start needs --app MODULE:ATTR (or RELAYPOINT_APP) to find the workflow")
@@ -250,6 +253,11 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
     rt = Runtime(ctx.obj["db"], workflows, create=True, lease_seconds=_lease_seconds(),
                  durability=ctx.obj["durability"])
     ctx.call_on_close(rt.close)
+    if queue:
+        run_id = rt.enqueue(workflow, data)
+        _say(run_id)
+        _say(f"run {run_id} is queued: {_continue_hint(run_id, app_spec)}", err=True)
+        return
     started: list[str] = []
 
     try:
@@ -545,6 +553,19 @@ def events(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 
 @cli.command()
+@click.argument("run_id")
+@click.pass_context
+def announce(ctx: click.Context, run_id: str) -> None:
+    """Announce the pause RUN_ID waits on again: the next poll of a worker with --on-pause runs its hook.
+
+    For a pause whose hook failed every attempt (once the hook is fixed), or to tell a person again.
+    """
+    cp = _runtime(ctx).announce(run_id)
+    _say(f"run {cp.run_id}: the pause at checkpoint {cp.checkpoint_id} (step '{cp.step}') will be announced by the "
+         "next poll of a worker with --on-pause")
+
+
+@cli.command()
 @APP_OPTION
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Runs executed at once (threads).")
@@ -553,8 +574,8 @@ def events(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option("--poll", default=1.0, show_default=True, type=click.FloatRange(0.05), help="Seconds between polls.")
 @click.option("--on-pause", "on_pause", metavar="CMD",
               help="Run CMD (split like a shell command line, run without a shell) for each pause for a person in the "
-              "store not announced yet, with the pause as JSON on its standard input; once per pause across all "
-              "workers, in the background.")
+              "store not announced yet, with the pause as JSON on its standard input, in the background; a failed "
+              f"attempt is tried again ({HOOK_ATTEMPTS} in all), and a pause is marked announced once one succeeds.")
 @click.option("--on-pause-timeout", default=HOOK_SECONDS, show_default=True, type=click.FloatRange(0.1),
               metavar="SECONDS", help="Kill an --on-pause command still running after this many seconds.")
 @click.pass_context
@@ -575,7 +596,10 @@ def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recov
             raise click.UsageError(f"--on-pause: {e}") from None
         if not command:
             raise click.UsageError("--on-pause needs a command, e.g. --on-pause 'notify-send relaypoint'")
-        hook = PauseHook(command, timeout=on_pause_timeout, log=log)
+        try:
+            hook = PauseHook(command, timeout=on_pause_timeout, log=log)
+        except ValueError as e:  # its program cannot be started: every announcement would fail
+            raise click.UsageError(f"--on-pause: {e}") from None
     workflows = load_workflows(app_spec)
     w = Worker(ctx.obj["db"], workflows, concurrency=concurrency, poll_seconds=poll,
                max_recoveries=max_recoveries, lease_seconds=_lease_seconds(), durability=ctx.obj["durability"],
@@ -595,7 +619,8 @@ def mcp(ctx: click.Context, app_spec: str | None) -> None:
     """Serve the store to an agent host: a Model Context Protocol server over stdio.
 
     Its tools list, show and decide runs (approve, reject, respond), fork and cancel them, and with
-    --app resume them in a background process. Standard output carries only the protocol.
+    --app resume them in a background process and enqueue new ones for a worker. Standard output
+    carries only the protocol.
     """
     from .mcp_server import build_server
 

@@ -25,3 +25,10 @@ RETRIES = 0
 
 HOOK_SECONDS = 30.0
 """How long a worker's ``--on-pause`` hook may run before it is killed."""
+
+HOOK_ATTEMPTS = 3
+"""Attempts of a worker's ``--on-pause`` hook at one pause before it is given up (until
+``relaypoint announce`` asks again)."""
+
+HOOK_BACKOFF_SECONDS = 1.0
+"""The wait before a failed ``--on-pause`` hook is tried again, doubling after each attempt."""

@@ -7,8 +7,8 @@ are relaypoint's pydantic models and JSON: ``list_runs`` returns the rows of ``r
 --json``, ``show_run`` the object of ``relaypoint show --json``. An expected failure (an unknown
 run, a refused decision, a store that cannot be used) is a tool error (``isError``) whose text is
 the line the CLI prints after ``Error:`` (:func:`relaypoint.display.error_line`). With an app,
-``resume`` starts the run in a separate background process, as the console does; nothing executes
-steps in the server's process.
+``resume`` starts the run in a separate background process, as the console does, and ``enqueue``
+records a new run queued for a worker; nothing executes steps in the server's process.
 
 Arguments that do not fit a tool's input schema are refused in one line naming each argument and
 what it expects (pydantic's errors, reworded). Standard output carries only the protocol: the app
@@ -23,7 +23,7 @@ from __future__ import annotations
 import reprlib
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, redirect_stdout
 from importlib.metadata import version
 from typing import Annotated, Any
@@ -47,7 +47,7 @@ from .errors import RelaypointError
 from .models import Checkpoint, PendingDecision, RunSummary
 from .runtime import Runtime
 from .status import RunStatus
-from .workflow import find_workflow
+from .workflow import Workflow, find_workflow
 
 INSTRUCTIONS = """relaypoint records durable, resumable runs of multi-step workflows, some of which pause for a \
 person: an approval (approve or reject) or an input request (respond). pending_decisions lists what waits, oldest \
@@ -164,14 +164,15 @@ def summary_of(run: RunSummary) -> RunSummary:
 def build_server(db_url: str, *, app_spec: str | None = None, durability: str = DURABILITY,
                  lease_seconds: float = LEASE_SECONDS) -> Server:
     """The MCP server over the store at ``db_url``. With ``app_spec`` (``MODULE:ATTR``, imported
-    here, its prints sent to stderr: raises ``AppLoadError``) it has a ``resume`` tool, for the workflows the app defines."""
+    here, its prints sent to stderr: raises ``AppLoadError``) it has the ``resume`` and ``enqueue`` tools, for
+    the workflows the app defines."""
     server = Server("relaypoint", version=version("relaypoint"), instructions=INSTRUCTIONS, log_level="WARNING")
     read = ToolAnnotations(read_only_hint=True)
 
     @contextmanager
-    def runtime() -> Iterator[Runtime]:
+    def runtime(workflows: Iterable[Workflow] = ()) -> Iterator[Runtime]:
         try:
-            with Runtime(db_url, create=False, durability=durability, lease_seconds=lease_seconds) as rt:
+            with Runtime(db_url, workflows, create=False, durability=durability, lease_seconds=lease_seconds) as rt:
                 yield rt
         except RelaypointError as e:
             raise ToolError(error_line(e)) from None
@@ -273,6 +274,17 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
                 raise ToolError(f"could not start the resume of run {run.run_id}: {e}") from None
             threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
             return ResumeStarted(run_id=run.run_id, pid=process.pid, log=str(resume_log(db_url).resolve()))
+
+        @server.tool()
+        def enqueue(workflow: Annotated[str, Field(description="The workflow to run (one the --app defines).")],
+                    input: Annotated[dict[str, Any] | None, Field(
+                        description="The run's input: a JSON object, as a value (JSON text of one is taken too). "
+                        "Default: {}.")] = None) -> RunSummary:
+            """Record a new run of a workflow, queued for a worker (`relaypoint worker`) to execute;
+            nothing executes in this server. Returns the new run's row."""
+            with runtime(defined.values()) as rt:
+                run_id = rt.enqueue(workflow, input)
+                return summary_of(rt.get(run_id, with_outputs=False))
 
     return server
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .models import Checkpoint, RunSummary
 from .status import APPROVAL_KINDS, INPUT_KINDS, RunStatus
 
-__all__ = ["APPROVAL_KINDS", "INPUT_KINDS", "cancel_refusal", "decision_refusal", "resume_refusal"]
+__all__ = ["APPROVAL_KINDS", "INPUT_KINDS", "announce_refusal", "cancel_refusal", "decision_refusal", "resume_refusal"]
 
 
 def resume_refusal(run: RunSummary) -> str | None:
@@ -43,4 +43,12 @@ def cancel_refusal(run: RunSummary) -> str | None:
     """Why ``run`` cannot be cancelled: it has already ended."""
     if run.status.is_terminal:
         return f"run {run.run_id} is already {run.status}; nothing to cancel"
+    return None
+
+
+def announce_refusal(run: RunSummary, pending: Checkpoint | None) -> str | None:
+    """Why the pause of ``run`` cannot be announced again: it waits on no one (``pending``, its open
+    checkpoint, is None, or the run is not paused)."""
+    if pending is None or not run.status.is_paused:
+        return f"run {run.run_id} is {run.status}: it waits on no one, so there is no pause to announce"
     return None

@@ -1,5 +1,5 @@
-"""The runtime: every operation on runs (start, resume, approve, reject, respond, fork, cancel,
-delete, and the queries), shared by the Python API, the CLI and the console.
+"""The runtime: every operation on runs (start, enqueue, resume, approve, reject, respond, fork,
+cancel, delete, announce, and the queries), shared by the Python API, the CLI and the console.
 
 :class:`Runtime` is a thin facade: it opens the store and composes the modules that own each
 concern, each given the store and the clock: :mod:`~relaypoint.claims` (claiming a run),
@@ -12,7 +12,7 @@ from __future__ import annotations
 import getpass
 import os
 from collections.abc import Callable, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import encoding
@@ -24,14 +24,22 @@ from .errors import DefinitionError, InvalidValue, RefusedTransition, UnknownWor
 from .execution import Executor
 from .forks import Forks
 from .models import Checkpoint, Event, PendingDecision, Run, RunSummary, StepRecord
-from .recovery import Recovery
-from .refusals import resume_refusal
+from .recovery import Recovery, now_of
+from .refusals import announce_refusal, resume_refusal
 from .retention import Retention
-from .status import TERMINAL, RunStatus
+from .status import TERMINAL, AnnouncementOutcome, RunStatus
 from .store import open_store
 from .workflow import Workflow, find_workflow
 
 __all__ = ["Runtime", "os_user"]
+
+
+def _input_text(input: dict[str, Any] | None) -> str:
+    """A new run's input (None: an empty object) as stored; ``InvalidValue`` unless a JSON object."""
+    input = {} if input is None else input
+    if not isinstance(input, dict):
+        raise InvalidValue("the run input must be a JSON object, e.g. '{\"topic\": \"x\"}'")
+    return encoding.dumps(input, "input")
 
 
 def os_user() -> str:
@@ -146,13 +154,36 @@ class Runtime:
         outputs."""
         return self.store.pending_decisions(limit)
 
-    def announce_pauses(self, limit: int) -> list[PendingDecision]:
-        """Claim the decisions owed that no one has announced yet, oldest first, at most ``limit``, and
-        record them announced now: each pause of the store is returned once, to one caller, across
-        any number of processes and restarts (``worker --on-pause`` tells a person of each). A caller
-        that then fails to announce one loses it: at most once, never twice. Writes nothing when
-        there is nothing to claim. Raises ``StoreReadOnly``."""
-        return self.store.claim_announcements(limit, self.clock())
+    def announce_pauses(self, limit: int, until: datetime) -> list[PendingDecision]:
+        """Claim the decisions owed that no one has announced, oldest first, at most ``limit``, until
+        ``until`` (UTC): each is returned to one caller across any number of processes, and no one
+        else claims it before ``until`` (``worker --on-pause``, whose hook tries to announce each).
+        The caller ends each claim with :meth:`settle_announcement`; a claim not settled by
+        ``until`` (its caller died) is claimed again by the next caller: at least once. A pause
+        whose announcement failed is not claimed again until :meth:`announce` asks. Writes nothing
+        when there is nothing to claim. Raises ``StoreReadOnly``."""
+        return self.store.claim_announcements(limit, now_of(self.clock), until)
+
+    def settle_announcement(self, checkpoint_id: int, until: datetime, outcome: AnnouncementOutcome) -> bool:
+        """End the claim :meth:`announce_pauses` made until ``until`` on checkpoint ``checkpoint_id``:
+        ``announced`` marks the pause announced, ``failed`` leaves it unannounced and unclaimed
+        until :meth:`announce` asks, ``released`` lets the next caller claim it at once. Returns
+        False, nothing written, when the claim is no longer the caller's (it expired and was claimed
+        again, or :meth:`announce` reopened it). Raises ``StoreReadOnly``."""
+        return self.store.settle_announcement(checkpoint_id, until, outcome, now_of(self.clock))
+
+    def announce(self, run_id: str) -> Checkpoint:
+        """Ask for the pause ``run_id`` waits on to be announced again (``relaypoint announce``):
+        whether it was announced, its hook failed every attempt, or it was never tried, the next
+        poll of a worker with ``--on-pause`` runs the hook for it. Returns the pause's checkpoint.
+        Raises ``UnknownRun``, ``RefusedTransition`` (the run waits on no one), ``StoreReadOnly``."""
+        with self.store.transaction():
+            rid = self.store.resolve(run_id)
+            pending = self.store.pending_checkpoint(rid)
+            if (refusal := announce_refusal(self.store.head(rid), pending)) is not None:
+                raise RefusedTransition(refusal)
+            self.store.reopen_announcement(pending.checkpoint_id)
+        return pending
 
     def events(self, run_id: str) -> list[Event]:
         """The run's audit trail, oldest first. Raises ``UnknownRun``."""
@@ -186,14 +217,23 @@ class Runtime:
         Raises ``UnknownWorkflow``, ``InvalidValue`` (input not a JSON object), ``LeaseLost``.
         """
         wf = find_workflow(self.workflows, workflow)
-        input = {} if input is None else input
-        if not isinstance(input, dict):
-            raise InvalidValue("the run input must be a JSON object, e.g. '{\"topic\": \"x\"}'")
-        claim = self._claims.start(self.id_factory(), wf, encoding.dumps(input, "input"))
+        claim = self._claims.start(self.id_factory(), wf, _input_text(input))
         if on_created is not None:
             on_created(claim.run_id)
         self._executor.drive(claim)
         return claim.run_id
+
+    def enqueue(self, name: str, input: dict[str, Any] | None = None) -> str:
+        """Create a run of workflow ``name`` ``queued``, for a worker (``relaypoint worker``, which
+        picks each queued run up once, whatever the number of workers) or a resume to execute;
+        nothing executes here. Returns the run id.
+
+        Raises ``UnknownWorkflow``, ``InvalidValue`` (input not a JSON object), ``StoreReadOnly``.
+        """
+        wf = find_workflow(self.workflows, name)
+        run_id = self.id_factory()
+        self._claims.enqueue(run_id, wf, _input_text(input))
+        return run_id
 
     def check_resumable(self, run_id: str) -> Run:
         """The run, if ``resume`` would act on it; otherwise ``RefusedTransition`` saying why and what

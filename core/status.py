@@ -99,6 +99,7 @@ class EventKind(StrEnum):
     """Kind of an audit event (``events.kind``)."""
 
     RUN_STARTED = "run_started"
+    RUN_QUEUED = "run_queued"  # recorded for a worker to execute (``start --queue``), nothing executed
     STEP_STARTED = "step_started"
     STEP_COMPLETED = "step_completed"
     STEP_FAILED = "step_failed"
@@ -117,6 +118,17 @@ class EventKind(StrEnum):
     APPROVAL_INHERITED = "approval_inherited"
     DRIFT_ALLOWED = "drift_allowed"
     REPLAN_REQUESTED = "replan_requested"
+
+
+class AnnouncementOutcome(StrEnum):
+    """How a worker's claim to announce a pause (``worker --on-pause``) ended: ``announced`` (an
+    attempt of its hook succeeded: the pause is marked announced), ``failed`` (every attempt
+    failed: no worker claims it again until ``relaypoint announce`` asks), ``released`` (its worker
+    stopped before its attempts ran out: the next claimer takes it)."""
+
+    ANNOUNCED = "announced"
+    FAILED = "failed"
+    RELEASED = "released"
 
 
 PAUSE_KINDS = frozenset({CheckpointKind.APPROVAL, CheckpointKind.INPUT, CheckpointKind.ORPHAN})

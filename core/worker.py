@@ -1,10 +1,10 @@
-"""``relaypoint worker``: executes queued runs (approved, answered, forked) and recovers interrupted
-ones, claiming each by lease so any number of workers never execute one run twice.
+"""``relaypoint worker``: executes queued runs (approved, answered, forked, enqueued) and recovers
+interrupted ones, claiming each by lease so any number of workers never execute one run twice.
 
 A worker also enforces pause deadlines, and with a :class:`~relaypoint.pausehook.PauseHook` tells a
-person of each pause in the store no one has announced yet, on a thread of its own. SIGINT/SIGTERM
-stop it gracefully: the step under way finishes and is recorded, then the run is released
-``queued`` for another worker.
+person of each pause in the store no one has announced yet, on a thread of its own, until an
+attempt succeeds. SIGINT/SIGTERM stop it gracefully: the step under way finishes and is recorded,
+then the run is released ``queued`` for another worker.
 
 A run recovered from ``interrupted`` is executed alone, up to its first boundary: its process died
 while executing it, maybe because of it, and a death is charged to a run only when the run was the
@@ -18,14 +18,19 @@ import random
 import signal
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from contextlib import suppress
+from datetime import datetime, timedelta
 
+from .clock import to_text
 from .defaults import DURABILITY, LEASE_SECONDS, MAX_RECOVERIES, POLL_SECONDS
 from .errors import RefusedTransition, RelaypointError
 from .lease import heartbeat_store
+from .models import PendingDecision
 from .pausehook import PauseHook
+from .recovery import now_of
 from .runtime import Runtime
-from .status import RunStatus
+from .status import AnnouncementOutcome, RunStatus
 from .store import StoreUnreachable
 from .workflow import Workflow
 
@@ -45,8 +50,10 @@ class Worker:
     input, a held orphan) in the store that no one has announced yet, whoever made it (see
     :meth:`~relaypoint.Runtime.announce_pauses`): a thread of its own claims them every
     ``poll_seconds``, no more than the hook can start at once, so the runs executing never wait for
-    it nor it for them; the hook runs in the background, and :meth:`run` waits for the hooks under way
-    before it returns. Without ``on_pause`` nothing is claimed or marked.
+    it nor it for them; the hook tries each in the background, and the thread records how each
+    ended (announced, failed, released) at its next poll. Stopping, no attempt is tried again, and
+    :meth:`run` waits for the attempts under way before it returns. Without ``on_pause`` nothing is
+    claimed or marked.
 
     Isolation: a thread about to recover an interrupted run first makes the others stop claiming and
     release their runs ``queued`` at their next boundary (a ``released`` event with the reason),
@@ -155,21 +162,49 @@ class Worker:
         return "recovered alone up to this boundary; continues among other runs"
 
     def _announce(self, hook: PauseHook) -> None:
-        """The announcer thread: every poll, claim the pauses no one has announced yet, as many as
-        ``hook`` starts at once, and hand them to it (again at once after a full batch)."""
+        """The announcer thread: every poll, record how the announcements handed to ``hook`` ended,
+        then claim the pauses no one has announced yet, as many as ``hook`` starts at once, and hand
+        them to it (again at once after a full batch). On stopping, waits for the hook's attempts
+        under way and records them too."""
+        handed: dict[Future[AnnouncementOutcome], tuple[PendingDecision, datetime]] = {}
         with self._runtime() as rt:
-            while not self.stopping.is_set():
-                free = hook.free()
-                claimed = []
-                if free:
-                    try:
-                        claimed = rt.announce_pauses(free)
-                    except RelaypointError as e:  # e.g. the server unreachable: say it, try at the next poll
-                        self._say(f"pauses not announced this poll: {e}")
-                for pause in claimed:
-                    hook.announce(pause)
-                if not free or len(claimed) < free:
-                    self.stopping.wait(self.poll_seconds)
+            try:
+                while not self.stopping.is_set():
+                    self._settle(rt, handed, [f for f in handed if f.done()])
+                    free = hook.free()
+                    claimed: list[PendingDecision] = []
+                    # held for every attempt, and until the poll after the last, which records it
+                    until = now_of(rt.clock) + timedelta(seconds=hook.hold_seconds + self.poll_seconds)
+                    if free:
+                        try:
+                            claimed = rt.announce_pauses(free, until)
+                        except RelaypointError as e:  # e.g. the server unreachable: say it, try at the next poll
+                            self._say(f"pauses not announced this poll: {e}")
+                    for pause in claimed:
+                        handed[hook.announce(pause)] = (pause, until)
+                    if not free or len(claimed) < free:
+                        self.stopping.wait(self.poll_seconds)
+            finally:
+                hook.close()
+                self._settle(rt, handed, list(handed))
+
+    def _settle(self, rt: Runtime, handed: dict[Future[AnnouncementOutcome], tuple[PendingDecision, datetime]],
+                done: list[Future[AnnouncementOutcome]]) -> None:
+        """Record in the store how each of the announcements ``done`` ended, and forget them. One
+        that cannot be recorded (the store unreachable) is said; its claim expires, and the pause is
+        claimed again."""
+        for future in done:
+            pause, until = handed.pop(future)
+            try:
+                outcome = future.result()
+            except Exception as e:  # a defect in the hook's thread: leave the pause to the next claimer
+                self._say(f"run {pause.run_id}: on-pause hook for checkpoint {pause.checkpoint_id} broke: {e!r}")
+                outcome = AnnouncementOutcome.RELEASED
+            try:
+                rt.settle_announcement(pause.checkpoint_id, until, outcome)
+            except RelaypointError as e:
+                self._say(f"run {pause.run_id}: the announcement of checkpoint {pause.checkpoint_id} ({outcome}) "
+                          f"was not recorded: {e}; it is claimed again after {to_text(until)}")
 
     def _loop(self) -> None:
         with self._runtime() as rt:
@@ -198,8 +233,6 @@ class Worker:
             for t in threads:
                 while t.is_alive():
                     t.join(0.2)  # short joins keep the main thread able to take signals
-        if self.on_pause is not None:
-            self.on_pause.close()
 
     def check_store(self) -> None:
         """Raise ``StoreError`` (one line) when the store is missing, unusable, or read-only: a worker

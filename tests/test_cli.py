@@ -92,6 +92,36 @@ def test_start_creates_the_store_owner_only(app):
     assert (app / DB).stat().st_mode & 0o777 == 0o600
 
 
+def test_start_queue_records_the_run_queued_prints_its_id_and_executes_nothing(app, db):
+    result = relaypoint(app, "start", "review", "--queue", "--app", APP, "--input", '{"topic": "cats"}', db=db)
+    rid = ok(result).strip()
+    assert result.stdout == f"{rid}\n"
+    assert result.stderr == (f"run {rid} is queued: continue it with `relaypoint resume {rid} --app {APP}` or let a "
+                             "worker pick it up\n")
+    run = as_json(app, db, "show", rid)
+    assert (run["status"], run["input"], run["lease"]) == ("queued", {"topic": "cats"}, None)
+    assert [(t["name"], t["status"], t["attempts"]) for t in run["tasks"]] == [
+        ("draft", "pending", 0), ("check", "pending", 0), ("publish", "pending", 0)]
+    assert [e["kind"] for e in as_json(app, db, "events", rid)] == ["run_queued"]
+    # executed by whoever takes it: here a resume, up to the gate
+    assert ok(relaypoint(app, "resume", rid, "--app", APP, db=db)) == f"run {rid} is awaiting_approval at step 'check'\n"
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--queue",), "Error: start needs --app MODULE:ATTR (or RELAYPOINT_APP) to find the workflow"),
+    (("--queue", "--app", APP, "--input", "[1]"), "Error: --input must be a JSON object"),
+    (("--app", APP, "--queue", "--input", "{bad"), "Error: --input is not valid JSON"),
+])
+def test_start_queue_refuses_what_start_refuses_and_creates_no_store(app, args, said):
+    result = relaypoint(app, "start", "simple", *args)
+    assert result.returncode in (1, 2) and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(said), line
+    assert not (app / DB).exists()
+    line = one_line_error(relaypoint(app, "start", "nope", "--queue", "--app", APP))
+    assert "unknown workflow 'nope'" in line and "review" in line and not (app / DB).exists()
+
+
 # ---- list, show, events ---------------------------------------------------------------------------
 
 

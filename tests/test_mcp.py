@@ -26,7 +26,7 @@ from procs import wait_status
 TOOLS = {"list_runs", "show_run", "pending_decisions", "approve", "reject", "respond", "fork", "cancel"}
 REQUIRED = {"list_runs": set(), "show_run": {"run_id"}, "pending_decisions": set(), "approve": {"run_id"},
             "reject": {"run_id", "comment"}, "respond": {"run_id", "value"}, "fork": {"run_id", "from_step"},
-            "cancel": {"run_id"}, "resume": {"run_id"}}
+            "cancel": {"run_id"}, "resume": {"run_id"}, "enqueue": {"workflow"}}
 
 
 @asynccontextmanager
@@ -77,10 +77,10 @@ def started(db: str, *workflows: str) -> list[str]:
         return [rt.start(name, {"topic": "mcp"}) for name in workflows]
 
 
-async def test_every_tool_is_listed_with_its_input_schema_and_resume_only_with_an_app(app: Path):
+async def test_every_tool_is_listed_with_its_input_schema_and_resume_and_enqueue_only_with_an_app(app: Path):
     db = str(app / "store.db")
     started(db, "simple")
-    for args, tools in (((), TOOLS), (("--app", APP), TOOLS | {"resume"})):
+    for args, tools in (((), TOOLS), (("--app", APP), TOOLS | {"resume", "enqueue"})):
         async with server(app, db, *args) as session:
             listed = {t.name: t for t in (await session.list_tools()).tools}
             assert set(listed) == tools
@@ -193,6 +193,30 @@ async def test_resume_runs_queued_and_interrupted_runs_to_completion_in_a_backgr
                 resumed = [e for e in rt.events(run_id) if e.kind == "resumed"]
             assert resumed[-1].detail["pid"] == begun["pid"] != os.getpid()
         assert "is completed" in await refused(session, "resume", run_id=review)
+
+
+async def test_enqueue_records_a_queued_run_for_a_worker_and_refuses_what_start_refuses(app: Path):
+    db = str(app / "store.db")
+    started(db, "simple")
+    async with server(app, db, "--app", APP) as session:
+        row = await call(session, "enqueue", workflow="review", input={"topic": "queued"})
+        assert (row["workflow"], row["status"], row["steps_done"], row["steps_total"]) == ("review", "queued", 0, 3)
+        assert row == (await call(session, "list_runs", search=row["run_id"]))[0]
+        texted = await call(session, "enqueue", workflow="simple", input='{"n": 1}')  # JSON text of an object too
+        bare = await call(session, "enqueue", workflow="simple")
+        before = cli_json(app, db, "list")
+        for arguments, expected in (
+                ({"workflow": "nope"}, "unknown workflow 'nope'"),
+                ({"workflow": "simple", "input": ["a"]}, "input must be a JSON object; not ['a']"),
+                ({"workflow": "simple", "input": "{broken"}, "input must be a JSON object; not '{broken'"),
+                ({}, "workflow is required")):
+            assert expected in await refused(session, "enqueue", **arguments)
+        assert cli_json(app, db, "list") == before  # nothing recorded
+    with Runtime(db) as rt:
+        for run_id, input in ((row["run_id"], {"topic": "queued"}), (texted["run_id"], {"n": 1}), (bare["run_id"], {})):
+            run = rt.get(run_id)
+            assert (run.status, run.input, [t.status for t in run.tasks][:1]) == ("queued", input, ["pending"])
+            assert [e.kind for e in rt.events(run_id)] == ["run_queued"]
 
 
 async def test_with_the_store_missing_the_server_does_not_start_and_says_why_in_one_line(app: Path):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -110,10 +111,11 @@ def test_pauses_open_at_the_upgrade_count_as_announced_and_new_ones_are_announce
         assert sorted(p.run_id for p in rt.pending_decisions()) == sorted([IDS["awaiting_approval"],
                                                                            IDS["awaiting_input"]])
         # the relaypoint before may have announced them (a worker's --on-pause): never twice
-        assert rt.announce_pauses(10) == []
+        until = rt.clock() + timedelta(seconds=60)
+        assert rt.announce_pauses(10, until) == []
         new = rt.start("gated", {"topic": "after the upgrade"})
-        assert [p.run_id for p in rt.announce_pauses(10)] == [new]
-        assert rt.announce_pauses(10) == []
+        assert [p.run_id for p in rt.announce_pauses(10, until)] == [new]
+        assert rt.announce_pauses(10, until) == []
     assert sql(v2, f"{open_pauses} AND announced_at IS NOT NULL AND run_id <> ?", new) == before != []
     assert sql(v2, "SELECT count(*) FROM checkpoints WHERE announced_at IS NOT NULL AND (kind NOT IN "
                    "('approval', 'input', 'orphan') OR decision IS NOT NULL)") == [(0,)]

@@ -13,17 +13,22 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from relaypoint import Runtime
-from relaypoint.pausehook import HOOK_THREADS
+from relaypoint.pausehook import HOOK_THREADS, PauseHook
+from relaypoint.worker import Worker
 
 from helpers import kill_owner
-from procs import wait_status, wait_until
+from procs import checkpoints, parse_utc, wait_status, wait_until
 
 APP = textwrap.dedent('''
     from relaypoint import Workflow
@@ -64,14 +69,22 @@ APP = textwrap.dedent('''
 ''')
 
 # The hook: appends what it reads on stdin to OUT with one write (hooks run side by side), then
-# behaves as MODE says: ok, fail (a message on stderr, exit 3) or hang (writes its pid, sleeps).
+# behaves as MODE says: ok, fail (a message on stderr, exit 3), hang (writes its pid, sleeps), flaky
+# (fails its first two attempts at each pause, then succeeds) or broken (fails until OUT.fixed exists).
 HOOK = textwrap.dedent('''
-    import os, sys, time
+    import json, os, sys, time
     mode, out = sys.argv[1], sys.argv[2]
     data = sys.stdin.buffer.read()
     fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     os.write(fd, data)
     os.close(fd)
+    if mode == "flaky":
+        key = json.loads(data)["idempotency_key"]
+        with open(out) as f:
+            tries = sum(json.loads(line)["idempotency_key"] == key for line in f)
+        mode = "fail" if tries <= 2 else "ok"
+    if mode == "broken":
+        mode = "ok" if os.path.exists(out + ".fixed") else "fail"
     if mode == "fail":
         print("the chat webhook answered 500", file=sys.stderr)
         sys.exit(3)
@@ -81,7 +94,8 @@ HOOK = textwrap.dedent('''
         time.sleep(600)
 ''')
 
-NOTICE_KEYS = {"run_id", "workflow", "kind", "step", "iteration", "agent", "reason", "deadline", "checkpoint_id"}
+NOTICE_KEYS = {"run_id", "workflow", "kind", "step", "iteration", "agent", "reason", "deadline", "checkpoint_id",
+               "idempotency_key"}
 
 
 class Box:
@@ -187,6 +201,11 @@ def pending_of(rt: Runtime, run_id: str) -> dict[str, Any]:
             "reason": run.pending.reason, "checkpoint_id": run.pending.checkpoint_id}
 
 
+def when(stamp: str | datetime) -> datetime:
+    """A time read from either store: a datetime (PostgreSQL), or ISO 8601 text (SQLite)."""
+    return stamp if isinstance(stamp, datetime) else parse_utc(stamp)
+
+
 def announced(box: Box) -> list[tuple[str, int]]:
     return sorted((n["run_id"], n["checkpoint_id"]) for n in box.notices())
 
@@ -211,7 +230,8 @@ def test_every_pause_is_announced_once_wherever_it_was_made_and_never_again_afte
     assert set(notices) == {gate, ask, held}
     for run_id, notice in notices.items():
         assert set(notice) == NOTICE_KEYS
-        assert {k: v for k, v in notice.items() if k != "deadline"} == pending_of(box.rt, run_id)
+        assert {k: v for k, v in notice.items() if k not in ("deadline", "idempotency_key")} == pending_of(box.rt, run_id)
+        assert notice["idempotency_key"] == f"{run_id}/pause/{notice['checkpoint_id']}"  # stable per pause
     assert notices[gate]["kind"] == "approval" and notices[gate]["step"] == "check"
     deadline = box.rt.get(gate).pending.deadline_at
     assert notices[gate]["deadline"] == deadline.strftime("%Y-%m-%dT%H:%M:%S.") + f"{deadline.microsecond // 1000:03d}Z"
@@ -246,27 +266,157 @@ def test_two_workers_announce_each_pause_once_between_them(box: Box):
     assert len(announced(box)) == 8 and {n["step"] for n in box.notices()} == {"check", "confirm", "ask"}
 
 
-@pytest.mark.parametrize("mode", ["fail", "missing"])
-def test_a_failing_or_missing_hook_is_one_line_and_the_worker_goes_on(sqlite_box: Box, mode: str):
+def test_a_failing_hook_is_retried_in_one_line_per_attempt_and_the_worker_goes_on(sqlite_box: Box):
     box = sqlite_box
-    command = box.hook("fail") if mode == "fail" else shlex.join([str(box.dir / "no-such-hook"), "--flag"])
-    worker = box.worker(command)
+    worker = box.worker(box.hook("fail"))
     first = box.rt.start("asking")
     then = [box.queued("plain", "only", k=i) for i in range(2)]
     second = box.rt.start("gated")
     for run_id in then:
         wait_status(box.db, run_id, "completed")
-    about = [f"run {rid}: on-pause hook for checkpoint {box.rt.get(rid).pending.checkpoint_id}" for rid in (first, second)]
-    if mode == "fail":
-        said = " exited with status 3: the chat webhook answered 500"
-        assert sorted(n["run_id"] for n in box.wait_notices(2)) == sorted([first, second])
-    else:
-        said = f" could not start {str(box.dir / 'no-such-hook')!r}: No such file or directory"
-    log = wait_until(lambda: all(a in (t := box.log(worker)) for a in about) and t, 60, "the failures logged")
-    for line in about:
-        assert f"{line}{said}\n" in log
+    about = {rid: f"run {rid}: on-pause hook for checkpoint {box.rt.get(rid).pending.checkpoint_id} exited with "
+                  "status 3: the chat webhook answered 500" for rid in (first, second)}
+    lines = [line for rid, said in about.items() for line in (
+        f"{said} (attempt 1 of 3; again in 1 s)", f"{said} (attempt 2 of 3; again in 2 s)",
+        f"{said} (attempt 3 of 3); the pause stays unannounced: `relaypoint announce {rid}` announces it again")]
+    log = wait_until(lambda: all(line in (t := box.log(worker)) for line in lines) and t, 60, "the failures logged")
+    assert sorted(n["run_id"] for n in box.notices()) == sorted([first, second] * 3)
+    for line in lines:
+        assert f"{line}\n" in log
     assert "Traceback" not in box.stop(worker)
-    assert box.rt.announce_pauses(10) == []  # a failed announcement is not made again: at most once
+    assert [c["announced_at"] for rid in (first, second) for c in checkpoints(box.db, rid)
+            if c["kind"] in ("approval", "input")] == [None, None]  # failed: never marked announced
+    assert box.rt.announce_pauses(10, box.rt.clock() + timedelta(seconds=60)) == []  # nor tried again
+
+
+@pytest.mark.parametrize("hook, said", [
+    ("{dir}/no-such-hook --flag", "--on-pause: cannot run '{dir}/no-such-hook': no such file"),
+    ("{dir}/gates.py", "--on-pause: cannot run '{dir}/gates.py': it is not executable (chmod +x it)"),
+    ("{dir}", "--on-pause: cannot run '{dir}': it is a directory"),
+    ("no-such-notifier-xyz 'a run waits'", "--on-pause: cannot run 'no-such-notifier-xyz': no such program on PATH"),
+], ids=["missing", "not-executable", "directory", "not-on-path"])
+def test_a_hook_that_cannot_be_started_is_refused_before_the_worker_starts(sqlite_box: Box, hook: str, said: str):
+    box = sqlite_box
+    command, said = hook.format(dir=box.dir), said.format(dir=box.dir)
+    done = subprocess.run([sys.executable, "-m", "relaypoint", "--db", box.db, "worker", "--app", "gates:workflows",
+                           "--on-pause", command], cwd=box.dir, env=box.env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"Error: {said}"), line
+
+
+def test_a_hook_that_leaves_a_background_child_has_finished_when_it_exits(box: Box):
+    # `cmd &` in a hook: the child keeps the hook's stderr open long after the hook itself exited
+    child = box.dir / "child.pid"
+    hook = shlex.join(["sh", "-c", f'cat >> {shlex.quote(str(box.out))}; sleep 30 & echo $! > {child}; exit 0'])
+    worker = box.worker(hook, "--on-pause-timeout", "10")
+    try:
+        run_id = box.rt.start("asking")
+        [notice] = box.wait_notices(1)
+        began = time.monotonic()
+        [pause] = wait_until(lambda: [c for c in checkpoints(box.db, run_id) if c["announced_at"]], 60,
+                             "the pause to be marked announced")
+        assert time.monotonic() - began < 5  # as soon as the hook exited, not at its timeout
+        assert pause["checkpoint_id"] == notice["checkpoint_id"]
+        log = box.stop(worker)
+        assert "did not finish" not in log and "on-pause hook" not in log, log
+        assert announced(box) == box.pauses(run_id)  # once
+    finally:
+        if child.exists():
+            with suppress(ProcessLookupError):
+                os.kill(int(child.read_text()), signal.SIGKILL)
+
+
+def test_a_pause_whose_worker_died_while_announcing_it_is_announced_by_the_next_worker(box: Box):
+    # at least once: the first worker is killed while its hook runs; its claim expires, and another
+    # worker announces the pause, with the same idempotency key
+    run_id = box.start("gated", n=1)
+    first = box.worker(box.hook("hang"), "--on-pause-timeout", "1")
+    pid_file = box.dir / "notices.jsonl.pid"
+    [hook_pid] = wait_until(lambda: pid_file.exists() and pid_file.read_text().split(), 60, "the hook to start")
+    first.kill()
+    first.wait()
+    os.killpg(int(hook_pid), signal.SIGKILL)  # the hook has a session of its own
+    [claim] = [c for c in checkpoints(box.db, run_id) if c["kind"] == "approval"]
+    assert claim["announced_at"] is None and claim["announcing_until"] is not None  # claimed, never announced
+    second = box.worker(box.hook("ok"))
+    notices = box.wait_notices(2)
+    announced_then = wait_until(lambda: announced_at(box, run_id)[0], 60, "the pause to be marked announced")
+    assert when(announced_then) >= when(claim["announcing_until"])  # not before the dead worker's claim expired
+    assert [n["idempotency_key"] for n in notices] == [f"{run_id}/pause/{claim['checkpoint_id']}"] * 2
+    assert "Traceback" not in box.stop(second)
+    assert len(box.notices()) == 2  # the dead worker's attempt, and the one that counted
+
+
+@contextmanager
+def announcer(box: Box, command: str, *, attempts: int = 3) -> Iterator[list[str]]:
+    """A worker in this process announcing with ``command``, its retries waiting 0.05 s and
+    doubling; yields the lines it logs."""
+    lines: list[str] = []
+    hook = PauseHook(shlex.split(command), timeout=10, attempts=attempts, backoff=0.05, log=lines.append)
+    worker = Worker(box.db, box.rt.workflows.values(), poll_seconds=0.05, log=lines.append, on_pause=hook)
+    thread = threading.Thread(target=worker.run, name="announcer")
+    thread.start()
+    try:
+        yield lines
+    finally:
+        worker.stop()
+        thread.join(60)
+        assert not thread.is_alive()
+
+
+def announced_at(box: Box, run_id: str) -> list[Any]:
+    return [c["announced_at"] for c in checkpoints(box.db, run_id) if c["kind"] in ("approval", "input", "orphan")]
+
+
+def test_a_hook_failing_twice_is_announced_once_after_three_attempts(box: Box):
+    run_id = box.rt.start("asking")
+    with announcer(box, box.hook("flaky")) as lines:
+        wait_until(lambda: announced_at(box, run_id) != [None], 30, "the pause to be marked announced")
+        time.sleep(0.5)  # ten polls: none announces it again
+    notices = box.notices()
+    assert len(notices) == 3 and len({n["idempotency_key"] for n in notices}) == 1  # one key for every attempt
+    cp = notices[0]["checkpoint_id"]
+    assert lines == [
+        f"run {run_id}: on-pause hook for checkpoint {cp} exited with status 3: the chat webhook answered 500 "
+        f"(attempt {n} of 3; again in {0.05 * 2 ** (n - 1):g} s)" for n in (1, 2)] + ["stopping: finishing the steps under way"]
+    assert box.rt.announce_pauses(10, box.rt.clock() + timedelta(seconds=60)) == []
+
+
+def test_a_pause_whose_hook_always_fails_stays_unannounced_until_announce_asks_again(box: Box):
+    run_id = box.rt.start("asking")
+    done = box.rt.start("plain")
+    cli = [sys.executable, "-m", "relaypoint", "--db", box.db, "announce"]
+
+    def announce(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cli, *args], cwd=box.dir, env=box.env, capture_output=True, text=True, timeout=60)
+
+    gave_up = f"the pause stays unannounced: `relaypoint announce {run_id}` announces it again"
+    with announcer(box, box.hook("broken")) as lines:
+        wait_until(lambda: any(gave_up in line for line in lines), 30, "the hook to be given up on")
+        time.sleep(0.5)  # ten polls: a pause given up on is not tried again by itself
+        assert len(box.notices()) == 3 and announced_at(box, run_id) == [None]
+        # by hand, once the webhook is fixed: the next poll announces it again
+        (box.dir / "notices.jsonl.fixed").touch()
+        said = announce(run_id[:8])
+        assert said.returncode == 0 and said.stderr == "", said.stderr
+        cp = box.notices()[0]["checkpoint_id"]
+        assert said.stdout == (f"run {run_id}: the pause at checkpoint {cp} (step 'ask') will be announced by the "
+                               "next poll of a worker with --on-pause\n")
+        wait_until(lambda: announced_at(box, run_id) != [None], 30, "the pause to be marked announced")
+        assert len(box.notices()) == 4
+        # an announced pause can be announced again, as often as asked
+        assert announce(run_id).returncode == 0
+        wait_until(lambda: len(box.notices()) == 5, 30, "the pause announced a second time")
+    assert len({n["idempotency_key"] for n in box.notices()}) == 1
+    # a run that waits on no one, and an id that names no run: one line, nothing recorded
+    for args, line in (([done], f"Error: run {done} is completed: it waits on no one, so there is no pause to "
+                                "announce"),
+                       (["nope"], "Error: no run with id 'nope'")):
+        refused = announce(*args)
+        assert refused.returncode == 1 and refused.stdout == "" and refused.stderr.startswith(line), refused.stderr
+        assert len(refused.stderr.splitlines()) == 1
 
 
 def test_hanging_hooks_are_killed_and_hold_neither_the_runs_nor_more_pauses_than_they_can_start(sqlite_box: Box):
@@ -277,7 +427,7 @@ def test_hanging_hooks_are_killed_and_hold_neither_the_runs_nor_more_pauses_than
     pids = wait_until(lambda: pid_file.exists() and len(p := pid_file.read_text().split()) == HOOK_THREADS and p, 60,
                       "the hooks to start")
     # as many claimed as hooks can start at once: the rest stay unannounced, for whoever claims next
-    assert [p.run_id for p in box.rt.announce_pauses(10)] == asks[HOOK_THREADS:]
+    assert [p.run_id for p in box.rt.announce_pauses(10, box.rt.clock() + timedelta(seconds=60))] == asks[HOOK_THREADS:]
     # while the hooks hang, the worker executes the next runs
     then = [box.queued("plain", "only", k=i) for i in range(3)]
     for run_id in then:
@@ -285,7 +435,7 @@ def test_hanging_hooks_are_killed_and_hold_neither_the_runs_nor_more_pauses_than
     for pid in pids:
         os.kill(int(pid), 0)  # still hanging: the runs above did not wait for them
     lines = [f"run {rid}: on-pause hook for checkpoint {box.rt.get(rid).pending.checkpoint_id} did not finish "
-             f"within 10 s; killed\n" for rid in asks[:HOOK_THREADS]]
+             f"within 10 s; killed (attempt 1 of 3; again in 1 s)\n" for rid in asks[:HOOK_THREADS]]
     wait_until(lambda: all(line in box.log(worker) for line in lines), 60, "the hanging hooks to be killed")
     for pid in pids:
         with pytest.raises(ProcessLookupError):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from relaypoint import Runtime, Workflow
-from relaypoint.status import RunStatus
+from relaypoint.status import AnnouncementOutcome, RunStatus
 from relaypoint.store import (BackendUnavailable, InvalidStoreURL, NewCheckpoint, NewRun, StoreDenied, StoreMissing, StoreNewer,
                               StoreUnreachable, open_store)
 from relaypoint.background import spawn_resume
@@ -235,7 +235,7 @@ def test_a_newer_schema_is_refused(url, postgres_schema):
         add_run(store, "r1")
     server(f"UPDATE {postgres_schema}.meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(StoreNewer, match=r"has store schema version 99, newer than this relaypoint understands "
-                                         r"\(8\); upgrade relaypoint to open it$"):
+                                         r"\(9\); upgrade relaypoint to open it$"):
         open_store(url)
     assert server(f"SELECT run_id FROM {postgres_schema}.runs") == [("r1",)]  # untouched
 
@@ -310,11 +310,12 @@ def test_pauses_open_at_the_upgrade_to_announcements_count_as_announced(url, pos
                      "('done', 0, 'a', 'start', now(), NULL)")
     with open_store(url) as store:  # upgraded here
         assert [p.run_id for p in store.pending_decisions(10)] == ["open"]
-        assert store.claim_announcements(10, at(0)) == []  # announced by the relaypoint before, maybe: never twice
+        assert store.claim_announcements(10, at(0), at(30)) == []  # announced by the relaypoint before, maybe: never twice
         with store.transaction():
             store.update_run("done", status=RunStatus.AWAITING_INPUT)
             new = store.add_checkpoint(NewCheckpoint(run_id="done", kind="input", seq=1, step="a", at=at(1)))
-        assert [(p.run_id, p.checkpoint_id) for p in store.claim_announcements(10, at(2))] == [("done", new)]
+        assert [(p.run_id, p.checkpoint_id) for p in store.claim_announcements(10, at(2), at(32))] == [("done", new)]
+        assert store.settle_announcement(new, at(32), AnnouncementOutcome.ANNOUNCED, at(3))
     assert server(f"SELECT run_id, kind, decision, announced_at IS NOT NULL FROM {postgres_schema}.checkpoints "
                   "ORDER BY checkpoint_id") == [("open", "approval", None, True), ("done", "approval", "approved", False),
                                                 ("done", "start", None, False), ("done", "input", None, True)]
@@ -492,9 +493,9 @@ def test_the_announcement_poll_reads_no_run_and_no_checkpoint_when_every_pause_i
         server(f"ANALYZE {postgres_schema}.runs")
         server(f"ANALYZE {postgres_schema}.checkpoints")
         version = store.data_version()
-        [plan] = plans(store, lambda: store.claim_announcements(10, at(5000)))  # one read: nothing claimed
+        [plan] = plans(store, lambda: store.claim_announcements(10, at(5000), at(5030)))  # one read: nothing claimed
         assert "checkpoints_unannounced" in plan and "Seq Scan" not in plan, plan
-        [ran] = plans(store, lambda: store.claim_announcements(10, at(5000)), "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF)")
+        [ran] = plans(store, lambda: store.claim_announcements(10, at(5000), at(5030)), "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF)")
         # the index of unannounced pauses is empty: no row of runs or checkpoints is read
         touched = [line for line in ran.splitlines() if " on runs " in line or " on checkpoints " in line]
         assert touched and all("never executed" in line or "rows=0 " in line for line in touched), ran
@@ -503,9 +504,9 @@ def test_the_announcement_poll_reads_no_run_and_no_checkpoint_when_every_pause_i
         for rid in ("p00007", "p00234"):
             with store.transaction():
                 store.add_checkpoint(NewCheckpoint(run_id=rid, kind="input", seq=4, step="b", at=at(5001)))
-        [plan] = plans(store, lambda: store._unannounced(10))
+        [plan] = plans(store, lambda: store._unannounced(10, at(5001)))
         assert "checkpoints_unannounced" in plan and "Seq Scan" not in plan, plan
-        assert [p.run_id for p in store.claim_announcements(10, at(5002))] == ["p00007", "p00234"]
+        assert [p.run_id for p in store.claim_announcements(10, at(5002), at(5032))] == ["p00007", "p00234"]
 
 
 def test_the_review_queue_reads_the_paused_runs_not_every_checkpoint(url, postgres_schema):
@@ -818,7 +819,7 @@ def test_an_upgrade_a_user_may_not_make_names_the_owner_who_may_and_changes_noth
         assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("6",)]
         assert cli("--db", url, "migrate").stdout == (f"upgraded {url.split('@', 1)[0].split('//')[1]}@"
                                                       f"{url.split('@', 1)[1].split('?')[0]}/{postgres_schema} from "
-                                                      "store schema version 6 to 8\n")  # by the owner
+                                                      "store schema version 6 to 9\n")  # by the owner
         with open_store(as_role) as store:
             assert store.list_runs() == []
     finally:

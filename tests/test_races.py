@@ -761,6 +761,32 @@ def test_two_workers_execute_every_run_exactly_once(box):
     print(f"two workers: runs per worker process {dict(Counter({p: n // 3 for p, n in pids.items()}))}")
 
 
+def test_runs_queued_by_start_queue_are_each_executed_once_by_two_racing_workers(box):
+    # eight `relaypoint start --queue` processes at once, then two workers going down the same queue
+    assert box.run("migrate").code == 0
+    queued = box.race(*[("start", "quick", "--queue", "--app", APP, "--input", json.dumps({"n": i, "sleep": 0.1}))
+                        for i in range(1, 9)])
+    assert_clean(*queued)
+    runs = [d.out.strip() for d in queued]
+    assert [d.code for d in queued] == [0] * 8 and len(set(runs)) == 8
+    assert execs(box) == [] and {procs.run_status(box.db, r) for r in runs} == {"queued"}  # nothing executed
+    workers = [box.spawn("worker", "--app", APP, "--concurrency", "2", "--poll", "0.1") for _ in range(2)]
+    try:
+        wait_until(lambda: all(procs.run_status(box.db, r) == "completed" for r in runs), 60,
+                   "every queued run to complete")
+    finally:
+        for w in workers:
+            procs.kill(w, signal.SIGTERM)
+    done = [finish(w, 30) for w in workers]
+    assert [d.code for d in done] == [0, 0], [d.err for d in done]
+    assert_clean(*done)
+    for i, rid in enumerate(runs, start=1):
+        assert [(s, a) for s, a, _ in execs(box, rid)] == [("one", "1"), ("two", "1"), ("three", "1")]
+        assert procs.outputs(box.db, rid) == {"one": str(i), "two": str(2 * i), "three": str(2 * i + 1)}
+        assert [k for k in procs.event_kinds(box.db, rid) if k in ("run_queued", "resumed")] == ["run_queued", "resumed"]
+    assert {p for rid in runs for _, _, p in execs(box, rid)} <= {d.pid for d in done}
+
+
 def test_sigterm_finishes_the_step_and_releases_the_run(box):
     with api(box) as rt:
         base = rt.start("slow", {"sleep": 0})

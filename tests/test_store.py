@@ -8,7 +8,7 @@ import random
 import re
 import sqlite3
 import stat
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 import pytest
@@ -342,7 +342,7 @@ def test_the_announcement_poll_is_one_read_of_the_unannounced_pauses_index(tmp_p
         paused_runs(store, 300)
         trace: list[str] = []
         store.trace(trace.append)
-        assert store.claim_announcements(10, T0) == []
+        assert store.claim_announcements(10, T0, T0 + timedelta(seconds=30)) == []
         store.trace(None)
         [read] = trace  # no BEGIN, no write
         plan = " | ".join(r[3] for r in store.conn.execute(f"EXPLAIN QUERY PLAN {read}"))

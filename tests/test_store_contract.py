@@ -13,7 +13,7 @@ import pytest
 from relaypoint import encoding
 from relaypoint.errors import InvalidValue, LeaseLost, StoreError, UnknownRun
 from relaypoint.models import Lease, Owner
-from relaypoint.status import RunStatus, StepStatus
+from relaypoint.status import AnnouncementOutcome, RunStatus, StepStatus
 from relaypoint.workflow import fingerprint
 from relaypoint.store import (BackendUnavailable, Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, RunStore,
                               StepEnd, StepStart, StoreDamaged, StoreMissing, StoreReadOnly, open_store)
@@ -449,8 +449,9 @@ def paused_runs(store: RunStore, count: int) -> None:
                     store.add_checkpoint(NewCheckpoint(run_id=rid, kind="boundary", seq=seq, step=None, at=at(i)))
             store.add_checkpoint(NewCheckpoint(run_id=f"p{i:05d}", kind="approval", seq=3, step="a", at=at(i),
                                                reason="approve the output of step 'a'"))
-    while store.claim_announcements(500, at(count)):
-        pass
+    while claimed := store.claim_announcements(500, at(count), at(count + 60)):
+        for p in claimed:
+            store.settle_announcement(p.checkpoint_id, at(count + 60), AnnouncementOutcome.ANNOUNCED, at(count))
 
 
 def test_a_checkpoint_is_decided_exactly_once(store):
@@ -529,35 +530,75 @@ def test_pauses_owed_are_claimed_for_announcement_once_each_oldest_first(store):
     done = pause(store, "decided")
     with store.transaction():
         store.decide(done, "approved", "alice", at(2))
-    [first] = store.claim_announcements(1, at(5))
+    [first] = store.claim_announcements(1, at(5), at(35))
     assert first == store.pending_decisions(10)[0]  # as the review queue lists it: every field
     assert (first.run_id, first.checkpoint_id, first.kind, first.step, first.workflow, first.status) == (
         "early", early, "input", "b", "flow", RunStatus.AWAITING_INPUT)
-    [second] = store.claim_announcements(10, at(6))
+    [second] = store.claim_announcements(10, at(6), at(36))
     assert (second.run_id, second.checkpoint_id, second.workflow, second.deadline_at) == ("late", late, "w2", at(60))
-    assert store.claim_announcements(10, at(7)) == []
+    assert store.claim_announcements(10, at(7), at(37)) == []  # both claimed, until their claims expire
     assert owed(store.pending_decisions(10)) == [("early", early), ("late", late)]  # still owed: only announced
+    assert store.settle_announcement(late, at(36), AnnouncementOutcome.ANNOUNCED, at(8))
+    assert store.settle_announcement(early, at(35), AnnouncementOutcome.ANNOUNCED, at(9))
+    assert store.claim_announcements(10, at(100), at(130)) == []  # announced: never claimed again
     # the time each was announced is kept, and travels with the run when it is copied to another store
     [copied] = store.export_runs(["late"])
-    assert {c["checkpoint_id"]: c["announced_at"] for c in copied.checkpoints if c["kind"] == "approval"} == {late: at(6)}
+    assert {c["checkpoint_id"]: c["announced_at"] for c in copied.checkpoints if c["kind"] == "approval"} == {late: at(8)}
     # decided, and paused again at the next gate: a new pause, announced once more
     with store.transaction():
-        store.decide(late, "approved", "alice", at(8))
+        store.decide(late, "approved", "alice", at(101))
     again = pause(store, "late", seq=2, step="c")
-    assert owed(store.claim_announcements(10, at(9))) == [("late", again)]
-    assert store.claim_announcements(10, at(10)) == []
+    assert owed(store.claim_announcements(10, at(102), at(132))) == [("late", again)]
+    assert store.claim_announcements(10, at(103), at(133)) == []
+
+
+def test_a_claim_ends_announced_failed_or_released_and_a_failed_pause_waits_to_be_reopened(store):
+    for rid in ("a", "b", "c"):
+        add_run(store, rid, status=RunStatus.AWAITING_APPROVAL)
+    a, b, c = (pause(store, rid) for rid in ("a", "b", "c"))
+    assert owed(store.claim_announcements(10, at(0), at(30))) == [("a", a), ("b", b), ("c", c)]
+    # failed: never claimed again by itself, not even once its claim has expired
+    assert store.settle_announcement(a, at(30), AnnouncementOutcome.FAILED, at(1))
+    # released (its worker stopped before its attempts ran out): claimable at once
+    assert store.settle_announcement(b, at(30), AnnouncementOutcome.RELEASED, at(1))
+    assert owed(store.claim_announcements(10, at(2), at(32))) == [("b", b)]
+    # c's claimer died: claimed again once its claim expired, by another claimer
+    assert store.claim_announcements(10, at(29.999), at(59)) == []
+    assert owed(store.claim_announcements(10, at(30), at(60))) == [("c", c)]
+    # the first claimer, late, settles nothing: the claim is no longer its
+    assert not store.settle_announcement(c, at(30), AnnouncementOutcome.ANNOUNCED, at(31))
+    assert announced_at(store, "c", c) is None
+    assert store.settle_announcement(c, at(60), AnnouncementOutcome.ANNOUNCED, at(32))
+    assert store.settle_announcement(b, at(32), AnnouncementOutcome.ANNOUNCED, at(32))
+    assert store.claim_announcements(10, at(1000), at(1030)) == []  # a failed, b and c announced
+    assert (announced_at(store, "a", a), announced_at(store, "c", c)) == (None, at(32))
+    # reopened by hand (`relaypoint announce`): a failed pause, and an announced one, are claimable again
+    with store.transaction():
+        store.reopen_announcement(a)
+        store.reopen_announcement(c)
+    assert owed(store.claim_announcements(10, at(1001), at(1031))) == [("a", a), ("c", c)]
+    assert announced_at(store, "c", c) is None
+
+
+def announced_at(store: RunStore, run_id: str, checkpoint_id: int) -> datetime | None:
+    [cp] = [c for c in store.export_runs([run_id])[0].checkpoints if c["checkpoint_id"] == checkpoint_id]
+    return cp["announced_at"]
 
 
 def test_with_nothing_to_announce_a_claim_takes_no_lock_and_writes_nothing(store):
     add_run(store, "paused", status=RunStatus.AWAITING_APPROVAL)
     add_run(store, "done", status=RunStatus.COMPLETED)
     pause(store, "paused")
-    store.claim_announcements(10, at(5))
+    [claimed] = store.claim_announcements(10, at(5), at(35))
     opened = []
     transaction = store.transaction
     store.transaction = lambda *a, **k: opened.append(a) or transaction(*a, **k)
     version = store.data_version()
-    assert store.claim_announcements(10, at(6)) == []
+    assert store.claim_announcements(10, at(6), at(36)) == []  # claimed and not yet announced
+    store.settle_announcement(claimed.checkpoint_id, at(35), AnnouncementOutcome.ANNOUNCED, at(7))
+    opened.clear()
+    version = store.data_version()
+    assert store.claim_announcements(10, at(8), at(38)) == []  # announced
     assert opened == [] and store.data_version() == version
 
 
@@ -573,7 +614,7 @@ def test_two_claimers_racing_get_each_pause_once_between_them(store_url):
         def claim(name: str, store: RunStore) -> None:
             start.wait()
             got = claims.setdefault(name, [])
-            while batch := store.claim_announcements(3, at(5)):
+            while batch := store.claim_announcements(3, at(5), at(35)):
                 got += owed(batch)
 
         threads = [threading.Thread(target=claim, args=(n, s)) for n, s in (("one", one), ("two", two))]
@@ -583,7 +624,7 @@ def test_two_claimers_racing_get_each_pause_once_between_them(store_url):
             t.join()
         both = claims["one"] + claims["two"]
         assert sorted(both) == sorted((rid, cp) for cp, rid in paused.items())  # each once, none left out
-        assert one.claim_announcements(10, at(6)) == two.claim_announcements(10, at(6)) == []
+        assert one.claim_announcements(10, at(6), at(36)) == two.claim_announcements(10, at(6), at(36)) == []
 
 
 def test_a_read_only_store_claims_no_announcement(store_url):
@@ -591,9 +632,9 @@ def test_a_read_only_store_claims_no_announcement(store_url):
         add_run(store, "r1", status=RunStatus.AWAITING_APPROVAL)
         pause(store, "r1")
     with open_store(store_url, readonly=True) as ro, pytest.raises(StoreReadOnly):
-        ro.claim_announcements(10, at(5))
+        ro.claim_announcements(10, at(5), at(35))
     with open_store(store_url) as store:
-        assert owed(store.claim_announcements(10, at(5))) == [("r1", store.pending_checkpoint("r1").checkpoint_id)]
+        assert owed(store.claim_announcements(10, at(5), at(35))) == [("r1", store.pending_checkpoint("r1").checkpoint_id)]
 
 
 def test_a_fork_copies_upstream_executions_and_outputs_as_stored(store):

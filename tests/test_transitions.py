@@ -74,6 +74,58 @@ def test_a_workflow_without_steps_completes(db):
         assert rt.get(rt.start("empty")).status == RunStatus.COMPLETED
 
 
+def test_enqueue_records_the_run_queued_and_executes_nothing_until_resumed(db):
+    flow = gated("c")
+    with runtime(db, flow, Workflow("empty")) as rt:
+        rid = rt.enqueue("flow", input={"topic": "x"})
+        run = rt.get(rid)
+        assert (run.status, run.input, run.lease, run.current_step, run.steps_done, run.steps_total) == (
+            RunStatus.QUEUED, {"topic": "x"}, None, "a", 0, 3)
+        assert [(t.name, t.status, t.attempts) for t in run.tasks] == [
+            ("a", "pending", 0), ("b", "pending", 0), ("c", "pending", 0)]
+        assert event_kinds(rt, rid) == ["run_queued"]
+        assert rt.events(rid)[0].detail == {"workflow": "flow"}
+        assert not flow.calls
+        # a worker (here: a resume) executes it from its first step, up to its gate
+        assert rt.resume(rid) == RunStatus.AWAITING_APPROVAL
+        assert statuses(rt, rid) == {"a": "completed", "b": "completed", "c": "pending"}
+        assert event_kinds(rt, rid)[:3] == ["run_queued", "resumed", "step_started"]
+        assert dict(flow.calls) == {"a": 1, "b": 1}
+        # a workflow without steps is queued too, and completes when executed
+        empty = rt.enqueue("empty")
+        assert rt.get(empty).status == RunStatus.QUEUED and rt.resume(empty) == RunStatus.COMPLETED
+
+
+def test_an_enqueued_run_that_begins_with_a_pattern_is_executed_as_a_started_one(db):
+    # the pattern's first execution is one its driver appends: recorded at enqueue, as start records
+    # it, so the claim goes on with it rather than abandoning the pattern's row
+    def refuses(ctx):
+        raise RuntimeError("no")
+
+    wf = Workflow("debating")
+    wf.debate("argue", agents={"pro": refuses, "con": lambda ctx: "con"}, rounds=1, judge=lambda ctx: "judged")
+    with runtime(db, wf) as rt:
+        started = rt.start("debating")
+        queued = rt.enqueue("debating")
+        assert [(t.name, t.agent, t.status) for t in rt.get(queued).tasks] == [
+            ("argue", None, "pending"), ("argue", "pro", "pending")]
+        assert rt.resume(queued) == RunStatus.FAILED
+        rows_of = lambda rid: [(t.name, t.iteration, t.agent, t.status, t.attempts) for t in rt.get(rid).tasks]
+        assert rows_of(queued) == rows_of(started) == [("argue", 1, None, "pending", 0), ("argue", 1, "pro", "failed", 1)]
+        [resumed] = [e for e in rt.events(queued) if e.kind == "resumed"]
+        assert "abandoned" not in resumed.detail
+
+
+def test_enqueue_refuses_what_start_refuses_and_records_nothing(db):
+    with runtime(db, Flow("a")) as rt:
+        for bad in ([1, 2], "text", {"n": float("nan")}):
+            with pytest.raises(InvalidValue):
+                rt.enqueue("flow", bad)
+        with pytest.raises(UnknownWorkflow, match="'nope'"):
+            rt.enqueue("nope")
+        assert rt.list() == []
+
+
 # ---- approve ----------------------------------------------------------------------------------------
 
 

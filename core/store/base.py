@@ -557,14 +557,32 @@ class RunStore(ABC):
         Reads the paused runs through the status index; never reads outputs."""
 
     @abstractmethod
-    def claim_announcements(self, limit: int, at: datetime) -> list[PendingDecision]:
-        """Claim the decisions owed (as :meth:`pending_decisions` lists them) that no one has
-        announced yet, oldest first, at most ``limit``: mark them announced at ``at`` (UTC) and return
-        them, in one transaction as the store's only writer, so of claimers racing on one store each
-        pause goes to one of them, once, ever (``worker --on-pause``). Opens that transaction itself
-        (``RuntimeError`` when one is open). When nothing is to be claimed (each poll, mostly), it
-        reads an index of the unannounced pauses alone (no row when there is none), takes no lock and
-        writes nothing. Raises :class:`StoreReadOnly`."""
+    def claim_announcements(self, limit: int, at: datetime, until: datetime) -> list[PendingDecision]:
+        """Claim the decisions owed (as :meth:`pending_decisions` lists them) that are not announced,
+        whose announcement did not fail, and that no claim holds at ``at`` (UTC), oldest first, at
+        most ``limit``: mark each claimed until ``until`` (UTC) and return them, in one transaction
+        as the store's only writer, so of claimers racing on one store each pause goes to one of
+        them (``worker --on-pause``). A claim that is not settled by ``until`` (its claimer died)
+        lets the next claimer take the pause. Opens that transaction itself (``RuntimeError`` when
+        one is open). When nothing is to be claimed (each poll, mostly), it reads an index of the
+        unannounced pauses alone (no row when every pause is announced), takes no lock and writes
+        nothing. Raises :class:`StoreReadOnly`."""
+
+    @abstractmethod
+    def settle_announcement(self, checkpoint_id: int, until: datetime, outcome: str, at: datetime) -> bool:
+        """End the claim on checkpoint ``checkpoint_id`` made until ``until`` (the claim's expiry
+        names it), as ``outcome`` says (an :class:`~relaypoint.status.AnnouncementOutcome`):
+        ``announced`` marks the pause announced at ``at`` (UTC), ``failed`` marks its announcement
+        failed at ``at`` (no claimer takes it until :meth:`reopen_announcement`), ``released`` makes it
+        claimable at once. Returns False, nothing written, when the claim is no longer the pause's
+        (expired and claimed again, or reopened). Opens its own transaction, as
+        :meth:`claim_announcements`. Raises :class:`StoreReadOnly`."""
+
+    @abstractmethod
+    def reopen_announcement(self, checkpoint_id: int) -> None:
+        """Make checkpoint ``checkpoint_id`` claimable for announcement again, at once, whatever
+        became of its announcements: not announced, not failed, not claimed
+        (``relaypoint announce``). A write: inside :meth:`transaction`."""
 
     @abstractmethod
     def events(self, run_id: str) -> list[Event]:

@@ -623,13 +623,20 @@ def _migrate_9(schema: str) -> list[str]:
     ``paused_seq`` (see :class:`relaypoint.models.Checkpoint`), derived for the pauses already
     recorded (:func:`relaypoint.store.sql.paused_seq_derived`); a boundary's document gives it as
     ``cp_paused``. The readers that resolved a pause by its ``seq`` (where the run continues) took a
-    gate on a pattern's neighbour for one of the pattern's executions."""
+    gate on a pattern's neighbour for one of the pattern's executions.
+
+    Also: an announcement is marked once a hook's attempt succeeded; until then a worker's claim
+    holds the pause (``announcing_until``: another worker takes it after that, its claimer having
+    died), and a pause whose every attempt failed is left alone (``announce_failed_at``) until
+    ``relaypoint announce`` asks again, as on SQLite (its migration 5)."""
     return [
         *paused_seq_derived(f"{schema}."),
         f"ALTER TYPE {schema}.boundary ADD ATTRIBUTE cp_paused bigint",
         f"DROP FUNCTION {schema}.commit_boundary",
         _commit_boundary_function(schema, channel(schema), document=True, listened=True, paused=True),
         f"ALTER FUNCTION {schema}.commit_boundary SET plan_cache_mode = force_generic_plan",
+        f"ALTER TABLE {schema}.checkpoints ADD COLUMN announcing_until timestamptz",
+        f"ALTER TABLE {schema}.checkpoints ADD COLUMN announce_failed_at timestamptz",
     ]
 
 

@@ -27,7 +27,7 @@ from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun, quoted
 from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import PAUSED as PAUSED_RUNS
-from ..status import RunStatus, StepStatus
+from ..status import AnnouncementOutcome, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, NewStep, RunRows,
                    RunStore, StoreDamaged)
 from .rows import (_owner, _position, _summary_fields, _summary_or_none, _time, checkpoint_from_row, readable,
@@ -52,6 +52,9 @@ PAUSED = f"kind IN {PAUSE_KINDS!r}"
 # The pauses no worker has announced yet (``worker --on-pause``): the condition of the partial index
 # checkpoints_unannounced, which holds these rows only (empty when every open pause was announced).
 UNANNOUNCED = f"announced_at IS NULL AND {PAUSED} AND {UNDECIDED}"
+# Of those, the pauses a worker may claim at time ?: no claim holds them (none, or one whose claimer
+# did not settle it in time), and their announcement did not fail.
+CLAIMABLE = "announce_failed_at IS NULL AND (announcing_until IS NULL OR announcing_until <= ?)"
 # A decision owed: checkpoint ``c`` is the newest undecided pausing checkpoint of run ``r``, a paused run.
 PAUSED_RUN = f"r.status IN {tuple(sorted(str(s) for s in PAUSED_RUNS))!r}"
 NEWEST_OPEN_PAUSE = f"(SELECT max(p.checkpoint_id) FROM checkpoints p WHERE p.run_id = r.run_id AND {PAUSED} AND {UNDECIDED})"
@@ -448,37 +451,57 @@ class SqlStore(RunStore):
     checkpoints_paused then its key). A backend whose planner would rather scan every checkpoint
     says it another way."""
 
-    def _owed(self, tables: str, where: str, limit: int) -> list[PendingDecision]:
-        """The decisions owed among ``tables`` (``r``: runs, ``c``: checkpoints) where ``where`` holds,
-        oldest first, at most ``limit``."""
+    def _owed(self, tables: str, where: str, limit: int, params: tuple[Any, ...] = ()) -> list[PendingDecision]:
+        """The decisions owed among ``tables`` (``r``: runs, ``c``: checkpoints) where ``where`` (its
+        ``?`` given by ``params``) holds, oldest first, at most ``limit``."""
         rows = self._rows(f"SELECT c.*, r.workflow AS run_workflow, r.status AS run_status, x.iteration AS "
                           f"paused_iteration, x.agent AS paused_agent, x.parent_seq AS paused_parent FROM {tables} "
                           "LEFT JOIN steps x ON x.run_id = c.run_id AND x.seq = c.paused_seq "
-                          f"WHERE {where} ORDER BY c.checkpoint_id LIMIT ?", (limit,))
+                          f"WHERE {where} ORDER BY c.checkpoint_id LIMIT ?", (*params, limit))
         return [PendingDecision(**checkpoint_from_row(r).model_dump(), workflow=r["run_workflow"],
                                 status=r["run_status"], **({} if r["paused_parent"] is None else {
                                     "iteration": r["paused_iteration"], "agent": r["paused_agent"]}))
                 for r in rows]
 
-    def _unannounced(self, limit: int) -> list[PendingDecision]:
-        """The decisions owed not announced yet, oldest first, at most ``limit``: the rows of the
-        partial index checkpoints_unannounced (none read when it is empty), each checked against its
-        run (CROSS JOIN: SQLite, which keeps no statistics, would otherwise go through every paused run)."""
+    def _unannounced(self, limit: int, at: datetime) -> list[PendingDecision]:
+        """The decisions owed not announced yet that a worker may claim at ``at``, oldest first, at
+        most ``limit``: the rows of the partial index checkpoints_unannounced (none read when it is
+        empty), each checked against its run (CROSS JOIN: SQLite, which keeps no statistics, would
+        otherwise go through every paused run)."""
         return self._owed("checkpoints c CROSS JOIN runs r", f"r.run_id = c.run_id AND {UNANNOUNCED} AND {PAUSED_RUN} "
-                          f"AND c.checkpoint_id = {NEWEST_OPEN_PAUSE}", limit)
+                          f"AND c.checkpoint_id = {NEWEST_OPEN_PAUSE} AND {CLAIMABLE}", limit, (self._stamp(at),))
 
     @translated
-    def claim_announcements(self, limit: int, at: datetime) -> list[PendingDecision]:
+    def claim_announcements(self, limit: int, at: datetime, until: datetime) -> list[PendingDecision]:
         if self.readonly:
             raise self.read_only_error()
-        if not self._unannounced(1):  # the common case, every poll: a read, no lock taken, nothing written
+        if not self._unannounced(1, at):  # the common case, every poll: a read, no lock taken, nothing written
             return []
         with self.transaction():  # the only writer: of claimers racing, the first takes them, the others none
-            owed = self._unannounced(limit)
+            owed = self._unannounced(limit, at)
             if owed:
                 among, ids = self._among("checkpoint_id", [p.checkpoint_id for p in owed], "bigint")
-                self._execute(f"UPDATE checkpoints SET announced_at = ? WHERE {among}", (self._stamp(at), ids))
+                self._execute(f"UPDATE checkpoints SET announcing_until = ? WHERE {among}", (self._stamp(until), ids))
         return owed
+
+    @translated
+    def settle_announcement(self, checkpoint_id: int, until: datetime, outcome: str, at: datetime) -> bool:
+        if self.readonly:
+            raise self.read_only_error()
+        outcome = AnnouncementOutcome(outcome)
+        if outcome == AnnouncementOutcome.RELEASED:
+            sets, values = "announcing_until = NULL", ()
+        else:
+            ended = "announced_at" if outcome == AnnouncementOutcome.ANNOUNCED else "announce_failed_at"
+            sets, values = f"{ended} = ?, announcing_until = NULL", (self._stamp(at),)
+        with self.transaction():  # the claim's expiry names it: a claim taken over since is not this one
+            return self._execute(f"UPDATE checkpoints SET {sets} WHERE checkpoint_id = ? AND announcing_until = ?",
+                                 (*values, checkpoint_id, self._stamp(until))) == 1
+
+    @translated
+    def reopen_announcement(self, checkpoint_id: int) -> None:
+        self._execute("UPDATE checkpoints SET announced_at = NULL, announce_failed_at = NULL, announcing_until = NULL "
+                      "WHERE checkpoint_id = ?", (checkpoint_id,))
 
     @translated
     def events(self, run_id: str) -> list[Event]:

@@ -266,6 +266,12 @@ def _migrate_5(db: sqlite_utils.Database) -> None:
     # What each pause is about, as a column of its own (see relaypoint.models.Checkpoint.paused_seq).
     for statement in paused_seq_derived(""):
         db.conn.execute(statement)
+    # An announcement is marked once a hook's attempt succeeded: until then a worker's claim holds the
+    # pause (announcing_until: another worker takes it after that, its claimer having died), and a
+    # pause whose every attempt failed is left alone (announce_failed_at) until `relaypoint
+    # announce` asks again. Neither is in the index: they narrow its few rows.
+    db["checkpoints"].add_column("announcing_until", str)
+    db["checkpoints"].add_column("announce_failed_at", str)
 
 
 MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3, 4: _migrate_4, 5: _migrate_5}
