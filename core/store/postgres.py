@@ -81,7 +81,7 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
                    renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
-from .url import InvalidStoreURL, postgres_where, shown
+from .url import postgres_where
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
                   UNDECIDED, SqlStore, event_detail, translated)
 
@@ -914,15 +914,8 @@ class PostgresStore(SqlStore):
                f"{self._user or 'USER'}`"
 
     def _migrate(self) -> None:
-        """Make or upgrade the store under the schema's lock. Raises ``InvalidStoreURL`` for a schema
-        name the migrations cannot write unquoted (an SQL keyword other than an unreserved one), and
-        ``StoreDenied`` when this user may not (naming who may)."""
-        keyword = self.conn.execute("SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode <> 'U'",
-                                    (self.schema,)).fetchone()
-        if keyword is not None:
-            raise InvalidStoreURL(f"store URL {shown(self._url)!r} names schema {self.schema!r}, an SQL keyword "
-                                  f"PostgreSQL takes as a name only quoted ({keyword['catdesc']}); name another "
-                                  "schema with ?schema=NAME (e.g. relaypoint)")
+        """Make or upgrade the store under the schema's lock (its name is no SQL keyword: the URL
+        refused those). Raises ``StoreDenied`` when this user may not (naming who may)."""
         version, owner = 0, None
         try:
             with self.conn.transaction():
