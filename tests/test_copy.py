@@ -31,6 +31,9 @@ from relaypoint.store.base import COPIED_TABLES
 
 from conftest import postgres_server
 from helpers import one_line_error, relaypoint
+from procs import kill
+from relaypoint.store.url import parse
+from test_drift_and_delete import start_slow, wait_for_running
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +156,55 @@ def test_copy_refuses_a_run_executing_in_the_source(tmp_path: Path, store_url: s
     with open_store(source, readonly=True) as src, open_store(store_url) as dst:
         assert copy_runs(src, dst).runs == 1
         assert dst.export_runs(["live0001"]) == src.export_runs(["live0001"])
+
+
+def made(url: str) -> bool:
+    """Whether anything is at ``url``: the SQLite file, or the PostgreSQL schema."""
+    where = parse(url)
+    if where.backend == "sqlite":
+        return Path(where.path).exists()
+    import psycopg
+
+    with psycopg.connect(where.conninfo) as conn:
+        return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (where.schema,)).fetchone() is not None
+
+
+def test_a_copy_that_copies_nothing_makes_no_destination(tmp_path: Path, store_url: str) -> None:
+    source = f"sqlite:///{tmp_path}/live.db"
+    now = utcnow()
+    with open_store(source, create=True) as store, store.transaction():
+        store.insert_run(NewRun(
+            run_id="live0001", workflow="w", status=RunStatus.RUNNING, input="{}", definition="{}",
+            fingerprint="f", created_at=now, steps_total=1,
+            lease=Lease(token="t", pid=1, host="elsewhere", expires_at=now + timedelta(minutes=5), heartbeat_at=now)))
+    line = one_line_error(relaypoint(tmp_path, "copy", "--from", source, "--to", store_url, db=None))
+    assert "1 run is executing in" in line and line.endswith("nothing was copied")
+    assert not made(store_url)
+    empty = f"sqlite:///{tmp_path}/empty.db"
+    open_store(empty, create=True).close()
+    done = relaypoint(tmp_path, "copy", "--from", empty, "--to", store_url, db=None)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"nothing to copy: {empty} holds no runs, so no store was made at {store_url}\n"
+    assert not made(store_url)
+
+
+def test_a_run_whose_process_was_killed_is_copied_at_once_as_list_calls_it_interrupted(db: str, tmp_path: Path) -> None:
+    """One liveness rule: right after a kill -9, with most of its 30 s lease left, the run whose
+    owner pid is dead on this host is what ``list`` calls it, interrupted, not executing."""
+    proc = start_slow(tmp_path, db)
+    try:
+        rid = wait_for_running(db, "wait")
+        line = one_line_error(relaypoint(tmp_path, "copy", "--from", db, "--to", f"{tmp_path}/early.db", db=None))
+        assert f"1 run is executing in " in line and f"({rid})" in line  # its process lives
+    finally:
+        kill(proc)
+        proc.wait()
+    destination = f"sqlite:///{tmp_path}/copy.db"
+    done = relaypoint(tmp_path, "copy", "--from", db, "--to", destination, db=None)
+    assert done.returncode == 0 and done.stdout.startswith("copied 1 run ("), done.stderr
+    for url in (db, destination):
+        listed = json.loads(relaypoint(tmp_path, "list", "--json", db=url).stdout)
+        assert [(r["run_id"], r["status"]) for r in listed] == [(rid, "interrupted")], url
 
 
 def test_an_interrupted_copy_leaves_whole_runs_and_is_finished_with_skip_existing(rich, store_url: str) -> None:
