@@ -4,8 +4,10 @@ local store to a team's server, and back, or between two stores of one backend.
 Every run is copied whole, with its executions (a pattern's appended ones included), outputs,
 checkpoints with their decisions and answers, input, definition and events, through the storage
 contract (:meth:`RunStore.export_runs`, :meth:`RunStore.import_runs`): values as stored, times in
-UTC milliseconds, JSON text byte for byte. Checkpoint and event ids are kept when the destination
-has none of them, else renumbered with every reference (see :meth:`RunStore.import_runs`).
+UTC milliseconds, JSON text byte for byte. Checkpoint ids are kept when the destination holds none
+of those copied, else every one is renumbered above the destination's, in the same order, with
+every reference (the review queue and deadlines go by checkpoint id); event ids alike, apart (see
+:meth:`RunStore.make_room`, :meth:`RunStore.import_runs`).
 
 The copy is refused, with nothing written, when the destination already holds any of the runs
 (unless asked to skip them) or when a run is executing (its owner is alive by the rule of
@@ -30,6 +32,8 @@ from .status import RunStatus
 from .store import RunStore
 from .store.base import COPIED_TABLES, RunRows
 
+NUMBERED = ("checkpoints", "events")
+"""The tables whose ids a store gives, which a copy keeps or renumbers (see :meth:`RunStore.make_room`)."""
 BATCH_RUNS = 200
 """Runs per batch: read as one snapshot of the source, written as one transaction of the destination."""
 _NAMED = 3  # run ids a message names before "..."
@@ -102,14 +106,20 @@ def copy_runs(source: RunStore, destination: RunStore | None, *, create: Callabl
     def held_of(ids: list[str]) -> set[str]:
         return set(destination.existing(ids)) if destination is not None else set()
 
-    # First pass, ids only: refuse before writing anything.
+    # First pass, ids only: refuse before writing anything, and see whether the destination holds any
+    # of the checkpoint and event ids to copy (then every one is renumbered, in order: see make_room).
     total, skipped, there = 0, 0, []
+    top, clash = dict.fromkeys(NUMBERED, 0), dict.fromkeys(NUMBERED, False)
     for ids in _pages(source, batch):
         held = held_of(ids)
         total += len(ids)
         skipped += len(held)
         if len(there) <= _NAMED:
             there.extend(rid for rid in ids if rid in held)  # named in the copy's order
+        for table in NUMBERED:
+            numbered = source.copied_ids(table, [rid for rid in ids if rid not in held])
+            top[table] = max(top[table], max(numbered, default=0))
+            clash[table] = clash[table] or (destination is not None and bool(destination.held_ids(table, numbered)))
     if skipped and not skip_existing:
         raise CopyRefused(f"{destination.where} already holds {skipped:,} of the {total:,} runs to copy "
                           f"({_named(there)}); nothing was copied. Copy into a new store or schema, or pass "
@@ -123,6 +133,7 @@ def copy_runs(source: RunStore, destination: RunStore | None, *, create: Callabl
                           "execute it. Let it finish or cancel it (a run whose process died is interrupted: on this "
                           "host at once, from another once its lease expires), then copy again; nothing was copied")
     report = CopyReport(skipped=skipped if skip_existing else 0)
+    shift: dict[str, int] | None = None  # made room for once there is a batch to write
     started(total - report.skipped)
     for ids in _pages(source, batch):
         if skip_existing:
@@ -142,8 +153,10 @@ def copy_runs(source: RunStore, destination: RunStore | None, *, create: Callabl
                 expected[table] += n
         if destination is None:
             destination = create()
+        if shift is None:
+            shift = {table: destination.make_room(table, top[table], clash[table]) for table in NUMBERED}
         with destination.transaction():
-            destination.import_runs(bundles)
+            destination.import_runs(bundles, shift)
             found = destination.row_counts([b.run_id for b in bundles])
             if found != expected:  # rolled back with the batch
                 wrong = next(t for t in COPIED_TABLES if found[t] != expected[t])

@@ -216,8 +216,8 @@ def test_an_interrupted_copy_leaves_whole_runs_and_is_finished_with_skip_existin
         def __init__(self, store: RunStore) -> None:
             self.store, self.imported = store, 0
 
-        def import_runs(self, batch: Any) -> None:
-            self.store.import_runs(batch)
+        def import_runs(self, batch: Any, shift: Any = None) -> None:
+            self.store.import_runs(batch, shift)
             self.imported += 1
             if self.imported == 2:
                 raise KeyboardInterrupt
@@ -286,6 +286,64 @@ def test_ids_taken_in_the_destination_are_renumbered_with_every_reference(rich, 
     with Runtime(store_url, workflows) as rt:
         rid = rt.start("repo-audit", {"root": str(tree), "title": "after"})
         assert rt.get(rid).pending.checkpoint_id > max(moved.values())
+
+
+def test_copied_ids_keep_their_order_across_runs_above_the_destination_s_own(rich, store_url: str,
+                                                                             tmp_path: Path) -> None:
+    """Every copied checkpoint and event is renumbered above the destination's own, in the order the
+    source gave them across all the runs (the review queue and deadlines go by checkpoint id), over
+    several batches: not only the runs whose ids clash."""
+    source, _ = rich
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    list(busy_destination(store_url, str(tree)))
+    with open_store(store_url) as dst:
+        own = {rid: ([c.checkpoint_id for c in dst.checkpoints(rid)], [e.event_id for e in dst.events(rid)])
+               for rid in ids_of(dst)}
+    copy(source, store_url, "--batch", "4")
+
+    def by_id(store: RunStore, run_ids: list[str], which: int) -> list[tuple[str, int]]:
+        """Each run's checkpoints (which=0) or events (1), as (run, position in the run), in id order."""
+        found = []
+        for rid in run_ids:
+            ids = [c.checkpoint_id for c in store.checkpoints(rid)] if which == 0 else \
+                  [e.event_id for e in store.events(rid)]
+            found += [(i, (rid, n)) for n, i in enumerate(ids)]
+        return [where for _, where in sorted(found)]
+
+    with open_store(source, readonly=True) as src, open_store(store_url) as dst:
+        copied = ids_of(src)
+        for which in (0, 1):
+            assert by_id(dst, copied, which) == by_id(src, copied, which)
+            top_own = max(i for ids in own.values() for i in ids[which])
+            first = min((c.checkpoint_id for rid in copied for c in dst.checkpoints(rid)) if which == 0 else
+                        (e.event_id for rid in copied for e in dst.events(rid)))
+            assert first > top_own
+        assert {rid: ([c.checkpoint_id for c in dst.checkpoints(rid)], [e.event_id for e in dst.events(rid)])
+                for rid in own} == own  # the destination's own runs are untouched
+
+
+def test_a_batch_whose_ids_the_destination_holds_is_numbered_above_them_in_order(rich, store_url: str,
+                                                                                tmp_path: Path) -> None:
+    """import_runs told to keep ids (as when another writer took some after the copy made room):
+    the batch's ids go above every id there, in their order, the references with them."""
+    source, runs = rich
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    list(busy_destination(store_url, str(tree)))
+    pair = [runs["completed"], runs["fork_inheriting"]]  # a fork and its parent, in one batch
+    with open_store(source, readonly=True) as src, open_store(store_url) as dst:
+        top = max(c.checkpoint_id for rid in ids_of(dst) for c in dst.checkpoints(rid))
+        with dst.transaction():
+            dst.import_runs(src.export_runs(pair))
+        before = [(c.checkpoint_id, rid, n) for rid in pair for n, c in enumerate(src.checkpoints(rid))]
+        after = [(c.checkpoint_id, rid, n) for rid in pair for n, c in enumerate(dst.checkpoints(rid))]
+        assert min(after)[0] == top + 1
+        assert [where for *_, where in sorted((i, (rid, n)) for i, rid, n in after)] == \
+            [where for *_, where in sorted((i, (rid, n)) for i, rid, n in before)]
+        inherited = next(c for c in dst.checkpoints(runs["fork_inheriting"]) if c.decision == "approved")
+        origin = inherited.state["inherited_from"]["checkpoint_id"]
+        assert any(c.checkpoint_id == origin and c.step == "draft" for c in dst.checkpoints(runs["completed"]))
 
 
 def test_copied_runs_go_on_in_the_destination(rich, store_url: str) -> None:
