@@ -370,7 +370,8 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
     out.print(literal(f"run {run.run_id}  {run.workflow}  {RUN_SYMBOLS[run.status]} {run.status}", "bold"))
     out.print(literal(f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC, updated {run.updated_at:%Y-%m-%d %H:%M:%S} UTC"))
     if run.parent_run_id:
-        out.print(literal(f"forked from {run.parent_run_id} at step '{run.forked_from_step}'"))
+        at = "" if run.forked_from_iteration is None else f", iteration {run.forked_from_iteration}"
+        out.print(literal(f"forked from {run.parent_run_id} at step '{run.forked_from_step}'{at}"))
     if run.forks:
         out.print(literal(f"forks: {', '.join(run.forks)}"))
     if run.lease is not None:

@@ -535,6 +535,12 @@ class RunStore(ABC):
         """The newest pausing checkpoint, decided or not, or None."""
 
     @abstractmethod
+    def fork_checkpoint(self, run_id: str) -> Checkpoint | None:
+        """The checkpoint a fork was made with (kind ``fork``: its ``state`` names the parent, the
+        step and, for a fork from an iteration of a pattern, the iteration under ``"fork"``), or
+        None for a run that is no fork."""
+
+    @abstractmethod
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """All of the run's checkpoints, oldest first."""
 

@@ -392,6 +392,10 @@ class SqlStore(RunStore):
         return self._checkpoint(f"run_id = ? AND {PAUSED}", (run_id,))
 
     @translated
+    def fork_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return self._checkpoint("run_id = ? AND kind = 'fork'", (run_id,))
+
+    @translated
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
         return [checkpoint_from_row(r) for r in self._rows(
             "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id", (run_id,))]
