@@ -119,7 +119,8 @@ def copy_runs(source: RunStore, destination: RunStore | None, *, create: Callabl
         for table in NUMBERED:
             numbered = source.copied_ids(table, [rid for rid in ids if rid not in held])
             top[table] = max(top[table], max(numbered, default=0))
-            clash[table] = clash[table] or (destination is not None and bool(destination.held_ids(table, numbered)))
+            if numbered and destination is not None and not clash[table]:
+                clash[table] = bool(destination.held_ids(table, numbered))
     if skipped and not skip_existing:
         raise CopyRefused(f"{destination.where} already holds {skipped:,} of the {total:,} runs to copy "
                           f"({_named(there)}); nothing was copied. Copy into a new store or schema, or pass "
