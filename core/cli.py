@@ -690,7 +690,8 @@ def copy(ctx: click.Context, source_url: str, destination_url: str, skip_existin
 
         try:
             report = copy_runs(source, destination, skip_existing=skip_existing, batch=batch,
-                               create=lambda: opened("destination", destination_url, create=True, durability=durability),
+                               create=lambda: opened("destination", destination_url, create=True,
+                                                     durability=durability),
                                started=lambda total: bar.update(task, total=total), progress=advance)
         except KeyboardInterrupt:
             raise click.ClickException(f"interrupted: {copied:,} runs were copied to {shown(destination_url)}, each "

@@ -11,9 +11,9 @@ the line the CLI prints after ``Error:`` (:func:`relaypoint.display.error_line`)
 steps in the server's process.
 
 Arguments that do not fit a tool's input schema are refused in one line naming each argument and
-what it expects (pydantic's errors, reworded), and so are arguments a tool does not take. Standard output carries only the protocol: the app
-module is imported with ``sys.stdout`` sent to stderr, and while serving the SDK points fd 1 at
-stderr. A line that is not a JSON-RPC message is answered with a JSON-RPC error (``-32700`` parse
+what it expects (pydantic's errors, reworded), and so are arguments a tool does not take. Standard
+output carries only the protocol: the app module is imported with ``sys.stdout`` sent to stderr,
+and while serving the SDK points fd 1 at stderr. A line that is not a JSON-RPC message is answered with a JSON-RPC error (``-32700`` parse
 error, or ``-32600`` invalid request, ``id`` null) and told on stderr in one line; the SDK itself
 drops such lines silently.
 """

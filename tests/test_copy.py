@@ -195,7 +195,7 @@ def test_a_run_whose_process_was_killed_is_copied_at_once_as_list_calls_it_inter
     try:
         rid = wait_for_running(db, "wait")
         line = one_line_error(relaypoint(tmp_path, "copy", "--from", db, "--to", f"{tmp_path}/early.db", db=None))
-        assert f"1 run is executing in " in line and f"({rid})" in line  # its process lives
+        assert "1 run is executing in " in line and f"({rid})" in line  # its process lives
     finally:
         kill(proc)
         proc.wait()

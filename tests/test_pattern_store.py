@@ -196,7 +196,8 @@ def test_a_fork_says_the_iteration_it_was_forked_from(db, tmp_path):
     for rid, line, iteration in (("f1", "forked from r1 at step 'argue', iteration 2\n", 2),
                                  ("f2", "forked from r1 at step 'argue'\n", None)):
         assert line in relaypoint(tmp_path, "show", rid, db=db).stdout
-        assert json.loads(relaypoint(tmp_path, "show", rid, "--json", db=db).stdout)["forked_from_iteration"] == iteration
+        shown = json.loads(relaypoint(tmp_path, "show", rid, "--json", db=db).stdout)
+        assert shown["forked_from_iteration"] == iteration
 
 
 @pytest.mark.parametrize(("args", "refusal"), [

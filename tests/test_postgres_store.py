@@ -349,7 +349,8 @@ def test_a_schema_named_by_an_sql_keyword_is_refused_in_one_line_and_nothing_is_
     assert server("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)) == []
 
 
-@pytest.mark.parametrize("schema, kind", [("user", "reserved"), ("int", "unreserved (cannot be function or type name)")])
+@pytest.mark.parametrize("schema, kind", [("user", "reserved"),
+                                          ("int", "unreserved (cannot be function or type name)")])
 def test_a_schema_named_by_an_sql_keyword_is_refused_when_the_url_is_read_by_every_command(tmp_path, schema, kind):
     """The URL alone refuses the name, before any connection (port 1 has no server): ``list`` said to
     make the store with ``migrate``, and ``migrate`` then refused the name."""

@@ -41,12 +41,12 @@ from . import changes
 from . import format as fmt
 from .actions import GENERAL_BINDINGS, QUEUE_BINDINGS, REVIEW_BINDINGS, RUN_ACTIONS, help_markdown
 from .data import REFRESH_SECONDS, ReviewItem, ReviewRead, ReviewWant, Upstream, Version, read_review, read_upstream
+from .detail import HEADER_CHARS
 from .footer import ConsoleFooter
 from .messages import ActionDone, ActionFailed, RefreshFailed, ReviewLoaded, UpstreamLoaded
 from .modals import ApproveScreen, HelpScreen, RejectScreen, RespondScreen
-from .palette import ConsoleCommands
-from .detail import HEADER_CHARS
 from .output import show_command
+from .palette import ConsoleCommands
 from .readable import Block, Readable, ReadableOutput, plain_text
 
 if TYPE_CHECKING:

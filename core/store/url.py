@@ -143,7 +143,8 @@ def _postgres(given: str) -> StoreURL:
                               "letters, digits and _ (not starting with a digit), at most 63 characters")
     if schema in _KEYWORDS:
         raise InvalidStoreURL(f"store URL {text!r} names schema {schema!r}, an SQL keyword PostgreSQL takes as a name "
-                              f"only quoted ({_KEYWORDS[schema]}); name another schema with ?schema=NAME (e.g. relaypoint)")
+                              f"only quoted ({_KEYWORDS[schema]}); name another schema with ?schema=NAME "
+                              "(e.g. relaypoint)")
     # as written, less the query: urlunsplit would turn a host-less postgresql:///db (PGHOST, the
     # local socket) into postgresql:/db, which libpq cannot read
     return StoreURL("postgres", "", conninfo=given.partition("?")[0], schema=schema)
