@@ -41,7 +41,7 @@ from .defaults import DURABILITIES, DURABILITY, HOOK_ATTEMPTS, HOOK_SECONDS, LEA
 from .runtime import Runtime
 from .workflow import find_workflow
 from .models import Run, RunSummary
-from .store import open_store
+from .store import RunStore, StoreMissing, open_store
 from .store.url import shown
 from .patterns_view import paused_execution
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
@@ -389,7 +389,8 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
     out.print(literal(f"run {run.run_id}  {run.workflow}  {RUN_SYMBOLS[run.status]} {run.status}", "bold"))
     out.print(literal(f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC, updated {run.updated_at:%Y-%m-%d %H:%M:%S} UTC"))
     if run.parent_run_id:
-        out.print(literal(f"forked from {run.parent_run_id} at step '{run.forked_from_step}'"))
+        at = "" if run.forked_from_iteration is None else f", iteration {run.forked_from_iteration}"
+        out.print(literal(f"forked from {run.parent_run_id} at step '{run.forked_from_step}'{at}"))
     if run.forks:
         out.print(literal(f"forks: {', '.join(run.forks)}"))
     if run.lease is not None:
@@ -680,7 +681,8 @@ def migrate(ctx: click.Context, writers: tuple[str, ...], readers: tuple[str, ..
 @cli.command("copy")
 @click.option("--from", "source_url", required=True, metavar="URL", help="The store to copy from (only read).")
 @click.option("--to", "destination_url", required=True, metavar="URL",
-              help="The store to copy into (created when missing); it must hold none of the runs.")
+              help="The store to copy into (made when missing, once there is a run to copy); it must hold none of "
+                   "the runs.")
 @click.option("--skip-existing", is_flag=True, help="Copy only the runs the destination does not hold yet.")
 @click.option("--batch", default=BATCH_RUNS, show_default=True, type=click.IntRange(1),
               help="Runs per transaction of the destination.")
@@ -688,19 +690,27 @@ def migrate(ctx: click.Context, writers: tuple[str, ...], readers: tuple[str, ..
 def copy(ctx: click.Context, source_url: str, destination_url: str, skip_existing: bool, batch: int) -> None:
     """Copy every run (steps, outputs, checkpoints, decisions, events) from one store to another.
 
-    SQLite to PostgreSQL moves a local store to a team's server, and back. Refused, nothing written,
-    when the destination holds any of the runs or a run is executing; an interrupted copy leaves
+    SQLite to PostgreSQL moves a local store to a team's server, and back. Refused, nothing written (nor a
+    destination made), when the destination holds any of the runs or a run is executing; an interrupted copy leaves
     whole runs only (finish it with --skip-existing). The counts are checked before each batch commits.
     """
-    stores = []
-    for role, url, options in (("source", source_url, {"readonly": True}),
-                               ("destination", destination_url, {"create": True, "durability": ctx.obj["durability"]})):
+    durability = ctx.obj["durability"]
+
+    def opened(role: str, url: str, **options: Any) -> RunStore:
         try:
-            stores.append(open_store(url, **options))
+            store = open_store(url, **options)
         except RelaypointError as e:
-            raise click.ClickException(f"{role} {shown(url)}: {e}") from None
-        ctx.call_on_close(stores[-1].close)
-    source, destination = stores
+            raise click.ClickException(f"{role} {shown(url)}: {e}") from e
+        ctx.call_on_close(store.close)
+        return store
+
+    source = opened("source", source_url, readonly=True)
+    try:
+        destination: RunStore | None = opened("destination", destination_url, durability=durability)
+    except click.ClickException as e:
+        if not isinstance(e.__cause__, StoreMissing):
+            raise
+        destination = None  # made by copy_runs once there is a run to write: a refused copy makes nothing
     # The bar holds only relaypoint's own text: drawn on the terminal's stderr itself, not through
     # the cleaning wrapper (which would show its control sequences as escapes).
     err = Console(file=getattr(sys.stderr, "replaced", sys.stderr))
@@ -716,11 +726,16 @@ def copy(ctx: click.Context, source_url: str, destination_url: str, skip_existin
 
         try:
             report = copy_runs(source, destination, skip_existing=skip_existing, batch=batch,
+                               create=lambda: opened("destination", destination_url, create=True,
+                                                     durability=durability),
                                started=lambda total: bar.update(task, total=total), progress=advance)
         except KeyboardInterrupt:
             raise click.ClickException(f"interrupted: {copied:,} runs were copied to {shown(destination_url)}, each "
                                        "whole; copy the rest with --skip-existing") from None
-    _say(report.summary(shown(source_url), shown(destination_url)))
+    if destination is None and report.runs == 0:
+        _say(f"nothing to copy: {shown(source_url)} holds no runs, so no store was made at {shown(destination_url)}")
+    else:
+        _say(report.summary(shown(source_url), shown(destination_url)))
 
 
 class _CleanStderr(io.TextIOWrapper):

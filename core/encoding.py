@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -110,9 +111,11 @@ def loads(text: str | None) -> Any:
 
 
 def parse_json_arg(text: str, what: str) -> Any:
-    """Parse JSON given by a person (``--input``, ``--value``, a console field).
+    """Parse JSON given by a person (``--input``, ``--value``, a console field, an MCP argument).
 
-    Raises ``InvalidValue`` with one line saying where the JSON broke and how to fix it.
+    Raises ``InvalidValue`` with one line saying where the JSON broke and how to fix it, or which
+    value is nested deeper than :data:`MAX_DEPTH` (its path, as :func:`dumps` names it, however
+    deep the text goes: Python's parser would give up at its recursion limit).
     """
     try:
         value = json.loads(text)
@@ -121,7 +124,48 @@ def parse_json_arg(text: str, what: str) -> Any:
             f"{what} is not valid JSON ({e.msg}: line {e.lineno}, column {e.colno}); "
             f"""quote strings, e.g. '"yes"' or '{{"key": 1}}'"""
         ) from None
-    except (ValueError, RecursionError) as e:  # over-long integers, absurd nesting
+    except RecursionError:  # nested far past MAX_DEPTH
+        raise InvalidValue(f"{_too_deep(text, what) or what}: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as e:  # over-long integers
         raise InvalidValue(f"{what} cannot be read: {type(e).__name__}: {e}") from None
     dumps(value, what)  # rejects NaN and friends the same way a step output would be
     return value
+
+
+# A token of JSON text: a string (its end may be missing), a bracket, a comma or a colon, or a run of
+# anything else (a number, true, false, null).
+_TOKEN = re.compile(r'"(?:[^"\\]+|\\.)*"?|[\[\]{},:]|[^\s\[\]{},:"]+')
+
+
+def _too_deep(text: str, what: str) -> str | None:
+    """The path of the first value of the JSON ``text`` (named ``what``) nested deeper than
+    :data:`MAX_DEPTH`, as :func:`dumps` names it (``what[0].key``), read as far as the text goes
+    (it may stop short); None when there is none. Costs one pass over the text, without building
+    any value."""
+    frames: list[list[Any]] = []  # each open container: [its path, is an object, next index or key, key due]
+    for m in _TOKEN.finditer(text):
+        token = m.group()
+        frame = frames[-1] if frames else None
+        if token in ("]", "}"):
+            if frames:
+                frames.pop()
+        elif token == ",":
+            if frame is not None and frame[1]:
+                frame[3] = True
+            elif frame is not None:
+                frame[2] += 1
+        elif token == ":":
+            continue
+        elif frame is not None and frame[1] and frame[3]:  # an object's key
+            try:
+                frame[2] = readable(json.loads(token))
+            except ValueError:
+                return None
+            frame[3] = False
+        else:  # a value begins
+            path = what if frame is None else f"{frame[0]}.{frame[2]}" if frame[1] else f"{frame[0]}[{frame[2]}]"
+            if len(frames) > MAX_DEPTH:
+                return path
+            if token in ("[", "{"):
+                frames.append([path, token == "{", 0, True])
+    return None

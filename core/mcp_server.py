@@ -11,9 +11,9 @@ the line the CLI prints after ``Error:`` (:func:`relaypoint.display.error_line`)
 records a new run queued for a worker; nothing executes steps in the server's process.
 
 Arguments that do not fit a tool's input schema are refused in one line naming each argument and
-what it expects (pydantic's errors, reworded). Standard output carries only the protocol: the app
-module is imported with ``sys.stdout`` sent to stderr, and while serving the SDK points fd 1 at
-stderr. A line that is not a JSON-RPC message is answered with a JSON-RPC error (``-32700`` parse
+what it expects (pydantic's errors, reworded), and so are arguments a tool does not take. Standard
+output carries only the protocol: the app module is imported with ``sys.stdout`` sent to stderr,
+and while serving the SDK points fd 1 at stderr. A line that is not a JSON-RPC message is answered with a JSON-RPC error (``-32700`` parse
 error, or ``-32600`` invalid request, ``id`` null) and told on stderr in one line; the SDK itself
 drops such lines silently.
 """
@@ -89,7 +89,13 @@ class Server(MCPServer):
     JSON-RPC error reply instead of silence."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
-        """See :meth:`MCPServer.call_tool`; raises ``ToolError`` with one line for bad arguments."""
+        """See :meth:`MCPServer.call_tool`; raises ``ToolError`` with one line for bad arguments,
+        those the tool does not take included (the SDK would drop them silently)."""
+        tool = next((t for t in await self.list_tools() if t.name == name), None)
+        if tool is not None:
+            taken = list(tool.input_schema.get("properties", {}))
+            if unknown := [a for a in arguments or {} if a not in taken]:
+                raise ToolError(f"Error executing tool {name}: {unknown_arguments(name, unknown, taken)}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as e:
@@ -134,6 +140,14 @@ def unreadable_reply(error: Exception) -> JSONRPCError:
     else:
         code, message = PARSE_ERROR, f"Parse error: a line could not be read ({type(error).__name__})"
     return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message))
+
+
+def unknown_arguments(tool: str, unknown: list[str], taken: list[str]) -> str:
+    """The arguments ``unknown`` a tool does not take, and those it does (``taken``), in a phrase:
+    ``coment is not an argument of approve; it takes run_id, output, comment, by, checkpoint_id``."""
+    names = ", ".join(SHOWN.repr(a)[1:-1] for a in unknown)  # escapes visible, no quotes
+    are = "is not an argument" if len(unknown) == 1 else "are not arguments"
+    return f"{names} {are} of {tool}; it takes {', '.join(taken) or 'none'}"
 
 
 def argument_errors(error: ValidationError) -> str:

@@ -168,25 +168,29 @@ class Event(_Model):
 
 
 class Run(RunSummary):
-    """A run with its input, step chain (``tasks``), the checkpoint it waits on, its forks, and
-    whether the run it was forked from has since been deleted (``parent_deleted``)."""
+    """A run with its input, step chain (``tasks``), the checkpoint it waits on, its forks, for a
+    fork from an iteration of a pattern that iteration (``forked_from_iteration``, of the pattern
+    ``forked_from_step``; None otherwise), and whether the run it was forked from has since been
+    deleted (``parent_deleted``)."""
 
     input: dict[str, Any]
     tasks: list[StepRecord]
     pending: Checkpoint | None = None
     forks: list[str] = []
+    forked_from_iteration: int | None = None
     definition: Any = None
     parent_deleted: bool = False
 
     def shown(self) -> dict[str, Any]:
         """The run as JSON values, as ``relaypoint show --json`` prints it and the MCP server's
-        ``show_run`` returns it: the summary's fields with ``input`` and ``forks``, then ``tasks``
+        ``show_run`` returns it: the summary's fields with ``input``, ``forks`` and
+        ``forked_from_iteration``, then ``tasks``
         (each execution's name, iteration, agent, parent, status, attempts, output, error, traceback,
         started_at and finished_at, in tree order: a pattern's executions follow its row) and
         ``pending`` (the checkpoint it waits on, or None). Times are ISO 8601 UTC strings."""
         data = self.model_dump(mode="json", include={
-            "run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
-            "updated_at", "current_step", "steps_done", "steps_total", "error", "forks", "lease"})
+            "run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "forked_from_iteration",
+            "created_at", "updated_at", "current_step", "steps_done", "steps_total", "error", "forks", "lease"})
         data["tasks"] = [t.model_dump(mode="json", include={
             "name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback", "started_at",
             "finished_at"}) for t in self.tasks]

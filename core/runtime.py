@@ -101,7 +101,8 @@ class Runtime:
     def get(self, run_id: str, *, with_outputs: bool = True) -> Run:
         """The run (full id or unique prefix) with its input, step chain (with outputs unless
         ``with_outputs=False``: the console reads one at a time with :meth:`step_output`), pending
-        checkpoint, forks, and whether its parent was deleted. Raises ``UnknownRun``."""
+        checkpoint, forks, the iteration it was forked from, and whether its parent was deleted.
+        Raises ``UnknownRun``."""
         self.sweep()
         rid = self.store.resolve(run_id)
         head = self.store.run(rid)
@@ -113,8 +114,17 @@ class Runtime:
         return Run(
             **{k: getattr(head, k) for k in RunSummary.model_fields}, input=head.input or {}, tasks=tasks,
             pending=self.store.pending_checkpoint(rid), forks=self.store.forks(rid), definition=head.definition,
+            forked_from_iteration=self._forked_from_iteration(rid) if parent is not None else None,
             parent_deleted=parent is not None and not self.store.exists(parent),
         )
+
+    def _forked_from_iteration(self, run_id: str) -> int | None:
+        """The iteration of a pattern the fork ``run_id`` was made from, as its fork checkpoint names
+        it (see :mod:`relaypoint.forks`); None for a fork from a whole step."""
+        cp = self.store.fork_checkpoint(run_id)
+        origin = cp.state.get("fork") if cp is not None and isinstance(cp.state, dict) else None
+        iteration = origin.get("iteration") if isinstance(origin, dict) else None
+        return iteration if isinstance(iteration, int) and not isinstance(iteration, bool) else None
 
     def counts(self) -> dict[str, int]:
         """Number of runs per status (the console's status line), in time independent of the

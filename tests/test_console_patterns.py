@@ -499,6 +499,59 @@ async def test_reject_a_persons_approval_turn_ends_the_run(store):
         ops = detail(pilot).run.tasks[-1]
         assert (ops.agent, ops.status) == ("ops", StepStatus.CANCELLED)
 
+# ---- a person's turn with a long prompt ----------------------------------------------------------------
+
+LONG_PROMPT = "".join(f"line {n}: " + "p" * 80 + "\n" for n in range(11_500)) + "THE-END-OF-THE-PROMPT"  # 1 MB
+
+
+def bounded_reason(screen: Any, db: str, run_id: str) -> str:
+    """The prompt a form (or the review screen's body) shows: a page of it, with its size and the
+    command that prints it whole; the widget holds that page, not the megabyte."""
+    from relaypoint.display import PREVIEW_CHARS
+
+    [reason] = [str(w.content) for w in screen.query(".reason").results(Static)] or [""]
+    assert len(reason) < 2 * PREVIEW_CHARS and "THE-END-OF-THE-PROMPT" not in reason
+    assert reason.startswith("line 0: ppp") and f"show {run_id[:8]} --json prints it whole" in reason
+    assert "MiB in all" in reason and db in reason
+    return reason
+
+
+async def test_a_persons_turn_with_a_megabyte_prompt_shows_a_page_of_it_in_every_form_and_the_review(db):
+    asked, gated = Workflow("asked"), Workflow("gated")
+    asked.debate("argue", agents={"pro": lambda ctx: "pro", "con": human(LONG_PROMPT)}, rounds=1,
+                 judge=lambda ctx: "judged")
+    gated.debate("argue", agents={"pro": lambda ctx: "pro", "con": human(LONG_PROMPT, kind="approval")}, rounds=1,
+                 judge=lambda ctx: "judged")
+    with Runtime(db, [asked, gated]) as rt:
+        ask, gate = rt.start("asked"), rt.start("gated")
+    app = RelaypointConsole(db)
+    async with app.run_test(size=SIZE) as pilot:
+        for run_id, key, form in ((ask, "i", RespondScreen), (gate, "a", ApproveScreen), (gate, "x", RejectScreen)):
+            await select_run(pilot, run_id)
+            await pilot.press(key)
+            await until(pilot, lambda: isinstance(app.screen, form))
+            await settle(pilot)
+            bounded_reason(app.screen, db, run_id)
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, form))
+    app = RelaypointConsole(db, review=True)
+    async with app.run_test(size=SIZE) as pilot:
+        from relaypoint.display import PREVIEW_CHARS
+        from relaypoint.tui.detail import HEADER_CHARS
+        from relaypoint.tui.readable import READ_PAGES
+        from relaypoint.tui.review import ReviewScreen, header
+
+        await until(pilot, lambda: any(isinstance(s, ReviewScreen) and s.loaded for s in app.screen_stack))
+        await settle(pilot)
+        screen = app.screen
+        assert screen.item.run.run_id == ask
+        body = "".join(str(w.content) for w in screen.query_one("#review-output").query(Static))
+        assert len(body) < (READ_PAGES + 1) * PREVIEW_CHARS and "THE-END-OF-THE-PROMPT" not in body  # as an output
+        assert f"show {ask[:8]} --json prints it whole" in body
+        head = header(screen.item, app.clock())
+        assert sum(len(str(cell)) for column in head.columns for cell in column.cells) < 2 * HEADER_CHARS
+
+
 # ---- hostile text --------------------------------------------------------------------------------------
 
 HOSTILE = "[bold red]X[/] [link=http://e]y[/link] \x1b[31mred \x1b]52;c;SGVsbG8=\x07 \x9b2J"

@@ -31,6 +31,9 @@ from relaypoint.store.base import COPIED_TABLES
 
 from conftest import postgres_server
 from helpers import one_line_error, relaypoint
+from procs import kill
+from relaypoint.store.url import parse
+from test_drift_and_delete import start_slow, wait_for_running
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +158,55 @@ def test_copy_refuses_a_run_executing_in_the_source(tmp_path: Path, store_url: s
         assert dst.export_runs(["live0001"]) == src.export_runs(["live0001"])
 
 
+def made(url: str) -> bool:
+    """Whether anything is at ``url``: the SQLite file, or the PostgreSQL schema."""
+    where = parse(url)
+    if where.backend == "sqlite":
+        return Path(where.path).exists()
+    import psycopg
+
+    with psycopg.connect(where.conninfo) as conn:
+        return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (where.schema,)).fetchone() is not None
+
+
+def test_a_copy_that_copies_nothing_makes_no_destination(tmp_path: Path, store_url: str) -> None:
+    source = f"sqlite:///{tmp_path}/live.db"
+    now = utcnow()
+    with open_store(source, create=True) as store, store.transaction():
+        store.insert_run(NewRun(
+            run_id="live0001", workflow="w", status=RunStatus.RUNNING, input="{}", definition="{}",
+            fingerprint="f", created_at=now, steps_total=1,
+            lease=Lease(token="t", pid=1, host="elsewhere", expires_at=now + timedelta(minutes=5), heartbeat_at=now)))
+    line = one_line_error(relaypoint(tmp_path, "copy", "--from", source, "--to", store_url, db=None))
+    assert "1 run is executing in" in line and line.endswith("nothing was copied")
+    assert not made(store_url)
+    empty = f"sqlite:///{tmp_path}/empty.db"
+    open_store(empty, create=True).close()
+    done = relaypoint(tmp_path, "copy", "--from", empty, "--to", store_url, db=None)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"nothing to copy: {empty} holds no runs, so no store was made at {store_url}\n"
+    assert not made(store_url)
+
+
+def test_a_run_whose_process_was_killed_is_copied_at_once_as_list_calls_it_interrupted(db: str, tmp_path: Path) -> None:
+    """One liveness rule: right after a kill -9, with most of its 30 s lease left, the run whose
+    owner pid is dead on this host is what ``list`` calls it, interrupted, not executing."""
+    proc = start_slow(tmp_path, db)
+    try:
+        rid = wait_for_running(db, "wait")
+        line = one_line_error(relaypoint(tmp_path, "copy", "--from", db, "--to", f"{tmp_path}/early.db", db=None))
+        assert "1 run is executing in " in line and f"({rid})" in line  # its process lives
+    finally:
+        kill(proc)
+        proc.wait()
+    destination = f"sqlite:///{tmp_path}/copy.db"
+    done = relaypoint(tmp_path, "copy", "--from", db, "--to", destination, db=None)
+    assert done.returncode == 0 and done.stdout.startswith("copied 1 run ("), done.stderr
+    for url in (db, destination):
+        listed = json.loads(relaypoint(tmp_path, "list", "--json", db=url).stdout)
+        assert [(r["run_id"], r["status"]) for r in listed] == [(rid, "interrupted")], url
+
+
 def test_an_interrupted_copy_leaves_whole_runs_and_is_finished_with_skip_existing(rich, store_url: str) -> None:
     source, _ = rich
 
@@ -164,8 +216,8 @@ def test_an_interrupted_copy_leaves_whole_runs_and_is_finished_with_skip_existin
         def __init__(self, store: RunStore) -> None:
             self.store, self.imported = store, 0
 
-        def import_runs(self, batch: Any) -> None:
-            self.store.import_runs(batch)
+        def import_runs(self, batch: Any, shift: Any = None) -> None:
+            self.store.import_runs(batch, shift)
             self.imported += 1
             if self.imported == 2:
                 raise KeyboardInterrupt
@@ -234,6 +286,64 @@ def test_ids_taken_in_the_destination_are_renumbered_with_every_reference(rich, 
     with Runtime(store_url, workflows) as rt:
         rid = rt.start("repo-audit", {"root": str(tree), "title": "after"})
         assert rt.get(rid).pending.checkpoint_id > max(moved.values())
+
+
+def test_copied_ids_keep_their_order_across_runs_above_the_destination_s_own(rich, store_url: str,
+                                                                             tmp_path: Path) -> None:
+    """Every copied checkpoint and event is renumbered above the destination's own, in the order the
+    source gave them across all the runs (the review queue and deadlines go by checkpoint id), over
+    several batches: not only the runs whose ids clash."""
+    source, _ = rich
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    list(busy_destination(store_url, str(tree)))
+    with open_store(store_url) as dst:
+        own = {rid: ([c.checkpoint_id for c in dst.checkpoints(rid)], [e.event_id for e in dst.events(rid)])
+               for rid in ids_of(dst)}
+    copy(source, store_url, "--batch", "4")
+
+    def by_id(store: RunStore, run_ids: list[str], which: int) -> list[tuple[str, int]]:
+        """Each run's checkpoints (which=0) or events (1), as (run, position in the run), in id order."""
+        found = []
+        for rid in run_ids:
+            ids = [c.checkpoint_id for c in store.checkpoints(rid)] if which == 0 else \
+                  [e.event_id for e in store.events(rid)]
+            found += [(i, (rid, n)) for n, i in enumerate(ids)]
+        return [where for _, where in sorted(found)]
+
+    with open_store(source, readonly=True) as src, open_store(store_url) as dst:
+        copied = ids_of(src)
+        for which in (0, 1):
+            assert by_id(dst, copied, which) == by_id(src, copied, which)
+            top_own = max(i for ids in own.values() for i in ids[which])
+            first = min((c.checkpoint_id for rid in copied for c in dst.checkpoints(rid)) if which == 0 else
+                        (e.event_id for rid in copied for e in dst.events(rid)))
+            assert first > top_own
+        assert {rid: ([c.checkpoint_id for c in dst.checkpoints(rid)], [e.event_id for e in dst.events(rid)])
+                for rid in own} == own  # the destination's own runs are untouched
+
+
+def test_a_batch_whose_ids_the_destination_holds_is_numbered_above_them_in_order(rich, store_url: str,
+                                                                                tmp_path: Path) -> None:
+    """import_runs told to keep ids (as when another writer took some after the copy made room):
+    the batch's ids go above every id there, in their order, the references with them."""
+    source, runs = rich
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    list(busy_destination(store_url, str(tree)))
+    pair = [runs["completed"], runs["fork_inheriting"]]  # a fork and its parent, in one batch
+    with open_store(source, readonly=True) as src, open_store(store_url) as dst:
+        top = max(c.checkpoint_id for rid in ids_of(dst) for c in dst.checkpoints(rid))
+        with dst.transaction():
+            dst.import_runs(src.export_runs(pair))
+        before = [(c.checkpoint_id, rid, n) for rid in pair for n, c in enumerate(src.checkpoints(rid))]
+        after = [(c.checkpoint_id, rid, n) for rid in pair for n, c in enumerate(dst.checkpoints(rid))]
+        assert min(after)[0] == top + 1
+        assert [where for *_, where in sorted((i, (rid, n)) for i, rid, n in after)] == \
+            [where for *_, where in sorted((i, (rid, n)) for i, rid, n in before)]
+        inherited = next(c for c in dst.checkpoints(runs["fork_inheriting"]) if c.decision == "approved")
+        origin = inherited.state["inherited_from"]["checkpoint_id"]
+        assert any(c.checkpoint_id == origin and c.step == "draft" for c in dst.checkpoints(runs["completed"]))
 
 
 def test_copied_runs_go_on_in_the_destination(rich, store_url: str) -> None:

@@ -241,6 +241,16 @@ async def test_arguments_that_do_not_fit_a_tool_are_refused_in_one_line_naming_t
         ("fork", {"run_id": simple, "from_step": "only", "input": "{broken"}, "input must be a JSON object; not '{broken'"),
         ("fork", {"run_id": simple, "from_step": "only", "input": ["a"]}, "input must be a JSON object; not ['a']"),
         ("respond", {"value": 3}, "run_id is required; value must be a valid string; not 3"),
+        # JSON text nested past the limit names the path, however deep (not Python's RecursionError)
+        ("approve", {"run_id": paused, "output": "[" * 100_000}, "output" + "[0]" * 201 + ": nested deeper than 200 "
+                                                                  "levels"),
+        ("respond", {"run_id": paused, "value": '{"a": ' * 5_000}, "value" + ".a" * 201 + ": nested deeper than 200 "
+                                                                    "levels"),
+        # an argument a tool does not take is refused, not ignored
+        ("approve", {"run_id": paused, "coment": "typo"},
+         "coment is not an argument of approve; it takes run_id, output, comment, by, checkpoint_id"),
+        ("list_runs", {"limit": 5, "statuses": ["failed"], "sort": "age"},
+         "statuses, sort are not arguments of list_runs; it takes status, workflow, search, limit"),
     ]
     async with server(app, db) as session:
         for tool, arguments, expected in cases:

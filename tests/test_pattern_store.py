@@ -182,6 +182,24 @@ def test_forking_a_fork_from_an_iteration_it_copied_names_the_run_that_recorded_
         assert rt.store.forks("f1") == []
 
 
+def test_a_fork_says_the_iteration_it_was_forked_from(db, tmp_path):
+    """``show``, ``show --json`` and the console's header name the round a fork starts at, as
+    ``--iteration`` gave it; a fork from a whole step names none."""
+    from relaypoint.tui.detail import run_header
+
+    with Runtime(debate_store(db), id_factory=ids("f1", "f2")) as rt:
+        rt.fork("r1", "argue", iteration=2)
+        rt.fork("r1", "argue")
+        assert (rt.get("f1").forked_from_iteration, rt.get("f2").forked_from_iteration) == (2, None)
+        header = run_header(rt.get("f1"), at(60))
+    assert "forked at step argue, iteration 2" in " ".join(str(cell) for c in header.columns for cell in c.cells)
+    for rid, line, iteration in (("f1", "forked from r1 at step 'argue', iteration 2\n", 2),
+                                 ("f2", "forked from r1 at step 'argue'\n", None)):
+        assert line in relaypoint(tmp_path, "show", rid, db=db).stdout
+        shown = json.loads(relaypoint(tmp_path, "show", rid, "--json", db=db).stdout)
+        assert shown["forked_from_iteration"] == iteration
+
+
 @pytest.mark.parametrize(("args", "refusal"), [
     (("--from", "brief", "--iteration", "1"),
      "step 'brief' of run r1 is not a pattern, so it has no iterations; fork from it without an iteration"),

@@ -22,6 +22,7 @@ from relaypoint.background import spawn_resume
 from relaypoint.store.url import log_stem, parse, shown, store_name
 
 from conftest import POSTGRES_URL, drop_schema, postgres_server
+from helpers import one_line_error, relaypoint
 from test_store_contract import add_run, at, lease, paused_runs
 
 psycopg = pytest.importorskip("psycopg")
@@ -347,6 +348,36 @@ def test_a_schema_named_by_an_sql_keyword_is_refused_in_one_line_and_nothing_is_
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith("Error: store URL ") and len(result.stderr.splitlines()) == 1
     assert server("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)) == []
+
+
+@pytest.mark.parametrize("schema, kind", [("user", "reserved"),
+                                          ("int", "unreserved (cannot be function or type name)")])
+def test_a_schema_named_by_an_sql_keyword_is_refused_when_the_url_is_read_by_every_command(tmp_path, schema, kind):
+    """The URL alone refuses the name, before any connection (port 1 has no server): ``list`` said to
+    make the store with ``migrate``, and ``migrate`` then refused the name."""
+    url = f"postgresql://postgres@127.0.0.1:1/test?schema={schema}"
+    line = (f"store URL {url!r} names schema {schema!r}, an SQL keyword PostgreSQL takes as a name only quoted "
+            f"({kind}); name another schema with ?schema=NAME (e.g. relaypoint)")
+    with pytest.raises(InvalidStoreURL) as e:
+        parse(url)
+    assert str(e.value) == line
+    for args in (["list"], ["migrate"], ["show", "0000"], ["events", "0000"]):
+        assert one_line_error(relaypoint(tmp_path, *args, db=url)) == f"Error: {line}", args
+    source = str(tmp_path / "source.db")
+    assert relaypoint(tmp_path, "migrate", db=source).returncode == 0
+    assert one_line_error(relaypoint(tmp_path, "copy", "--from", source, "--to", url, db=None)) == \
+        f"Error: destination {url}: {line}"
+
+
+def test_every_keyword_the_server_takes_as_a_name_only_quoted_is_refused_as_a_schema_name():
+    keywords = server("SELECT word, catdesc FROM pg_get_keywords() WHERE catcode <> 'U'")
+    assert len(keywords) > 100
+    for word, catdesc in keywords:
+        with pytest.raises(InvalidStoreURL, match=re.escape(f"names schema {word!r}, an SQL keyword PostgreSQL takes "
+                                                            f"as a name only quoted ({catdesc})")):
+            parse(f"postgresql://h/db?schema={word}")
+    for word in server("SELECT word FROM pg_get_keywords() WHERE catcode = 'U' AND word ~ '^[a-z_]+$'"):
+        assert parse(f"postgresql://h/db?schema={word[0]}").schema == word[0]  # unreserved: written unquoted
 
 
 @pytest.mark.parametrize("damage", ["DROP TYPE {}.boundary", "DROP FUNCTION {}.commit_boundary",

@@ -363,8 +363,33 @@ CLI_INVALID = [
     pytest.param('{"v": ', None, id="malformed"),
     pytest.param('{"v": 1%s}' % ("0" * 5000), None, id="int-5001-digits"),
     pytest.param('{"ok": 1, "\\udc80": 2}', None, id="lone-surrogate-in-key"),
-    pytest.param('{"v": %s}' % ("[" * 20000 + "]" * 20000), None, id="nested-20000"),
+    pytest.param('{"v": %s}' % ("[" * 20000 + "]" * 20000), "{opt}.v" + "[0]" * 200 + ": nested deeper than 200 levels",
+                 id="nested-20000"),
+    pytest.param('{"v": %s' % ("[" * 100000), "{opt}.v" + "[0]" * 200 + ": nested deeper than 200 levels",
+                 id="nested-100000-unclosed"),
 ]
+
+
+def nested_text(shape: str, levels: int) -> str:
+    """JSON text nesting ``levels`` containers of ``shape`` (their other members around them), closed."""
+    opening, closing = {"list": ('[1, "a]", [', "]]"), "object": ('{"k": 1, "x\\"}": {"w": ', "}}"),
+                        "mixed": ('{"rows": [0, {"r": ', "}]}")}[shape]
+    return opening * levels + "null" + closing * levels
+
+
+@pytest.mark.parametrize("shape", ["list", "object", "mixed"])
+def test_json_text_nested_past_what_python_parses_names_the_path_dumps_would(shape: str) -> None:
+    """Nested 300 deep, the text parses and dumps names the first value too deep; nested 100,000 deep
+    (open or closed), Python's parser gives up (RecursionError), and the path named is the same."""
+    from relaypoint.encoding import parse_json_arg
+
+    with pytest.raises(InvalidValue) as parsed:
+        parse_json_arg(nested_text(shape, 300), "--value")
+    assert str(parsed.value).endswith(": nested deeper than 200 levels")
+    for text in (nested_text(shape, 100_000), nested_text(shape, 100_000)[:-50_000]):
+        with pytest.raises(InvalidValue) as deep:
+            parse_json_arg(text, "--value")
+        assert str(deep.value) == str(parsed.value)
 
 
 @pytest.fixture

@@ -124,7 +124,8 @@ def run_header(run: Run, now: datetime) -> RenderableType:
     if run.parent_run_id:
         grid.add_row("parent", Text.assemble(
             literal(fmt.short_id(run.parent_run_id)), (" (deleted)", "dim") if run.parent_deleted else "",
-            " forked at step ", literal(run.forked_from_step or "?", "bold")))
+            " forked at step ", literal(run.forked_from_step or "?", "bold"),
+            "" if run.forked_from_iteration is None else f", iteration {run.forked_from_iteration}"))
     if run.forks:
         grid.add_row("forks", literal(", ".join(fmt.short_id(f) for f in run.forks)))
     if run.lease is not None:

@@ -29,8 +29,8 @@ from relaypoint.status import StepStatus
 
 from . import format as fmt
 from .actions import CLOSE_HELP
-from .output import EDITABLE_CHARS
-from .readable import Readable, ReadableOutput
+from .output import EDITABLE_CHARS, show_command
+from .readable import Readable, ReadableOutput, plain_text
 
 
 def _paused_at(run: Run) -> Text:
@@ -105,6 +105,15 @@ class _Form(ModalScreen[Any]):
     def body(self) -> ComposeResult:
         """The form's fields."""
         yield from ()
+
+    def reason(self) -> Static:
+        """Why the run waits (a gate's reason, a person's prompt), one page of it at most, with its
+        size and the command that prints it whole: a prompt of megabytes would take the form
+        seconds to lay out."""
+        cp = self.run.pending
+        assert cp is not None
+        return Static(plain_text(cp.reason or "", show_command(self.app.db_url, self.run.run_id), pages=1),
+                      classes="reason")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
@@ -267,7 +276,7 @@ class ApproveScreen(_Form):
         assert cp is not None
         yield Static(Text.assemble(("step ", "dim"), _paused_at(self.run),
                                    ("  checkpoint ", "dim"), str(cp.checkpoint_id)))
-        yield Static(literal(cp.reason, multiline=True), classes="reason")
+        yield self.reason()
         yield Label("Comment (optional)")
         yield Input(placeholder="why you approve", id="comment")
         reading = self.shown is not None
@@ -335,9 +344,7 @@ class RejectScreen(_Form):
         super().__init__("Reject", run)
 
     def body(self) -> ComposeResult:
-        cp = self.run.pending
-        assert cp is not None
-        yield Static(literal(cp.reason, multiline=True), classes="reason")
+        yield self.reason()
         yield Label("Reason (required)")
         yield Input(placeholder="why the run must stop", id="reason")
 
@@ -371,7 +378,7 @@ class RespondScreen(_Form):
         cp = self.run.pending
         assert cp is not None
         yield Static(Text.assemble(("step ", "dim"), _paused_at(self.run), (" asks:", "dim")))
-        yield Static(literal(cp.reason, multiline=True), classes="reason")
+        yield self.reason()
         yield Label('Answer (JSON, e.g. "yes", 3 or {"title": "..."})')
         yield JsonEditor("", id="value-json")
         yield _editor_hint("respond")

@@ -49,11 +49,12 @@ def pager_text(value: Any) -> str:
     return clean(whole_text(value), multiline=True)
 
 
-def show_command(db: str, run_id: str, step: StepRecord) -> str:
+def show_command(db: str, run_id: str, step: StepRecord | None = None) -> str:
     """The command that prints an execution's output raw (as JSON), quoted for a shell and safe to
     show: ``show RUN --output STEP`` for a top-level step (a pattern's result), ``show RUN --json``
-    (every execution, in order) for a pattern's call."""
-    what = f"--output {shlex.quote(step.name)}" if step.parent is None else "--json"
+    (every execution, in order, and the checkpoint it waits on) for a pattern's call, or without
+    ``step`` for the run itself."""
+    what = f"--output {shlex.quote(step.name)}" if step is not None and step.parent is None else "--json"
     return clean(f"relaypoint --db {shlex.quote(db)} show {fmt.short_id(run_id)} {what}")
 
 

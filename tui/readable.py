@@ -166,11 +166,25 @@ def _text_block(title: str | None, text: str, whole: str, pages: int) -> tuple[B
         if _elements(text) <= MARKDOWN_ELEMENTS:
             return Block(title, markdown=clean(text, multiline=True)), False
         shown.append(f"(Markdown of more than {MARKDOWN_ELEMENTS} elements: shown as text)\n", style="dim italic")
+    plain, cut = _plain(text, whole, pages)
+    shown.append_text(plain)
+    return Block(title, shown), cut
+
+
+def _plain(text: str, whole: str, pages: int) -> tuple[Text, bool]:
     head = preview(text, chars=pages * PREVIEW_CHARS, lines=pages * PREVIEW_LINES)
-    shown.append_text(literal(head.head, multiline=True))
+    shown = literal(head.head, multiline=True)
     if head.cut:
         shown.append_text(Text(f"\n… {human_size(head.size)} in all; {whole} prints it whole", style="dim italic"))
-    return Block(title, shown), head.cut
+    return shown, head.cut
+
+
+def plain_text(text: str, whole: str, pages: int = READ_PAGES) -> Text:
+    """Free text a person reads beside a decision (a checkpoint's reason, a person's prompt) shown
+    literally and bounded as an output's text is: its first ``pages`` pages (see
+    :data:`READ_PAGES`) and, when it goes on, its size and ``whole``, the command that prints it
+    whole. Costs about ``pages`` pages of text whatever its length, plus counting its bytes."""
+    return _plain(text, whole, pages)[0]
 
 
 def _size(value: Any) -> int:

@@ -41,11 +41,13 @@ from . import changes
 from . import format as fmt
 from .actions import GENERAL_BINDINGS, QUEUE_BINDINGS, REVIEW_BINDINGS, RUN_ACTIONS, help_markdown
 from .data import REFRESH_SECONDS, ReviewItem, ReviewRead, ReviewWant, Upstream, Version, read_review, read_upstream
+from .detail import HEADER_CHARS
 from .footer import ConsoleFooter
 from .messages import ActionDone, ActionFailed, RefreshFailed, ReviewLoaded, UpstreamLoaded
 from .modals import ApproveScreen, HelpScreen, RejectScreen, RespondScreen
+from .output import show_command
 from .palette import ConsoleCommands
-from .readable import Block, Readable, ReadableOutput
+from .readable import Block, Readable, ReadableOutput, plain_text
 
 if TYPE_CHECKING:
     from .app import RelaypointConsole
@@ -98,7 +100,9 @@ def header(item: ReviewItem, now: Any) -> Table:
                                           literal(fmt.short_id(run.run_id), "bold"), "  ",
                                           literal(run.workflow, "bold"), "  ", fmt.run_status(run.status)))
     grid.add_row("waits", waiting_line(item, now))
-    grid.add_row("reason", literal(cp.reason or "-", multiline=True))
+    reason = cp.reason or "-"
+    grid.add_row("reason", literal(reason[:HEADER_CHARS] + ("…" if len(reason) > HEADER_CHARS else ""),
+                                   multiline=True))
     shown = preview(json.dumps(run.input, ensure_ascii=False), chars=INPUT_CHARS, lines=1)
     grid.add_row("input", literal(shown.head + ("…" if shown.cut else "")))
     return grid
@@ -120,16 +124,16 @@ def body_title(item: ReviewItem, upstream: bool) -> Text:
     return title
 
 
-def unrecorded(item: ReviewItem) -> Text:
+def unrecorded(item: ReviewItem, db: str) -> Text:
     """What the body says when the decision's step has no output: the question asked (input),
-    or what approving does (an orphan, a person's turn)."""
+    or what approving does (an orphan, a person's turn); its first pages, as an output's (``db``:
+    the store, named in the command that prints it whole)."""
     cp = item.run.pending
     assert cp is not None
+    reason = plain_text(cp.reason or "", show_command(db, item.run.run_id))
     if cp.kind == CheckpointKind.INPUT:
-        return Text.assemble(("The step asks:\n", "bold"), literal(cp.reason, multiline=True),
-                             ("\n\ni: answer with a JSON value", "dim"))
-    return Text.assemble(("No output recorded for this step. ", "dim"), literal(cp.reason, multiline=True),
-                         ("\n\na: approve  x: reject", "dim"))
+        return Text.assemble(("The step asks:\n", "bold"), reason, ("\n\ni: answer with a JSON value", "dim"))
+    return Text.assemble(("No output recorded for this step. ", "dim"), reason, ("\n\na: approve  x: reject", "dim"))
 
 
 class ReviewScreen(changes.ChangeWorker, Screen[None]):
@@ -316,7 +320,7 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         if item.output is not None and item.output.readable is not None:
             await output.show(item.output.readable)
         else:
-            await output.show(unrecorded(item))
+            await output.show(unrecorded(item, self.app.db_url))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="upstream")
     def _read_upstream(self, item: ReviewItem, expanded: bool = False) -> None:

@@ -318,34 +318,38 @@ def _detail_renumbered(text: str | None, checkpoints: Mapping[int, int], parent:
     return json.dumps(detail, ensure_ascii=False) if changed else text
 
 
-def renumbered_batch(batch: Sequence[RunRows], taken: Callable[[str, list[int]], set[int]],
-                     allocate: Callable[[str, int, int], list[int]],
+def renumbered_batch(batch: Sequence[RunRows], shift: Mapping[str, int], held: Callable[[str, list[int]], set[int]],
+                     allocate: Callable[[str, int], list[int]],
                      parent_ids: Callable[[list[str]], dict[str, list[int]]]) -> list[RunRows]:
     """A batch of runs to import, renumbered as :meth:`RunStore.import_runs` says, by three
-    queries of the destination: ``taken(table, ids)`` (which of ``ids`` the table holds, table
-    "checkpoints" or "events"), ``allocate(table, count, floor)`` (``count`` new ids in increasing
-    order, above ``floor`` and every id the table holds or gave), ``parent_ids(run_ids)`` (each
-    run's checkpoint ids in order). A parent in the same batch is matched through its own map."""
-    maps: dict[str, dict[str, dict[int, int]]] = {}  # table -> run id -> old -> new
-    for table, key, part in (("checkpoints", "checkpoint_id", "checkpoints"), ("events", "event_id", "events")):
-        ids = {r.run_id: [x[key] for x in getattr(r, part)] for r in batch}
-        held = taken(table, [i for run_ids in ids.values() for i in run_ids])
-        moving = [rid for rid, run_ids in ids.items() if held.intersection(run_ids)]
-        kept = [i for rid, run_ids in ids.items() if rid not in moving for i in run_ids]
-        fresh = iter(allocate(table, sum(len(ids[rid]) for rid in moving), max(kept, default=0)) if moving else [])
-        maps[table] = {rid: {old: next(fresh) for old in ids[rid]} for rid in moving}
-    here = {r.run_id for r in batch}
-    elsewhere = [r.run["parent_run_id"] for r in batch if r.parent_checkpoints and r.run["parent_run_id"] not in here]
+    queries of the destination: ``held(table, ids)`` (which of ``ids`` the table holds, table
+    "checkpoints" or "events"), ``allocate(table, count)`` (``count`` new ids in increasing order,
+    above every id the table holds or gave), ``parent_ids(run_ids)`` (each run's checkpoint ids in
+    order). ``shift``: what each table's ids move up by (a table left out: 0). A parent in the same
+    batch is matched through its own map."""
+    moved: dict[str, dict[int, int]] = {}  # table -> old id -> new id, the whole batch's
+    for table, key in (("checkpoints", "checkpoint_id"), ("events", "event_id")):
+        old = sorted(x[key] for r in batch for x in getattr(r, table))
+        new = [i + shift.get(table, 0) for i in old]
+        if old and held(table, new):  # taken meanwhile by another writer: above every id there, in order
+            new = allocate(table, len(old))
+        moved[table] = dict(zip(old, new))
+
+    def own(r: RunRows, table: str, key: str) -> dict[int, int]:
+        return {x[key]: moved[table][x[key]] for x in getattr(r, table)}
+
+    by_id = {r.run_id: r for r in batch}
+    elsewhere = [r.run["parent_run_id"] for r in batch if r.parent_checkpoints and r.run["parent_run_id"] not in by_id]
     found = parent_ids(elsewhere) if elsewhere else {}
     out = []
     for r in batch:
         parent: dict[int, int] = {}
         pid = r.run["parent_run_id"]
-        if pid in here:
-            parent = maps["checkpoints"].get(pid, {})
+        if pid in by_id:
+            parent = own(by_id[pid], "checkpoints", "checkpoint_id")
         elif r.parent_checkpoints and len(found.get(pid, [])) == len(r.parent_checkpoints):
             parent = dict(zip(r.parent_checkpoints, found[pid]))  # else the parent is not (all) here: kept as is
-        out.append(r.renumbered(maps["checkpoints"].get(r.run_id, {}), maps["events"].get(r.run_id, {}), parent))
+        out.append(r.renumbered(own(r, "checkpoints", "checkpoint_id"), own(r, "events", "event_id"), parent))
     return out
 
 
@@ -533,6 +537,12 @@ class RunStore(ABC):
         """The newest pausing checkpoint, decided or not, or None."""
 
     @abstractmethod
+    def fork_checkpoint(self, run_id: str) -> Checkpoint | None:
+        """The checkpoint a fork was made with (kind ``fork``: its ``state`` names the parent, the
+        step and, for a fork from an iteration of a pattern, the iteration under ``"fork"``), or
+        None for a run that is no fork."""
+
+    @abstractmethod
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """All of the run's checkpoints, oldest first."""
 
@@ -688,12 +698,32 @@ class RunStore(ABC):
         :meth:`transaction`. Raises :class:`StoreDamaged` naming a run whose times cannot be read."""
 
     @abstractmethod
-    def import_runs(self, batch: Sequence[RunRows]) -> None:
+    def copied_ids(self, table: str, run_ids: Sequence[str]) -> list[int]:
+        """The ids of these runs' rows of ``table`` ("checkpoints" or "events"), in no particular
+        order: what a copy of the runs to another store numbers."""
+
+    @abstractmethod
+    def held_ids(self, table: str, ids: Sequence[int]) -> set[int]:
+        """Which of ``ids`` the store's ``table`` ("checkpoints" or "events") holds."""
+
+    @abstractmethod
+    def make_room(self, table: str, top: int, renumber: bool) -> int:
+        """Room for ids of ``table`` ("checkpoints" or "events") up to ``top`` copied in from another
+        store, kept as they are (returns 0) or, with ``renumber``, moved above every id this store
+        holds or has given (returns what is added to each: their order is kept). On PostgreSQL the
+        identity moves past the room, so the ids the store gives later (another writer's, while
+        the copy goes on) are above it; SQLite gives max + 1, and :meth:`import_runs` renumbers a
+        batch holding an id taken meanwhile."""
+
+    @abstractmethod
+    def import_runs(self, batch: Sequence[RunRows], shift: Mapping[str, int] | None = None) -> None:
         """Insert runs exported from another store (inside :meth:`transaction`), values as given, a
-        fork after its parent. A run's checkpoint ids (and, apart, its event ids) are kept when the
-        store holds none of them; otherwise they are renumbered above every id there, in the same
-        order, and every reference follows (see :func:`renumbered_batch`). Raises
-        :class:`StoreError` when the store already holds one of the runs (nothing imported)."""
+        fork after its parent. Every checkpoint id moves up by ``shift["checkpoints"]`` and every
+        event id by ``shift["events"]`` (see :meth:`make_room`; None or a table left out: kept),
+        every reference following (an event's checkpoint, an inherited approval's origin; see
+        :func:`renumbered_batch`); a batch holding an id the store holds by then (another writer's)
+        is numbered above every id there instead, in the same order. Raises :class:`StoreError`
+        when the store already holds one of the runs (nothing imported)."""
 
     @abstractmethod
     def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:

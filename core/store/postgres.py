@@ -59,7 +59,7 @@ import logging
 import re
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -81,9 +81,9 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
                    renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
-from .url import InvalidStoreURL, postgres_where, shown
+from .url import postgres_where
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
-                  UNDECIDED, SqlStore, event_detail, paused_seq_derived, translated)
+                  UNDECIDED, SqlStore, event_detail, id_column, paused_seq_derived, translated)
 
 # psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
 # when the application configured no logging: a second, raw line beside the error raised and said here
@@ -939,15 +939,8 @@ class PostgresStore(SqlStore):
                f"{self._user or 'USER'}`"
 
     def _migrate(self) -> None:
-        """Make or upgrade the store under the schema's lock. Raises ``InvalidStoreURL`` for a schema
-        name the migrations cannot write unquoted (an SQL keyword other than an unreserved one), and
-        ``StoreDenied`` when this user may not (naming who may)."""
-        keyword = self.conn.execute("SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode <> 'U'",
-                                    (self.schema,)).fetchone()
-        if keyword is not None:
-            raise InvalidStoreURL(f"store URL {shown(self._url)!r} names schema {self.schema!r}, an SQL keyword "
-                                  f"PostgreSQL takes as a name only quoted ({keyword['catdesc']}); name another "
-                                  "schema with ?schema=NAME (e.g. relaypoint)")
+        """Make or upgrade the store under the schema's lock (its name is no SQL keyword: the URL
+        refused those). Raises ``StoreDenied`` when this user may not (naming who may)."""
         version, owner = 0, None
         try:
             with self.conn.transaction():
@@ -1404,18 +1397,32 @@ class PostgresStore(SqlStore):
     # ---- copying between stores
 
     @translated
-    def import_runs(self, batch: Sequence[RunRows]) -> None:
+    def make_room(self, table: str, top: int, renumber: bool) -> int:
+        column = id_column(table)
+        sequence = f"pg_get_serial_sequence('{table}', '{column}')::regclass"
+        shift = self._row(f"SELECT greatest((SELECT coalesce(max({column}), 0) FROM {table}), "
+                          f"coalesce(pg_sequence_last_value({sequence}), 0)) AS id")["id"] if renumber else 0
+        self._move_identity(table, shift + top)
+        return shift
+
+    def _move_identity(self, table: str, top: int) -> None:
+        """Move ``table``'s identity past ``top``: the ids it gives later are higher (never lowers it)."""
+        column = id_column(table)
+        sequence = f"pg_get_serial_sequence('{table}', '{column}')::regclass"
+        self._row(f"SELECT setval({sequence}, greatest(%s, coalesce(pg_sequence_last_value({sequence}), 0), 1)) AS id",
+                  (top,))
+
+    @translated
+    def import_runs(self, batch: Sequence[RunRows], shift: Mapping[str, int] | None = None) -> None:
         if not self._in_transaction:
             raise RuntimeError("import_runs: call it inside transaction()")
         if held := self.existing([r.run_id for r in batch]):
             raise StoreError(f"run {held[0]} is already in {self._where}; nothing was imported")
-        batch = renumbered_batch(batch, self._taken, self._allocate, self._checkpoint_ids)
+        batch = renumbered_batch(batch, shift or {}, self.held_ids, self._allocate, self._checkpoint_ids)
         for table, key in (("checkpoints", "checkpoint_id"), ("events", "event_id")):
-            # The identity moves past the ids kept, so the ids it gives later are higher.
+            # Past the ids written, whether make_room reserved them or not.
             if top := max((x[key] for r in batch for x in getattr(r, table)), default=0):
-                sequence = f"pg_get_serial_sequence('{table}', '{key}')::regclass"
-                self._row(f"SELECT setval({sequence}, greatest(%s, coalesce(pg_sequence_last_value({sequence}), 0))) "
-                          "AS id", (top,))
+                self._move_identity(table, top)
         definitions = {r.run["fingerprint"]: r.definition for r in batch
                        if r.run["fingerprint"] is not None and r.definition is not None}
 
@@ -1435,11 +1442,9 @@ class PostgresStore(SqlStore):
                 into(table, ("run_id", *columns),
                      [(r.run_id, *(_copied(c, v[c]) for c in columns)) for r in batch for v in getattr(r, table)])
 
-    def _allocate(self, table: str, count: int, floor: int) -> list[int]:
-        column = "checkpoint_id" if table == "checkpoints" else "event_id"
-        sequence = f"pg_get_serial_sequence('{table}', '{column}')::regclass"
-        self._row(f"SELECT setval({sequence}, greatest(%s, (SELECT coalesce(max({column}), 0) FROM {table}), "
-                  f"coalesce(pg_sequence_last_value({sequence}), 0), 1)) AS id", (floor,))
+    def _allocate(self, table: str, count: int) -> list[int]:
+        self.make_room(table, 0, True)  # the identity past every id there, given or not
+        sequence = f"pg_get_serial_sequence('{table}', '{id_column(table)}')::regclass"
         return sorted(r["id"] for r in self._rows(f"SELECT nextval({sequence}) AS id FROM generate_series(1, %s)",
                                                   (count,)))
 

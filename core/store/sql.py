@@ -422,6 +422,10 @@ class SqlStore(RunStore):
         return self._checkpoint(f"run_id = ? AND {PAUSED}", (run_id,))
 
     @translated
+    def fork_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return self._checkpoint("run_id = ? AND kind = 'fork'", (run_id,))
+
+    @translated
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
         return [checkpoint_from_row(r) for r in self._rows(
             "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id", (run_id,))]
@@ -623,9 +627,15 @@ class SqlStore(RunStore):
         return {table: self._row(f"SELECT count(*) AS n FROM {table} WHERE {among}", (ids,))["n"]
                 for table in COPIED_TABLES}
 
-    def _taken(self, table: str, ids: list[int]) -> set[int]:
-        """Which of ``ids`` the table (checkpoints or events) holds."""
-        column = "checkpoint_id" if table == "checkpoints" else "event_id"
+    @translated
+    def copied_ids(self, table: str, run_ids: Sequence[str]) -> list[int]:
+        column = id_column(table)
+        among, ids = self._among("run_id", run_ids)
+        return [r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {among}", (ids,))]
+
+    @translated
+    def held_ids(self, table: str, ids: Sequence[int]) -> set[int]:
+        column = id_column(table)
         among, values = self._among(column, ids, "bigint")
         return {r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {among}", (values,))}
 
@@ -641,6 +651,15 @@ class SqlStore(RunStore):
         where, params = ("WHERE (created_at, run_id) > (?, ?) ", [*after]) if after else ("", [])
         return [(r["created_at"], r["run_id"]) for r in self._rows(
             f"SELECT created_at, run_id FROM runs {where}ORDER BY created_at, run_id LIMIT ?", [*params, limit])]
+
+
+def id_column(table: str) -> str:
+    """The id column of ``table``, "checkpoints" or "events" (the tables a copy numbers): ``ValueError``
+    for any other name, which is never put in SQL."""
+    columns = {"checkpoints": "checkpoint_id", "events": "event_id"}
+    if table not in columns:
+        raise ValueError(f"no numbered table {table!r}; checkpoints or events")
+    return columns[table]
 
 
 def matchable(key: str) -> bool:

@@ -14,7 +14,7 @@ import json
 import os
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -32,7 +32,7 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
-                  UNDECIDED, SqlStore, event_detail, paused_seq_derived, translated)
+                  UNDECIDED, SqlStore, event_detail, id_column, paused_seq_derived, translated)
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
@@ -735,12 +735,18 @@ class SqliteStore(SqlStore):
     # ---- copying between stores
 
     @translated
-    def import_runs(self, batch: Sequence[RunRows]) -> None:
+    def make_room(self, table: str, top: int, renumber: bool) -> int:
+        # A rowid table gives max + 1 next: nothing to move, and no room can be kept from another writer.
+        column = id_column(table)
+        return self._row(f"SELECT coalesce(max({column}), 0) AS id FROM {table}")["id"] if renumber else 0
+
+    @translated
+    def import_runs(self, batch: Sequence[RunRows], shift: Mapping[str, int] | None = None) -> None:
         if not self._in_transaction:
             raise RuntimeError("import_runs: call it inside transaction()")
         if held := self.existing([r.run_id for r in batch]):
             raise StoreError(f"run {held[0]} is already in {self.path}; nothing was imported")
-        batch = renumbered_batch(batch, self._taken, self._allocate, self._checkpoint_ids)
+        batch = renumbered_batch(batch, shift or {}, self.held_ids, self._allocate, self._checkpoint_ids)
         for r in batch:
             if r.run["fingerprint"] is not None and r.definition is not None:
                 self._keep_definition(r.run["fingerprint"], r.definition)
@@ -757,10 +763,9 @@ class SqliteStore(SqlStore):
                                ("events", EVENT_ROW)):
             into(table, columns, ((r.run_id, v) for r in batch for v in getattr(r, table)))
 
-    def _allocate(self, table: str, count: int, floor: int) -> list[int]:
-        # A rowid table gives max + 1 next: ids above every one there and ``floor`` are free.
-        column = "checkpoint_id" if table == "checkpoints" else "event_id"
-        first = max(floor, self._row(f"SELECT coalesce(max({column}), 0) AS id FROM {table}")["id"]) + 1
+    def _allocate(self, table: str, count: int) -> list[int]:
+        # A rowid table gives max + 1 next: ids above every one there are free.
+        first = self.make_room(table, 0, True) + 1
         return list(range(first, first + count))
 
     # ---- the hot path

@@ -3,7 +3,8 @@
 A plain path, ``sqlite:///relative/path`` or ``sqlite:////absolute/path`` names a SQLite file;
 ``postgresql://user@host:port/dbname`` (or ``postgres://``) names a schema of a PostgreSQL database,
 ``relaypoint`` unless the one query parameter taken, ``schema``, says otherwise
-(``postgresql://app@db/team?schema=relay_dev``). A SQLite URL takes no query string or fragment (a
+(``postgresql://app@db/team?schema=relay_dev``; not an SQL keyword PostgreSQL takes only quoted,
+such as ``user``). A SQLite URL takes no query string or fragment (a
 ``?`` or ``#`` in a file name is written ``%3F``/``%23``).
 """
 
@@ -22,6 +23,26 @@ DEFAULT_SCHEMA = "relaypoint"
 # A schema name relaypoint puts in SQL and in the connection's search_path without quoting.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _ACCEPTED = "write a file path, sqlite:///relative/path or sqlite:////absolute/path"
+# The SQL keywords PostgreSQL takes as a name only quoted (pg_get_keywords() whose catcode is not 'U',
+# PostgreSQL 15 to 18), by the server's own description of each kind: relaypoint writes its schema's
+# name unquoted, so a URL naming one is refused as it is read, before any connection is made.
+_KEYWORDS = {word: kind for kind, words in (
+    ("reserved", """all analyse analyze and any array as asc asymmetric both case cast check collate column constraint
+     create current_catalog current_date current_role current_time current_timestamp current_user default
+     deferrable desc distinct do else end except false fetch for foreign from grant group having in initially
+     intersect into lateral leading limit localtime localtimestamp not null offset on only or order placing
+     primary references returning select session_user some symmetric system_user table then to trailing true
+     union unique user using variadic when where window with"""),
+    ("reserved (can be function or type name)", """authorization binary collation concurrently cross current_schema
+     freeze full ilike inner is isnull join left like natural notnull outer overlaps right similar tablesample
+     verbose"""),
+    ("unreserved (cannot be function or type name)", """between bigint bit boolean char character coalesce dec
+     decimal exists extract float greatest grouping inout int integer interval json json_array json_arrayagg
+     json_exists json_object json_objectagg json_query json_scalar json_serialize json_table json_value least
+     merge_action national nchar none normalize nullif numeric out overlay position precision real row setof
+     smallint substring time timestamp treat trim values varchar xmlattributes xmlconcat xmlelement xmlexists
+     xmlforest xmlnamespaces xmlparse xmlpi xmlroot xmlserialize xmltable"""),
+) for word in words.split()}
 
 
 class InvalidStoreURL(StoreError):
@@ -47,7 +68,8 @@ def parse(url: str) -> StoreURL:
     Raises ``BackendUnavailable`` for unknown schemes, ``InvalidStoreURL`` for an empty or malformed
     URL, a ``sqlite://`` URL with a query string or fragment, a path holding a NUL character, and a
     PostgreSQL URL with a fragment, a query parameter other than ``schema``, or a schema name
-    outside ``[a-z_][a-z0-9_]*``.
+    outside ``[a-z_][a-z0-9_]*`` or that PostgreSQL takes only quoted (an SQL keyword such as
+    ``user``; unreserved ones such as ``copy`` are names like any other).
     """
     text = str(url)
     if not text:
@@ -119,6 +141,10 @@ def _postgres(given: str) -> StoreURL:
     if not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidStoreURL(f"store URL {text!r} names schema {schema!r}; a relaypoint schema name is lower-case "
                               "letters, digits and _ (not starting with a digit), at most 63 characters")
+    if schema in _KEYWORDS:
+        raise InvalidStoreURL(f"store URL {text!r} names schema {schema!r}, an SQL keyword PostgreSQL takes as a name "
+                              f"only quoted ({_KEYWORDS[schema]}); name another schema with ?schema=NAME "
+                              "(e.g. relaypoint)")
     # as written, less the query: urlunsplit would turn a host-less postgresql:///db (PGHOST, the
     # local socket) into postgresql:/db, which libpq cannot read
     return StoreURL("postgres", "", conninfo=given.partition("?")[0], schema=schema)
