@@ -142,7 +142,7 @@ def test_the_queue_and_the_on_pause_notice_say_where_each_pause_is(db: str):
     with Runtime(db, WORKFLOWS) as rt:
         gate, turn, asked = rt.start("gate_after_pattern"), rt.start("turn_approval"), rt.start("ask")
         owed = rt.pending_decisions()
-        claimed = rt.store.claim_announcements(10, rt.clock())  # what a worker's --on-pause announces
+        claimed = rt.store.claim_announcements(10, rt.clock(), rt.clock())  # what a worker's --on-pause announces
     for decisions in (owed, claimed):
         where = {d.run_id: (notice(d)["step"], notice(d)["iteration"], notice(d)["agent"]) for d in decisions}
         assert where == {gate: ("final", None, None), turn: ("argue", 1, "person"), asked: ("question", None, None)}
