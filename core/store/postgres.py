@@ -80,6 +80,7 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunLocked, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
                    renumbered_batch)
+from .connections import ThreadConnections
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
 from .url import InvalidStoreURL, postgres_where, shown
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
@@ -630,6 +631,18 @@ def _one_line(e: BaseException) -> str:
     return " ".join(text.split())
 
 
+def _close(conn: psycopg.Connection) -> None:
+    try:
+        conn.close()
+    except psycopg.Error:
+        pass
+
+
+def _idle(conn: psycopg.Connection) -> bool:
+    """Whether ``conn`` is usable and outside any transaction (another thread may take it over)."""
+    return not (conn.closed or conn.broken) and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 def _lock_key(schema: str) -> int:
     """The second key of the schema's advisory lock: a stable 32-bit hash of its name."""
     return int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=4).digest(), "big", signed=True)
@@ -709,7 +722,6 @@ class PostgresStore(SqlStore):
         self.busy_timeout = busy_timeout
         self.readonly = readonly
         self._readonly_reason = "opened read-only" if readonly else None
-        self._in_transaction = False
         self._lock_keys = (LOCK_CLASS, _lock_key(schema))
         self.rows_read = 0
         """Rows this store object has read and returned (a cost guard for tests)."""
@@ -721,8 +733,7 @@ class PostgresStore(SqlStore):
         self._user = parts.username
         self._dbname = (parts.path or "/").lstrip("/") or None
         self._where = postgres_where(conninfo, schema)
-        self.conn: psycopg.Connection | None = None
-        """This store's connection (while borrowed, for a pooled store; None otherwise)."""
+        self._threads: ThreadConnections[psycopg.Connection] = ThreadConnections(_close, _idle, self._where)
         self._key = (conninfo, schema)
         self._name = f"{APP_ID}-{schema}"
         """Its connections' ``application_name`` (shown in ``pg_stat_activity``; the server keeps 63
@@ -731,6 +742,7 @@ class PostgresStore(SqlStore):
         self._listener: psycopg.Connection | None = None
         self._feed: str | None = None  # how data_version learns of changes: "notifications" or "statistics"
         self._notified = 0
+        self._watch_lock = threading.Lock()  # data_version's: the listener and its counts
         self._pool: ConnectionPool | None = None
         try:
             if pooled:
@@ -766,7 +778,13 @@ class PostgresStore(SqlStore):
                 "keepalives_count": SILENT_PEER_SECONDS // 2, "tcp_user_timeout": silent_ms}
 
     def _connect(self) -> None:
-        self.conn = psycopg.connect(self.conninfo, **self._settings())
+        self._threads.own(psycopg.connect(self.conninfo, **self._settings()))
+
+    @property
+    def conn(self) -> psycopg.Connection | None:
+        """This thread's connection (see :mod:`.connections`; for a pooled store, the one borrowed
+        while an operation lasts), or None."""
+        return self._threads.conn
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection]:
@@ -777,6 +795,8 @@ class PostgresStore(SqlStore):
         if self._pool is not None and self.conn is not None:  # borrowed for the transaction under way
             yield self.conn
             return
+        if self._threads.closed:
+            raise self._threads.closed_error()
         if self._pool is None:
             self._ensure_connected()
             try:
@@ -788,13 +808,13 @@ class PostgresStore(SqlStore):
             conn = self._pool.getconn()
         except PoolTimeout:
             raise self._no_pooled_connection() from None
-        self.conn = conn
+        self._threads.lend(conn)
         try:
             yield conn
         except psycopg.Error as e:
             raise self.translate(e) from None
         finally:
-            self.conn = None
+            self._threads.lend(None)
             self._pool.putconn(conn)  # a broken connection is closed, not kept
 
     def _no_pooled_connection(self) -> StoreError:
@@ -831,11 +851,10 @@ class PostgresStore(SqlStore):
         return StoreUnreachable(f"cannot connect to {server}: {detail}")
 
     def _close_quietly(self) -> None:
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except psycopg.Error:
-                pass
+        """Close this thread's own connection (a broken one, before reconnecting)."""
+        conn = self._threads.drop()
+        if conn is not None:
+            _close(conn)
 
     def _catalog(self) -> dict[str, Any] | None:
         """What opening needs to know of the schema, in one query of the catalog (each query of a new
@@ -997,15 +1016,16 @@ class PostgresStore(SqlStore):
         return self._where
 
     def close(self) -> None:
-        self._close_quietly()
-        self.conn = None
-        if self._listener is not None:
-            try:
-                self._listener.execute(_NOT_LISTENING)  # else dropped by the next console's _listen
-            except psycopg.Error:
-                pass
-            self._listener.close()
-            self._listener = None
+        """Close every thread's connection and the listener's, and leave the pool."""
+        self._threads.close()
+        with self._watch_lock:
+            if self._listener is not None:
+                try:
+                    self._listener.execute(_NOT_LISTENING)  # else dropped by the next console's _listen
+                except psycopg.Error:
+                    pass
+                self._listener.close()
+                self._listener = None
         if self._pool is not None:
             _leave_pool(self._pool)
             self._pool = None
@@ -1049,7 +1069,11 @@ class PostgresStore(SqlStore):
             if self._in_transaction:
                 raise StoreUnreachable(f"the connection to {self._where} was lost in a transaction; it was not "
                                        "recorded")
+            if self._threads.closed:
+                raise self._threads.closed_error()
             self._close_quietly()
+            if self._threads.left_behind() is not None:  # an ended thread's, set up already
+                return
             try:
                 self._connect()
             except psycopg.Error as e:
@@ -1090,7 +1114,12 @@ class PostgresStore(SqlStore):
     def data_version(self) -> tuple[str, int, int]:
         """How the store changes are learnt (``change_feed``), the commits of this process to the store,
         and the notifications received (or, without notifications, the rows the schema's tables had
-        written per the server's statistics). See the module docstring."""
+        written per the server's statistics). See the module docstring. One thread at a time reads
+        the listener."""
+        with self._watch_lock:
+            return self._version()
+
+    def _version(self) -> tuple[str, int, int]:
         if self._feed is None:
             self._listen()
         here = _commits_here(self._key)
@@ -1102,7 +1131,7 @@ class PostgresStore(SqlStore):
                 self._listener.close()
                 self._listener, self._feed = None, None
                 self._notified += 1
-                return self.data_version()
+                return self._version()
         with self._connection() as conn:
             row = conn.execute("SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint AS written "
                                "FROM pg_stat_user_tables WHERE schemaname = %s", (self.schema,)).fetchone()

@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -30,6 +31,7 @@ from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
+from .connections import ThreadConnections
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
                   UNDECIDED, SqlStore, event_detail, translated)
@@ -292,7 +294,12 @@ class SqliteStore(SqlStore):
         self.busy_timeout = busy_timeout
         self.readonly = readonly
         self._readonly_reason = "opened read-only" if readonly else None
-        self._in_transaction = False
+        self._threads: ThreadConnections[sqlite3.Connection] = ThreadConnections(
+            sqlite3.Connection.close, lambda conn: not conn.in_transaction, str(self.path))
+        self._uri_query: str | None = None
+        self._tracer: Callable[[str], None] | None = None
+        self._watch: sqlite3.Connection | None = None  # data_version's connection, opened at its first call
+        self._watch_lock = threading.Lock()
         self.rows_read = 0
         """Rows this store object has read and returned (a cost guard for tests)."""
         if self.path.is_file() and not readonly and not _writable(self.path):
@@ -335,18 +342,59 @@ class SqliteStore(SqlStore):
     # ---- opening
 
     def _close_quietly(self) -> None:
-        if getattr(self, "conn", None) is not None:
-            self.conn.close()
+        self._threads.close()
 
     def _connect(self, uri_query: str | None) -> None:
-        if uri_query:
-            # as_uri() percent-encodes the path: a '?', '#' or '%' in a file name is not read as URI syntax.
-            self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{uri_query}", uri=True,
-                                        isolation_level=None, timeout=self.busy_timeout, check_same_thread=False)
-        else:
-            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout,
-                                        check_same_thread=False)
+        """Open this thread's connection (the one opening checks and migrates the store through),
+        replacing any it had; the other threads' connections open the same way (``uri_query``)."""
+        old = self._threads.drop()
+        if old is not None:
+            old.close()
+        self._uri_query = uri_query
+        self._threads.own(self._open())
         self.db = sqlite_utils.Database(self.conn)
+
+    def _open(self) -> sqlite3.Connection:
+        """A new connection to the file, as :meth:`_connect` was asked for, with the tracer set."""
+        if self._uri_query:
+            # as_uri() percent-encodes the path: a '?', '#' or '%' in a file name is not read as URI syntax.
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{self._uri_query}", uri=True,
+                                   isolation_level=None, timeout=self.busy_timeout, check_same_thread=False)
+        else:
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout,
+                                   check_same_thread=False)
+        conn.set_trace_callback(self._tracer)
+        return conn
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection to the file (see :mod:`.connections`), opened at its first use.
+        Raises ``StoreError`` once the store is closed."""
+        conn = self._threads.conn
+        return conn if conn is not None else self._thread_connection()
+
+    def _thread_connection(self) -> sqlite3.Connection:
+        """A connection for a thread that has none: one an ended thread left, or a new one set as
+        opening set its own (synchronous, foreign keys; journal_mode is the file's)."""
+        if self._threads.closed:
+            raise self._threads.closed_error()
+        conn = self._threads.left_behind()
+        if conn is not None:
+            return conn
+        try:
+            conn = self._open()
+            if not self.readonly:
+                self._configure(conn)
+        except sqlite3.Error as e:
+            raise self.translate(e) from None
+        return self._threads.own(conn)
+
+    def _configure(self, conn: sqlite3.Connection) -> None:
+        """The per-connection settings of a writable store's connection (after its migration)."""
+        # FULL: a committed transaction is on disk when COMMIT returns (survives a power cut);
+        # NORMAL in WAL: atomic always, durable from the next checkpoint (survives a process crash).
+        conn.execute(f"PRAGMA synchronous={'FULL' if self.durability == 'full' else 'NORMAL'}")
+        conn.execute("PRAGMA foreign_keys=ON")
 
     def _create_file(self) -> None:
         """Make a new, owner-only (0600) SQLite file at ``path`` atomically: it is written beside
@@ -420,13 +468,10 @@ class SqliteStore(SqlStore):
                 )
             return
         self.conn.execute("PRAGMA journal_mode=WAL")
-        # FULL: a committed transaction is on disk when COMMIT returns (survives a power cut);
-        # NORMAL in WAL: atomic always, durable from the next checkpoint (survives a process crash).
-        self.conn.execute(f"PRAGMA synchronous={'FULL' if self.durability == 'full' else 'NORMAL'}")
         if version < SCHEMA_VERSION:
             self._migrate()
-        # On only after migrating: a migration rebuilding a parent table must not cascade checks.
-        self.conn.execute("PRAGMA foreign_keys=ON")
+        # After migrating: a migration rebuilding a parent table must not cascade foreign key checks.
+        self._configure(self.conn)
 
     def _migrate(self) -> None:
         with self._write():
@@ -453,13 +498,20 @@ class SqliteStore(SqlStore):
         return str(self.path)
 
     def close(self) -> None:
-        """Close the connection."""
-        self.conn.close()
+        """Close every thread's connection (and data_version's)."""
+        self._threads.close()
+        with self._watch_lock:
+            if self._watch is not None:
+                self._watch.close()
+                self._watch = None
 
     def trace(self, callback: Callable[[str], None] | None) -> None:
-        """Call ``callback`` with the text of every SQL statement this store runs (None: stop).
-        For tests and guards that count statements; see also :attr:`rows_read`."""
-        self.conn.set_trace_callback(callback)
+        """Call ``callback`` with the text of every SQL statement this store runs, on any thread's
+        connection (None: stop). For tests and guards that count statements; see also :attr:`rows_read`."""
+        self._tracer = callback
+        with self._watch_lock:
+            for conn in [*self._threads.every(), *([self._watch] if self._watch is not None else [])]:
+                conn.set_trace_callback(callback)
 
     def translate(self, e: sqlite3.Error) -> StoreError:
         """One line for an error SQLite raised on this store (busy, read-only, full, damaged)."""
@@ -505,10 +557,16 @@ class SqliteStore(SqlStore):
             raise self.translate(e) from None
 
     @translated
-    def data_version(self) -> tuple[int, int]:
-        """SQLite's ``PRAGMA data_version`` (commits by other connections) with this connection's
-        ``total_changes`` (its own)."""
-        return self.conn.execute("PRAGMA data_version").fetchone()[0], self.conn.total_changes
+    def data_version(self) -> tuple[int]:
+        """SQLite's ``PRAGMA data_version`` on a connection of its own, which never writes: it
+        changes with every commit of every other connection, this store's threads' included, and
+        compares whatever thread asks."""
+        with self._watch_lock:
+            if self._watch is None:
+                if self._threads.closed:
+                    raise self._threads.closed_error()
+                self._watch = self._open()
+            return (self._watch.execute("PRAGMA data_version").fetchone()[0],)
 
     # ---- query helpers
 
