@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from relaypoint import Runtime, Workflow
+from relaypoint import Runtime, StoreError, Workflow
 from relaypoint.status import CheckpointKind, Decision, EventKind, RunStatus, StepStatus
 
 import stores
+from relaypoint.store.url import parse
 
 STEP_SECONDS = 0.002
 """How long each step sleeps: long enough for other threads' boundaries to land between a run's."""
@@ -198,3 +199,92 @@ def test_a_web_apps_to_thread_calls_share_one_runtime(store_url, tmp_path):
     with Runtime(store_url, [flow.wf]) as rt:
         made = [run for runs in asyncio.run(app(rt)) for run in runs]
         check_all(rt, flow, made, tmp_path)
+
+
+def test_threads_writing_at_once_each_get_their_turns_throughout(store_url):
+    """No writer thread waits while the others take turn after turn: on SQLite, a writer kept out
+    by SQLite's own lock retries by sleeping (up to 100 ms at a time) and was seen kept out for
+    seconds, finishing last, while threads that came later finished first."""
+    flow = Review(gated=False)
+    with Runtime(store_url, [flow.wf]) as rt:
+        rid = rt.start("review", {"topic": "x"})
+        store, start = rt.store, time.perf_counter()
+
+        def write(i: int) -> float:
+            for _ in range(100):
+                with store.transaction():
+                    store.add_event(rid, rt.clock(), "noted", actor=f"thread-{i}")
+            return time.perf_counter()
+
+        finished = together(THREADS, write)
+        total = max(finished) - start
+        assert min(finished) - start > total / 2, [round(f - start, 3) for f in finished]
+        assert sum(e.kind == "noted" for e in rt.events(rid)) == THREADS * 100
+
+
+# ---- connections: one per thread, all closed by close() --------------------------------------------
+
+
+def open_connections(store_url: str, *, sidecars: bool = False) -> int:
+    """The store's connections open now: on SQLite this process's descriptors of the store's file
+    (one per connection; ``sidecars``: of its -wal and -shm too, which SQLite keeps while any
+    connection to the file is open); on PostgreSQL the server's client connections named for the
+    store's schema (this process's store connections, listeners and heartbeat pool: relaypoint names
+    them all so)."""
+    where = parse(store_url)
+    if where.backend == "postgres":
+        import psycopg
+
+        with psycopg.connect(where.conninfo, autocommit=True) as conn:
+            return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                                "AND backend_type = 'client backend'", (f"relaypoint-{where.schema}",)).fetchone()[0]
+    path = str(Path(where.path).resolve())
+    files = {path + suffix for suffix in ("", "-wal", "-shm")} if sidecars else {path}
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") in files
+        except OSError:  # the descriptor listing the directory itself, closed meanwhile
+            pass
+    return count
+
+
+def settled(store_url: str, count: int) -> int:
+    """:func:`open_connections`, once it is ``count`` or after 10 s (a PostgreSQL backend leaves
+    pg_stat_activity a moment after its client closed the connection)."""
+    deadline = time.monotonic() + 10
+    while (now := open_connections(store_url)) != count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return now
+
+
+def test_close_closes_every_threads_connection_and_the_store_refuses_use_after(store_url, tmp_path):
+    flow = Review(gated=False)
+    with Runtime(store_url, [flow.wf]) as rt:
+        rid = rt.start("review", {"topic": "first"})
+        alone = open_connections(store_url)
+        assert alone >= 1
+        together(THREADS, lambda i: rt.start("review", {"topic": f"t{i}"}) and rt.list(limit=5))
+        assert open_connections(store_url) > alone  # the threads had connections of their own
+        rt.data_version()  # the console's check opens one more (SQLite) or a listener (PostgreSQL)
+    assert settled(store_url, 0) == 0
+    assert open_connections(store_url, sidecars=True) == 0
+    with pytest.raises(StoreError, match=r"was closed by this process; open it again to use it$"):
+        rt.get(rid)
+    with pytest.raises(StoreError, match="was closed"):
+        together(2, lambda i: rt.start("review", {"topic": "late"}))
+    assert open_connections(store_url, sidecars=True) == 0
+    with Runtime(store_url, [flow.wf]) as again:  # nothing was lost
+        assert again.get(rid).status == RunStatus.COMPLETED and len(again.list(limit=100)) == THREADS + 1
+
+
+def test_threads_that_end_leave_their_connection_to_the_next_thread(store_url):
+    """A thread pool's turnover, or a thread per request, does not open a connection per thread."""
+    flow = Review(gated=False)
+    with Runtime(store_url, [flow.wf]) as rt:
+        rt.start("review", {"topic": "first"})
+        alone = open_connections(store_url)
+        for i in range(12):  # one thread after another, each ended before the next starts
+            together(1, lambda _: rt.start("review", {"topic": f"t{i}"}))
+        assert settled(store_url, alone + 1) == alone + 1
+        assert all(r.status == RunStatus.COMPLETED for r in rt.list(limit=100))

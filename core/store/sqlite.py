@@ -267,6 +267,37 @@ def _migrate_4(db: sqlite_utils.Database) -> None:
 MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3, 4: _migrate_4}
 
 
+class _Writers:
+    """This process's writers of one SQLite file, one at a time: each write transaction of any of
+    its store objects and threads holds it from ``BEGIN IMMEDIATE`` to ``COMMIT``. SQLite lets one
+    writer in anyway, but a writer kept out by its lock retries by sleeping (up to 100 ms at a time),
+    so among busy threads one could wait seconds while the others take turns; here the next in
+    line goes as soon as the lock is free. Other processes are still ordered by SQLite's lock and
+    ``busy_timeout``. Waits up to the store's busy timeout, then raises ``StoreBusy``."""
+
+    _registry: dict[tuple[int, int], threading.Lock] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, lock: threading.Lock, store: SqliteStore) -> None:
+        self._lock, self._store = lock, store
+
+    @classmethod
+    def of(cls, path: Path, store: SqliteStore) -> _Writers:
+        """The writers of the file at ``path`` (by its device and inode: one file under two names
+        has one lock), for ``store``."""
+        st = os.stat(path)
+        with cls._registry_lock:
+            lock = cls._registry.setdefault((st.st_dev, st.st_ino), threading.Lock())
+        return cls(lock, store)
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(timeout=self._store.busy_timeout):
+            raise self._store.translate(sqlite3.OperationalError("database is locked"))
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 class SqliteStore(SqlStore):
     """A relaypoint store in one SQLite file.
 
@@ -316,6 +347,7 @@ class SqliteStore(SqlStore):
             raise NotAStore(f"{self.path} is a directory, not a relaypoint store file")
         else:
             self._check_header()
+        self._writers = _Writers.of(self.path, self)
         try:
             self._connect("mode=ro" if self.readonly else None)
             try:
@@ -517,8 +549,8 @@ class SqliteStore(SqlStore):
         """One line for an error SQLite raised on this store (busy, read-only, full, damaged)."""
         msg = str(e)
         if "locked" in msg or "busy" in msg:
-            return StoreBusy(f"{self.path} stayed busy for {self.busy_timeout:g} s (another process is "
-                             "writing); try again")
+            return StoreBusy(f"{self.path} stayed busy for {self.busy_timeout:g} s (another process or thread "
+                             "is writing); try again")
         if "readonly" in msg:
             return StoreReadOnly(f"{self.path} is read-only; actions that record something are unavailable")
         if "full" in msg:
@@ -530,20 +562,22 @@ class SqliteStore(SqlStore):
 
     @contextmanager
     def _write(self) -> Iterator[None]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception (sqlite3 errors raw)."""
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` as this process's one writer of the file (see
+        :class:`_Writers`), rolled back on any exception (sqlite3 errors raw)."""
         if self._in_transaction:
             raise RuntimeError(NESTED)
-        self.conn.execute("BEGIN IMMEDIATE")
-        self._in_transaction = True
-        try:
-            yield
-            self.conn.execute("COMMIT")
-        except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise
-        finally:
-            self._in_transaction = False
+        with self._writers:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self._in_transaction = True
+            try:
+                yield
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._in_transaction = False
 
     @contextmanager
     def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
@@ -818,14 +852,15 @@ class SqliteStore(SqlStore):
             raise RuntimeError(NESTED)
         execute = self.conn.execute
         try:
-            execute("BEGIN IMMEDIATE")
-            try:
-                checkpoint_id = self._boundary_writes(boundary)
-                execute("COMMIT")
-            except BaseException:
-                if self.conn.in_transaction:
-                    execute("ROLLBACK")
-                raise
+            with self._writers:
+                execute("BEGIN IMMEDIATE")
+                try:
+                    checkpoint_id = self._boundary_writes(boundary)
+                    execute("COMMIT")
+                except BaseException:
+                    if self.conn.in_transaction:
+                        execute("ROLLBACK")
+                    raise
         except sqlite3.Error as e:
             raise self.translate(e) from None
         return BoundaryResult(checkpoint_id=checkpoint_id)
