@@ -38,10 +38,12 @@ notifications are unavailable, each check is one query of the server's write cou
 schema's tables (``pg_stat_user_tables``, flushed within about a second). Writes by this process
 count at once. Another schema or database of the server never changes it.
 
-Connections: a store holds one connection of its own; a store opened ``pooled`` (the heartbeats:
-short transactions every few seconds) borrows one for each transaction or read from its process's
-pool for the same database and settings (psycopg-pool, at most ``POOL_MAX_SIZE``), so a process's
-heartbeats share a few connections instead of holding one each.
+Connections: a store holds one connection of its own per thread that uses it (see
+:mod:`.connections`), so the boundaries of runs executed by several threads of one process commit
+side by side; a store opened ``pooled`` (the heartbeats: short transactions every few seconds)
+borrows one for each transaction or read from its process's pool for the same database and
+settings (psycopg-pool, at most ``POOL_MAX_SIZE``), so a process's heartbeats share a few
+connections instead of holding one each.
 
 ``durability``: "full" is ``synchronous_commit = on`` (a boundary is in the server's WAL on disk when
 it returns); "normal" is ``synchronous_commit = off`` (a server crash may lose the last boundaries,
@@ -700,8 +702,7 @@ class PostgresStore(SqlStore):
     otherwise a missing store is ``StoreMissing``. ``readonly``: every transaction read-only.
     ``durability``: "full" or "normal" (``synchronous_commit`` on or off). ``busy_timeout``: seconds
     a write waits for a lock (``lock_timeout``). ``pooled``: hold no connection, borrow one from the
-    process's pool (see :func:`_join_pool`) for each transaction, boundary or read; the store is then
-    used by one thread at a time, as any store is.
+    process's pool (see :func:`_join_pool`) for each transaction, boundary or read (each thread its own).
 
     Raises ``StoreUnreachable`` (no server, connection refused or lost), ``StoreDenied`` (bad
     credentials, missing permission), ``StoreMissing`` (no such database, or no store in the schema),
