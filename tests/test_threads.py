@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import threading
 import time
 from collections import Counter
@@ -20,8 +21,6 @@ import pytest
 
 from relaypoint import Runtime, StoreError, Workflow
 from relaypoint.status import CheckpointKind, Decision, EventKind, RunStatus, StepStatus
-
-import stores
 from relaypoint.store.url import parse
 
 STEP_SECONDS = 0.002
@@ -67,7 +66,7 @@ def together(count: int, work) -> list[Any]:
         barrier.wait()
         try:
             results[i] = work(i)
-        except BaseException as e:  # noqa: BLE001 - reported below, with the thread's number
+        except BaseException as e:  # re-raised below, once every thread ended
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(i,), name=f"caller-{i}") for i in range(count)]
@@ -126,7 +125,7 @@ def check_record(rt: Runtime, flow: Review, run_id: str, expected: dict[str, Any
 
 
 @pytest.mark.parametrize("threads", [5, 8])
-def test_threads_starting_runs_on_one_runtime_each_complete_theirs(store_url, tmp_path, threads):
+def test_threads_starting_runs_on_one_runtime_each_complete_theirs(store_url, threads):
     flow = Review(gated=False)  # each start runs to the end
     with Runtime(store_url, [flow.wf]) as rt:
         run_ids = together(threads, lambda i: rt.start("review", {"topic": f"t{i}"}))
@@ -142,15 +141,17 @@ ROUNDS = 2
 """Runs each thread of the mixed test starts (each also forked once)."""
 
 
-def mixed_operations(rt: Runtime, i: int) -> list[tuple[str, str, tuple[str, ...], int]]:
-    """Thread ``i``'s share of the mixed test: start runs (each pauses at its gate), read them (get,
-    list, the review queue, events, counts), approve, resume to the end, fork from the gate, resume
-    the fork to its own gate, approve, resume it to the end. Returns (run id, topic, steps copied,
-    pauses) of every run it made."""
+def mixed_operations(rt: Runtime, i: int, handoff: queue.Queue) -> list[tuple[str, str, tuple[str, ...], int]]:
+    """Thread ``i``'s share of the mixed test: start a run (it pauses at its gate) and hand it over,
+    take a run some thread handed over, read it (get, list, the review queue, events, counts),
+    approve it, resume it to the end, fork it from the gate, resume the fork to its own gate,
+    approve, resume it to the end; ``ROUNDS`` times. Returns (run id, topic, steps copied, pauses)
+    of every run it took and forked."""
     made = []
     for k in range(ROUNDS):
         topic = f"t{i}-{k}"
-        rid = rt.start("review", {"topic": topic})
+        handoff.put((rt.start("review", {"topic": topic}), topic))
+        rid, topic = handoff.get(timeout=60)  # its own, or another thread's
         assert rt.get(rid).status == RunStatus.AWAITING_APPROVAL
         assert rid in {r.run_id for r in rt.list(status="awaiting_approval", limit=1000)}
         assert any(p.run_id == rid for p in rt.pending_decisions(limit=1000))
@@ -184,7 +185,8 @@ THREADS = 8
 def test_eight_threads_of_mixed_operations_on_one_runtime_leave_every_run_recorded_once(store_url, tmp_path):
     flow = Review()
     with Runtime(store_url, [flow.wf]) as rt:
-        made = [run for runs in together(THREADS, lambda i: mixed_operations(rt, i)) for run in runs]
+        handoff: queue.Queue = queue.Queue()
+        made = [run for runs in together(THREADS, lambda i: mixed_operations(rt, i, handoff)) for run in runs]
         assert len(made) == THREADS * ROUNDS * 2
         check_all(rt, flow, made, tmp_path)
 
@@ -194,7 +196,8 @@ def test_a_web_apps_to_thread_calls_share_one_runtime(store_url, tmp_path):
     flow = Review()
 
     async def app(rt: Runtime) -> list[Any]:
-        return await asyncio.gather(*(asyncio.to_thread(mixed_operations, rt, i) for i in range(THREADS)))
+        handoff: queue.Queue = queue.Queue()
+        return await asyncio.gather(*(asyncio.to_thread(mixed_operations, rt, i, handoff) for i in range(THREADS)))
 
     with Runtime(store_url, [flow.wf]) as rt:
         made = [run for runs in asyncio.run(app(rt)) for run in runs]
@@ -258,7 +261,7 @@ def settled(store_url: str, count: int) -> int:
     return now
 
 
-def test_close_closes_every_threads_connection_and_the_store_refuses_use_after(store_url, tmp_path):
+def test_close_closes_every_threads_connection_and_the_store_refuses_use_after(store_url):
     flow = Review(gated=False)
     with Runtime(store_url, [flow.wf]) as rt:
         rid = rt.start("review", {"topic": "first"})

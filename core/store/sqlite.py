@@ -3,8 +3,9 @@
 WAL mode, a busy timeout, owner-only permissions on a new file, ``synchronous=FULL`` by default
 (``durability="normal"``: ``NORMAL``). Every write happens in a ``BEGIN IMMEDIATE`` transaction, so
 a step boundary commits as one unit. Each thread using a store has a connection of its own (see
-:mod:`.connections`); the writers of one process take turns on a lock of their own (:class:`_Writers`). Listing reads only the ``runs`` table (progress is kept there);
-step outputs live in their own append-only table and are read one at a time, when asked for.
+:mod:`.connections`), and the writers of one process take turns on a lock (:class:`_Writers`).
+Listing reads only the ``runs`` table (progress is kept there); step outputs live in their own
+append-only table and are read one at a time, when asked for.
 Every ``sqlite3`` error is translated here into a :class:`~relaypoint.errors.StoreError` subclass.
 """
 
