@@ -269,37 +269,6 @@ def _migrate_4(db: sqlite_utils.Database) -> None:
 MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3, 4: _migrate_4}
 
 
-class _Writers:
-    """This process's writers of one SQLite file, one at a time: each write transaction of any of
-    its store objects and threads holds it from ``BEGIN IMMEDIATE`` to ``COMMIT``. SQLite lets one
-    writer in anyway, but a writer kept out by its lock retries by sleeping (up to 100 ms at a time),
-    so among busy threads one could wait seconds while the others take turns; here the next in
-    line goes as soon as the lock is free. Other processes are still ordered by SQLite's lock and
-    ``busy_timeout``. Waits up to the store's busy timeout, then raises ``StoreBusy``."""
-
-    _registry: dict[tuple[int, int], threading.Lock] = {}
-    _registry_lock = threading.Lock()
-
-    def __init__(self, lock: threading.Lock, store: SqliteStore) -> None:
-        self._lock, self._store = lock, store
-
-    @classmethod
-    def of(cls, path: Path, store: SqliteStore) -> _Writers:
-        """The writers of the file at ``path`` (by its device and inode: one file under two names
-        has one lock), for ``store``."""
-        st = os.stat(path)
-        with cls._registry_lock:
-            lock = cls._registry.setdefault((st.st_dev, st.st_ino), threading.Lock())
-        return cls(lock, store)
-
-    def __enter__(self) -> None:
-        if not self._lock.acquire(timeout=self._store.busy_timeout):
-            raise self._store.translate(sqlite3.OperationalError("database is locked"))
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-
 class SqliteStore(SqlStore):
     """A relaypoint store in one SQLite file.
 
@@ -957,3 +926,34 @@ def _writable(path: Path) -> bool:
     # WAL mode writes beside the file (-wal, -shm), so the directory matters too.
     shm = path.with_name(path.name + "-shm")
     return os.access(path, os.W_OK) and (os.access(path.parent, os.W_OK) or os.access(shm, os.W_OK))
+
+
+class _Writers:
+    """This process's writers of one SQLite file, one at a time: each write transaction of any of
+    its store objects and threads holds it from ``BEGIN IMMEDIATE`` to ``COMMIT``. SQLite lets one
+    writer in anyway, but a writer kept out by its lock retries by sleeping (up to 100 ms at a time),
+    so among busy threads one could wait seconds while the others take turns; here the next in
+    line goes as soon as the lock is free. Other processes are still ordered by SQLite's lock and
+    ``busy_timeout``. Waits up to the store's busy timeout, then raises ``StoreBusy``."""
+
+    _registry: dict[tuple[int, int], threading.Lock] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, lock: threading.Lock, store: SqliteStore) -> None:
+        self._lock, self._store = lock, store
+
+    @classmethod
+    def of(cls, path: Path, store: SqliteStore) -> _Writers:
+        """The writers of the file at ``path`` (by its device and inode: one file under two names
+        has one lock), for ``store``."""
+        st = os.stat(path)
+        with cls._registry_lock:
+            lock = cls._registry.setdefault((st.st_dev, st.st_ino), threading.Lock())
+        return cls(lock, store)
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(timeout=self._store.busy_timeout):
+            raise self._store.translate(sqlite3.OperationalError("database is locked"))
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
