@@ -60,6 +60,11 @@ class Runtime:
     of it). ``max_recoveries``: see :meth:`resume` (None: no limit). ``durability``: "full" (each
     boundary on disk when it returns) or "normal" (survives a process crash, not a power cut).
 
+    One runtime may be shared between threads: every operation may be called from many at once
+    (a web app's ``asyncio.to_thread``), each thread working on a store connection of its own, opened
+    at its first call (on PostgreSQL, one server connection per thread); a step runs on the thread
+    that called ``start`` or ``resume``.
+
     Raises ``StoreError`` when the store cannot be used, ``DefinitionError`` for two workflows with
     one name.
     """
@@ -87,7 +92,8 @@ class Runtime:
         self._retention = Retention(self.store, clock)
 
     def close(self) -> None:
-        """Close the store connection."""
+        """Close the store's connections, every thread's; call it once the threads using the
+        runtime are done. Its operations raise ``StoreError`` afterwards."""
         self.store.close()
 
     def __enter__(self) -> Runtime:
@@ -133,8 +139,8 @@ class Runtime:
 
     def data_version(self) -> Any:
         """A value that changes whenever anything is committed on the store, by this runtime or by
-        any other connection or process; comparable only between calls on this same runtime. The
-        console skips a refresh when it has not changed."""
+        any other connection or process; comparable only between calls on this same runtime (from
+        any thread). The console skips a refresh when it has not changed."""
         return self.store.data_version()
 
     @property

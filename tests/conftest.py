@@ -24,9 +24,9 @@ POSTGRES_URL = os.environ.get("RELAYPOINT_TEST_POSTGRES", "postgresql://postgres
 
 TIMING_MODULES = frozenset({"test_races.py", "test_crash.py", "test_crash_matrix.py", "test_pattern_crash_matrix.py",
                             "test_multihost.py", "test_pattern_durability.py", "test_postgres_store.py",
-                            "test_postgres_notify.py"})
+                            "test_postgres_notify.py", "test_threads.py"})
 """Tests of real processes racing, crashing and taking over expired leases, of sub-second leases
-kept by heartbeats, and of notifications' timing. Under pytest-xdist (pyproject's addopts) they
+kept by heartbeats, of notifications' timing, and of threads taking turns on one store. Under pytest-xdist (pyproject's addopts) they
 form one group (``--dist loadgroup``) that one worker runs first (the biggest group goes first)
 and one test at a time: beside the other worker's ordinary tests, never beside each other."""
 

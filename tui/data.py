@@ -166,11 +166,10 @@ def read_refresh(rt: Runtime, connection: int, request: RefreshRequest) -> Refre
 
 
 class StoreReader:
-    """The console's one long-lived read connection (a :class:`Runtime`), shared by its thread
-    workers one at a time. One connection, because SQLite's ``data_version`` only says whether the
-    store changed since the same connection last looked. A store failure closes it; the next read
-    opens a new one (with a new number, so its versions never compare equal to the old one's);
-    other errors (a run deleted meanwhile) leave it open."""
+    """The console's one long-lived reader (a :class:`Runtime`), shared by its thread workers one at
+    a time. One runtime, because its ``data_version`` values compare only with its own. A store
+    failure closes it; the next read opens a new one (with a new number, so its versions never
+    compare equal to the old one's); other errors (a run deleted meanwhile) leave it open."""
 
     def __init__(self, open_runtime: Callable[[], Runtime]) -> None:
         self._open = open_runtime

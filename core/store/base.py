@@ -359,8 +359,9 @@ def renumbered_batch(batch: Sequence[RunRows], shift: Mapping[str, int], held: C
 class RunStore(ABC):
     """A relaypoint store: runs, their step executions, outputs, checkpoints and events.
 
-    Open one with :func:`relaypoint.store.open_store`. A store object is used by one thread at a
-    time (the heartbeat opens its own). Every method may raise :class:`StoreBusy`,
+    Open one with :func:`relaypoint.store.open_store`. A store object may be used by many threads at
+    once: each works on a connection of its own, and a :meth:`transaction` belongs to the thread that
+    opened it (see :mod:`relaypoint.store.connections`). Every method may raise :class:`StoreBusy`,
     :class:`StoreFull` or :class:`StoreDamaged` besides what its docstring names.
     """
 
@@ -389,7 +390,8 @@ class RunStore(ABC):
 
     @abstractmethod
     def close(self) -> None:
-        """Release the connection. The store is unusable afterwards."""
+        """Release every thread's connection. The store is unusable afterwards: its methods raise
+        :class:`StoreError`. Call it once the threads using the store are done."""
 
     def read_only_error(self, consequence: str = "actions that record something are unavailable") -> StoreReadOnly:
         """The error for a write this read-only store refuses (a :class:`StoreReadOnly`): where it
@@ -424,7 +426,7 @@ class RunStore(ABC):
     def data_version(self) -> Hashable:
         """A value that changes whenever anything is committed to the store, by this process or
         another (another process's commit may be seen a moment later: on PostgreSQL it arrives as a
-        notification). Only comparable between calls on the same store object."""
+        notification). Only comparable between calls on the same store object (from any thread)."""
 
     # ---- reads: runs
 

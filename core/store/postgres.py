@@ -38,10 +38,12 @@ notifications are unavailable, each check is one query of the server's write cou
 schema's tables (``pg_stat_user_tables``, flushed within about a second). Writes by this process
 count at once. Another schema or database of the server never changes it.
 
-Connections: a store holds one connection of its own; a store opened ``pooled`` (the heartbeats:
-short transactions every few seconds) borrows one for each transaction or read from its process's
-pool for the same database and settings (psycopg-pool, at most ``POOL_MAX_SIZE``), so a process's
-heartbeats share a few connections instead of holding one each.
+Connections: a store holds one connection of its own per thread that uses it (see
+:mod:`.connections`), so the boundaries of runs executed by several threads of one process commit
+side by side; a store opened ``pooled`` (the heartbeats: short transactions every few seconds)
+borrows one for each transaction or read from its process's pool for the same database and
+settings (psycopg-pool, at most ``POOL_MAX_SIZE``), so a process's heartbeats share a few
+connections instead of holding one each.
 
 ``durability``: "full" is ``synchronous_commit = on`` (a boundary is in the server's WAL on disk when
 it returns); "normal" is ``synchronous_commit = off`` (a server crash may lose the last boundaries,
@@ -80,6 +82,7 @@ from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, ST
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunLocked, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
                    renumbered_batch)
+from .connections import ThreadConnections
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
 from .url import postgres_where
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
@@ -655,6 +658,18 @@ def _one_line(e: BaseException) -> str:
     return " ".join(text.split())
 
 
+def _close(conn: psycopg.Connection) -> None:
+    try:
+        conn.close()
+    except psycopg.Error:
+        pass
+
+
+def _idle(conn: psycopg.Connection) -> bool:
+    """Whether ``conn`` is usable and outside any transaction (another thread may take it over)."""
+    return not (conn.closed or conn.broken) and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 def _lock_key(schema: str) -> int:
     """The second key of the schema's advisory lock: a stable 32-bit hash of its name."""
     return int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=4).digest(), "big", signed=True)
@@ -712,8 +727,7 @@ class PostgresStore(SqlStore):
     otherwise a missing store is ``StoreMissing``. ``readonly``: every transaction read-only.
     ``durability``: "full" or "normal" (``synchronous_commit`` on or off). ``busy_timeout``: seconds
     a write waits for a lock (``lock_timeout``). ``pooled``: hold no connection, borrow one from the
-    process's pool (see :func:`_join_pool`) for each transaction, boundary or read; the store is then
-    used by one thread at a time, as any store is.
+    process's pool (see :func:`_join_pool`) for each transaction, boundary or read (each thread its own).
 
     Raises ``StoreUnreachable`` (no server, connection refused or lost), ``StoreDenied`` (bad
     credentials, missing permission), ``StoreMissing`` (no such database, or no store in the schema),
@@ -734,7 +748,6 @@ class PostgresStore(SqlStore):
         self.busy_timeout = busy_timeout
         self.readonly = readonly
         self._readonly_reason = "opened read-only" if readonly else None
-        self._in_transaction = False
         self._lock_keys = (LOCK_CLASS, _lock_key(schema))
         self.rows_read = 0
         """Rows this store object has read and returned (a cost guard for tests)."""
@@ -746,8 +759,7 @@ class PostgresStore(SqlStore):
         self._user = parts.username
         self._dbname = (parts.path or "/").lstrip("/") or None
         self._where = postgres_where(conninfo, schema)
-        self.conn: psycopg.Connection | None = None
-        """This store's connection (while borrowed, for a pooled store; None otherwise)."""
+        self._threads: ThreadConnections[psycopg.Connection] = ThreadConnections(_close, _idle, self._where)
         self._key = (conninfo, schema)
         self._name = f"{APP_ID}-{schema}"
         """Its connections' ``application_name`` (shown in ``pg_stat_activity``; the server keeps 63
@@ -756,6 +768,7 @@ class PostgresStore(SqlStore):
         self._listener: psycopg.Connection | None = None
         self._feed: str | None = None  # how data_version learns of changes: "notifications" or "statistics"
         self._notified = 0
+        self._watch_lock = threading.Lock()  # data_version's: the listener and its counts
         self._pool: ConnectionPool | None = None
         try:
             if pooled:
@@ -791,7 +804,13 @@ class PostgresStore(SqlStore):
                 "keepalives_count": SILENT_PEER_SECONDS // 2, "tcp_user_timeout": silent_ms}
 
     def _connect(self) -> None:
-        self.conn = psycopg.connect(self.conninfo, **self._settings())
+        self._threads.own(psycopg.connect(self.conninfo, **self._settings()))
+
+    @property
+    def conn(self) -> psycopg.Connection | None:
+        """This thread's connection (see :mod:`.connections`; for a pooled store, the one borrowed
+        while an operation lasts), or None."""
+        return self._threads.conn
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection]:
@@ -802,6 +821,8 @@ class PostgresStore(SqlStore):
         if self._pool is not None and self.conn is not None:  # borrowed for the transaction under way
             yield self.conn
             return
+        if self._threads.closed:
+            raise self._threads.closed_error()
         if self._pool is None:
             self._ensure_connected()
             try:
@@ -813,13 +834,13 @@ class PostgresStore(SqlStore):
             conn = self._pool.getconn()
         except PoolTimeout:
             raise self._no_pooled_connection() from None
-        self.conn = conn
+        self._threads.lend(conn)
         try:
             yield conn
         except psycopg.Error as e:
             raise self.translate(e) from None
         finally:
-            self.conn = None
+            self._threads.lend(None)
             self._pool.putconn(conn)  # a broken connection is closed, not kept
 
     def _no_pooled_connection(self) -> StoreError:
@@ -856,11 +877,10 @@ class PostgresStore(SqlStore):
         return StoreUnreachable(f"cannot connect to {server}: {detail}")
 
     def _close_quietly(self) -> None:
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except psycopg.Error:
-                pass
+        """Close this thread's own connection (a broken one, before reconnecting)."""
+        conn = self._threads.drop()
+        if conn is not None:
+            _close(conn)
 
     def _catalog(self) -> dict[str, Any] | None:
         """What opening needs to know of the schema, in one query of the catalog (each query of a new
@@ -1015,15 +1035,16 @@ class PostgresStore(SqlStore):
         return self._where
 
     def close(self) -> None:
-        self._close_quietly()
-        self.conn = None
-        if self._listener is not None:
-            try:
-                self._listener.execute(_NOT_LISTENING)  # else dropped by the next console's _listen
-            except psycopg.Error:
-                pass
-            self._listener.close()
-            self._listener = None
+        """Close every thread's connection and the listener's, and leave the pool."""
+        self._threads.close()
+        with self._watch_lock:
+            if self._listener is not None:
+                try:
+                    self._listener.execute(_NOT_LISTENING)  # else dropped by the next console's _listen
+                except psycopg.Error:
+                    pass
+                self._listener.close()
+                self._listener = None
         if self._pool is not None:
             _leave_pool(self._pool)
             self._pool = None
@@ -1067,7 +1088,11 @@ class PostgresStore(SqlStore):
             if self._in_transaction:
                 raise StoreUnreachable(f"the connection to {self._where} was lost in a transaction; it was not "
                                        "recorded")
+            if self._threads.closed:
+                raise self._threads.closed_error()
             self._close_quietly()
+            if self._threads.left_behind() is not None:  # an ended thread's, set up already
+                return
             try:
                 self._connect()
             except psycopg.Error as e:
@@ -1108,7 +1133,12 @@ class PostgresStore(SqlStore):
     def data_version(self) -> tuple[str, int, int]:
         """How the store changes are learnt (``change_feed``), the commits of this process to the store,
         and the notifications received (or, without notifications, the rows the schema's tables had
-        written per the server's statistics). See the module docstring."""
+        written per the server's statistics). See the module docstring. One thread at a time reads
+        the listener."""
+        with self._watch_lock:
+            return self._version()
+
+    def _version(self) -> tuple[str, int, int]:
         if self._feed is None:
             self._listen()
         here = _commits_here(self._key)
@@ -1120,7 +1150,7 @@ class PostgresStore(SqlStore):
                 self._listener.close()
                 self._listener, self._feed = None, None
                 self._notified += 1
-                return self.data_version()
+                return self._version()
         with self._connection() as conn:
             row = conn.execute("SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint AS written "
                                "FROM pg_stat_user_tables WHERE schemaname = %s", (self.schema,)).fetchone()

@@ -30,6 +30,7 @@ from ..status import PAUSED as PAUSED_RUNS
 from ..status import AnnouncementOutcome, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, NewStep, RunRows,
                    RunStore, StoreDamaged)
+from .connections import ThreadConnections
 from .rows import (_owner, _position, _summary_fields, _summary_or_none, _time, checkpoint_from_row, readable,
                    step_from_row)
 
@@ -117,13 +118,24 @@ def translated(method: Callable) -> Callable:
 class SqlStore(RunStore):
     """A :class:`RunStore` over SQL tables (schema 3 of the SQLite store; the PostgreSQL store has
     the same tables): the query methods both backends run alike. See the module's docstring for the
-    hooks a backend provides. Subclasses set ``_url``, ``readonly`` and ``_readonly_reason``."""
+    hooks a backend provides. Subclasses set ``_url``, ``readonly``, ``_readonly_reason`` and ``_threads``."""
 
     DRIVER_ERROR: ClassVar[type[Exception]]
     """The driver's base exception class, translated by :meth:`translate`."""
     _url: str
     readonly: bool
     _readonly_reason: str | None
+    _threads: ThreadConnections[Any]
+    """Each thread's connection and transaction (see :mod:`.connections`)."""
+
+    @property
+    def _in_transaction(self) -> bool:
+        """Whether this thread is inside a store transaction (each thread has its own)."""
+        return self._threads.in_transaction
+
+    @_in_transaction.setter
+    def _in_transaction(self, value: bool) -> None:
+        self._threads.in_transaction = value
 
     # ---- dialect hooks
 

@@ -2,8 +2,10 @@
 
 WAL mode, a busy timeout, owner-only permissions on a new file, ``synchronous=FULL`` by default
 (``durability="normal"``: ``NORMAL``). Every write happens in a ``BEGIN IMMEDIATE`` transaction, so
-a step boundary commits as one unit. Listing reads only the ``runs`` table (progress is kept there);
-step outputs live in their own append-only table and are read one at a time, when asked for.
+a step boundary commits as one unit. Each thread using a store has a connection of its own (see
+:mod:`.connections`), and the writers of one process take turns on a lock (:class:`_Writers`).
+Listing reads only the ``runs`` table (progress is kept there); step outputs live in their own
+append-only table and are read one at a time, when asked for.
 Every ``sqlite3`` error is translated here into a :class:`~relaypoint.errors.StoreError` subclass.
 """
 
@@ -14,6 +16,7 @@ import json
 import os
 import secrets
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -30,6 +33,7 @@ from ..status import OPEN_STEPS, RunStatus, StepStatus
 from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
                    BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
+from .connections import ThreadConnections
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
                   UNDECIDED, SqlStore, event_detail, id_column, paused_seq_derived, translated)
@@ -304,7 +308,12 @@ class SqliteStore(SqlStore):
         self.busy_timeout = busy_timeout
         self.readonly = readonly
         self._readonly_reason = "opened read-only" if readonly else None
-        self._in_transaction = False
+        self._threads: ThreadConnections[sqlite3.Connection] = ThreadConnections(
+            sqlite3.Connection.close, lambda conn: not conn.in_transaction, str(self.path))
+        self._uri_query: str | None = None
+        self._tracer: Callable[[str], None] | None = None
+        self._watch: sqlite3.Connection | None = None  # data_version's connection, opened at its first call
+        self._watch_lock = threading.Lock()
         self.rows_read = 0
         """Rows this store object has read and returned (a cost guard for tests)."""
         if self.path.is_file() and not readonly and not _writable(self.path):
@@ -321,6 +330,7 @@ class SqliteStore(SqlStore):
             raise NotAStore(f"{self.path} is a directory, not a relaypoint store file")
         else:
             self._check_header()
+        self._writers = _Writers.of(self.path, self)
         try:
             self._connect("mode=ro" if self.readonly else None)
             try:
@@ -347,18 +357,59 @@ class SqliteStore(SqlStore):
     # ---- opening
 
     def _close_quietly(self) -> None:
-        if getattr(self, "conn", None) is not None:
-            self.conn.close()
+        self._threads.close()
 
     def _connect(self, uri_query: str | None) -> None:
-        if uri_query:
-            # as_uri() percent-encodes the path: a '?', '#' or '%' in a file name is not read as URI syntax.
-            self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{uri_query}", uri=True,
-                                        isolation_level=None, timeout=self.busy_timeout, check_same_thread=False)
-        else:
-            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout,
-                                        check_same_thread=False)
+        """Open this thread's connection (the one opening checks and migrates the store through),
+        replacing any it had; the other threads' connections open the same way (``uri_query``)."""
+        old = self._threads.drop()
+        if old is not None:
+            old.close()
+        self._uri_query = uri_query
+        self._threads.own(self._open())
         self.db = sqlite_utils.Database(self.conn)
+
+    def _open(self) -> sqlite3.Connection:
+        """A new connection to the file, as :meth:`_connect` was asked for, with the tracer set."""
+        if self._uri_query:
+            # as_uri() percent-encodes the path: a '?', '#' or '%' in a file name is not read as URI syntax.
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{self._uri_query}", uri=True,
+                                   isolation_level=None, timeout=self.busy_timeout, check_same_thread=False)
+        else:
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout,
+                                   check_same_thread=False)
+        conn.set_trace_callback(self._tracer)
+        return conn
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection to the file (see :mod:`.connections`), opened at its first use.
+        Raises ``StoreError`` once the store is closed."""
+        conn = self._threads.conn
+        return conn if conn is not None else self._thread_connection()
+
+    def _thread_connection(self) -> sqlite3.Connection:
+        """A connection for a thread that has none: one an ended thread left, or a new one set as
+        opening set its own (synchronous, foreign keys; journal_mode is the file's)."""
+        if self._threads.closed:
+            raise self._threads.closed_error()
+        conn = self._threads.left_behind()
+        if conn is not None:
+            return conn
+        try:
+            conn = self._open()
+            if not self.readonly:
+                self._configure(conn)
+        except sqlite3.Error as e:
+            raise self.translate(e) from None
+        return self._threads.own(conn)
+
+    def _configure(self, conn: sqlite3.Connection) -> None:
+        """The per-connection settings of a writable store's connection (after its migration)."""
+        # FULL: a committed transaction is on disk when COMMIT returns (survives a power cut);
+        # NORMAL in WAL: atomic always, durable from the next checkpoint (survives a process crash).
+        conn.execute(f"PRAGMA synchronous={'FULL' if self.durability == 'full' else 'NORMAL'}")
+        conn.execute("PRAGMA foreign_keys=ON")
 
     def _create_file(self) -> None:
         """Make a new, owner-only (0600) SQLite file at ``path`` atomically: it is written beside
@@ -432,13 +483,10 @@ class SqliteStore(SqlStore):
                 )
             return
         self.conn.execute("PRAGMA journal_mode=WAL")
-        # FULL: a committed transaction is on disk when COMMIT returns (survives a power cut);
-        # NORMAL in WAL: atomic always, durable from the next checkpoint (survives a process crash).
-        self.conn.execute(f"PRAGMA synchronous={'FULL' if self.durability == 'full' else 'NORMAL'}")
         if version < SCHEMA_VERSION:
             self._migrate()
-        # On only after migrating: a migration rebuilding a parent table must not cascade checks.
-        self.conn.execute("PRAGMA foreign_keys=ON")
+        # After migrating: a migration rebuilding a parent table must not cascade foreign key checks.
+        self._configure(self.conn)
 
     def _migrate(self) -> None:
         with self._write():
@@ -465,20 +513,27 @@ class SqliteStore(SqlStore):
         return str(self.path)
 
     def close(self) -> None:
-        """Close the connection."""
-        self.conn.close()
+        """Close every thread's connection (and data_version's)."""
+        self._threads.close()
+        with self._watch_lock:
+            if self._watch is not None:
+                self._watch.close()
+                self._watch = None
 
     def trace(self, callback: Callable[[str], None] | None) -> None:
-        """Call ``callback`` with the text of every SQL statement this store runs (None: stop).
-        For tests and guards that count statements; see also :attr:`rows_read`."""
-        self.conn.set_trace_callback(callback)
+        """Call ``callback`` with the text of every SQL statement this store runs, on any thread's
+        connection (None: stop). For tests and guards that count statements; see also :attr:`rows_read`."""
+        self._tracer = callback
+        with self._watch_lock:
+            for conn in [*self._threads.every(), *([self._watch] if self._watch is not None else [])]:
+                conn.set_trace_callback(callback)
 
     def translate(self, e: sqlite3.Error) -> StoreError:
         """One line for an error SQLite raised on this store (busy, read-only, full, damaged)."""
         msg = str(e)
         if "locked" in msg or "busy" in msg:
-            return StoreBusy(f"{self.path} stayed busy for {self.busy_timeout:g} s (another process is "
-                             "writing); try again")
+            return StoreBusy(f"{self.path} stayed busy for {self.busy_timeout:g} s (another process or thread "
+                             "is writing); try again")
         if "readonly" in msg:
             return StoreReadOnly(f"{self.path} is read-only; actions that record something are unavailable")
         if "full" in msg:
@@ -490,20 +545,22 @@ class SqliteStore(SqlStore):
 
     @contextmanager
     def _write(self) -> Iterator[None]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception (sqlite3 errors raw)."""
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` as this process's one writer of the file (see
+        :class:`_Writers`), rolled back on any exception (sqlite3 errors raw)."""
         if self._in_transaction:
             raise RuntimeError(NESTED)
-        self.conn.execute("BEGIN IMMEDIATE")
-        self._in_transaction = True
-        try:
-            yield
-            self.conn.execute("COMMIT")
-        except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise
-        finally:
-            self._in_transaction = False
+        with self._writers:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self._in_transaction = True
+            try:
+                yield
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._in_transaction = False
 
     @contextmanager
     def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
@@ -517,10 +574,16 @@ class SqliteStore(SqlStore):
             raise self.translate(e) from None
 
     @translated
-    def data_version(self) -> tuple[int, int]:
-        """SQLite's ``PRAGMA data_version`` (commits by other connections) with this connection's
-        ``total_changes`` (its own)."""
-        return self.conn.execute("PRAGMA data_version").fetchone()[0], self.conn.total_changes
+    def data_version(self) -> tuple[int]:
+        """SQLite's ``PRAGMA data_version`` on a connection of its own, which never writes: it
+        changes with every commit of every other connection, this store's threads' included, and
+        compares whatever thread asks."""
+        with self._watch_lock:
+            if self._watch is None:
+                if self._threads.closed:
+                    raise self._threads.closed_error()
+                self._watch = self._open()
+            return (self._watch.execute("PRAGMA data_version").fetchone()[0],)
 
     # ---- query helpers
 
@@ -777,14 +840,15 @@ class SqliteStore(SqlStore):
             raise RuntimeError(NESTED)
         execute = self.conn.execute
         try:
-            execute("BEGIN IMMEDIATE")
-            try:
-                checkpoint_id = self._boundary_writes(boundary)
-                execute("COMMIT")
-            except BaseException:
-                if self.conn.in_transaction:
-                    execute("ROLLBACK")
-                raise
+            with self._writers:
+                execute("BEGIN IMMEDIATE")
+                try:
+                    checkpoint_id = self._boundary_writes(boundary)
+                    execute("COMMIT")
+                except BaseException:
+                    if self.conn.in_transaction:
+                        execute("ROLLBACK")
+                    raise
         except sqlite3.Error as e:
             raise self.translate(e) from None
         return BoundaryResult(checkpoint_id=checkpoint_id)
@@ -879,3 +943,34 @@ def _writable(path: Path) -> bool:
     # WAL mode writes beside the file (-wal, -shm), so the directory matters too.
     shm = path.with_name(path.name + "-shm")
     return os.access(path, os.W_OK) and (os.access(path.parent, os.W_OK) or os.access(shm, os.W_OK))
+
+
+class _Writers:
+    """This process's writers of one SQLite file, one at a time: each write transaction of any of
+    its store objects and threads holds it from ``BEGIN IMMEDIATE`` to ``COMMIT``. SQLite lets one
+    writer in anyway, but a writer kept out by its lock retries by sleeping (up to 100 ms at a time),
+    so among busy threads one could wait seconds while the others take turns; here the next in
+    line goes as soon as the lock is free. Other processes are still ordered by SQLite's lock and
+    ``busy_timeout``. Waits up to the store's busy timeout, then raises ``StoreBusy``."""
+
+    _registry: dict[tuple[int, int], threading.Lock] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, lock: threading.Lock, store: SqliteStore) -> None:
+        self._lock, self._store = lock, store
+
+    @classmethod
+    def of(cls, path: Path, store: SqliteStore) -> _Writers:
+        """The writers of the file at ``path`` (by its device and inode: one file under two names
+        has one lock), for ``store``."""
+        st = os.stat(path)
+        with cls._registry_lock:
+            lock = cls._registry.setdefault((st.st_dev, st.st_ino), threading.Lock())
+        return cls(lock, store)
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(timeout=self._store.busy_timeout):
+            raise self._store.translate(sqlite3.OperationalError("database is locked"))
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
