@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,8 @@ def test_copy_into_itself_is_refused(rich) -> None:
     assert result.exit_code == 1 and "already holds 13 of the 13 runs" in result.output
 
 
-def test_copy_refuses_a_run_executing_in_the_source(tmp_path: Path, store_url: str) -> None:
+def executing_source(tmp_path: Path) -> tuple[str, datetime]:
+    """A source store holding one run executing on another host (its lease 5 minutes ahead), and now."""
     source = f"sqlite:///{tmp_path}/live.db"
     now = utcnow()
     with open_store(source, create=True) as store, store.transaction():
@@ -145,6 +146,11 @@ def test_copy_refuses_a_run_executing_in_the_source(tmp_path: Path, store_url: s
             run_id="live0001", workflow="w", status=RunStatus.RUNNING, input="{}", definition="{}",
             fingerprint="f", created_at=now, steps_total=1,
             lease=Lease(token="t", pid=1, host="elsewhere", expires_at=now + timedelta(minutes=5), heartbeat_at=now)))
+    return source, now
+
+
+def test_copy_refuses_a_run_executing_in_the_source(tmp_path: Path, store_url: str) -> None:
+    source, now = executing_source(tmp_path)
     with pytest.raises(CopyRefused, match=r"1 run is executing in .* \(live0001\); a copy made mid-execution"):
         with open_store(source, readonly=True) as src, open_store(store_url, create=True) as dst:
             copy_runs(src, dst)
@@ -170,13 +176,7 @@ def made(url: str) -> bool:
 
 
 def test_a_copy_that_copies_nothing_makes_no_destination(tmp_path: Path, store_url: str) -> None:
-    source = f"sqlite:///{tmp_path}/live.db"
-    now = utcnow()
-    with open_store(source, create=True) as store, store.transaction():
-        store.insert_run(NewRun(
-            run_id="live0001", workflow="w", status=RunStatus.RUNNING, input="{}", definition="{}",
-            fingerprint="f", created_at=now, steps_total=1,
-            lease=Lease(token="t", pid=1, host="elsewhere", expires_at=now + timedelta(minutes=5), heartbeat_at=now)))
+    source, _ = executing_source(tmp_path)
     line = one_line_error(relaypoint(tmp_path, "copy", "--from", source, "--to", store_url, db=None))
     assert "1 run is executing in" in line and line.endswith("nothing was copied")
     assert not made(store_url)

@@ -739,13 +739,12 @@ def test_a_reader_closing_never_hides_the_executors_commits(box):
 
 # ---- the worker ---------------------------------------------------------------------------------------
 
-def test_two_workers_execute_every_run_exactly_once(box):
-    with api(box) as rt:
-        base = rt.start("quick", {"n": 0})
-        forks = [rt.fork(base, "one", {"n": i, "sleep": 0.1}) for i in range(1, 9)]
+def two_workers(box, runs: list[str]) -> list:
+    """Two workers of two threads each, stopped (SIGTERM) once every one of ``runs`` completed; they
+    exited cleanly. Returns how each finished."""
     workers = [box.spawn("worker", "--app", APP, "--concurrency", "2", "--poll", "0.1") for _ in range(2)]
     try:
-        wait_until(lambda: all(procs.run_status(box.db, f) == "completed" for f in forks), 60,
+        wait_until(lambda: all(procs.run_status(box.db, r) == "completed" for r in runs), 60,
                    "every queued run to complete")
     finally:
         for w in workers:
@@ -753,6 +752,14 @@ def test_two_workers_execute_every_run_exactly_once(box):
     done = [finish(w, 30) for w in workers]
     assert [d.code for d in done] == [0, 0], [d.err for d in done]
     assert_clean(*done)
+    return done
+
+
+def test_two_workers_execute_every_run_exactly_once(box):
+    with api(box) as rt:
+        base = rt.start("quick", {"n": 0})
+        forks = [rt.fork(base, "one", {"n": i, "sleep": 0.1}) for i in range(1, 9)]
+    done = two_workers(box, forks)
     for i, f in enumerate(forks, start=1):
         assert [(s, a) for s, a, _ in execs(box, f)] == [("one", "1"), ("two", "1"), ("three", "1")]
         assert procs.outputs(box.db, f) == {"one": str(i), "two": str(2 * i), "three": str(2 * i + 1)}
@@ -770,16 +777,7 @@ def test_runs_queued_by_start_queue_are_each_executed_once_by_two_racing_workers
     runs = [d.out.strip() for d in queued]
     assert [d.code for d in queued] == [0] * 8 and len(set(runs)) == 8
     assert execs(box) == [] and {procs.run_status(box.db, r) for r in runs} == {"queued"}  # nothing executed
-    workers = [box.spawn("worker", "--app", APP, "--concurrency", "2", "--poll", "0.1") for _ in range(2)]
-    try:
-        wait_until(lambda: all(procs.run_status(box.db, r) == "completed" for r in runs), 60,
-                   "every queued run to complete")
-    finally:
-        for w in workers:
-            procs.kill(w, signal.SIGTERM)
-    done = [finish(w, 30) for w in workers]
-    assert [d.code for d in done] == [0, 0], [d.err for d in done]
-    assert_clean(*done)
+    done = two_workers(box, runs)
     for i, rid in enumerate(runs, start=1):
         assert [(s, a) for s, a, _ in execs(box, rid)] == [("one", "1"), ("two", "1"), ("three", "1")]
         assert procs.outputs(box.db, rid) == {"one": str(i), "two": str(2 * i), "three": str(2 * i + 1)}
