@@ -98,6 +98,20 @@ async def test_approve_with_an_edited_output_replaces_it(store):
         assert rt.step_output(runs["awaiting_approval"], "review") == {"title": "Edited"}
 
 
+async def test_ctrl_e_opens_the_editor_with_the_focus_in_the_comment(store):
+    # The comment box, focused when the form opens from the runs list, took ctrl+e (end of line).
+    path, runs = store
+    app = RelaypointConsole(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_form(pilot, runs["awaiting_approval"], "a", ApproveScreen)
+        await until(pilot, lambda: app.screen.loaded)
+        assert app.focused.id == "comment"
+        await pilot.press("ctrl+e")
+        await settle(pilot)
+        editor = app.screen.query_one("#output-json", TextArea)
+        assert editor.display and editor.has_focus
+
+
 async def test_approve_with_broken_json_keeps_the_form_open(store):
     path, runs = store
     app = RelaypointConsole(path)
@@ -1187,6 +1201,12 @@ async def test_a_gated_10_mb_output_is_approved_as_is_without_an_editor_of_megab
         area = form.query_one("#output-json", TextArea)
         assert area.disabled and area.text == ""
         assert "too long to edit here" in str(area.placeholder)
+        # where the person looks: the label and the hint (the editor is hidden); ctrl+e says why not
+        assert "too long to edit here" in str(form.query_one("#output-label", Label).content)
+        assert "ctrl+e" not in str(form.query_one("#approve-hint", Static).content)
+        await pilot.press("ctrl+e")
+        await settle(pilot)
+        assert "too long to edit here" in form_error(app)
         await pilot.press("ctrl+s")
         await until(pilot, lambda: run_status(path, run_id) == RunStatus.QUEUED)
     with Runtime(path, create=False) as rt:

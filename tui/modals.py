@@ -183,6 +183,10 @@ class Approval:
 _LOADING: Any = object()
 
 
+TOO_LONG = (f"longer than {EDITABLE_CHARS:,} characters, too long to edit here: approving keeps it as is; "
+            "relaypoint approve RUN --output JSON replaces it")
+
+
 class ApproveScreen(_Form):
     """Approve the run's pending checkpoint: an optional comment, and the gated step's output as
     JSON, editable (left as shown, the output is kept).
@@ -201,7 +205,8 @@ class ApproveScreen(_Form):
 
     SUBMIT_LABEL = "Approve"
     SUBMIT_VARIANT = "success"
-    BINDINGS = [Binding("ctrl+e", "edit", "Edit output", id="edit")]
+    # priority: the comment box, focused when the form opens, takes ctrl+e itself (end of line)
+    BINDINGS = [Binding("ctrl+e", "edit", "Edit output", id="edit", priority=True)]
 
     def __init__(self, run: Run, output: Any = _LOADING, recorded: bool = False, editor: str | None = None,
                  shown: Readable | None = None, *, confirm_first: bool = False) -> None:
@@ -231,8 +236,7 @@ class ApproveScreen(_Form):
         if not self.loaded:
             return "reading the step's output…"
         if self.too_long:
-            return (f"the output is longer than {EDITABLE_CHARS:,} characters, too long to edit here; approving "
-                    "keeps it as is (relaypoint approve RUN --output JSON replaces it)")
+            return TOO_LONG
         return "no output recorded; type JSON to record one"
 
     async def load(self, output: Any, recorded: bool, editor: str | None, shown: Readable | None) -> None:
@@ -254,22 +258,28 @@ class ApproveScreen(_Form):
         self.query_one("#output-read").display = reading
         self.query_one("#output-json").display = not reading
         self.query_one("#output-label", Label).update(self._label(reading))
-        hint = (Text.assemble(("ctrl+e", "bold"), " edit as JSON  ", ("ctrl+s", "bold"), " approve  ",
-                              ("esc", "bold"), " cancel") if reading else _hint_text("approve"))
+        edit = () if self.too_long else (("ctrl+e", "bold"), " edit as JSON  ")
+        hint = (Text.assemble(*edit, ("ctrl+s", "bold"), " approve  ", ("esc", "bold"), " cancel") if reading
+                else _hint_text("approve"))
         self.query_one("#approve-hint", Static).update(hint)
 
     def _label(self, reading: bool) -> str:
         if _in_pattern(self.run):
             return 'Value (JSON, optional; the pattern gets it with the approval as its "value")'
+        if self.too_long:
+            return f"Output, as it reads ({TOO_LONG})"
         if reading:
             return "Output, as it reads (ctrl+e: edit it as JSON)"
         return "Output (JSON; edit to replace the step's output, leave as is to keep it)"
 
     def action_edit(self) -> None:
-        """``ctrl+e``: edit the output as JSON (the editor takes the focus)."""
-        if not self.too_long:
-            self._reading(False)
-            self.query_one("#output-json", JsonEditor).focus()
+        """``ctrl+e``: edit the output as JSON (the editor takes the focus); an output too long to
+        edit here says so."""
+        if self.too_long:
+            self.show_error(TOO_LONG)
+            return
+        self._reading(False)
+        self.query_one("#output-json", JsonEditor).focus()
 
     def body(self) -> ComposeResult:
         cp = self.run.pending
