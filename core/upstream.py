@@ -169,9 +169,15 @@ class LazyState(Mapping[str, Any]):
 
 
 def upstream_of(tasks: Sequence[StepRecord], execution: StepRecord) -> list[StepRecord]:
-    """The executions whose outputs ``execution`` was built from, as a chain offers them to it in
-    ``ctx.results`` (:meth:`relaypoint.drivers.ChainDriver.upstream`: the steps before it): the
-    top-level steps before ``execution``'s own (its pattern's row for a pattern's call) that have
-    a recorded output, in order. ``tasks``: the run's executions (outputs need not be loaded)."""
+    """The executions whose outputs ``execution`` was built from, in order: those a chain offers it
+    in ``ctx.results`` (:meth:`relaypoint.drivers.ChainDriver.upstream`: the top-level steps before
+    its own, its pattern's row for a pattern's call), then, for a pattern's call, its pattern's
+    calls before it (what ``ctx.history`` holds, and the pattern's own decisions: for a person's
+    turn, what they answer); each with a recorded output. ``tasks``: the run's executions (outputs
+    need not be loaded)."""
     top = execution.seq if execution.parent is None else execution.parent
-    return [s for s in tasks if s.parent is None and s.seq < top and s.has_output]
+    before = [s for s in tasks if s.parent is None and s.seq < top and s.has_output]
+    if execution.parent is None:
+        return before
+    return before + sorted((s for s in tasks if s.parent == execution.parent and s.seq < execution.seq
+                            and s.has_output), key=lambda s: s.seq)

@@ -185,6 +185,20 @@ async def test_the_console_shows_the_failed_run_s_pattern_not_cancelled(db: str)
         assert "cancelled" not in rendered(main_screen(pilot).detail)
 
 
+async def test_a_person_s_turn_shows_the_calls_before_it_as_its_upstream(db: str):
+    # The person playing a debate's agent answers pro's speech: `u` said "its step has no upstream outputs".
+    with Runtime(db, WORKFLOWS) as rt:
+        rt.start("turn_input")
+    app = RelaypointConsole(db, review=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await review_loaded(pilot)
+        assert review_screen(pilot).item.execution.agent == "person"
+        assert "u: upstream outputs" in titles(review_screen(pilot))
+        await pilot.press("u")
+        await until(pilot, lambda: "prospeaksinround1" in rendered(review_screen(pilot)))
+        assert "argue,round1·pro" in rendered(review_screen(pilot))
+
+
 def test_a_person_s_turn_is_its_own_execution(db: str):
     with Runtime(db, WORKFLOWS) as rt:
         rid = rt.start("turn_approval")

@@ -23,7 +23,8 @@ from typing import Any
 from relaypoint.clock import to_text
 from relaypoint.errors import RelaypointError, StoreError, UnknownRun, UnknownStep
 from relaypoint.models import Event, PendingDecision, Run, RunSummary, StepRecord
-from relaypoint.patterns_view import PatternSummary, kind_of, paused_execution, summary, wanted_outputs, with_outputs
+from relaypoint.patterns_view import (PatternSummary, describe, kind_of, paused_execution, summary, wanted_outputs,
+                                      with_outputs)
 from relaypoint.runtime import Runtime
 from relaypoint.upstream import upstream_of
 
@@ -412,6 +413,7 @@ def read_upstream(rt: Runtime, item: ReviewItem, expanded: bool = False) -> Upst
                 value = rt.store.step_output(run.run_id, step.seq)
             except UnknownStep:
                 continue
-            outputs.append((step.name, readable(value, show_command(rt.store.url, run.run_id, step), expanded)))
+            outputs.append((describe(step, run.tasks),
+                            readable(value, show_command(rt.store.url, run.run_id, step), expanded)))
     assert run.pending is not None
     return Upstream(run.run_id, run.pending.checkpoint_id, tuple(outputs))
