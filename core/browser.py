@@ -126,7 +126,7 @@ def serve_console(db_url: str, where: ListenAddress, token: str, command: str, *
     from textual_serve.server import Server, to_int
     from yarl import URL
 
-    from .browser_access import NAME_CHARS, Access, hide_tokens_in_access_log, reviewer_name, see_other
+    from .browser_access import NAME_CHARS, Access, hide_token_in_logs, reviewer_name, see_other
 
     os.environ["RELAYPOINT_DB"] = db_url  # inherited by every session's console, not shown by `ps`
     sessions: set[asyncio.Task] = set()
@@ -210,7 +210,7 @@ def serve_console(db_url: str, where: ListenAddress, token: str, command: str, *
             # client's text); no tracebacks with local variables, which could show the store's URL;
             # no token in a logged address.
             logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-            hide_tokens_in_access_log()
+            hide_token_in_logs(token)
 
         async def on_startup(self, app: web.Application) -> None:
             announce(f"serving the console at {where.url}/?token={quote(token, safe='')} (Ctrl+C stops)")

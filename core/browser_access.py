@@ -103,14 +103,30 @@ def scrub_token(line: str) -> str:
 
 
 class _ScrubToken(logging.Filter):
+    """Hides ``token`` in a record: its message, its arguments and its exception's text (a request
+    aiohttp cannot parse is logged with the raw header lines, a cookie's token among them)."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self.token = token
+
+    def _scrubbed(self, text: str) -> str:
+        return scrub_token(text.replace(self.token, "(hidden)"))
+
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = scrub_token(str(record.msg))
+        record.msg, record.args = self._scrubbed(record.getMessage()), None
+        if record.exc_info:
+            record.exc_text = self._scrubbed(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
         return True
 
 
-def hide_tokens_in_access_log() -> None:
-    """Make aiohttp's access log show ``token=(hidden)`` instead of the token of a request."""
-    logging.getLogger("aiohttp.access").addFilter(_ScrubToken())
+def hide_token_in_logs(token: str) -> None:
+    """Make aiohttp's logs (its access log, and its errors of requests and the web handler) show
+    ``(hidden)`` instead of ``token``, and ``token=(hidden)`` for any token in a logged address."""
+    scrub = _ScrubToken(token)
+    for name in ("aiohttp.access", "aiohttp.server", "aiohttp.web"):
+        logging.getLogger(name).addFilter(scrub)
 
 
 @dataclass(frozen=True)

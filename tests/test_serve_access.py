@@ -5,6 +5,7 @@ site could make through the user's browser (a rebound Host, another Origin) are 
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass, field
 from email.message import Message
@@ -147,6 +148,22 @@ def test_the_token_sets_a_cookie_that_lets_later_requests_in_once_a_name_is_give
         assert form.status == 200 and 'value="Ada Lovelace"' in form.text
         deadline = time.monotonic() + 10  # the access log names the request, without its token
         while "GET /?fontsize=20&token=(hidden) " not in server.err.read_text():
+            assert time.monotonic() < deadline, server.err.read_text()
+            time.sleep(0.1)
+        assert server.err.read_text().count(server.token) == 1  # in the address printed, only
+
+
+def test_a_request_the_server_cannot_parse_is_logged_without_the_token(store: Path):
+    # aiohttp logs such a request with its raw header lines: a cookie's token among them
+    with serve(store) as server:
+        port = port_of(server)
+        raw = (f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: relaypoint-token-{port}={server.token}\n"
+               f"{server.token}\r\n\r\n").encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(raw)
+            assert b" 400 " in sock.recv(4096).split(b"\r\n", 1)[0]
+        deadline = time.monotonic() + 10
+        while "(hidden)" not in server.err.read_text():
             assert time.monotonic() < deadline, server.err.read_text()
             time.sleep(0.1)
         assert server.err.read_text().count(server.token) == 1  # in the address printed, only
