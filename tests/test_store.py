@@ -16,7 +16,8 @@ import pytest
 from helpers import DB, Flow, digest, runtime, sidecars, sql
 from test_store_contract import paused_runs
 from relaypoint import RunStatus, Runtime, StepStatus, StoreError
-from relaypoint.store import Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, StepEnd, StepStart, open_store
+from relaypoint.store import (Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, StepEnd, StepStart, StoreMissing,
+                              open_store)
 from relaypoint.store.sqlite import APP_ID, MIGRATIONS, SCHEMA_VERSION, SqliteStore
 
 
@@ -146,9 +147,13 @@ def test_a_directory_is_refused(tmp_path):
         Runtime(str(tmp_path / "dir.db"))
 
 
-def test_a_store_in_a_missing_directory_cannot_be_created(tmp_path):
-    with pytest.raises(StoreError, match="cannot create store"):
-        Runtime(str(tmp_path / "no" / "such" / DB))
+def test_a_store_in_a_missing_directory_cannot_be_created_and_is_not_offered_to_migrate(tmp_path):
+    # Opening it said to make it with `relaypoint migrate`, which then failed: "No such file or directory".
+    where = tmp_path / "no" / "such"
+    for create in (True, False):
+        with pytest.raises(StoreMissing, match=f"^no relaypoint store at {where / DB}: its directory {where} does "
+                                               "not exist; make the directory first"):
+            Runtime(str(where / DB), create=create)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -320,6 +320,9 @@ class SqliteStore(SqlStore):
             self.readonly = True
             self._readonly_reason = f"{self.path} (or its directory) is not writable by this user"
         if not self.path.exists():
+            if not self.path.parent.is_dir():  # migrate would fail too: say what is missing
+                raise StoreMissing(f"no relaypoint store at {self.path}: its directory {self.path.parent} does not "
+                                   "exist; make the directory first, or point --db (RELAYPOINT_DB) at an existing store")
             if not create:
                 raise StoreMissing(
                     f"no relaypoint store at {self.path}; make one with `relaypoint --db {self.path} migrate` "
