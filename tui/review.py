@@ -392,6 +392,9 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
                 self._generation += 1
                 self._change(partial(change, result))
 
+        # A live read under way was read before the form, for the decision as it was then: its
+        # answer, landing as the form closes, would call a refusal's decision "decided elsewhere".
+        self._generation += 1
         self.app.push_screen(form, done)
 
     def action_approve(self) -> None:

@@ -11,6 +11,7 @@ Every ``sqlite3`` error is translated here into a :class:`~relaypoint.errors.Sto
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import os
@@ -952,14 +953,15 @@ class _Writers:
     """This process's writers of one SQLite file, one at a time: each write transaction of any of
     its store objects and threads holds it from ``BEGIN IMMEDIATE`` to ``COMMIT``. SQLite lets one
     writer in anyway, but a writer kept out by its lock retries by sleeping (up to 100 ms at a time),
-    so among busy threads one could wait seconds while the others take turns; here the next in
-    line goes as soon as the lock is free. Other processes are still ordered by SQLite's lock and
-    ``busy_timeout``. Waits up to the store's busy timeout, then raises ``StoreBusy``."""
+    so among busy threads one could wait seconds while the others take turns; here the writers
+    go in the order they came (:class:`_Queue`) as soon as the one before commits. Other processes
+    are still ordered by SQLite's lock and ``busy_timeout``. Waits up to the store's busy timeout,
+    then raises ``StoreBusy``."""
 
-    _registry: dict[tuple[int, int], threading.Lock] = {}
+    _registry: dict[tuple[int, int], _Queue] = {}
     _registry_lock = threading.Lock()
 
-    def __init__(self, lock: threading.Lock, store: SqliteStore) -> None:
+    def __init__(self, lock: _Queue, store: SqliteStore) -> None:
         self._lock, self._store = lock, store
 
     @classmethod
@@ -968,7 +970,7 @@ class _Writers:
         has one lock), for ``store``."""
         st = os.stat(path)
         with cls._registry_lock:
-            lock = cls._registry.setdefault((st.st_dev, st.st_ino), threading.Lock())
+            lock = cls._registry.setdefault((st.st_dev, st.st_ino), _Queue())
         return cls(lock, store)
 
     def __enter__(self) -> None:
@@ -977,3 +979,32 @@ class _Writers:
 
     def __exit__(self, *exc: object) -> None:
         self._lock.release()
+
+
+class _Queue:
+    """A lock taken in the order it was asked for: ``threading.Lock`` lets the thread that releases
+    it take it straight back, so one busy thread could keep the others out for a long while."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._waiting: collections.deque[object] = collections.deque()
+        self._held = False
+
+    def acquire(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every thread that asked before, then hold the lock;
+        False (not held, out of the queue) when the time ran out."""
+        me = object()
+        with self._changed:
+            self._waiting.append(me)
+            if not self._changed.wait_for(lambda: not self._held and self._waiting[0] is me, timeout):
+                self._waiting.remove(me)
+                self._changed.notify_all()  # the one after it may be first now
+                return False
+            self._waiting.popleft()
+            self._held = True
+            return True
+
+    def release(self) -> None:
+        with self._changed:
+            self._held = False
+            self._changed.notify_all()
