@@ -61,7 +61,7 @@ import logging
 import re
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -76,17 +76,15 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..clock import from_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError, quoted
-from ..models import Lease, OwnedRun, Owner, StepRecord
+from ..models import Lease
 from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
-                   BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunLocked, RunRows, StepBrief, StoreBusy,
-                   StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
-                   renumbered_batch)
+from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunLocked, StoreBusy,
+                   StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable)
 from .connections import ThreadConnections
-from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
 from .url import postgres_where
-from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
-                  UNDECIDED, SqlStore, event_detail, id_column, paused_seq_derived, translated)
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
+                  UNDECIDED, event_detail, paused_seq_derived, translated)
+from .sql_admin import SqlAdmin, id_column
 
 # psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
 # when the application configured no logging: a second, raw line beside the error raised and said here
@@ -115,9 +113,6 @@ _PROBE = "probe "
 
 # Free text a person reads (never matched on): PostgreSQL text cannot hold NUL, so it is shown as U+FFFD.
 FREE_TEXT_FIELDS = {"error", "traceback"}
-# ... and the columns of a copied run holding free text (see _free).
-COPIED_FREE_TEXT = {"error", "traceback", "reason", "decided_by", "comment", "actor"}
-
 FENCE_REFUSED = "RPF01"
 """The SQLSTATE a boundary's refused run update raises (commit_boundary), rolling the boundary back."""
 _LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
@@ -160,8 +155,6 @@ _STEP_ARRAYS = ("s_seqs", "s_names", "s_iterations", "s_agents", "s_parents", "s
                 "s_keys")
 _START_CHECKPOINT_FIELDS = ("c_run", "c_seq", "c_step", "c_kind", "c_at", "c_reason", "c_deadline")
 _START_RUN = "SELECT start_run(%s::json, %s, %s, %s, %s::json, %s, %s) AS checkpoint_id"
-_CHILDREN = ("FROM steps s WHERE s.run_id = %(run)s AND s.name = (SELECT g.name FROM steps g "
-             "WHERE g.run_id = %(run)s AND g.seq = %(parent)s) AND s.parent_seq = %(parent)s ORDER BY s.seq")
 
 
 # ---- schema -------------------------------------------------------------------------------------
@@ -719,7 +712,7 @@ def _leave_pool(pool: ConnectionPool) -> None:
     pool.close()
 
 
-class PostgresStore(SqlStore):
+class PostgresStore(SqlAdmin):
     """A relaypoint store in one schema of a PostgreSQL database.
 
     ``conninfo``: the libpq URL of the database; ``schema``: the schema holding the store.
@@ -1243,6 +1236,22 @@ class PostgresStore(SqlStore):
     def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
         return f"{column} = ANY(?::{sql_type}[])", list(values)
 
+    @staticmethod
+    def _one_of(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, list[Any]]:
+        return f"{column} = ANY(?::{sql_type}[])", [list(values)]
+
+    @staticmethod
+    def _same(column: str, sql_type: str = "text") -> str:
+        return f"{column} IS NOT DISTINCT FROM ?::{sql_type}"
+
+    def _insert_one(self, sql: str, params: Any, id_column: str) -> int | None:
+        row = self.conn.execute(_dialect(f"{sql} RETURNING {id_column}"), params).fetchone()
+        return None if row is None else int(row[id_column])
+
+    @staticmethod
+    def _json_text(expression: str) -> str:
+        return f"to_json({expression})::text"
+
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
         if self._in_transaction:
@@ -1254,63 +1263,6 @@ class PostgresStore(SqlStore):
 
     def _exported(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
         return row  # timestamptz columns read as aware datetimes already
-
-    # ---- reads: runs
-
-    @translated
-    def owned_runs(self, owner: Owner) -> list[OwnedRun]:
-        rows = self._rows(
-            "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = %s "
-            "AND lease_host IS NOT DISTINCT FROM %s::text AND lease_pid IS NOT DISTINCT FROM %s::bigint "
-            "AND lease_pid_start IS NOT DISTINCT FROM %s::text",
-            (RunStatus.RUNNING.value, owner.host, owner.pid, owner.pid_start))
-        return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
-                for r in rows]
-
-    @translated
-    def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
-        rows = self._rows("SELECT run_id, status FROM runs WHERE status IN (%s, %s) AND workflow = ANY(%s::text[]) "
-                          "ORDER BY updated_at LIMIT %s",
-                          (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value, list(workflows), limit))
-        return [(r["run_id"], RunStatus(r["status"])) for r in rows]
-
-    @translated
-    def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
-        rows = self._rows("SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at "
-                          "FROM runs WHERE status = ANY(%s::text[]) AND updated_at < %s",
-                          ([str(s) for s in statuses], _time(before)))
-        return [(r["run_id"], _owner(r) if r["status"] == RunStatus.RUNNING else None) for r in rows]
-
-    # ---- reads: steps and outputs
-
-    @translated
-    def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
-        return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}",
-                                                     {"run": run_id, "parent": parent_seq})]
-
-    @translated
-    def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
-        rows = self._rows(f"SELECT {STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
-                          f"AND o.seq = s.seq) AS value {_CHILDREN}", {"run": run_id, "parent": parent_seq})
-        return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
-                for r in rows if r["status"] == StepStatus.COMPLETED]
-
-    @translated
-    def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
-        r = self._row("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = %s AND seq = %s",
-                      (run_id, seq))
-        if r is None:
-            return None
-        return StepBrief(r["name"], _vocabulary(StepStatus, r["status"], f"step {r['name']!r}"), r["attempts"],
-                         r["idempotency_key"])
-
-    @translated
-    def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
-        # SQLite's json_extract(options, '$.approval') = 1: true, 1 or 1.0 (never "1"); options that
-        # are not valid JSON ask for nothing. Read here from the top-level rows before the cut.
-        rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s AND s.seq < %s "
-                          "AND s.parent_seq IS NULL ORDER BY s.seq", (run_id, seq))
-        return [step_from_row(r) for r in rows if _asks_approval(r["options"])]
 
     # ---- writes
 
@@ -1368,62 +1320,6 @@ class PostgresStore(SqlStore):
             "WHERE run_id = %s AND status = ANY(%s::text[])",
             (StepStatus.CANCELLED.value, _time(at), run_id, sorted(str(s) for s in OPEN_STEPS)))
 
-    @translated
-    def delete_runs(self, run_ids: Iterable[str]) -> None:
-        ids = list(run_ids)
-        if not ids:
-            return
-        fingerprints = [r["fingerprint"] for r in self._rows(
-            "SELECT DISTINCT fingerprint FROM runs WHERE run_id = ANY(%s::text[]) AND fingerprint IS NOT NULL", (ids,))]
-        for table in ("events", "checkpoints", "outputs", "steps", "run_inputs", "runs"):
-            self.conn.execute(f"DELETE FROM {table} WHERE run_id = ANY(%s::text[])", (ids,))
-        self.conn.execute("DELETE FROM definitions d WHERE d.fingerprint = ANY(%s::text[]) AND NOT EXISTS "
-                          "(SELECT 1 FROM runs r WHERE r.fingerprint = d.fingerprint)", (fingerprints,))
-
-    @translated
-    def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
-        values = {"child": child, "parent": parent, "cut": cut_seq, "before": children_before,
-                  "pending": StepStatus.PENDING.value}
-        copied = ("(coalesce(s.parent_seq, s.seq) < %(cut)s::bigint "
-                  "OR (s.parent_seq = %(cut)s::bigint AND s.seq < %(before)s::bigint))")
-        self.conn.execute(
-            f"""INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
-                                   error, traceback, started_at, finished_at, idempotency_key)
-                SELECT %(child)s::text, seq, name, iteration, agent, parent_seq, status, attempts, options, error,
-                       traceback, started_at, finished_at, idempotency_key
-                FROM steps s WHERE run_id = %(parent)s AND {copied} ORDER BY seq""", values)
-        self.conn.execute(
-            """INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
-                                  idempotency_key)
-               SELECT %(child)s::text, seq, name, 1, NULL, NULL, %(pending)s::text, 0, options,
-                      %(child)s::text || '/' || name
-               FROM steps WHERE run_id = %(parent)s AND seq >= %(cut)s::bigint AND parent_seq IS NULL
-                    AND iteration = 1
-               ORDER BY seq""", values)
-        self.conn.execute(f"INSERT INTO outputs (run_id, seq, value) SELECT %(child)s::text, o.seq, o.value "
-                          "FROM steps s JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
-                          f"WHERE s.run_id = %(parent)s AND {copied} ORDER BY s.seq", values)
-
-    @translated
-    def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
-        # The state as SQLite's json_object writes it: {"inherited_from":{"run_id":..,"checkpoint_id":..}}.
-        row = self.conn.execute(
-            """INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, decision,
-                                        decided_by, decided_at, comment, value, paused_seq)
-               SELECT %(child)s::text, seq, step, kind, %(at)s, reason,
-                      '{"inherited_from":{"run_id":' || to_json(run_id)::text || ',"checkpoint_id":'
-                          || checkpoint_id || '}}',
-                      decision, decided_by, decided_at,
-                      'inherited from checkpoint ' || checkpoint_id || ' of run ' || run_id
-                          || coalesce(': ' || comment, ''),
-                      value, paused_seq
-               FROM checkpoints WHERE checkpoint_id = %(cp)s
-               RETURNING checkpoint_id""",
-            {"child": child, "at": _time(at), "cp": parent_checkpoint_id}).fetchone()
-        if row is None:
-            raise StoreError(f"checkpoint {parent_checkpoint_id} is not in {self._where}; nothing was inherited")
-        return int(row["checkpoint_id"])
-
     # ---- copying between stores
 
     @translated
@@ -1432,50 +1328,20 @@ class PostgresStore(SqlStore):
         sequence = f"pg_get_serial_sequence('{table}', '{column}')::regclass"
         shift = self._row(f"SELECT greatest((SELECT coalesce(max({column}), 0) FROM {table}), "
                           f"coalesce(pg_sequence_last_value({sequence}), 0)) AS id")["id"] if renumber else 0
-        self._move_identity(table, shift + top)
+        self._reserve(table, shift + top)
         return shift
 
-    def _move_identity(self, table: str, top: int) -> None:
-        """Move ``table``'s identity past ``top``: the ids it gives later are higher (never lowers it)."""
+    def _reserve(self, table: str, top: int) -> None:
+        # The identity moves past ``top`` (never back).
         column = id_column(table)
         sequence = f"pg_get_serial_sequence('{table}', '{column}')::regclass"
-        self._row(f"SELECT setval({sequence}, greatest(%s, coalesce(pg_sequence_last_value({sequence}), 0), 1)) AS id",
+        self._row(f"SELECT setval({sequence}, greatest(?, coalesce(pg_sequence_last_value({sequence}), 0), 1)) AS id",
                   (top,))
-
-    @translated
-    def import_runs(self, batch: Sequence[RunRows], shift: Mapping[str, int] | None = None) -> None:
-        if not self._in_transaction:
-            raise RuntimeError("import_runs: call it inside transaction()")
-        if held := self.existing([r.run_id for r in batch]):
-            raise StoreError(f"run {held[0]} is already in {self._where}; nothing was imported")
-        batch = renumbered_batch(batch, shift or {}, self.held_ids, self._allocate, self._checkpoint_ids)
-        for table, key in (("checkpoints", "checkpoint_id"), ("events", "event_id")):
-            # Past the ids written, whether make_room reserved them or not.
-            if top := max((x[key] for r in batch for x in getattr(r, table)), default=0):
-                self._move_identity(table, top)
-        definitions = {r.run["fingerprint"]: r.definition for r in batch
-                       if r.run["fingerprint"] is not None and r.definition is not None}
-
-        with self.conn.cursor() as cur:
-            def into(table: str, columns: tuple[str, ...], values: list[tuple[Any, ...]]) -> None:
-                if values:
-                    cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) "
-                                    f"VALUES (%s{', %s' * (len(columns) - 1)})", values)
-
-            if definitions:
-                cur.executemany("INSERT INTO definitions (fingerprint, definition) VALUES (%s, %s) "
-                                "ON CONFLICT (fingerprint) DO NOTHING", [*definitions.items()])
-            into("runs", RUN_ROW, [tuple(_copied(c, r.run[c]) for c in RUN_ROW) for r in batch])
-            into("run_inputs", ("run_id", "input"), [(r.run_id, r.input) for r in batch if r.input is not None])
-            for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW), ("checkpoints", CHECKPOINT_ROW),
-                                   ("events", EVENT_ROW)):
-                into(table, ("run_id", *columns),
-                     [(r.run_id, *(_copied(c, v[c]) for c in columns)) for r in batch for v in getattr(r, table)])
 
     def _allocate(self, table: str, count: int) -> list[int]:
         self.make_room(table, 0, True)  # the identity past every id there, given or not
         sequence = f"pg_get_serial_sequence('{table}', '{id_column(table)}')::regclass"
-        return sorted(r["id"] for r in self._rows(f"SELECT nextval({sequence}) AS id FROM generate_series(1, %s)",
+        return sorted(r["id"] for r in self._rows(f"SELECT nextval({sequence}) AS id FROM generate_series(1, ?)",
                                                   (count,)))
 
     # ---- the hot path
@@ -1588,28 +1454,10 @@ def _time(dt: datetime | None) -> datetime | None:
     return dt.replace(microsecond=dt.microsecond // 1000 * 1000)
 
 
-def _copied(column: str, value: Any) -> Any:
-    """A value of a copied row as this store keeps it: times to milliseconds, NUL in free text as U+FFFD."""
-    if column in ROW_TIMES:
-        return _time(value)
-    return _free(value) if column in COPIED_FREE_TEXT else value
-
-
 def _free(text: str | None) -> str | None:
     """Free text a person reads (an error, a reason, a name of who decided): PostgreSQL text cannot
     hold NUL, which is stored as U+FFFD."""
     return text.replace("\x00", "\ufffd") if text is not None and "\x00" in text else text
-
-
-def _asks_approval(options: str | None) -> bool:
-    try:
-        value = json.loads(options) if options else None
-    except (ValueError, RecursionError):
-        return False
-    if not isinstance(value, dict):
-        return False
-    flag = value.get("approval")
-    return not isinstance(flag, str) and flag == 1
 
 
 def _lease_values(lease: Lease | None) -> tuple[Any, ...]:

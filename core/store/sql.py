@@ -25,14 +25,13 @@ from typing import Any, ClassVar
 
 from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun, quoted
-from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
+from ..models import Checkpoint, Event, OwnedRun, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import PAUSED as PAUSED_RUNS
 from ..status import AnnouncementOutcome, RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, NewStep, RunRows,
-                   RunStore, StoreDamaged)
+from .base import (NewStep, RunStore, StepBrief, StoreDamaged)
 from .connections import ThreadConnections
-from .rows import (_owner, _position, _summary_fields, _summary_or_none, _time, checkpoint_from_row, readable,
-                   step_from_row)
+from .rows import (_execution, _lenient_time, _owner, _position, _summary_fields, _summary_or_none, _time, _vocabulary,
+                   checkpoint_from_row, readable, step_from_row)
 
 # Columns of ``runs`` a listing reads (no input, no definition).
 SUMMARY_COLUMNS = (
@@ -178,6 +177,30 @@ class SqlStore(RunStore):
     def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
         """A condition "``column`` is one of ``values``" with its one ``?`` parameter: (SQL, parameter).
         ``sql_type``: the values' SQL type (text, bigint)."""
+
+    @staticmethod
+    @abstractmethod
+    def _one_of(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, list[Any]]:
+        """A condition "``column`` is one of ``values``" for a few values of a vocabulary (statuses,
+        workflow names), which a planner may choose an index by: (SQL, its ``?`` parameters)."""
+
+    @staticmethod
+    @abstractmethod
+    def _same(column: str, sql_type: str = "text") -> str:
+        """A condition "``column`` equals the ``?`` parameter", NULL matching NULL."""
+
+    @staticmethod
+    def _indexed_by(index: str) -> str:
+        """The hint, after a table's name, that a query reads it through ``index`` ("" where the
+        planner needs none)."""
+        return ""
+
+    @staticmethod
+    def _asks_approval(options: str) -> str:
+        """A condition true at least of the rows whose ``options`` ask for approval (they are then
+        checked again by :func:`asks_approval`, the rule): a backend that can read JSON safely in
+        SQL narrows the rows read."""
+        return "1 = 1"
 
     @abstractmethod
     def _snapshot(self) -> AbstractContextManager[None]:
@@ -359,7 +382,66 @@ class SqlStore(RunStore):
                           "WHERE status = ?", (RunStatus.RUNNING.value,))
         return list(dict.fromkeys(_owner(r) for r in rows))
 
+    @translated
+    def owned_runs(self, owner: Owner) -> list[OwnedRun]:
+        rows = self._rows(f"SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = ? AND "
+                          f"{self._same('lease_host')} AND {self._same('lease_pid', 'bigint')} AND "
+                          f"{self._same('lease_pid_start')}", (RunStatus.RUNNING.value, owner.host, owner.pid,
+                                                               owner.pid_start))
+        return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
+                for r in rows]
+
+    @translated
+    def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
+        names, values = self._one_of("workflow", list(workflows))
+        rows = self._rows(f"SELECT run_id, status FROM runs WHERE status IN (?, ?) AND {names} "
+                          "ORDER BY updated_at LIMIT ?",
+                          (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value, *values, limit))
+        return [(r["run_id"], RunStatus(r["status"])) for r in rows]
+
+    @translated
+    def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
+        wanted, values = self._one_of("status", [str(s) for s in statuses])
+        rows = self._rows("SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at "
+                          f"FROM runs WHERE {wanted} AND updated_at < ?", (*values, self._stamp(before)))
+        return [(r["run_id"], _owner(r) if r["status"] == RunStatus.RUNNING else None) for r in rows]
+
     # ---- reads: steps and outputs
+
+    def _children(self, columns: str, run_id: str, parent_seq: int) -> list[dict[str, Any]]:
+        """The rows (``columns`` of ``steps s``) of the children of execution ``parent_seq``, in seq
+        order. A group's children carry its name (the pattern's): steps_by_name reads the group's
+        executions only, not every execution after it (SQLite's planner, without statistics, would
+        rather scan the run's primary key to skip the sort)."""
+        return self._rows(f"SELECT {columns} FROM steps s{self._indexed_by('steps_by_name')} WHERE s.run_id = ? "
+                          "AND s.name = (SELECT g.name FROM steps g WHERE g.run_id = ? AND g.seq = ?) "
+                          "AND s.parent_seq = ? ORDER BY s.seq", (run_id, run_id, parent_seq, parent_seq))
+
+    @translated
+    def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
+        return [step_from_row(r) for r in self._children(STEP_COLUMNS, run_id, parent_seq)]
+
+    @translated
+    def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
+        rows = self._children(f"{STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
+                              "AND o.seq = s.seq) AS value", run_id, parent_seq)
+        return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
+                for r in rows if r["status"] == StepStatus.COMPLETED]
+
+    @translated
+    def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
+        r = self._row("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = ? AND seq = ?",
+                      (run_id, seq))
+        if r is None:
+            return None
+        return StepBrief(r["name"], _vocabulary(StepStatus, r["status"], f"step {r['name']!r}"), r["attempts"],
+                         r["idempotency_key"])
+
+    @translated
+    def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
+        rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS "
+                          f"NULL AND {self._asks_approval('s.options')} ORDER BY s.seq", (run_id, seq))
+        return [step_from_row(r) for r in rows if asks_approval(r["options"])]
 
     @translated
     def steps(self, run_id: str) -> list[StepRecord]:
@@ -604,75 +686,6 @@ class SqlStore(RunStore):
         self._execute("INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)",
                       (run_id, self._stamp(at), kind, step, self._free(actor), event_detail(detail)))
 
-    # ---- copying between stores
-
-    @translated
-    def existing(self, run_ids: Sequence[str]) -> list[str]:
-        among, ids = self._among("run_id", run_ids)
-        return [r["run_id"] for r in self._rows(f"SELECT run_id FROM runs WHERE {among}", (ids,))]
-
-    @translated
-    def export_runs(self, run_ids: Sequence[str]) -> list[RunRows]:
-        among, ids = self._among("run_id", run_ids)
-        with self._snapshot():  # a boundary committed meanwhile is not half seen
-            runs = self._rows(f"SELECT {', '.join(RUN_ROW)}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS "
-                              f"definition FROM runs WHERE {among} ORDER BY created_at, run_id", (ids,))
-            tables = {table: _grouped(self._rows(f"SELECT run_id, {', '.join(columns)} FROM {table} WHERE {among} "
-                                                 f"ORDER BY run_id, {columns[0]}", (ids,)))
-                      for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW),
-                                             ("checkpoints", CHECKPOINT_ROW), ("events", EVENT_ROW))}
-            parents = _grouped(self._rows(
-                "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT parent_run_id FROM runs "
-                f"WHERE {among}) ORDER BY run_id, checkpoint_id", (ids,)))
-        return [RunRows(run=self._exported(rid, {k: r[k] for k in RUN_ROW}), input=r["input"],
-                        definition=r["definition"],
-                        steps=[self._exported(rid, x) for x in tables["steps"].get(rid, [])],
-                        outputs=tables["outputs"].get(rid, []),
-                        checkpoints=[self._exported(rid, x) for x in tables["checkpoints"].get(rid, [])],
-                        events=[self._exported(rid, x) for x in tables["events"].get(rid, [])],
-                        parent_checkpoints=[x["checkpoint_id"] for x in parents.get(r["parent_run_id"], [])])
-                for r in runs for rid in (r["run_id"],)]
-
-    @translated
-    def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
-        among, ids = self._among("run_id", run_ids)
-        return {table: self._row(f"SELECT count(*) AS n FROM {table} WHERE {among}", (ids,))["n"]
-                for table in COPIED_TABLES}
-
-    @translated
-    def copied_ids(self, table: str, run_ids: Sequence[str]) -> list[int]:
-        column = id_column(table)
-        among, ids = self._among("run_id", run_ids)
-        return [r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {among}", (ids,))]
-
-    @translated
-    def held_ids(self, table: str, ids: Sequence[int]) -> set[int]:
-        column = id_column(table)
-        among, values = self._among(column, ids, "bigint")
-        return {r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {among}", (values,))}
-
-    def _checkpoint_ids(self, run_ids: list[str]) -> dict[str, list[int]]:
-        """Each of these runs' checkpoint ids, in order."""
-        among, ids = self._among("run_id", run_ids)
-        return {rid: [r["checkpoint_id"] for r in group] for rid, group in _grouped(self._rows(
-            f"SELECT run_id, checkpoint_id FROM checkpoints WHERE {among} ORDER BY run_id, checkpoint_id",
-            (ids,))).items()}
-
-    @translated
-    def run_page(self, after: tuple[Any, str] | None, limit: int) -> list[tuple[Any, str]]:
-        where, params = ("WHERE (created_at, run_id) > (?, ?) ", [*after]) if after else ("", [])
-        return [(r["created_at"], r["run_id"]) for r in self._rows(
-            f"SELECT created_at, run_id FROM runs {where}ORDER BY created_at, run_id LIMIT ?", [*params, limit])]
-
-
-def id_column(table: str) -> str:
-    """The id column of ``table``, "checkpoints" or "events" (the tables a copy numbers): ``ValueError``
-    for any other name, which is never put in SQL."""
-    columns = {"checkpoints": "checkpoint_id", "events": "event_id"}
-    if table not in columns:
-        raise ValueError(f"no numbered table {table!r}; checkpoints or events")
-    return columns[table]
-
 
 def matchable(key: str) -> bool:
     """Whether ``key``, a run id or a name given to look one up, can match anything: names hold no
@@ -682,12 +695,20 @@ def matchable(key: str) -> bool:
     return "\x00" not in key and encoding.is_unicode(key)
 
 
+def asks_approval(options: str | None) -> bool:
+    """Whether a step's stored options (JSON text) ask for approval: ``"approval"`` is true, 1 or 1.0
+    (never "1"), as SQLite's ``json_extract(options, '$.approval') = 1`` reads it; options that are
+    not a valid JSON object ask for nothing."""
+    try:
+        value = json.loads(options) if options else None
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(value, dict):
+        return False
+    flag = value.get("approval")
+    return not isinstance(flag, str) and flag == 1
+
+
 def event_detail(detail: dict[str, Any]) -> str | None:
     """An event's detail as stored: JSON text (None when empty)."""
     return json.dumps(detail, ensure_ascii=False) if detail else None
-
-
-def _grouped(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Rows ordered by run id, by run id, each without its ``run_id``."""
-    return {rid: [{k: v for k, v in r.items() if k != "run_id"} for r in group]
-            for rid, group in itertools.groupby(rows, key=lambda r: r["run_id"])}

@@ -18,7 +18,7 @@ import os
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -29,15 +29,14 @@ import sqlite_utils
 from ..clock import from_text, to_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError
-from ..models import Lease, OwnedRun, Owner, StepRecord
-from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
-                   BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
-                   StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
+from ..models import Lease
+from ..status import OPEN_STEPS, StepStatus
+from .base import (ROW_TIMES, Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, StoreBusy,
+                   StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
 from .connections import ThreadConnections
-from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
-from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
-                  UNDECIDED, SqlStore, event_detail, id_column, paused_seq_derived, translated)
+from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
+                  UNDECIDED, event_detail, paused_seq_derived, translated)
+from .sql_admin import SqlAdmin, id_column
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
@@ -53,11 +52,6 @@ _OUTPUT_INSERT = "INSERT OR REPLACE INTO outputs (run_id, seq, value) VALUES (?,
 _CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at, "
                       "paused_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)"
-# The children of execution ?2 of run ?1, in seq order. A group's children carry its name (the
-# pattern's): steps_by_name reads the group's executions only, not every execution after it (the
-# planner, without statistics, would rather scan the run's primary key to skip the sort).
-_CHILDREN = ("FROM steps s INDEXED BY steps_by_name WHERE s.run_id = ?1 AND s.name = (SELECT g.name FROM steps g "
-             "WHERE g.run_id = ?1 AND g.seq = ?2) AND s.parent_seq = ?2 ORDER BY s.seq")
 
 
 # ---- schema -------------------------------------------------------------------------------------
@@ -282,7 +276,7 @@ def _migrate_5(db: sqlite_utils.Database) -> None:
 MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3, 4: _migrate_4, 5: _migrate_5}
 
 
-class SqliteStore(SqlStore):
+class SqliteStore(SqlAdmin):
     """A relaypoint store in one SQLite file.
 
     ``path``: the file. ``url``: what it was opened with (default: the path). ``create``: make a new
@@ -614,6 +608,31 @@ class SqliteStore(SqlStore):
     def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
         return f"{column} IN (SELECT value FROM json_each(?))", json.dumps(list(values))
 
+    @staticmethod
+    def _one_of(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, list[Any]]:
+        # Listed, not json_each: the planner picks an index by the values (runs_by_workflow for runnable).
+        return f"{column} IN ({', '.join('?' * len(values))})", list(values)
+
+    @staticmethod
+    def _same(column: str, sql_type: str = "text") -> str:
+        return f"{column} IS ?"
+
+    def _insert_one(self, sql: str, params: Any, id_column: str) -> int | None:
+        cur = self.conn.execute(sql, tuple(params))
+        return int(cur.lastrowid) if cur.rowcount == 1 else None
+
+    @staticmethod
+    def _json_text(expression: str) -> str:
+        return f"json_quote({expression})"
+
+    @staticmethod
+    def _indexed_by(index: str) -> str:
+        return f" INDEXED BY {index}"
+
+    @staticmethod
+    def _asks_approval(options: str) -> str:
+        return f"CASE WHEN json_valid({options}) THEN json_extract({options}, '$.approval') END = 1"
+
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
         if self._in_transaction:
@@ -630,61 +649,6 @@ class SqliteStore(SqlStore):
         except (ValueError, TypeError, AttributeError):
             raise StoreDamaged(f"run {run_id} in {self.path} has an unreadable time (edited by hand?); fix the row "
                                "or delete the run, then copy again") from None
-
-    # ---- reads: runs
-
-    @translated
-    def owned_runs(self, owner: Owner) -> list[OwnedRun]:
-        rows = self._rows(
-            "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = ? AND lease_host IS ? "
-            "AND lease_pid IS ? AND lease_pid_start IS ?", (RunStatus.RUNNING, owner.host, owner.pid, owner.pid_start))
-        return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
-                for r in rows]
-
-    @translated
-    def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
-        names = list(workflows)
-        marks = ", ".join("?" * len(names))
-        rows = self._rows(f"SELECT run_id, status FROM runs WHERE status IN (?, ?) AND workflow IN ({marks}) "
-                          "ORDER BY updated_at LIMIT ?", (RunStatus.QUEUED, RunStatus.INTERRUPTED, *names, limit))
-        return [(r["run_id"], RunStatus(r["status"])) for r in rows]
-
-    @translated
-    def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
-        wanted = list(statuses)
-        marks = ", ".join("?" * len(wanted))
-        rows = self._rows(f"SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at "
-                          f"FROM runs WHERE status IN ({marks}) AND updated_at < ?", [*wanted, _text(before)])
-        return [(r["run_id"], _owner(r) if r["status"] == RunStatus.RUNNING else None) for r in rows]
-
-    # ---- reads: steps and outputs
-
-    @translated
-    def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
-        return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}", (run_id, parent_seq))]
-
-    @translated
-    def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
-        rows = self._rows(f"SELECT {STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
-                          f"AND o.seq = s.seq) AS value {_CHILDREN}", (run_id, parent_seq))
-        return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
-                for r in rows if r["status"] == StepStatus.COMPLETED]
-
-    @translated
-    def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
-        r = self.conn.execute("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = ? AND seq = ?",
-                              (run_id, seq)).fetchone()
-        if r is None:
-            return None
-        self.rows_read += 1
-        return StepBrief(r[0], _vocabulary(StepStatus, r[1], f"step {r[0]!r}"), r[2], r[3])
-
-    @translated
-    def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
-        return [step_from_row(r) for r in self._rows(
-            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS NULL "
-            "AND CASE WHEN json_valid(s.options) THEN json_extract(s.options, '$.approval') END = 1 "
-            "ORDER BY s.seq", (run_id, seq))]
 
     # ---- writes
 
@@ -744,61 +708,6 @@ class SqliteStore(SqlStore):
             f"WHERE run_id = ? AND status IN ({', '.join('?' * len(OPEN_STEPS))})",
             (StepStatus.CANCELLED, _text(at), run_id, *sorted(OPEN_STEPS)))
 
-    @translated
-    def delete_runs(self, run_ids: Iterable[str]) -> None:
-        ids = [(i,) for i in run_ids]
-        fingerprints = [(r["fingerprint"],) for r in self._rows(
-            "SELECT DISTINCT fingerprint FROM runs WHERE run_id IN (SELECT value FROM json_each(?))",
-            (json.dumps([i for (i,) in ids]),))]
-        for table in ("events", "checkpoints", "outputs", "steps", "run_inputs", "runs"):
-            self.conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", ids)
-        # A definition goes with the last run of it.
-        self.conn.executemany("DELETE FROM definitions WHERE fingerprint = ? AND NOT EXISTS "
-                              "(SELECT 1 FROM runs WHERE fingerprint = definitions.fingerprint)", fingerprints)
-
-    @translated
-    def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
-        # In SQL: upstream outputs move as stored text, never decoded or re-run.
-        values = {"child": child, "parent": parent, "cut": cut_seq, "before": children_before,
-                  "pending": StepStatus.PENDING}
-        # Copied as recorded: the top-level rows before the cut with their children, and the cut
-        # group's children before ``children_before`` (none when it is NULL: ``seq < NULL`` is never true).
-        copied = "(coalesce(s.parent_seq, s.seq) < :cut OR (s.parent_seq = :cut AND s.seq < :before))"
-        # Three inserts, each read in the primary key's order (no sort), appended in seq order.
-        self.conn.execute(
-            f"""INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
-                                   error, traceback, started_at, finished_at, idempotency_key)
-                SELECT :child, seq, name, iteration, agent, parent_seq, status, attempts, options, error, traceback,
-                       started_at, finished_at, idempotency_key
-                FROM steps s WHERE run_id = :parent AND {copied} ORDER BY seq""", values)
-        self.conn.execute(
-            """INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
-                                  idempotency_key)
-               SELECT :child, seq, name, 1, NULL, NULL, :pending, 0, options, :child || '/' || name
-               FROM steps WHERE run_id = :parent AND seq >= :cut AND parent_seq IS NULL AND iteration = 1
-               ORDER BY seq""", values)
-        self.conn.execute(f"INSERT INTO outputs (run_id, seq, value) SELECT :child, o.seq, o.value FROM steps s "
-                          "JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
-                          f"WHERE s.run_id = :parent AND {copied} ORDER BY s.seq", values)
-
-    @translated
-    def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
-        # The decision keeps its original author and time; the comment names where it came from.
-        cur = self.conn.execute(
-            """INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, decision,
-                                        decided_by, decided_at, comment, value, paused_seq)
-               SELECT :child, seq, step, kind, :at, reason,
-                      json_object('inherited_from', json_object('run_id', run_id, 'checkpoint_id', checkpoint_id)),
-                      decision, decided_by, decided_at,
-                      'inherited from checkpoint ' || checkpoint_id || ' of run ' || run_id
-                          || coalesce(': ' || comment, ''),
-                      value, paused_seq
-               FROM checkpoints WHERE checkpoint_id = :cp""",
-            {"child": child, "at": _text(at), "cp": parent_checkpoint_id})
-        if cur.rowcount != 1:
-            raise StoreError(f"checkpoint {parent_checkpoint_id} is not in {self.path}; nothing was inherited")
-        return int(cur.lastrowid)
-
     # ---- copying between stores
 
     @translated
@@ -806,29 +715,6 @@ class SqliteStore(SqlStore):
         # A rowid table gives max + 1 next: nothing to move, and no room can be kept from another writer.
         column = id_column(table)
         return self._row(f"SELECT coalesce(max({column}), 0) AS id FROM {table}")["id"] if renumber else 0
-
-    @translated
-    def import_runs(self, batch: Sequence[RunRows], shift: Mapping[str, int] | None = None) -> None:
-        if not self._in_transaction:
-            raise RuntimeError("import_runs: call it inside transaction()")
-        if held := self.existing([r.run_id for r in batch]):
-            raise StoreError(f"run {held[0]} is already in {self.path}; nothing was imported")
-        batch = renumbered_batch(batch, shift or {}, self.held_ids, self._allocate, self._checkpoint_ids)
-        for r in batch:
-            if r.run["fingerprint"] is not None and r.definition is not None:
-                self._keep_definition(r.run["fingerprint"], r.definition)
-
-        def into(table: str, columns: tuple[str, ...], values: Iterable[tuple[str, dict[str, Any]]]) -> None:
-            self.conn.executemany(
-                f"INSERT INTO {table} (run_id, {', '.join(columns)}) VALUES (?{', ?' * len(columns)})",
-                [(rid, *(_text(v[c]) if c in ROW_TIMES else v[c] for c in columns)) for rid, v in values])
-
-        into("runs", RUN_ROW[1:], ((r.run_id, r.run) for r in batch))
-        self.conn.executemany("INSERT INTO run_inputs (run_id, input) VALUES (?, ?)",
-                              [(r.run_id, r.input) for r in batch if r.input is not None])
-        for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW), ("checkpoints", CHECKPOINT_ROW),
-                               ("events", EVENT_ROW)):
-            into(table, columns, ((r.run_id, v) for r in batch for v in getattr(r, table)))
 
     def _allocate(self, table: str, count: int) -> list[int]:
         # A rowid table gives max + 1 next: ids above every one there are free.
