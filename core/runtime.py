@@ -28,7 +28,7 @@ from .recovery import Recovery, now_of
 from .refusals import announce_refusal, resume_refusal
 from .retention import Retention
 from .status import TERMINAL, AnnouncementOutcome, RunStatus
-from .store import open_store
+from .store import Lookup, open_store
 from .workflow import Workflow, find_workflow
 
 __all__ = ["Runtime", "os_user"]
@@ -119,7 +119,7 @@ class Runtime:
         parent = head.parent_run_id
         return Run(
             **{k: getattr(head, k) for k in RunSummary.model_fields}, input=head.input or {}, tasks=tasks,
-            pending=self.store.pending_checkpoint(rid), forks=self.store.forks(rid), definition=head.definition,
+            pending=self.store.checkpoint(rid, Lookup.PENDING), forks=self.store.forks(rid), definition=head.definition,
             forked_from_iteration=self._forked_from_iteration(rid) if parent is not None else None,
             parent_deleted=parent is not None and not self.store.exists(parent),
         )
@@ -127,7 +127,7 @@ class Runtime:
     def _forked_from_iteration(self, run_id: str) -> int | None:
         """The iteration of a pattern the fork ``run_id`` was made from, as its fork checkpoint names
         it (see :mod:`relaypoint.forks`); None for a fork from a whole step."""
-        cp = self.store.fork_checkpoint(run_id)
+        cp = self.store.checkpoint(run_id, Lookup.FORK)
         origin = cp.state.get("fork") if cp is not None and isinstance(cp.state, dict) else None
         iteration = origin.get("iteration") if isinstance(origin, dict) else None
         return iteration if isinstance(iteration, int) and not isinstance(iteration, bool) else None
@@ -195,8 +195,8 @@ class Runtime:
         Raises ``UnknownRun``, ``RefusedTransition`` (the run waits on no one), ``StoreReadOnly``."""
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            pending = self.store.pending_checkpoint(rid)
-            if (refusal := announce_refusal(self.store.head(rid), pending)) is not None:
+            pending = self.store.checkpoint(rid, Lookup.PENDING)
+            if (refusal := announce_refusal(self.store.run(rid, documents=False), pending)) is not None:
                 raise RefusedTransition(refusal)
             self.store.reopen_announcement(pending.checkpoint_id)
         return pending

@@ -16,7 +16,7 @@ from typing import Any, overload
 from .errors import StoreError
 from .models import StepRecord
 from .status import CheckpointKind, Decision
-from .store import RunStore
+from .store import Lookup, RunStore
 
 
 class LazyResults(Mapping[str, Any]):
@@ -91,7 +91,7 @@ class LazyResponses(Sequence[Any]):
         ``{"approved": True, "by", "comment", "value"}``, or None: read from the run's latest
         pause, which is that turn's while the turn is re-run after the approval."""
         try:
-            cp = self._store.last_pause(self._run_id)
+            cp = self._store.checkpoint(self._run_id, Lookup.LAST_PAUSE)
         except StoreError as e:
             self.damage = e
             raise
@@ -117,7 +117,7 @@ class LazyHistory(Sequence[dict[str, Any]]):
         """Every completed child, decisions included, as recorded (read once)."""
         if self._records is None:
             try:
-                self._records = self._store.history(self._run_id, self._parent)
+                self._records = self._store.steps(self._run_id, parent=self._parent, outputs=True)
             except StoreError as e:
                 self.damage = e
                 raise

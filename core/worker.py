@@ -88,7 +88,8 @@ class Worker:
         """The oldest ``CANDIDATES`` runnable runs of known workflows with their status (queued, and
         interrupted after a sweep), in random order."""
         rt.sweep()
-        listed = rt.store.runnable([w.name for w in self.workflows], CANDIDATES)
+        listed = [(r.run_id, r.status) for r in rt.store.runs_in(
+            (RunStatus.QUEUED, RunStatus.INTERRUPTED), workflows=[w.name for w in self.workflows], limit=CANDIDATES)]
         # Workers (and threads) that listed the same oldest runs would all go for the first one: in
         # a random order they mostly reach different runs, instead of queuing on one claim after another.
         random.shuffle(listed)

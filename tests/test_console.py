@@ -20,6 +20,7 @@ from textual.widgets import Button, Label, Markdown, Select, Static, TextArea
 
 from relaypoint import Runtime, RunStatus, Workflow
 from relaypoint.background import resume_log
+from relaypoint.store import Lookup
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.modals import ApproveScreen, ConfirmScreen, ForkScreen, HelpScreen, RejectScreen, RespondScreen
 
@@ -152,7 +153,7 @@ async def test_respond_answers_an_input_request(store):
         await pilot.press("ctrl+s")
         await until(pilot, lambda: run_status(path, runs["awaiting_input"]) == RunStatus.QUEUED)
     with Runtime(path, create=False) as rt:
-        asking = rt.store.step_named(runs["awaiting_input"], "route")
+        asking = rt.store.step(runs["awaiting_input"], name="route")
         assert rt.store.responses(runs["awaiting_input"], asking.seq) == ["finance"]
 
 
@@ -286,7 +287,7 @@ async def test_every_decision_of_a_console_given_a_name_is_recorded_under_it(sto
                              (runs["fork"], "cancelled"), (to_reject, "rejected")):
             assert [e.actor for e in rt.events(run_id) if e.kind == kind] == [name], (run_id, kind)
         for run_id in (runs["awaiting_approval"], runs["awaiting_input"], to_reject):
-            assert rt.store.last_pause(run_id).decided_by == name
+            assert rt.store.checkpoint(run_id, Lookup.LAST_PAUSE).decided_by == name
 
 
 TINY_APP = '''

@@ -25,6 +25,7 @@ from textual.widgets import Input, Select, Static, TextArea
 from relaypoint import Runtime, RunStatus, StepStatus, Workflow, human
 from relaypoint.models import StepRecord
 from relaypoint.patterns_view import kind_of, plan_tree, progress, summary, wanted_outputs, with_outputs
+from relaypoint.store import Lookup
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.detail import CallKey
 from relaypoint.tui.modals import ApproveScreen, ForkScreen, RejectScreen, RespondScreen
@@ -159,7 +160,7 @@ def group_and_calls(path: str, run_id: str, name: str) -> tuple[StepRecord, list
 
 def latest_state(path: str, run_id: str) -> Any:
     with Runtime(path, create=False) as rt:
-        return rt.store.latest_checkpoint(run_id).state
+        return rt.store.checkpoint(run_id, Lookup.LATEST).state
 
 
 def squash(text: str) -> str:
@@ -690,7 +691,7 @@ def test_an_agent_an_allowed_drift_removed_is_shown_with_a_placeholder_mark(db):
         assert group.options["agents"] == ["search"]
         kids = [t for t in run.tasks if t.parent == group.seq]
         console = Console(width=120, record=True)
-        console.print(summary_view(summary(group, kids, rt.store.latest_checkpoint(rid).state)))
+        console.print(summary_view(summary(group, kids, rt.store.checkpoint(rid, Lookup.LATEST).state)))
         text = console.export_text()
     assert text.count("ask (not defined)") == 2 and "search (not defined)" not in text  # its turn, its counts
 

@@ -26,6 +26,7 @@ from relaypoint.models import Event, PendingDecision, Run, RunSummary, StepRecor
 from relaypoint.patterns_view import (PatternSummary, describe, kind_of, paused_execution, summary, wanted_outputs,
                                       with_outputs)
 from relaypoint.runtime import Runtime
+from relaypoint.store import Lookup
 from relaypoint.upstream import upstream_of
 
 from .output import editor_json, output_view, show_command
@@ -234,7 +235,7 @@ def _state(rt: Runtime, run: Run) -> Any:
     """The driver state of the run's latest checkpoint, read only when the run has a pattern."""
     if not any(kind_of(s) for s in run.tasks):
         return None
-    checkpoint = rt.store.latest_checkpoint(run.run_id)
+    checkpoint = rt.store.checkpoint(run.run_id, Lookup.LATEST)
     return None if checkpoint is None else checkpoint.state
 
 

@@ -21,15 +21,16 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun, quoted
 from ..models import Checkpoint, Event, OwnedRun, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import PAUSED as PAUSED_RUNS
 from ..status import AnnouncementOutcome, RunStatus, StepStatus
-from .base import (NewStep, RunStore, StepBrief, StoreDamaged)
+from .base import (NewStep, RunStore, StoreDamaged)
 from .connections import ThreadConnections
+from .reads import Lookup, RunState, StepBrief
 from .rows import (_execution, _lenient_time, _owner, _position, _summary_fields, _summary_or_none, _time, _vocabulary,
                    checkpoint_from_row, readable, step_from_row)
 
@@ -98,6 +99,15 @@ TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
 LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
 # Checkpoints that hold the driver state a run goes on from (not a pause's).
 STATE_KINDS = ("start", "boundary", "fork")
+# Each lookup of a run's newest checkpoint of a sort; pauses are read through the partial index
+# checkpoints_paused, which needs its condition word for word.
+_NEWEST = {
+    Lookup.LATEST: "run_id = ?",
+    Lookup.PENDING: f"run_id = ? AND {PAUSED} AND {UNDECIDED}",
+    Lookup.LAST_PAUSE: f"run_id = ? AND {PAUSED}",
+    Lookup.FORK: "run_id = ? AND kind = 'fork'",
+    Lookup.APPROVAL: f"run_id = ? AND {PAUSED} AND kind = 'approval' AND paused_seq = ?",
+}
 
 
 def translated(method: Callable) -> Callable:
@@ -196,11 +206,6 @@ class SqlStore(RunStore):
         return ""
 
     @staticmethod
-    def _asks_approval(options: str) -> str:
-        """A condition true at least of the rows whose ``options`` ask for approval (they are then
-        checked again by :func:`asks_approval`, the rule): a backend that can read JSON safely in
-        SQL narrows the rows read."""
-        return "1 = 1"
 
     @abstractmethod
     def _snapshot(self) -> AbstractContextManager[None]:
@@ -268,38 +273,34 @@ class SqlStore(RunStore):
         return rows[0]["run_id"]
 
     @translated
-    def exists(self, run_id: str) -> bool:
-        return self._row("SELECT 1 AS one FROM runs WHERE run_id = ?", (run_id,)) is not None
+    def existing(self, run_ids: Sequence[str]) -> list[str]:
+        among, ids = self._among("run_id", [i for i in run_ids if matchable(i)])
+        return [r["run_id"] for r in self._rows(f"SELECT run_id FROM runs WHERE {among}", (ids,))]
 
     @translated
-    def run(self, run_id: str) -> RunHead:
+    def run(self, run_id: str, *, documents: bool = True) -> RunHead:
+        if not documents:
+            r = self._head_row(run_id, HEAD_COLUMNS)
+            return RunHead(**_summary_fields(r), input=None, definition=None, fingerprint=r["fingerprint"],
+                           suspect_deaths=r["suspect_deaths"] or 0)
         r = self._head_row(run_id, f"{HEAD_COLUMNS}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS definition")
         return RunHead(**_summary_fields(r), input=readable(r["input"], dict), definition=readable(r["definition"]),
                        fingerprint=r["fingerprint"], suspect_deaths=r["suspect_deaths"] or 0)
 
     @translated
-    def head(self, run_id: str) -> RunHead:
-        r = self._head_row(run_id, HEAD_COLUMNS)
-        return RunHead(**_summary_fields(r), input=None, definition=None, fingerprint=r["fingerprint"],
-                       suspect_deaths=r["suspect_deaths"] or 0)
-
-    @translated
-    def run_input(self, run_id: str) -> dict[str, Any]:
-        text = self._head_row(run_id, f"{INPUT_OF_RUN} AS input")["input"]
-        value = self._strict(text, f"the input of run {run_id}")
+    def run_document(self, run_id: str, name: Literal["input", "definition"], *, text: bool = False) -> Any:
+        if name not in ("input", "definition"):
+            raise ValueError(f"run_document: input or definition, not {name!r}")
+        stored = self._head_row(run_id, f"{INPUT_OF_RUN if name == 'input' else DEFINITION_OF_RUN} AS doc")["doc"]
+        if text:
+            return "null" if stored is None else stored
+        value = self._strict(stored, f"the {name} of run {run_id}")
+        if name == "definition":
+            return value
         if value is not None and not isinstance(value, dict):
             raise StoreDamaged(f"the input of run {run_id} in {self.where} is not a JSON object (damaged or "
                                "edited by hand); fix the row, or fork the run with a new --input")
         return value or {}
-
-    @translated
-    def run_definition(self, run_id: str) -> Any:
-        return self._strict(self.definition_text(run_id), f"the definition of run {run_id}")
-
-    @translated
-    def definition_text(self, run_id: str) -> str:
-        text = self._head_row(run_id, f"{DEFINITION_OF_RUN} AS definition")["definition"]
-        return "null" if text is None else text
 
     @translated
     def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
@@ -383,6 +384,24 @@ class SqlStore(RunStore):
         return list(dict.fromkeys(_owner(r) for r in rows))
 
     @translated
+    def runs_in(self, statuses: Iterable[str], *, workflows: Iterable[str] | None = None,
+                updated_before: datetime | None = None, limit: int | None = None) -> list[RunState]:
+        wanted, values = self._one_of("status", [str(s) for s in statuses])
+        where, params = [wanted], [*values]
+        if workflows is not None:
+            names, values = self._one_of("workflow", list(workflows))
+            where.append(names)
+            params += values
+        if updated_before is not None:
+            where.append("updated_at < ?")
+            params.append(self._stamp(updated_before))
+        order = "" if limit is None else " ORDER BY updated_at LIMIT ?"
+        rows = self._rows("SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at FROM runs "
+                          f"WHERE {' AND '.join(where)}{order}", (*params, *(() if limit is None else (limit,))))
+        return [RunState(r["run_id"], RunStatus(r["status"]), _owner(r) if r["status"] == RunStatus.RUNNING else None)
+                for r in rows]
+
+    @translated
     def owned_runs(self, owner: Owner) -> list[OwnedRun]:
         rows = self._rows(f"SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = ? AND "
                           f"{self._same('lease_host')} AND {self._same('lease_pid', 'bigint')} AND "
@@ -390,21 +409,6 @@ class SqlStore(RunStore):
                                                                owner.pid_start))
         return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
                 for r in rows]
-
-    @translated
-    def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
-        names, values = self._one_of("workflow", list(workflows))
-        rows = self._rows(f"SELECT run_id, status FROM runs WHERE status IN (?, ?) AND {names} "
-                          "ORDER BY updated_at LIMIT ?",
-                          (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value, *values, limit))
-        return [(r["run_id"], RunStatus(r["status"])) for r in rows]
-
-    @translated
-    def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
-        wanted, values = self._one_of("status", [str(s) for s in statuses])
-        rows = self._rows("SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at "
-                          f"FROM runs WHERE {wanted} AND updated_at < ?", (*values, self._stamp(before)))
-        return [(r["run_id"], _owner(r) if r["status"] == RunStatus.RUNNING else None) for r in rows]
 
     # ---- reads: steps and outputs
 
@@ -418,17 +422,6 @@ class SqlStore(RunStore):
                           "AND s.parent_seq = ? ORDER BY s.seq", (run_id, run_id, parent_seq, parent_seq))
 
     @translated
-    def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
-        return [step_from_row(r) for r in self._children(STEP_COLUMNS, run_id, parent_seq)]
-
-    @translated
-    def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
-        rows = self._children(f"{STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
-                              "AND o.seq = s.seq) AS value", run_id, parent_seq)
-        return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
-                for r in rows if r["status"] == StepStatus.COMPLETED]
-
-    @translated
     def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
         r = self._row("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = ? AND seq = ?",
                       (run_id, seq))
@@ -438,29 +431,36 @@ class SqlStore(RunStore):
                          r["idempotency_key"])
 
     @translated
-    def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
-        rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS "
-                          f"NULL AND {self._asks_approval('s.options')} ORDER BY s.seq", (run_id, seq))
-        return [step_from_row(r) for r in rows if asks_approval(r["options"])]
+    def steps(self, run_id: str, *, parent: int | None = None, before: int | None = None,
+              outputs: bool = False) -> list[StepRecord]:
+        if (parent is not None and before is not None) or (outputs and parent is None):
+            raise ValueError("steps: parent or before, not both; outputs only with parent")
+        if parent is not None and outputs:
+            rows = self._children(f"{STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
+                                  "AND o.seq = s.seq) AS value", run_id, parent)
+            return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
+                    for r in rows if r["status"] == StepStatus.COMPLETED]
+        if parent is not None:
+            rows = self._children(STEP_COLUMNS, run_id, parent)
+        elif before is not None:
+            rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? "
+                              "AND s.parent_seq IS NULL ORDER BY s.seq", (run_id, before))
+        else:  # tree order: each group's children (appended after every top-level row) right after it
+            rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? "
+                              "ORDER BY coalesce(s.parent_seq, s.seq), s.seq", (run_id,))
+        return [step_from_row(r) for r in rows]
 
     @translated
-    def steps(self, run_id: str) -> list[StepRecord]:
-        # Tree order: each group's children (appended after every top-level row) right after it.
-        return [step_from_row(r) for r in self._rows(
-            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? ORDER BY coalesce(s.parent_seq, s.seq), s.seq",
-            (run_id,))]
-
-    @translated
-    def step(self, run_id: str, seq: int) -> StepRecord | None:
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq = ?", (run_id, seq))
-        return None if r is None else step_from_row(r)
-
-    @translated
-    def step_named(self, run_id: str, name: str) -> StepRecord | None:
-        if not matchable(name):
+    def step(self, run_id: str, seq: int | None = None, *, name: str | None = None) -> StepRecord | None:
+        if (seq is None) == (name is None):
+            raise ValueError("step: a seq or a name")
+        if name is None:
+            r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq = ?", (run_id, seq))
+        elif not matchable(name):
             return None
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.name = ? AND s.parent_seq IS NULL "
-                      "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
+        else:
+            r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.name = ? "
+                          "AND s.parent_seq IS NULL ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
         return None if r is None else step_from_row(r)
 
     @translated
@@ -479,45 +479,26 @@ class SqlStore(RunStore):
         return True, self._strict(r["value"], f"the output of step '{name}' of run {run_id}")
 
     @translated
-    def open_before(self, run_id: str, seq: int) -> StepRecord | None:
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS NULL "
-                      "AND s.status <> ? ORDER BY s.seq LIMIT 1", (run_id, seq, StepStatus.COMPLETED.value))
-        return None if r is None else step_from_row(r)
-
-    @translated
     def max_seq(self, run_id: str) -> int:
         return self._row("SELECT coalesce(max(seq), -1) AS seq FROM steps WHERE run_id = ?", (run_id,))["seq"]
 
     # ---- reads: checkpoints and events
 
-    def _checkpoint(self, where: str, params: Iterable[Any]) -> Checkpoint | None:
+    @translated
+    def checkpoint(self, run_id: str, lookup: Lookup, seq: int | None = None) -> Checkpoint | None:
+        lookup = Lookup(lookup)
+        if (seq is None) != (lookup not in (Lookup.APPROVAL, Lookup.STATE_AT)):
+            raise ValueError(f"checkpoint: {lookup} {'takes no' if seq is not None else 'needs a'} seq")
+        if lookup == Lookup.STATE_AT:  # the earliest: the boundary that started execution seq
+            r = self._row(f"SELECT * FROM checkpoints WHERE run_id = ? AND seq = ? AND kind IN {STATE_KINDS!r} "
+                          "ORDER BY checkpoint_id LIMIT 1", (run_id, seq))
+            if r is None:
+                return None
+            state = self._strict(r["state"], f"the driver state of checkpoint {r['checkpoint_id']} of run {run_id}")
+            return checkpoint_from_row(r).model_copy(update={"state": state})
+        where, params = _NEWEST[lookup], (run_id,) if seq is None else (run_id, seq)
         r = self._row(f"SELECT * FROM checkpoints WHERE {where} ORDER BY checkpoint_id DESC LIMIT 1", params)
         return None if r is None else checkpoint_from_row(r)
-
-    @translated
-    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint("run_id = ?", (run_id,))
-
-    @translated
-    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
-        r = self._row(f"SELECT * FROM checkpoints WHERE run_id = ? AND seq = ? AND kind IN {STATE_KINDS!r} "
-                      "ORDER BY checkpoint_id LIMIT 1", (run_id, seq))
-        if r is None:
-            return None
-        state = self._strict(r["state"], f"the driver state of checkpoint {r['checkpoint_id']} of run {run_id}")
-        return checkpoint_from_row(r).model_copy(update={"state": state})
-
-    @translated
-    def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND {PAUSED} AND {UNDECIDED}", (run_id,))
-
-    @translated
-    def last_pause(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND {PAUSED}", (run_id,))
-
-    @translated
-    def fork_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint("run_id = ? AND kind = 'fork'", (run_id,))
 
     @translated
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
@@ -529,10 +510,6 @@ class SqlStore(RunStore):
         rows = self._rows(f"SELECT step, value FROM checkpoints WHERE run_id = ? AND {PAUSED} AND kind = 'input' "
                           "AND paused_seq = ? AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
         return [self._strict(r["value"], f"a response to step '{r['step']}' of run {run_id}") for r in rows]
-
-    @translated
-    def latest_approval(self, run_id: str, seq: int) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND {PAUSED} AND kind = 'approval' AND paused_seq = ?", (run_id, seq))
 
     @translated
     def due_pauses(self, now: datetime) -> list[Checkpoint]:

@@ -14,8 +14,8 @@ from typing import Any
 
 from ..errors import StoreError
 from ..status import StepStatus
-from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, RunRows,
-                   renumbered_batch)
+from .admin import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, RunRows,
+                    renumbered_batch)
 from .sql import DEFINITION_OF_RUN, INPUT_OF_RUN, SqlStore, translated
 
 # The columns of a copied run holding free text a person reads (see SqlStore._free).
@@ -116,11 +116,6 @@ class SqlAdmin(SqlStore):
     # ---- copying between stores
 
     @translated
-    def existing(self, run_ids: Sequence[str]) -> list[str]:
-        among, ids = self._among("run_id", run_ids)
-        return [r["run_id"] for r in self._rows(f"SELECT run_id FROM runs WHERE {among}", (ids,))]
-
-    @translated
     def export_runs(self, run_ids: Sequence[str]) -> list[RunRows]:
         among, ids = self._among("run_id", run_ids)
         with self._snapshot():  # a boundary committed meanwhile is not half seen
@@ -149,15 +144,11 @@ class SqlAdmin(SqlStore):
                 for table in COPIED_TABLES}
 
     @translated
-    def copied_ids(self, table: str, run_ids: Sequence[str]) -> list[int]:
+    def held_ids(self, table: str, ids: Sequence[int] | None = None, *, runs: Sequence[str] | None = None) -> set[int]:
+        if (ids is None) == (runs is None):
+            raise ValueError("held_ids: ids or runs")
         column = id_column(table)
-        among, ids = self._among("run_id", run_ids)
-        return [r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {among}", (ids,))]
-
-    @translated
-    def held_ids(self, table: str, ids: Sequence[int]) -> set[int]:
-        column = id_column(table)
-        among, values = self._among(column, ids, "bigint")
+        among, values = self._among(column, ids, "bigint") if runs is None else self._among("run_id", runs)
         return {r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {among}", (values,))}
 
     def _checkpoint_ids(self, run_ids: list[str]) -> dict[str, list[int]]:

@@ -31,7 +31,8 @@ from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError
 from ..models import Lease
 from ..status import OPEN_STEPS, StepStatus
-from .base import (ROW_TIMES, Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, StoreBusy,
+from .admin import ROW_TIMES
+from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, StoreBusy,
                    StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
 from .connections import ThreadConnections
 from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
@@ -628,10 +629,6 @@ class SqliteStore(SqlAdmin):
     @staticmethod
     def _indexed_by(index: str) -> str:
         return f" INDEXED BY {index}"
-
-    @staticmethod
-    def _asks_approval(options: str) -> str:
-        return f"CASE WHEN json_valid({options}) THEN json_extract({options}, '$.approval') END = 1"
 
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
