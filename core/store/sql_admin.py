@@ -14,8 +14,8 @@ from typing import Any
 
 from ..errors import StoreError
 from ..status import StepStatus
-from .admin import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, RunRows,
-                    renumbered_batch)
+from .admin import RunRows, renumbered_batch
+from .schema import CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW
 from .sql import DEFINITION_OF_RUN, INPUT_OF_RUN, SqlStore, translated
 
 # The columns of a copied run holding free text a person reads (see SqlStore._free).
