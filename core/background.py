@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .defaults import DURABILITY
-from .display import clean
+from .views.display import clean
 from .store.url import log_stem
 
 REASON_CHARS = 300

@@ -35,7 +35,7 @@ from urllib.parse import quote, unquote
 
 from aiohttp import web
 
-from .display import clean
+from .views.display import clean
 from .errors import InvalidValue, RelaypointError
 
 TOKEN_BYTES = 32

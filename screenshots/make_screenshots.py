@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from relaypoint import Runtime
-from relaypoint.patterns_view import kind_of
+from relaypoint.views.patterns import kind_of
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.detail import StepsTable
 from relaypoint.tui.review import ReviewScreen

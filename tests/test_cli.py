@@ -20,7 +20,7 @@ from helpers import (APP, DB, FakeClock, app_workflows, digest, one_line_error, 
 from click.testing import CliRunner
 
 from relaypoint import Runtime, Workflow, cli
-from relaypoint.display import PREVIEW_CHARS
+from relaypoint.views.display import PREVIEW_CHARS
 from relaypoint.store import open_store
 from relaypoint.store.sqlite import SCHEMA_VERSION as SQLITE_VERSION
 

@@ -7,7 +7,7 @@ reads outputs; a live refresh reads nothing but the store's version unless it ch
 only the rows on screen, the runs added above them, the counts and the selected run. A run's detail
 reads its chain without outputs (and, for a run with a pattern, its latest driver state), and one
 output is read only when a step is selected: for a pattern's group row, the outputs its summary
-uses (see :func:`relaypoint.patterns_view.wanted_outputs`).
+uses (see :func:`relaypoint.views.patterns.wanted_outputs`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from relaypoint.clock import to_text
 from relaypoint.errors import RelaypointError, StoreError, UnknownRun, UnknownStep
 from relaypoint.models import Event, PendingDecision, Run, RunSummary, StepRecord
-from relaypoint.patterns_view import (PatternSummary, describe, kind_of, paused_execution, summary, wanted_outputs,
+from relaypoint.views.patterns import (PatternSummary, describe, kind_of, paused_execution, summary, wanted_outputs,
                                       with_outputs)
 from relaypoint.runtime import Runtime
 from relaypoint.upstream import upstream_of

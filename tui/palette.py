@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.content import Content
 
-from relaypoint.display import literal
+from relaypoint.views.display import literal
 from relaypoint.models import RunSummary
 from relaypoint.status import RUN_SYMBOLS, RunStatus
 

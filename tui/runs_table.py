@@ -20,7 +20,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.message import Message
 
-from relaypoint.display import literal
+from relaypoint.views.display import literal
 from relaypoint.models import RunSummary
 
 from . import format as fmt
