@@ -527,7 +527,7 @@ def fork(ctx: click.Context, run_id: str, from_step: str, iteration: int | None,
 def cancel(ctx: click.Context, run_id: str, by: str | None) -> None:
     """Cancel a run that has not ended."""
     rt = _runtime(ctx)
-    rid = rt.store.resolve(run_id)
+    rid = rt.resolve(run_id)
     previous = rt.cancel(rid, by=by)
     _say(f"cancelled run {rid} (it was {previous})")
 

@@ -264,7 +264,7 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
     def cancel(run_id: RunId, by: By = None) -> Cancelled:
         """Cancel a run that has not ended (a step still running is never recorded as completed)."""
         with runtime() as rt:
-            rid = rt.store.resolve(run_id)
+            rid = rt.resolve(run_id)
             return Cancelled(run_id=rid, previous_status=rt.cancel(rid, by=by))
 
     if app_spec is not None:
