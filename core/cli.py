@@ -33,7 +33,6 @@ from .apploader import load_workflows
 from .browser import DEFAULT_PORT, LOOPBACK_HOST
 from .clock import to_text
 from .copying import BATCH_RUNS, copy_runs
-from .views.display import Preview, clean, error_line, literal, preview, preview_json
 from .drivers import Call, where
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
@@ -43,8 +42,9 @@ from .workflow import find_workflow
 from .models import Run, RunSummary
 from .store import RunStore, StoreMissing, open_store
 from .store.url import shown
-from .views.patterns import paused_execution
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
+from .views.display import Preview, clean, error_line, literal, preview, preview_json
+from .views.patterns import paused_execution
 
 LIST_PAGE = 1_000
 """Runs read per store query while ``list`` streams its rows."""

@@ -41,12 +41,12 @@ from pydantic_core import ErrorDetails
 from .apploader import load_workflows
 from .background import resume_log, spawn_resume
 from .defaults import DURABILITY, LEASE_SECONDS
-from .views.display import error_line
 from .encoding import parse_json_arg
 from .errors import RelaypointError
 from .models import Checkpoint, PendingDecision, RunSummary
 from .runtime import Runtime
 from .status import RunStatus
+from .views.display import error_line
 from .workflow import Workflow, find_workflow
 
 INSTRUCTIONS = """relaypoint records durable, resumable runs of multi-step workflows, some of which pause for a \

@@ -24,10 +24,10 @@ from textual.widgets import Input, Select, Static, TextArea
 
 from relaypoint import Runtime, RunStatus, StepStatus, Workflow, human
 from relaypoint.models import StepRecord
-from relaypoint.views.patterns import kind_of, plan_tree, progress, summary, wanted_outputs, with_outputs
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.detail import CallKey
 from relaypoint.tui.modals import ApproveScreen, ForkScreen, RejectScreen, RespondScreen
+from relaypoint.views.patterns import kind_of, plan_tree, progress, summary, wanted_outputs, with_outputs
 
 SIZE = (160, 45)
 SMALL = (80, 24)

@@ -23,10 +23,10 @@ from typing import Any
 from relaypoint.clock import to_text
 from relaypoint.errors import RelaypointError, StoreError, UnknownRun, UnknownStep
 from relaypoint.models import Event, PendingDecision, Run, RunSummary, StepRecord
-from relaypoint.views.patterns import (PatternSummary, describe, kind_of, paused_execution, summary, wanted_outputs,
-                                      with_outputs)
 from relaypoint.runtime import Runtime
 from relaypoint.upstream import upstream_of
+from relaypoint.views.patterns import (PatternSummary, describe, kind_of, paused_execution, summary,
+                                       wanted_outputs, with_outputs)
 
 from .output import editor_json, output_view, show_command
 from .readable import READ_PAGES, Readable, readable

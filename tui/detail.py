@@ -18,10 +18,10 @@ from textual.containers import Grid, Vertical, VerticalScroll
 from textual.widgets import Button, Static
 from textual.widgets.data_table import ColumnKey
 
-from relaypoint.views.display import clean, json_text, literal
 from relaypoint.models import Event, Run, StepRecord
-from relaypoint.views.patterns import describe, kind_of, paused_execution, progress, shown_status, tree
 from relaypoint.status import StepStatus
+from relaypoint.views.display import clean, json_text, literal
+from relaypoint.views.patterns import describe, kind_of, paused_execution, progress, shown_status, tree
 
 from . import format as fmt
 from .actions import RUN_ACTIONS

@@ -20,12 +20,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Markdown, Select, Static, TextArea
 
-from relaypoint.views.display import clean, json_text, literal
 from relaypoint.encoding import parse_json_arg
 from relaypoint.errors import InvalidValue
 from relaypoint.models import Run
-from relaypoint.views.patterns import describe, paused_execution, shown_status, tree
 from relaypoint.status import StepStatus
+from relaypoint.views.display import clean, json_text, literal
+from relaypoint.views.patterns import describe, paused_execution, shown_status, tree
 
 from . import format as fmt
 from .actions import CLOSE_HELP

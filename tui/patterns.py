@@ -14,10 +14,10 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from relaypoint.views.display import literal
 from relaypoint.models import StepRecord
-from relaypoint.views.patterns import AgentCounts, PatternSummary, PlanNode, Route, call_label, undefined
 from relaypoint.status import STEP_SYMBOLS, StepStatus
+from relaypoint.views.display import literal
+from relaypoint.views.patterns import AgentCounts, PatternSummary, PlanNode, Route, call_label, undefined
 
 from . import format as fmt
 

@@ -1,7 +1,7 @@
-"""What a pattern's records say, for the console and the CLI: labels, progress and the per-kind summaries
-(rounds, routing decisions and per-agent counts, votes and tally, the judge's decision, the plan as
-a tree), computed from its executions. Pure functions over :class:`~relaypoint.models.StepRecord`
-values and driver state: no I/O, no UI.
+"""What a pattern's records say, for the console and the CLI: labels, progress and the per-kind
+summaries (rounds, routing decisions and per-agent counts, votes and tally, the judge's decision,
+the plan as a tree), computed from its executions. Pure functions over
+:class:`~relaypoint.models.StepRecord` values and driver state: no I/O, no UI.
 
 A pattern is one top-level execution, its **group row**, whose options hold ``"pattern"`` (its
 kind: debate, vote, loop, supervisor or planner) and its parameters; its **children**
