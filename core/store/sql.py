@@ -28,8 +28,8 @@ from ..errors import LeaseLost, StoreError, UnknownRun, quoted
 from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import PAUSED as PAUSED_RUNS
 from ..status import AnnouncementOutcome, RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, NewStep, RunRows,
-                   RunStore, StoreDamaged)
+from .base import NewStep, RunRows, RunStore, StoreDamaged
+from .schema import CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW
 from .connections import ThreadConnections
 from .rows import (_owner, _position, _summary_fields, _summary_or_none, _time, checkpoint_from_row, readable,
                    step_from_row)
@@ -62,31 +62,6 @@ NEWEST_OPEN_PAUSE = f"(SELECT max(p.checkpoint_id) FROM checkpoints p WHERE p.ru
 NESTED = "a store transaction is already open on this store (transactions do not nest)"
 
 
-def paused_seq_derived(prefix: str) -> list[str]:
-    """The statements that give existing pauses their ``paused_seq`` (SQLite's version 5,
-    PostgreSQL's version 9; ``prefix``: how table names are qualified, e.g. ``"relaypoint."``), as
-    the readers that resolved them correctly did before: an input request, a held orphan and a
-    person's turn (an approval whose step names a pattern: gates are never on patterns) are about
-    the execution at their ``seq``; a gate is about the top-level step it names (its ``seq`` is the
-    execution after it). A pause whose step the run no longer has names none (NULL).
-
-    Also undoes what resolving pauses by ``seq`` did to a pattern's row: a resume from a gate on
-    the step before a pattern took the gate's ``seq`` (the pattern's row) for the execution the run
-    had stopped at and marked the row ``cancelled``; nothing else cancels a pattern's row in a run
-    that was neither cancelled nor rejected, and the row had not run (it records the pattern's
-    result when the pattern ends), so it is ``pending`` again."""
-    pattern = "g.options LIKE '%\"pattern\":%'"  # a pattern's row (compact JSON options)
-    top = f"{prefix}steps g WHERE g.run_id = c.run_id AND g.parent_seq IS NULL AND g.name = c.step"
-    return [
-        f"ALTER TABLE {prefix}checkpoints ADD COLUMN paused_seq bigint",
-        f"""UPDATE {prefix}checkpoints AS c SET paused_seq = seq WHERE kind IN ('input', 'orphan')
-               OR (kind = 'approval' AND EXISTS (SELECT 1 FROM {top} AND {pattern}))""",
-        f"""UPDATE {prefix}checkpoints AS c SET paused_seq = (SELECT min(g.seq) FROM {top})
-               WHERE kind = 'approval' AND paused_seq IS NULL""",
-        f"""UPDATE {prefix}steps AS g SET status = 'pending', finished_at = NULL
-               WHERE status = 'cancelled' AND parent_seq IS NULL AND {pattern} AND run_id IN (
-                   SELECT run_id FROM {prefix}runs WHERE status NOT IN ('completed', 'rejected', 'cancelled'))""",
-    ]
 STEP_COLUMNS = (
     "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
     "s.started_at, s.finished_at, s.idempotency_key, "
@@ -96,7 +71,6 @@ RUN_FIELDS = {"status", "updated_at", "current_step", "steps_done", "steps_total
               "suspect_deaths"}
 STEP_FIELDS = {"status", "attempts", "error", "traceback", "started_at", "finished_at"}
 TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
-LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
 # Checkpoints that hold the driver state a run goes on from (not a pause's).
 STATE_KINDS = ("start", "boundary", "fork")
 
