@@ -28,7 +28,7 @@ from .recovery import Recovery, now_of
 from .refusals import announce_refusal, resume_refusal
 from .retention import Retention
 from .status import TERMINAL, AnnouncementOutcome, RunStatus
-from .store import Lookup, open_store
+from .store import Lookup, StoreReadOnly, open_store
 from .workflow import Workflow, find_workflow
 
 __all__ = ["Runtime", "os_user"]
@@ -148,6 +148,29 @@ class Runtime:
         """Why nothing can be recorded in this store, or None when it is writable."""
         return self.store.readonly_reason
 
+    def read_only_error(self, consequence: str) -> StoreReadOnly:
+        """The error to raise for something this read-only store cannot record (check
+        :attr:`readonly_reason` first): a ``StoreReadOnly`` naming the store, why it is read-only and
+        ``consequence`` (what cannot be done, e.g. "a worker ... needs a store it can write")."""
+        return self.store.read_only_error(consequence)
+
+    @property
+    def url(self) -> str:
+        """The store's URL as given to the runtime (what another process is handed to open it)."""
+        return self.store.url
+
+    def resolve(self, run_id: str) -> str:
+        """The full run id for ``run_id``, a full id or a unique prefix. Raises ``UnknownRun`` for an
+        empty id, no match, or a prefix matching several runs (the message names up to two)."""
+        return self.store.resolve(run_id)
+
+    def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
+        """Up to ``limit`` (run id, status) of the queued and interrupted runs of the workflows
+        named ``workflows``, least recently updated first: a worker's candidates. A running run
+        whose owner died counts only once :meth:`sweep` has marked it interrupted."""
+        return [(r.run_id, r.status) for r in self.store.runs_in((RunStatus.QUEUED, RunStatus.INTERRUPTED),
+                                                                 workflows=workflows, limit=limit)]
+
     def list(self, status: str | None = None, workflow: str | None = None, limit: int = 100, *,
              before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
              within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
@@ -213,6 +236,24 @@ class Runtime:
         """One step's output. Raises ``UnknownRun`` or ``UnknownStep``."""
         rid = self.store.resolve(run_id)
         return self.store.step_output(rid, step_named(self.store, rid, step).seq)
+
+    # Reads by execution: a pattern's calls share its name, so these take the execution's seq, and
+    # the full run id (as :meth:`get` and :meth:`list` give it): the console reads them per step.
+
+    def execution(self, run_id: str, seq: int) -> StepRecord | None:
+        """Execution ``seq`` of run ``run_id`` (a full id), without its output; None when the run
+        has none (deleted, or its chain rebuilt by a drift-allowed resume)."""
+        return self.store.step(run_id, seq)
+
+    def execution_output(self, run_id: str, seq: int) -> Any:
+        """The output of execution ``seq`` of run ``run_id`` (a full id), decoded leniently for
+        display; None when none is recorded (or there is no such execution)."""
+        return self.store.step_output(run_id, seq)
+
+    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        """The newest checkpoint of run ``run_id`` (a full id), of any kind, or None. Its ``state``
+        is the driver state last committed (inside a pattern: ``{"next": <group seq>, "in": ...}``)."""
+        return self.store.checkpoint(run_id, Lookup.LATEST)
 
     def sweep(self) -> list[str]:
         """Mark ``interrupted`` every running run whose owner is gone (see

@@ -1051,7 +1051,7 @@ def big_output_store(path: str) -> str:
 
 
 async def test_a_10_mb_output_shows_a_bounded_preview_with_its_size_and_more_on_demand(db):
-    from relaypoint.display import PREVIEW_CHARS
+    from relaypoint.views.display import PREVIEW_CHARS
 
     path = db
     run_id = big_output_store(path)
@@ -1220,7 +1220,7 @@ def text_length(table: Any) -> int:
 
 
 async def test_a_long_error_is_bounded_in_the_header_the_events_and_the_output_box(db):
-    from relaypoint.display import PREVIEW_CHARS
+    from relaypoint.views.display import PREVIEW_CHARS
     from relaypoint.tui.detail import events_view, run_header
 
     wf = Workflow("loud")
@@ -1276,7 +1276,7 @@ async def test_a_burst_of_pgdn_in_the_step_chain_moves_the_output_a_page_per_key
 
 
 async def test_a_big_json_output_is_previewed_without_encoding_it_whole(db):
-    from relaypoint.display import PREVIEW_CHARS
+    from relaypoint.views.display import PREVIEW_CHARS
 
     wf = Workflow("big-json")
 

@@ -4,7 +4,7 @@ counts and routing decisions, votes and tally, the judge's decision, the plan as
 from the highlighted round or turn; a person's turn answered and approved from the console, then
 resumed in another process; hostile names and outputs shown literally; snapshots of a debate, a
 supervisor, a vote and a planner at fixed sizes. Also the pure functions behind the summaries
-(:mod:`relaypoint.patterns_view`).
+(:mod:`relaypoint.views.patterns`).
 
 Update the snapshots after an intended change with ``pytest tests/test_console_patterns.py
 --snapshot-update`` and look at them before committing the SVGs under ``tests/__snapshots__/``.
@@ -24,11 +24,11 @@ from textual.widgets import Input, Select, Static, TextArea
 
 from relaypoint import Runtime, RunStatus, StepStatus, Workflow, human
 from relaypoint.models import StepRecord
-from relaypoint.patterns_view import kind_of, plan_tree, progress, summary, wanted_outputs, with_outputs
 from relaypoint.store import Lookup
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.detail import CallKey
 from relaypoint.tui.modals import ApproveScreen, ForkScreen, RejectScreen, RespondScreen
+from relaypoint.views.patterns import kind_of, plan_tree, progress, summary, wanted_outputs, with_outputs
 
 SIZE = (160, 45)
 SMALL = (80, 24)
@@ -508,7 +508,7 @@ LONG_PROMPT = "".join(f"line {n}: " + "p" * 80 + "\n" for n in range(11_500)) + 
 def bounded_reason(screen: Any, db: str, run_id: str) -> str:
     """The prompt a form (or the review screen's body) shows: a page of it, with its size and the
     command that prints it whole; the widget holds that page, not the megabyte."""
-    from relaypoint.display import PREVIEW_CHARS
+    from relaypoint.views.display import PREVIEW_CHARS
 
     [reason] = [str(w.content) for w in screen.query(".reason").results(Static)] or [""]
     assert len(reason) < 2 * PREVIEW_CHARS and "THE-END-OF-THE-PROMPT" not in reason
@@ -537,7 +537,7 @@ async def test_a_persons_turn_with_a_megabyte_prompt_shows_a_page_of_it_in_every
             await until(pilot, lambda: not isinstance(app.screen, form))
     app = RelaypointConsole(db, review=True)
     async with app.run_test(size=SIZE) as pilot:
-        from relaypoint.display import PREVIEW_CHARS
+        from relaypoint.views.display import PREVIEW_CHARS
         from relaypoint.tui.detail import HEADER_CHARS
         from relaypoint.tui.readable import READ_PAGES
         from relaypoint.tui.review import ReviewScreen, header
@@ -671,7 +671,7 @@ def test_an_agent_an_allowed_drift_removed_is_shown_with_a_placeholder_mark(db):
     from rich.console import Console
 
     from relaypoint import Runtime, Workflow, human
-    from relaypoint.patterns_view import summary
+    from relaypoint.views.patterns import summary
     from relaypoint.tui.patterns import summary_view
 
     def flow(agents):

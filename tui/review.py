@@ -31,11 +31,11 @@ from textual.timer import Timer
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from relaypoint.display import clean, literal, preview
 from relaypoint.errors import RelaypointError
-from relaypoint.patterns_view import describe
 from relaypoint.status import CheckpointKind
 from relaypoint.upstream import upstream_of
+from relaypoint.views.display import clean, literal, preview
+from relaypoint.views.patterns import describe
 
 from . import changes
 from . import format as fmt
