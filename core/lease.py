@@ -20,9 +20,10 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .clock import Clock, from_text
+from .clock import Clock
+from .errors import LeaseLost, UnknownRun
 from .models import Lease
-from .store import RunStore, open_store
+from .store import Change, RunStore, RunUpdate, open_store
 
 HOST = socket.gethostname()
 
@@ -137,8 +138,11 @@ class LeaseHolder:
             while not self._stop.wait(self.seconds / 3):
                 try:
                     store = store or heartbeat_store(self.store_url)
-                    with store.transaction(self.run_id):
-                        renewed = store.update_run(self.run_id, fence=self.token, lease=self.lease())
+                    store.commit(Change(self.run_id, self.clock(), fence=self.token,
+                                        run=RunUpdate(lease=self.lease(), touch=False)))
+                    renewed = True
+                except (LeaseLost, UnknownRun):
+                    renewed = False
                 except Exception:
                     # A beat that cannot write (busy, I/O) is retried at the next one; if none gets
                     # through the lease lapses, and the fence keeps this process from writing.
@@ -157,11 +161,3 @@ def heartbeat_store(url: str) -> RunStore:
     on SQLite it has its own. Hold one open for as long as heartbeats may start (a worker does) and
     the pool stays open between runs. Raises what :func:`open_store` raises."""
     return open_store(url, pooled=True)
-
-
-def parse_expiry(text: str | None) -> datetime | None:
-    """A stored lease expiry as UTC; an unreadable one (edited by hand) counts as no lease (None)."""
-    try:
-        return from_text(text)
-    except ValueError:
-        return None

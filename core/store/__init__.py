@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from ..defaults import DURABILITIES, DURABILITY
 from ..errors import InvalidValue
-from .base import (BackendUnavailable, Boundary, BoundaryResult, NewCheckpoint, NewEvent, NewRun, NewStep,
-                   NotAStore, RunLocked, RunStore, StepEnd, StepStart, StoreBusy, StoreDamaged, StoreDenied, StoreFull,
+from .base import (BackendUnavailable, NotAStore, RunLocked, RunStore, StoreBusy, StoreDamaged, StoreDenied, StoreFull,
                    StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable)
 from .url import InvalidStoreURL, parse
+from .writes import (KEEP, Change, ClosePauses, Committed, Decide, NewCheckpoint, NewEvent, NewRun, NewStep, RunUpdate,
+                     StepEnd, StepStart, Superseded)
 
 
 def open_store(url: str, *, create: bool = False, readonly: bool = False,
@@ -46,7 +47,8 @@ def open_store(url: str, *, create: bool = False, readonly: bool = False,
 
 
 __all__ = [
-    "BackendUnavailable", "Boundary", "BoundaryResult", "InvalidStoreURL", "NewCheckpoint", "NewEvent", "NewRun",
-    "NewStep", "NotAStore", "RunLocked", "RunStore", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreDenied", "StoreFull",
-    "StoreMissing", "StoreNewer", "StoreReadOnly", "StoreUnreachable", "open_store",
+    "KEEP", "BackendUnavailable", "Change", "ClosePauses", "Committed", "Decide", "InvalidStoreURL", "NewCheckpoint",
+    "NewEvent", "NewRun", "NewStep", "NotAStore", "RunLocked", "RunStore", "RunUpdate", "StepEnd", "StepStart",
+    "StoreBusy", "StoreDamaged", "StoreDenied", "StoreFull", "StoreMissing", "StoreNewer", "StoreReadOnly",
+    "StoreUnreachable", "Superseded", "open_store",
 ]
