@@ -48,8 +48,9 @@ def test_importing_the_core_and_cli_loads_no_textual():
 def test_only_the_store_imports_a_database_driver():
     offenders = [f"{p.relative_to(ROOT)}: {n}" for p in outside_the_store() for n in imported(p) if n in DRIVERS]
     assert offenders == []
-    # the scan sees imports (psycopg_pool: the heartbeats' shared connections)
-    assert {n for p in STORE.rglob("*.py") for n in imported(p)} & DRIVERS == DRIVERS
+    # the scan sees imports (psycopg_pool: the heartbeats' shared connections); the store's own
+    # migrations are SQL, so sqlite_utils is imported nowhere in the package
+    assert {n for p in STORE.rglob("*.py") for n in imported(p)} & DRIVERS == DRIVERS - {"sqlite_utils"}
 
 
 def test_no_sql_outside_the_store():

@@ -244,7 +244,7 @@ def test_a_newer_schema_is_refused(url, postgres_schema):
 def store_at_version(schema: str, version: int) -> psycopg.Connection:
     """A new store in ``schema`` as relaypoint's schema ``version`` left it, made in one committed
     transaction; returns an autocommit connection to it (for rows of that version's shape)."""
-    from relaypoint.store.postgres import MIGRATIONS
+    from relaypoint.store.migrations.postgres import MIGRATIONS
 
     server(f"CREATE SCHEMA {schema}")
     conn = psycopg.connect(POSTGRES_URL, autocommit=True, options=f"-c search_path={schema}")

@@ -18,7 +18,8 @@ from test_store_contract import paused_runs
 from relaypoint import RunStatus, Runtime, StepStatus, StoreError
 from relaypoint.store import (Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, StepEnd, StepStart, StoreMissing,
                               open_store)
-from relaypoint.store.sqlite import APP_ID, MIGRATIONS, SCHEMA_VERSION, SqliteStore
+from relaypoint.store.migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
+from relaypoint.store.sqlite import APP_ID, SqliteStore
 
 
 def test_a_new_store_is_owner_only_in_wal_mode_with_its_schema_version(tmp_path):
@@ -191,7 +192,8 @@ def _version_1_store(path) -> None:
 
     db = sqlite_utils.Database(str(path))
     db["meta"].insert_all([{"key": "app", "value": APP_ID}, {"key": "schema_version", "value": "1"}], pk="key")
-    MIGRATIONS[1](db)
+    for statement in MIGRATIONS[0]:
+        db.conn.execute(statement)
     for i, status in enumerate(["completed", "completed", "failed", "awaiting_approval"]):
         db["runs"].insert({"run_id": f"{i:016x}", "workflow": "flow", "status": status, "input": "{}",
                            "created_at": f"2031-01-01T12:00:0{i}.000Z", "updated_at": "2031-01-01T12:00:09.000Z",

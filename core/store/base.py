@@ -92,23 +92,6 @@ class StepBrief(NamedTuple):
 
 # ---- a run's raw rows, for copying between stores ------------------------------------------------
 
-RUN_ROW = ("run_id", "workflow", "status", "parent_run_id", "forked_from_step", "fingerprint", "created_at",
-           "updated_at", "current_step", "steps_done", "steps_total", "suspect_deaths", "error", "lease_token",
-           "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
-"""The columns of a :class:`RunRows` ``run`` (the ``runs`` table's)."""
-STEP_ROW = ("seq", "name", "iteration", "agent", "parent_seq", "status", "attempts", "options", "error", "traceback",
-            "started_at", "finished_at", "idempotency_key")
-"""The columns of each of a :class:`RunRows`' ``steps`` (the ``steps`` table's but ``run_id``)."""
-OUTPUT_ROW = ("seq", "value")
-CHECKPOINT_ROW = ("checkpoint_id", "seq", "step", "kind", "created_at", "reason", "state", "decision", "decided_by",
-                  "decided_at", "comment", "value", "deadline_at", "announced_at", "paused_seq")
-EVENT_ROW = ("event_id", "at", "kind", "step", "actor", "detail")
-ROW_TIMES = frozenset({"created_at", "updated_at", "lease_expires_at", "heartbeat_at", "started_at", "finished_at",
-                       "decided_at", "deadline_at", "announced_at", "at"})
-"""Columns holding times: aware UTC datetimes (milliseconds) in a :class:`RunRows`, whatever the backend."""
-COPIED_TABLES = ("runs", "run_inputs", "steps", "outputs", "checkpoints", "events")
-"""The per-run tables :meth:`RunStore.row_counts` counts, in the order a copy reports them."""
-
 # The state and comment RunStore.inherit_approval writes (both backends write the same text).
 _INHERITED_STATE = re.compile(r'\{"inherited_from":\{"run_id":(".*"),"checkpoint_id":(\d+)\}\}')
 _INHERITED_COMMENT = re.compile(r"inherited from checkpoint (\d+) of run ")
@@ -119,8 +102,8 @@ class RunRows:
     """Everything a store holds of one run, as raw backend-neutral values, to copy it to another
     store (:meth:`RunStore.export_runs`, :meth:`RunStore.import_runs`).
 
-    Each row is a dict of the columns named by :data:`RUN_ROW`, :data:`STEP_ROW`, :data:`OUTPUT_ROW`,
-    :data:`CHECKPOINT_ROW`, :data:`EVENT_ROW`: times are aware UTC datetimes (milliseconds), JSON
+    Each row is a dict of the columns named by :data:`~.schema.RUN_ROW`, :data:`~.schema.STEP_ROW`, :data:`~.schema.OUTPUT_ROW`,
+    :data:`~.schema.CHECKPOINT_ROW`, :data:`~.schema.EVENT_ROW`: times are aware UTC datetimes (milliseconds), JSON
     values the stored text, never decoded. ``input``/``definition``: the stored JSON text (None when
     the store has none). ``steps``, ``outputs`` in ``seq`` order; ``checkpoints``, ``events`` in id
     order. ``parent_checkpoints``: the ids of the parent run's checkpoints in the source store, in
@@ -142,7 +125,7 @@ class RunRows:
         return self.run["run_id"]
 
     def counts(self) -> dict[str, int]:
-        """Rows per table of :data:`COPIED_TABLES` this run has (what :meth:`RunStore.row_counts`
+        """Rows per table of :data:`~.schema.COPIED_TABLES` this run has (what :meth:`RunStore.row_counts`
         must find once it is imported)."""
         return {"runs": 1, "run_inputs": int(self.input is not None), "steps": len(self.steps),
                 "outputs": len(self.outputs), "checkpoints": len(self.checkpoints), "events": len(self.events)}
@@ -506,7 +489,7 @@ class RunStore(RunWrites):
 
     @abstractmethod
     def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
-        """Rows per table of :data:`COPIED_TABLES` that these runs have in the store."""
+        """Rows per table of :data:`~.schema.COPIED_TABLES` that these runs have in the store."""
 
     # ---- helpers shared by backends
 

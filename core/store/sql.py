@@ -29,8 +29,9 @@ from ..models import Checkpoint, Event, Lease, Owner, PendingDecision, RunHead, 
 from ..status import PAUSED as PAUSED_RUNS
 from ..status import OPEN_STEPS, AnnouncementOutcome, Decision, RunStatus, StepStatus
 from ..status import PAUSE_KINDS as PAUSING
-from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, RunRows, RunStore,
-                   StoreDamaged)
+from .base import RunRows, RunStore, StoreDamaged
+from .schema import (CHECKPOINT_ROW, CHECKPOINTS, COPIED_TABLES, EVENT_ROW, EVENTS, LEASE_COLUMNS, OUTPUT_ROW, RUN_INPUTS,
+                     RUN_ROW, RUNS, STEP_ROW, STEPS, insert)
 from .writes import KEEP, Change, Committed, NewRun, NewStep, RunUpdate, Superseded
 from .connections import ThreadConnections
 from .rows import (_owner, _position, _summary_fields, _summary_or_none, _time, checkpoint_from_row, readable,
@@ -64,52 +65,24 @@ NEWEST_OPEN_PAUSE = f"(SELECT max(p.checkpoint_id) FROM checkpoints p WHERE p.ru
 NESTED = "a store transaction is already open on this store (transactions do not nest)"
 
 
-def paused_seq_derived(prefix: str) -> list[str]:
-    """The statements that give existing pauses their ``paused_seq`` (SQLite's version 5,
-    PostgreSQL's version 9; ``prefix``: how table names are qualified, e.g. ``"relaypoint."``), as
-    the readers that resolved them correctly did before: an input request, a held orphan and a
-    person's turn (an approval whose step names a pattern: gates are never on patterns) are about
-    the execution at their ``seq``; a gate is about the top-level step it names (its ``seq`` is the
-    execution after it). A pause whose step the run no longer has names none (NULL).
-
-    Also undoes what resolving pauses by ``seq`` did to a pattern's row: a resume from a gate on
-    the step before a pattern took the gate's ``seq`` (the pattern's row) for the execution the run
-    had stopped at and marked the row ``cancelled``; nothing else cancels a pattern's row in a run
-    that was neither cancelled nor rejected, and the row had not run (it records the pattern's
-    result when the pattern ends), so it is ``pending`` again."""
-    pattern = "g.options LIKE '%\"pattern\":%'"  # a pattern's row (compact JSON options)
-    top = f"{prefix}steps g WHERE g.run_id = c.run_id AND g.parent_seq IS NULL AND g.name = c.step"
-    return [
-        f"ALTER TABLE {prefix}checkpoints ADD COLUMN paused_seq bigint",
-        f"""UPDATE {prefix}checkpoints AS c SET paused_seq = seq WHERE kind IN ('input', 'orphan')
-               OR (kind = 'approval' AND EXISTS (SELECT 1 FROM {top} AND {pattern}))""",
-        f"""UPDATE {prefix}checkpoints AS c SET paused_seq = (SELECT min(g.seq) FROM {top})
-               WHERE kind = 'approval' AND paused_seq IS NULL""",
-        f"""UPDATE {prefix}steps AS g SET status = 'pending', finished_at = NULL
-               WHERE status = 'cancelled' AND parent_seq IS NULL AND {pattern} AND run_id IN (
-                   SELECT run_id FROM {prefix}runs WHERE status NOT IN ('completed', 'rejected', 'cancelled'))""",
-    ]
 STEP_COLUMNS = (
     "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
     "s.started_at, s.finished_at, s.idempotency_key, "
     "EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS has_output"
 )
-LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
 NEW_RUN_COLUMNS = tuple(c for c in RUN_ROW if c not in ("suspect_deaths", "error"))
 """The columns of ``runs`` a new run is inserted with (:class:`~relaypoint.store.writes.NewRun`)."""
 
 # The statements of a change (SqlStore._apply), fixed texts a driver prepares once.
-_RUN_INSERT = f"INSERT INTO runs ({', '.join(NEW_RUN_COLUMNS)}) VALUES ({', '.join('?' * len(NEW_RUN_COLUMNS))})"
-_INPUT_INSERT = "INSERT INTO run_inputs (run_id, input) VALUES (?, ?)"
+_RUN_INSERT = insert(RUNS, NEW_RUN_COLUMNS)
+_INPUT_INSERT = insert(RUN_INPUTS, RUN_INPUTS.names)
 # A fingerprint is a hash of its definition: one row serves every run of that definition.
 _DEFINITION_INSERT = "INSERT INTO definitions (fingerprint, definition) VALUES (?, ?) ON CONFLICT (fingerprint) DO NOTHING"
-_NEW_STEP_COLUMNS = ("seq", "name", "iteration", "agent", "parent_seq", "status", "attempts", "options",
+_NEW_STEP_COLUMNS = ("run_id", "seq", "name", "iteration", "agent", "parent_seq", "status", "attempts", "options",
                      "idempotency_key")
-_STEP_INSERT = (f"INSERT INTO steps (run_id, {', '.join(_NEW_STEP_COLUMNS)}) "
-                f"VALUES (?{', ?' * len(_NEW_STEP_COLUMNS)})")
+_STEP_INSERT = insert(STEPS, _NEW_STEP_COLUMNS)
 # ... and with a kept execution's error, traceback and times (a replaced chain).
-_STEP_COPY = (f"INSERT INTO steps (run_id, {', '.join(_NEW_STEP_COLUMNS)}, error, traceback, started_at, finished_at) "
-              f"VALUES (?{', ?' * (len(_NEW_STEP_COLUMNS) + 4)})")
+_STEP_COPY = insert(STEPS, (*_NEW_STEP_COLUMNS, "error", "traceback", "started_at", "finished_at"))
 _DECIDE = ("UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ?, comment = ?, value = ? "
            f"WHERE checkpoint_id = ? AND {UNDECIDED}")
 _STEP_END = "UPDATE steps SET status = ?, finished_at = ?, error = ?, traceback = ? WHERE run_id = ? AND seq = ?"
@@ -128,8 +101,8 @@ _REOPEN = ("UPDATE checkpoints SET announced_at = NULL, announce_failed_at = NUL
            "WHERE checkpoint_id = ?")
 CHECKPOINT_COLUMNS = ("run_id", "seq", "step", "kind", "created_at", "reason", "state", "deadline_at", "paused_seq")
 """The columns a new checkpoint is inserted with (:class:`~relaypoint.store.writes.NewCheckpoint`)."""
-_CHECKPOINT_INSERT = f"INSERT INTO checkpoints ({', '.join(CHECKPOINT_COLUMNS)}) VALUES ({', '.join('?' * 9)})"
-_EVENT_INSERT = f"INSERT INTO events ({', '.join(('run_id', *EVENT_ROW[1:]))}) VALUES (?, ?, ?, ?, ?, ?)"
+_CHECKPOINT_INSERT = insert(CHECKPOINTS, CHECKPOINT_COLUMNS)
+_EVENT_INSERT = insert(EVENTS, ("run_id", *EVENT_ROW[1:]))
 # Checkpoints that hold the driver state a run goes on from (not a pause's).
 STATE_KINDS = ("start", "boundary", "fork")
 

@@ -23,251 +23,27 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from ..clock import from_text, to_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError
 from ..models import OwnedRun, Owner, StepRecord
 from ..status import RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, NotAStore, RunRows, StepBrief, StoreBusy,
+from .base import (NotAStore, RunRows, StepBrief, StoreBusy,
                    StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
+from .schema import CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW
 from .connections import ThreadConnections
+from .migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
-from .sql import (NESTED, PAUSED, STEP_COLUMNS, UNANNOUNCED, UNDECIDED, SqlStore, id_column, paused_seq_derived,
-                  translated)
+from .sql import NESTED, STEP_COLUMNS, SqlStore, id_column, translated
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
-SCHEMA_VERSION = 5
 
 # The children of execution ?2 of run ?1, in seq order. A group's children carry its name (the
 # pattern's): steps_by_name reads the group's executions only, not every execution after it (the
 # planner, without statistics, would rather scan the run's primary key to skip the sort).
 _CHILDREN = ("FROM steps s INDEXED BY steps_by_name WHERE s.run_id = ?1 AND s.name = (SELECT g.name FROM steps g "
              "WHERE g.run_id = ?1 AND g.seq = ?2) AND s.parent_seq = ?2 ORDER BY s.seq")
-
-
-# ---- schema -------------------------------------------------------------------------------------
-
-
-def _migrate_1(db: sqlite_utils.Database) -> None:
-    db["runs"].create(
-        {
-            "run_id": str, "workflow": str, "status": str, "input": str, "parent_run_id": str,
-            "forked_from_step": str, "definition": str, "fingerprint": str, "created_at": str,
-            "updated_at": str, "current_step": str, "steps_done": int, "steps_total": int, "error": str,
-            "lease_token": str, "lease_pid": int, "lease_host": str, "lease_expires_at": str,
-            "heartbeat_at": str,
-        },
-        pk="run_id",
-        not_null={"workflow", "status", "input", "created_at", "updated_at", "steps_done", "steps_total"},
-        defaults={"steps_done": 0, "steps_total": 0},
-    )
-    db["steps"].create(
-        {
-            "run_id": str, "position": int, "name": str, "status": str, "attempts": int, "options": str,
-            "output": str, "error": str, "traceback": str, "started_at": str, "finished_at": str,
-            "idempotency_key": str,
-        },
-        pk=("run_id", "position"),
-        not_null={"name", "status", "attempts", "options", "idempotency_key"},
-        defaults={"attempts": 0, "options": "{}"},
-        foreign_keys=[("run_id", "runs", "run_id")],
-    )
-    db["checkpoints"].create(
-        {
-            "checkpoint_id": int, "run_id": str, "position": int, "step": str, "kind": str,
-            "created_at": str, "reason": str, "state": str, "decision": str, "decided_by": str,
-            "decided_at": str, "comment": str, "value": str, "deadline_at": str,
-        },
-        pk="checkpoint_id",
-        not_null={"run_id", "position", "kind", "created_at"},
-        foreign_keys=[("run_id", "runs", "run_id")],
-    )
-    db["events"].create(
-        {"event_id": int, "run_id": str, "at": str, "kind": str, "step": str, "actor": str, "detail": str},
-        pk="event_id",
-        not_null={"run_id", "at", "kind"},
-        foreign_keys=[("run_id", "runs", "run_id")],
-    )
-    # Indexes serve the console: newest-first keyset pages, filtered by status or workflow,
-    # the orphan sweep (status = running), forks of a run, and per-run chains.
-    db["runs"].create_index(["created_at", "run_id"], index_name="runs_by_created")
-    db["runs"].create_index(["status", "created_at", "run_id"], index_name="runs_by_status")
-    db["runs"].create_index(["workflow", "created_at", "run_id"], index_name="runs_by_workflow")
-    db["runs"].create_index(["parent_run_id"], index_name="runs_by_parent")
-    db["steps"].create_index(["run_id", "name"], index_name="steps_by_name", unique=True)
-    db["checkpoints"].create_index(["run_id", "checkpoint_id"], index_name="checkpoints_by_run")
-    db["events"].create_index(["run_id", "event_id"], index_name="events_by_run")
-    db["checkpoints"].create_index(["deadline_at"], index_name="checkpoints_by_deadline")
-
-
-# The runs indexes (made by migration 1; remade by 3, which rebuilds runs). They serve the
-# console: newest-first keyset pages, filtered by status or workflow, the orphan sweep (status =
-# running), forks of a run; and the removal of a definition no run uses any more.
-RUN_INDEXES = (
-    "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
-    "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
-    "CREATE INDEX runs_by_workflow ON runs (workflow, created_at, run_id)",
-    "CREATE INDEX runs_by_parent ON runs (parent_run_id)",
-    "CREATE INDEX runs_by_fingerprint ON runs (fingerprint)",
-)
-# Triggers keeping run_counts (made by migration 2; remade by 3, which rebuilds runs).
-RUN_COUNT_TRIGGERS = (
-    """CREATE TRIGGER run_counts_insert AFTER INSERT ON runs BEGIN
-           INSERT INTO run_counts (status, runs) VALUES (new.status, 1)
-               ON CONFLICT (status) DO UPDATE SET runs = runs + 1;
-       END""",
-    """CREATE TRIGGER run_counts_delete AFTER DELETE ON runs BEGIN
-           UPDATE run_counts SET runs = runs - 1 WHERE status = old.status;
-       END""",
-    """CREATE TRIGGER run_counts_update AFTER UPDATE OF status ON runs WHEN old.status IS NOT new.status BEGIN
-           UPDATE run_counts SET runs = runs - 1 WHERE status = old.status;
-           INSERT INTO run_counts (status, runs) VALUES (new.status, 1)
-               ON CONFLICT (status) DO UPDATE SET runs = runs + 1;
-       END""",
-)
-
-
-def _migrate_2(db: sqlite_utils.Database) -> None:
-    # The owner process's start (boot id and start time): on its own host a lease belongs to a live
-    # process, and a pid reused by another process is told apart from the owner.
-    db["runs"].add_column("lease_pid_start", str)
-    # Runs per status, kept by triggers in the transaction that changes a run, so the console's
-    # status line reads a few rows instead of counting the runs table.
-    db.conn.execute("CREATE TABLE run_counts (status TEXT PRIMARY KEY, runs INTEGER NOT NULL)")
-    db.conn.execute("INSERT INTO run_counts (status, runs) SELECT status, count(*) FROM runs GROUP BY status")
-    for statement in RUN_COUNT_TRIGGERS:
-        db.conn.execute(statement)
-
-
-def _migrate_3(db: sqlite_utils.Database) -> None:
-    # Step executions keyed by (run, seq): a name may repeat (iterations, agents); outputs move to
-    # their own append-only table so step rows stay small and are updated in place.
-    for statement in (
-        """CREATE TABLE steps_v3 (
-               run_id TEXT NOT NULL REFERENCES runs(run_id),
-               seq INTEGER NOT NULL,
-               name TEXT NOT NULL,
-               iteration INTEGER NOT NULL DEFAULT 1,
-               agent TEXT,
-               parent_seq INTEGER,
-               status TEXT NOT NULL,
-               attempts INTEGER NOT NULL DEFAULT 0,
-               options TEXT NOT NULL DEFAULT '{}',
-               error TEXT,
-               traceback TEXT,
-               started_at TEXT,
-               finished_at TEXT,
-               idempotency_key TEXT NOT NULL,
-               PRIMARY KEY (run_id, seq)
-           )""",
-        """INSERT INTO steps_v3 (run_id, seq, name, status, attempts, options, error, traceback, started_at,
-                                 finished_at, idempotency_key)
-           SELECT run_id, position, name, status, attempts, options, error, traceback, started_at, finished_at,
-                  idempotency_key
-           FROM steps""",
-        """CREATE TABLE outputs (
-               run_id TEXT NOT NULL REFERENCES runs(run_id),
-               seq INTEGER NOT NULL,
-               value TEXT,
-               PRIMARY KEY (run_id, seq)
-           )""",
-        "INSERT INTO outputs (run_id, seq, value) SELECT run_id, position, output FROM steps "
-        "WHERE output IS NOT NULL ORDER BY run_id, position",
-        "DROP TABLE steps",
-        "ALTER TABLE steps_v3 RENAME TO steps",
-        "CREATE INDEX steps_by_name ON steps (run_id, name, iteration)",
-        "ALTER TABLE checkpoints RENAME COLUMN position TO seq",
-        # Every boundary inserts a checkpoint: the indexes it must update are the table's and
-        # checkpoints_by_run; pauses and deadlines are in partial indexes a boundary does not touch
-        # (the queries repeat the indexes' conditions word for word, so SQLite can use them).
-        "DROP INDEX checkpoints_by_deadline",
-        f"CREATE INDEX checkpoints_due ON checkpoints (deadline_at) WHERE deadline_at IS NOT NULL AND {UNDECIDED}",
-        f"CREATE INDEX checkpoints_paused ON checkpoints (run_id, checkpoint_id) WHERE {PAUSED}",
-        # The runs row, rewritten at every boundary, keeps only small columns: the input moves to
-        # run_inputs (written once), the definition to definitions, shared by the runs of one
-        # definition (keyed by its fingerprint, a hash of it). Rebuilt rather than altered (DROP
-        # COLUMN needs SQLite 3.35); foreign keys are off during migrations, so the children's
-        # references follow the rebuilt table by name.
-        """CREATE TABLE definitions (
-               fingerprint TEXT PRIMARY KEY,
-               definition TEXT NOT NULL
-           )""",
-        "INSERT OR IGNORE INTO definitions (fingerprint, definition) SELECT fingerprint, definition FROM runs "
-        "WHERE fingerprint IS NOT NULL AND definition IS NOT NULL ORDER BY created_at",
-        """CREATE TABLE run_inputs (
-               run_id TEXT PRIMARY KEY REFERENCES runs(run_id),
-               input TEXT NOT NULL
-           )""",
-        "INSERT INTO run_inputs (run_id, input) SELECT run_id, input FROM runs WHERE input IS NOT NULL",
-        """CREATE TABLE runs_v3 (
-               run_id TEXT PRIMARY KEY,
-               workflow TEXT NOT NULL,
-               status TEXT NOT NULL,
-               parent_run_id TEXT,
-               forked_from_step TEXT,
-               fingerprint TEXT,
-               created_at TEXT NOT NULL,
-               updated_at TEXT NOT NULL,
-               current_step TEXT,
-               steps_done INTEGER NOT NULL DEFAULT 0,
-               steps_total INTEGER NOT NULL DEFAULT 0,
-               suspect_deaths INTEGER NOT NULL DEFAULT 0,
-               error TEXT,
-               lease_token TEXT,
-               lease_pid INTEGER,
-               lease_pid_start TEXT,
-               lease_host TEXT,
-               lease_expires_at TEXT,
-               heartbeat_at TEXT
-           )""",
-        # Deaths charged to each run so far: the suspect interruptions its events recorded.
-        """INSERT INTO runs_v3 (run_id, workflow, status, parent_run_id, forked_from_step, fingerprint, created_at,
-                                updated_at, current_step, steps_done, steps_total, suspect_deaths, error, lease_token,
-                                lease_pid, lease_pid_start, lease_host, lease_expires_at, heartbeat_at)
-           SELECT run_id, workflow, status, parent_run_id, forked_from_step, fingerprint, created_at, updated_at,
-                  current_step, steps_done, steps_total,
-                  (SELECT count(*) FROM events e WHERE e.run_id = runs.run_id AND e.kind = 'interruption_detected'
-                   AND CASE WHEN json_valid(e.detail) THEN json_extract(e.detail, '$.suspect') END = 1),
-                  error, lease_token, lease_pid, lease_pid_start, lease_host, lease_expires_at, heartbeat_at
-           FROM runs ORDER BY rowid""",
-        "DROP TABLE runs",
-        "ALTER TABLE runs_v3 RENAME TO runs",
-        *RUN_INDEXES,
-        *RUN_COUNT_TRIGGERS,
-    ):
-        db.conn.execute(statement)
-
-
-def _migrate_4(db: sqlite_utils.Database) -> None:
-    # When a worker with --on-pause announced a pause (NULL: not yet), and the pauses waiting for
-    # that in a partial index of their own (empty when all are announced: a worker's poll reads
-    # nothing). The pauses open at the upgrade count as announced: the relaypoint before may have
-    # announced them already (a worker's --on-pause announced the pauses its execution made), and a
-    # pause is announced at most once; nor is a hook first run on a store flooded with its backlog.
-    for statement in (
-        "ALTER TABLE checkpoints ADD COLUMN announced_at TEXT",
-        f"UPDATE checkpoints SET announced_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE {PAUSED} AND {UNDECIDED}",
-        f"CREATE INDEX checkpoints_unannounced ON checkpoints (checkpoint_id) WHERE {UNANNOUNCED}",
-    ):
-        db.conn.execute(statement)
-
-
-def _migrate_5(db: sqlite_utils.Database) -> None:
-    # What each pause is about, as a column of its own (see relaypoint.models.Checkpoint.paused_seq).
-    for statement in paused_seq_derived(""):
-        db.conn.execute(statement)
-    # An announcement is marked once a hook's attempt succeeded: until then a worker's claim holds the
-    # pause (announcing_until: another worker takes it after that, its claimer having died), and a
-    # pause whose every attempt failed is left alone (announce_failed_at) until `relaypoint
-    # announce` asks again. Neither is in the index: they narrow its few rows.
-    db["checkpoints"].add_column("announcing_until", str)
-    db["checkpoints"].add_column("announce_failed_at", str)
-
-
-MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3, 4: _migrate_4, 5: _migrate_5}
 
 
 class SqliteStore(SqlStore):
@@ -359,7 +135,6 @@ class SqliteStore(SqlStore):
             old.close()
         self._uri_query = uri_query
         self._threads.own(self._open())
-        self.db = sqlite_utils.Database(self.conn)
 
     def _open(self) -> sqlite3.Connection:
         """A new connection to the file, as :meth:`_connect` was asked for, with the tracer set."""
@@ -483,20 +258,21 @@ class SqliteStore(SqlStore):
     def _migrate(self) -> None:
         with self._write():
             # Re-read under the write lock: another process may have migrated meanwhile.
-            if "meta" not in self.db.table_names():
-                self.db["meta"].create({"key": str, "value": str}, pk="key")
-                self.db["meta"].insert({"key": "app", "value": APP_ID})
-                self.db["meta"].insert({"key": "schema_version", "value": "0"})
-            version = int(self.db["meta"].get("schema_version")["value"])
+            conn = self.conn
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
+                conn.execute('CREATE TABLE "meta" ("key" TEXT PRIMARY KEY, "value" TEXT)')
+                conn.execute("INSERT INTO meta (key, value) VALUES ('app', ?), ('schema_version', '0')", (APP_ID,))
+            version = int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
             if version < SCHEMA_VERSION:
                 self.upgraded_from = version
             for v in range(version + 1, SCHEMA_VERSION + 1):
                 try:
-                    MIGRATIONS[v](self.db)
+                    for statement in MIGRATIONS[v - 1]:
+                        conn.execute(statement)
                 except sqlite3.OperationalError as e:  # rolled back: the file is left as it was
                     raise NotAStore(f"{self.path} says schema version {version} but its tables do not match "
                                     f"({e}; edited by hand?); it was left unchanged") from None
-            self.db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     # ---- properties and lifecycle
 
