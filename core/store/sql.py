@@ -613,8 +613,6 @@ class SqlStore(RunStore):
         row was updated."""
         given = u.given()
         names = (*given, "updated_at") if u.touch else tuple(given)
-        if not names:
-            raise TypeError("RunUpdate: nothing to update")
         values: list[Any] = []
         for k, v in given.items():
             if k == "lease":

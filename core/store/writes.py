@@ -118,7 +118,7 @@ class RunUpdate:
     """Fields of the run's row to set; each left :data:`KEEP` is kept. ``lease``: a :class:`Lease`
     sets the lease columns, None clears them. ``definition``: JSON text, kept under ``fingerprint``
     (give both). ``touch``: ``updated_at`` becomes the change's time (False: a lease renewal, which
-    is no progress)."""
+    is no progress). ``TypeError``: a definition without its fingerprint, or nothing to update."""
 
     status: RunStatus | _Keep = KEEP
     current_step: str | None | _Keep = KEEP
@@ -134,6 +134,8 @@ class RunUpdate:
     def __post_init__(self) -> None:
         if (self.definition is KEEP) != (self.fingerprint is KEEP):
             raise TypeError("RunUpdate: a definition is stored under its fingerprint: give both")
+        if not self.touch and not self.given():
+            raise TypeError("RunUpdate: nothing to update")
 
     def given(self) -> dict[str, Any]:
         """The fields set (``touch`` and ``definition`` aside), by name, in declaration order."""
