@@ -41,7 +41,8 @@ from .migrations.postgres import (CHECKPOINT_ARRAYS, FENCE_REFUSED, INSERTED_ARR
                                   channel, lock_key)
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
 from .url import postgres_where
-from .sql import NESTED, PAUSED, STEP_COLUMNS, UNDECIDED, SqlStore, event_detail, id_column, translated
+from .commit import SqlCommit, event_detail
+from .sql import NESTED, PAUSED, STEP_COLUMNS, UNDECIDED, id_column, translated
 from .writes import KEEP, Change, Committed, NewStep, Superseded
 
 # psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
@@ -163,7 +164,7 @@ def _leave_pool(pool: ConnectionPool) -> None:
     pool.close()
 
 
-class PostgresStore(SqlStore):
+class PostgresStore(SqlCommit):
     """A relaypoint store in one schema of a PostgreSQL database.
 
     ``conninfo``: the libpq URL of the database; ``schema``: the schema holding the store.
@@ -887,7 +888,7 @@ class PostgresStore(SqlStore):
 
     def _call(self, conn: psycopg.Connection, c: Change, dropped: list[str]) -> Committed:
         """Change ``c`` (its ``replaced`` chain aside) by one call of the schema's ``commit_change``
-        on ``conn``; a refusal raised as :meth:`SqlStore.commit` says."""
+        on ``conn``; a refusal raised as :meth:`SqlCommit.commit` says."""
         try:
             row = conn.execute(_COMMIT_CHANGE, self._change_params(c)).fetchone()
         except psycopg.Error as e:

@@ -34,7 +34,8 @@ from .schema import CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, S
 from .connections import ThreadConnections
 from .migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
 from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
-from .sql import NESTED, STEP_COLUMNS, SqlStore, id_column, translated
+from .commit import SqlCommit
+from .sql import NESTED, STEP_COLUMNS, id_column, translated
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
@@ -46,7 +47,7 @@ _CHILDREN = ("FROM steps s INDEXED BY steps_by_name WHERE s.run_id = ?1 AND s.na
              "WHERE g.run_id = ?1 AND g.seq = ?2) AND s.parent_seq = ?2 ORDER BY s.seq")
 
 
-class SqliteStore(SqlStore):
+class SqliteStore(SqlCommit):
     """A relaypoint store in one SQLite file.
 
     ``path``: the file. ``url``: what it was opened with (default: the path). ``create``: make a new

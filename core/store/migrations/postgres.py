@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from ...status import StepStatus
 from ..schema import LEASE_COLUMNS
-from ..sql import NEW_RUN_COLUMNS, OPEN_STEP_STATUSES, PAUSED, UNANNOUNCED, UNDECIDED
+from ..commit import NEW_RUN_COLUMNS, OPEN_STEP_STATUSES
+from ..sql import PAUSED, UNANNOUNCED, UNDECIDED
 from . import paused_seq_derived
 
 FENCE_REFUSED = "RPF01"
