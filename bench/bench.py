@@ -22,7 +22,7 @@ from rich.table import Table
 
 from relaypoint import Runtime, RunStatus, StepStatus, Workflow
 from relaypoint.clock import to_text, utcnow
-from relaypoint.store import NewRun, NewStep
+from relaypoint.store import Change, NewRun, NewStep
 
 STATUSES = ["completed"] * 6 + ["failed", "awaiting_approval", "interrupted", "queued"]
 
@@ -55,14 +55,14 @@ def fill(rt: Runtime, n: int, *, steps_per_run: int = 5, output_bytes: int = 100
     with store.transaction():
         for i in range(n):
             rid = f"{i:016x}"
-            store.insert_run(NewRun(run_id=rid, workflow=workflows[i % len(workflows)],
-                                    status=RunStatus(STATUSES[i % len(STATUSES)]), input="{}", definition="[]",
-                                    fingerprint="", created_at=now - timedelta(seconds=n - i),
-                                    steps_total=steps_per_run, steps_done=steps_per_run))
-            store.insert_steps(rid, [NewStep(seq=p, name=f"s{p}", idempotency_key=f"{rid}/s{p}",
-                                             status=StepStatus.COMPLETED, attempts=1) for p in range(steps_per_run)])
-            for p in range(steps_per_run):
-                store.set_output(rid, p, output)
+            created = now - timedelta(seconds=n - i)
+            store.commit(Change(rid, created, run=None, new=NewRun(
+                run_id=rid, workflow=workflows[i % len(workflows)], status=RunStatus(STATUSES[i % len(STATUSES)]),
+                input="{}", definition="[]", fingerprint="", created_at=created, steps_total=steps_per_run,
+                steps_done=steps_per_run),
+                inserted=[NewStep(seq=p, name=f"s{p}", idempotency_key=f"{rid}/s{p}", status=StepStatus.COMPLETED,
+                                  attempts=1) for p in range(steps_per_run)],
+                outputs={p: output for p in range(steps_per_run)}))
 
 
 def main() -> None:

@@ -3,8 +3,8 @@ new run for a worker to claim (enqueue).
 
 A claim takes the run's lease in one transaction and reads what the run loop needs, in constant
 cost: the run's own row, its input, the latest checkpoint (the driver's state) and the next
-execution's row. Never all steps, all outputs or all checkpoints (an allowed drift, which rebuilds
-the chain, is the exception). Resume refuses, with the reason: a run that is running, paused,
+execution's row; what it writes is one change at its end. Never all steps, all outputs or all
+checkpoints (an allowed drift, which rebuilds the chain and reads it back, is the exception). Resume refuses, with the reason: a run that is running, paused,
 ended, drifted, or whose latest pause carries a decision that does not let it go on.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from . import encoding
+from . import encoding, events
 from .clock import Clock
 from .drivers import Call, Driver, State, idempotency_key, located, where
 from .errors import DriftError, RefusedTransition
@@ -24,8 +24,8 @@ from .lease import HOST, LeaseHolder, owner_gone
 from .models import Checkpoint, Owner, RunHead, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import resume_refusal
-from .status import OPEN_STEPS, PAUSE_KINDS, CheckpointKind, EventKind, RunStatus, StepStatus, goes_on
-from .store import Lookup, Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, RunStore
+from .status import OPEN_STEPS, PAUSE_KINDS, CheckpointKind, RunStatus, StepStatus, goes_on
+from .store import Change, Lookup, NewCheckpoint, NewEvent, NewRun, NewStep, RunStore, RunUpdate, StepEnd, StepStart
 from .workflow import Workflow, describe_drift, fingerprint
 
 
@@ -46,7 +46,7 @@ class Claims:
 
     def start(self, run_id: str, wf: Workflow, input_text: str) -> Claim:
         """Record a new run of ``wf`` (its planned steps pending, the first one started) owned by
-        this process, in one transaction (:meth:`RunStore.start_run`)."""
+        this process, as one change."""
         driver = wf.driver()
         definition = driver.definition()
         lease = self.lease(run_id)
@@ -57,30 +57,24 @@ class Claims:
         # a fresh run: resolving reads nothing of the store, so everything is written at once after it
         state, action, cur = self.executor.resolve(run_id, driver, driver.initial_state(), input, fresh_from=0)
         claim = Claim(run_id, driver, lease, input, state, action, cur, steps_done=0, fresh_from=0)
-        events = [NewEvent(EventKind.RUN_STARTED, detail={"workflow": wf.name, "pid": lease.pid, "host": HOST})]
-        started = checkpoint = None
-        if cur is not None:
-            claim.next_seq = len(planned)  # an execution the driver appends comes after the planned rows
-            started, claim.current = self.executor.start_of(claim, cur)
-            if isinstance(started.step, NewStep):
-                # a checkpoint naming the row, so a resume after a crash re-runs it instead of appending
-                checkpoint = NewCheckpoint(run_id, CheckpointKind.BOUNDARY, claim.current.seq, cur.call.name, at,
-                                           state=state_json(state))
-            events.append(NewEvent(EventKind.STEP_STARTED, step=cur.call.name,
-                                   detail={"attempt": cur.attempt, **located(cur.call)}))
-        self.store.start_run(
-            NewRun(run_id=run_id, workflow=wf.name, status=RunStatus.RUNNING, input=input_text,
-                   definition=encoding.dumps_trusted(definition, "definition"), fingerprint=wf.fingerprint(),
-                   created_at=at, steps_total=len(planned), current_step=planned[0].name if planned else None,
-                   lease=lease.lease()),
-            [NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(run_id, Call(s.name)),
-                     options=encoding.dumps_trusted(s.options(), "options")) for i, s in enumerate(planned)],
-            NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None, at, state=state_json(state)),
-            Boundary(run_id, at, fence=lease.token, started=started, checkpoint=checkpoint, events=events))
+        claim.next_seq = len(planned)  # an execution the driver appends comes after the planned rows
+        started, checkpoints, made = self._begin(claim, at)
+        self.store.commit(Change(
+            run_id, at, fence=lease.token,
+            new=NewRun(run_id=run_id, workflow=wf.name, status=RunStatus.RUNNING, input=input_text,
+                       definition=encoding.dumps_trusted(definition, "definition"), fingerprint=wf.fingerprint(),
+                       created_at=at, steps_total=len(planned), current_step=planned[0].name if planned else None,
+                       lease=lease.lease()),
+            inserted=[NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(run_id, Call(s.name)),
+                              options=encoding.dumps_trusted(s.options(), "options")) for i, s in enumerate(planned)],
+            started=started,
+            checkpoints=[NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None, at,
+                                       state=state_json(state)), *checkpoints],
+            events=[events.run_started(wf.name, lease.pid, HOST), *made]))
         return claim
 
     def enqueue(self, run_id: str, wf: Workflow, input_text: str) -> None:
-        """Record a new run of ``wf`` ``queued``, owned by no one, in one transaction: the rows
+        """Record a new run of ``wf`` ``queued``, owned by no one, as one change: the rows
         :meth:`start` writes (the run, its planned steps, its start checkpoint, and when the driver
         begins with an execution it appends, that row with a checkpoint naming it), every step
         pending, and a ``run_queued`` event; nothing executes. A worker's claim (:meth:`resume`)
@@ -99,36 +93,28 @@ class Claims:
             steps.append(self.executor.appended(driver, cur))
             # a checkpoint naming the row, so the claim goes on with it instead of appending another
             named = NewCheckpoint(run_id, CheckpointKind.BOUNDARY, cur.seq, cur.call.name, at, state=state_json(state))
-        with self.store.transaction():
-            self.store.insert_run(NewRun(
-                run_id=run_id, workflow=wf.name, status=RunStatus.QUEUED, input=input_text,
-                definition=encoding.dumps_trusted(driver.definition(), "definition"), fingerprint=wf.fingerprint(),
-                created_at=at, steps_total=len(planned), current_step=planned[0].name if planned else None))
-            self.store.insert_steps(run_id, steps)
-            self.store.add_checkpoint(NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None, at,
-                                                    state=state_json(state)))
-            if named is not None:
-                self.store.add_checkpoint(named)
-            self.store.add_event(run_id, at, EventKind.RUN_QUEUED, workflow=wf.name)
+        self.store.commit(Change(
+            run_id, at, run=None,
+            new=NewRun(run_id=run_id, workflow=wf.name, status=RunStatus.QUEUED, input=input_text,
+                       definition=encoding.dumps_trusted(driver.definition(), "definition"),
+                       fingerprint=wf.fingerprint(), created_at=at, steps_total=len(planned),
+                       current_step=planned[0].name if planned else None),
+            inserted=steps,
+            checkpoints=[NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None, at,
+                                       state=state_json(state)), *([] if named is None else [named])],
+            events=[events.run_queued(wf.name)]))
 
-    def _begin(self, claim: Claim, at: datetime) -> None:
-        """Inside the claim's transaction: start the execution the run continues with."""
-        cur, run_id = claim.current, claim.run_id
+    def _begin(self, claim: Claim, at: datetime) -> tuple[StepStart | None, list[NewCheckpoint], list[NewEvent]]:
+        """How the claim's change starts the execution the run continues with (none when the
+        driver's next action is no step): its start, with a checkpoint naming an appended row (so
+        a resume after a crash re-runs that row instead of appending another), and its event."""
+        cur = claim.current
         if cur is None:
-            return
-        if cur.seq is None:  # an execution the driver appends: its row first
-            claim.next_seq = self.store.max_seq(run_id) + 1
-            cur.seq, claim.next_seq = claim.next_seq, claim.next_seq + 1
-            self.store.insert_steps(run_id, [self.executor.appended(claim.driver, cur)])
-            # a checkpoint naming the row, so a resume after a crash re-runs it instead of appending
-            self.store.add_checkpoint(NewCheckpoint(run_id, CheckpointKind.BOUNDARY, cur.seq, cur.call.name, at,
-                                                    state=state_json(claim.state)))
-        else:
-            claim.started(cur.seq)
-        self.store.update_step(run_id, cur.seq, status=StepStatus.RUNNING, attempts=cur.attempt, started_at=at,
-                               finished_at=None, error=None, traceback=None)
-        self.store.add_event(run_id, at, EventKind.STEP_STARTED, step=cur.call.name, attempt=cur.attempt,
-                             **located(cur.call))
+            return None, [], []
+        started, claim.current = self.executor.start_of(claim, cur)
+        named = [NewCheckpoint(claim.run_id, CheckpointKind.BOUNDARY, claim.current.seq, cur.call.name, at,
+                               state=state_json(claim.state))] if isinstance(started.step, NewStep) else []
+        return started, named, [events.step_started(cur.call, cur.attempt)]
 
     # ---- resume
 
@@ -173,8 +159,9 @@ class Claims:
         state = driver.initial_state() if checkpoint is None else self._restored(driver, checkpoint)
         resume_at = checkpoint.seq if checkpoint else None
         state, action, cur = self.executor.resolve(rid, driver, state, input, resume_at=resume_at)
+        made: list[NewEvent] = []
         if replan:
-            self.store.add_event(rid, at, EventKind.REPLAN_REQUESTED, step=checkpoint.step if checkpoint else None)
+            made.append(events.replan_requested(checkpoint.step if checkpoint else None))
             if cur is not None and cur.seq is not None and cur.status != StepStatus.FAILED:
                 # the execution the run stopped at (interrupted, or answered) finishes first
                 state = driver.replan(state)
@@ -182,33 +169,39 @@ class Claims:
                 state, action, cur = self.executor.resolve(rid, driver, driver.replan(state), input)
         if (lacking := driver.lacking(state)) is not None:  # rolled back with the rest of the claim
             raise DriftError(f"run {rid} cannot go on: {lacking}")
-        abandoned = self._abandon(rid, checkpoint, cur, at) if checkpoint is not None else None
-        if head.status == RunStatus.INTERRUPTED and self._poisoned(head, cur, at):
+        abandoned = self._abandon(rid, checkpoint, cur) if checkpoint is not None else None
+        ended = [] if abandoned is None else [StepEnd(abandoned["seq"], StepStatus.CANCELLED)]
+        if head.status == RunStatus.INTERRUPTED and (poisoned := self._poisoned(head, cur)) is not None:
+            step, reason = poisoned
+            self.store.commit(Change(
+                rid, at, run=RunUpdate(status=RunStatus.FAILED, error=reason),
+                ended=[*ended, *([] if step is None else [StepEnd(step.seq, StepStatus.FAILED, error=reason)])],
+                events=[*made, events.run_failed(step.call if step else None, reason, poison_pill=True)]))
             return RunStatus.FAILED
         if cur is not None and cur.seq is not None:
             self.store.responses(rid, cur.seq)  # fail closed before claiming: answers it will consume
         if cur is not None and cur.status == StepStatus.INTERRUPTED and driver.spec(cur.call).on_orphan == "hold":
-            self._hold(rid, cur, state, at)
+            self._hold(rid, cur, state, at, ended, made)
             return RunStatus.AWAITING_APPROVAL
-        self.store.update_run(rid, status=RunStatus.RUNNING, updated_at=at, error=None, lease=lease.lease(),
-                              current_step=cur.call.name if cur else None)
-        self.store.add_event(rid, at, EventKind.RESUMED, pid=lease.pid, host=HOST, previous_status=head.status,
-                             **({"abandoned": abandoned} if abandoned else {}))
         claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done)
-        self._begin(claim, at)
+        started, checkpoints, starting = self._begin(claim, at)
+        self.store.commit(Change(
+            rid, at, run=RunUpdate(status=RunStatus.RUNNING, error=None, lease=lease.lease(),
+                                   current_step=cur.call.name if cur else None),
+            ended=ended, started=started, checkpoints=checkpoints,
+            events=[*made, events.resumed(lease.pid, HOST, head.status, abandoned), *starting]))
         return claim
 
-    def _abandon(self, rid: str, checkpoint: Checkpoint, cur: Current | None, at: datetime) -> dict[str, Any] | None:
+    def _abandon(self, rid: str, checkpoint: Checkpoint, cur: Current | None) -> dict[str, Any] | None:
         """The execution the run stopped at, named by its latest ``checkpoint`` (the execution its
         pause is about, else the one it went on with), when the run does not go on with it and it
-        never finished (an allowed drift removed its agent), is ``cancelled``: it will not run again.
-        A pattern's row is not, while the run goes on inside the pattern (the row records the
+        never finished (an allowed drift removed its agent): the claim cancels it, it will not run
+        again. A pattern's row is not, while the run goes on inside the pattern (the row records the
         pattern's result once it ends). Returns it as the ``resumed`` event names it, or None."""
         seq = checkpoint.paused_seq if checkpoint.kind in PAUSE_KINDS else checkpoint.seq
         row = self.store.step(rid, seq) if seq is not None else None
         if row is None or row.status not in OPEN_STEPS or (cur is not None and seq in (cur.seq, cur.call.parent)):
             return None
-        self.store.update_step(rid, seq, status=StepStatus.CANCELLED, finished_at=at)
         return {"seq": seq, "step": row.name, **located(Call.of(row))}
 
     @staticmethod
@@ -229,33 +222,29 @@ class Claims:
                 "let it go on (unreadable decisions are never taken as approvals); "
                 f"decide it with `relaypoint approve {rid}` or reject it")
 
-    def _hold(self, rid: str, cur: Current, state: dict, at: datetime) -> None:
-        """Pause the run for a person to decide about an orphan step (``on_orphan="hold"``)."""
+    def _hold(self, rid: str, cur: Current, state: dict, at: datetime, ended: list[StepEnd],
+              made: list[NewEvent]) -> None:
+        """Pause the run for a person to decide about an orphan step (``on_orphan="hold"``), with
+        the claim's ``ended`` executions and events ``made``."""
         reason = (f"step '{cur.call.name}' was running (attempt {cur.attempt - 1}) when its process died and its "
                   "output was not recorded; approve to re-run it, or approve with an output to record what it did")
-        cp = self.store.add_checkpoint(NewCheckpoint(rid, CheckpointKind.ORPHAN, cur.seq, cur.call.name, at,
-                                                     reason=reason, state=state_json(state), paused_seq=cur.seq))
-        self.store.update_run(rid, status=RunStatus.AWAITING_APPROVAL, updated_at=at, current_step=cur.call.name,
-                              lease=None)
-        self.store.add_event(rid, at, EventKind.PAUSED, step=cur.call.name, checkpoint_id=cp,
-                             gate=CheckpointKind.ORPHAN, reason=reason, deadline_at=None)
+        self.store.commit(Change(
+            rid, at, run=RunUpdate(status=RunStatus.AWAITING_APPROVAL, current_step=cur.call.name, lease=None),
+            ended=ended, checkpoints=[NewCheckpoint(rid, CheckpointKind.ORPHAN, cur.seq, cur.call.name, at,
+                                                    reason=reason, state=state_json(state), paused_seq=cur.seq)],
+            events=[*made, events.paused(CheckpointKind.ORPHAN, cur.call.name, reason, None)]))
 
-    def _poisoned(self, head: RunHead, cur: Current | None, at: datetime) -> bool:
-        """Fail a run whose executor keeps dying: more than ``max_recoveries`` deaths charged to it
-        (``runs.suspect_deaths``; see :mod:`relaypoint.recovery`)."""
+    def _poisoned(self, head: RunHead, cur: Current | None) -> tuple[Current | None, str] | None:
+        """Whether to fail a run whose executor keeps dying: more than ``max_recoveries`` deaths
+        charged to it (``runs.suspect_deaths``; see :mod:`relaypoint.recovery`). Returns the
+        execution it fails (None: in no step) and why, or None."""
         deaths = head.suspect_deaths
         if self.max_recoveries is None or deaths <= self.max_recoveries:
-            return False
+            return None
         step = cur if cur is not None and cur.status == StepStatus.INTERRUPTED else None
-        reason = (f"its executor died {deaths} times while executing it alone (more than the "
-                  f"{self.max_recoveries} recoveries allowed)"
-                  + (f" in step '{step.call.name}'{where(step.call)}" if step else ""))
-        if step is not None:
-            self.store.update_step(head.run_id, step.seq, status=StepStatus.FAILED, error=reason, finished_at=at)
-        self.store.update_run(head.run_id, status=RunStatus.FAILED, updated_at=at, error=reason)
-        self.store.add_event(head.run_id, at, EventKind.RUN_FAILED, step=step.call.name if step else None,
-                             error=reason, poison_pill=True, **(located(step.call) if step else {}))
-        return True
+        return step, (f"its executor died {deaths} times while executing it alone (more than the "
+                      f"{self.max_recoveries} recoveries allowed)"
+                      + (f" in step '{step.call.name}'{where(step.call)}" if step else ""))
 
     def _reconcile(self, head: RunHead, wf: Workflow, driver: Driver, allow_drift: bool, at: datetime) -> int:
         """Check the run against the loaded definition (fingerprints first); returns the run's
@@ -277,25 +266,25 @@ class Claims:
         under_way = [s.name for s in self.store.steps(rid) if s.parent is None and s.options.get("pattern")
                      and s.status != StepStatus.COMPLETED and self.store.steps(rid, parent=s.seq)]
         planned = driver.planned()
-        dropped = self.store.replace_steps(rid, [
-            NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(rid, Call(s.name)),
-                    options=encoding.dumps_trusted(s.options(), "options"))
-            for i, s in enumerate(planned)])
+        # The rebuilt chain is read back before the rest of the drift is written: a change of its own.
+        dropped = self.store.commit(Change(
+            rid, at, replaced=[NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(rid, Call(s.name)),
+                                       options=encoding.dumps_trusted(s.options(), "options"))
+                               for i, s in enumerate(planned)],
+            run=RunUpdate(definition=encoding.dumps_trusted(defined, "definition"), fingerprint=fingerprint(defined),
+                          steps_total=len(planned), touch=False))).dropped
         top = [s for s in self.store.steps(rid) if s.parent is None]
         done = sum(s.status == StepStatus.COMPLETED for s in top)
-        self.store.update_run(rid, definition=encoding.dumps_trusted(defined, "definition"),
-                              fingerprint=fingerprint(defined),
-                              steps_total=len(planned), steps_done=done)
         # The run goes on at its first top-level step not completed, recorded as a checkpoint, so a
         # resume after a crash restores it from there. When that step is where the latest state
         # went on (a pattern under way), that state is carried over, so the pattern keeps its progress.
         first = next((s for s in top if s.status != StepStatus.COMPLETED), None)
         carried = self._carried(rid, driver, latest, first, [d["name"] for d in recorded])
-        withdrawn: list[dict[str, Any]] = []
+        withdrawn: list[StepRecord] = []
         if carried is not None:
             state, seq, step = carried
             assert first is not None
-            withdrawn = self._withdraw(rid, driver, state, first.seq)
+            withdrawn = self._withdrawn(rid, driver, state, first.seq)
         else:
             if under_way:  # rolled back with the rest of the claim
                 raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}), and the "
@@ -304,22 +293,21 @@ class Claims:
             seq = first.seq if first is not None else len(top)
             step = first.name if first is not None else None
             state = driver.restore(None, NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, step, at))
-        self.store.add_event(rid, at, EventKind.DRIFT_ALLOWED, change=change, dropped=sorted(dropped),
-                             **({"cancelled": withdrawn} if withdrawn else {}))
-        self.store.add_checkpoint(NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, step, at, state=state_json(state)))
+        self.store.commit(Change(
+            rid, at, run=RunUpdate(steps_done=done, touch=False), marked={c.seq: StepStatus.CANCELLED for c in withdrawn},
+            checkpoints=[NewCheckpoint(rid, CheckpointKind.BOUNDARY, seq, step, at, state=state_json(state))],
+            events=[events.drift_allowed(change, dropped, [{"seq": c.seq, "step": c.name, **located(Call.of(c))}
+                                                           for c in withdrawn])]))
         return done
 
-    def _withdraw(self, rid: str, driver: Driver, state: State, group: int) -> list[dict[str, Any]]:
-        """After an allowed drift, ``state`` carried over: cancel the completed calls of the pattern
-        under way (group row ``group``) that the new definition no longer counts (a round past a
-        lowered limit, a removed voter's vote), keeping their records and outputs. Returns them as
-        the ``drift_allowed`` event names them. (Its open call is the one the run stopped at, which
-        :meth:`_abandon` cancels if the run does not go on with it; a failed call stays failed.)"""
-        gone = [c for c in self.store.steps(rid, parent=group)
+    def _withdrawn(self, rid: str, driver: Driver, state: State, group: int) -> list[StepRecord]:
+        """After an allowed drift, ``state`` carried over: the completed calls of the pattern under
+        way (group row ``group``) that the new definition no longer counts (a round past a lowered
+        limit, a removed voter's vote), which the drift cancels, keeping their records and outputs.
+        (Its open call is the one the run stopped at, which :meth:`_abandon` cancels if the run does
+        not go on with it; a failed call stays failed.)"""
+        return [c for c in self.store.steps(rid, parent=group)
                 if c.status == StepStatus.COMPLETED and not driver.kept(state, Call.of(c))]
-        for c in gone:
-            self.store.update_step(rid, c.seq, status=StepStatus.CANCELLED)
-        return [{"seq": c.seq, "step": c.name, **located(Call.of(c))} for c in gone]
 
     def _carried(self, rid: str, driver: Driver, latest: Checkpoint | None, first: StepRecord | None,
                  recorded: list[str]) -> tuple[State, int, str | None] | None:

@@ -1,21 +1,21 @@
 """Decisions on runs: approve, reject, respond, cancel, and the expiry of pause deadlines.
 
-Each is one transaction deciding the run's open checkpoint exactly once (the store's ``decide``
-writes only an undecided checkpoint), checked under the write lock. None needs the workflows.
+Each checks the run under the write lock and writes one change deciding its open checkpoint
+exactly once (a change's decision writes only an undecided checkpoint). None needs the workflows.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import encoding
+from . import encoding, events
 from .clock import Clock, to_text
 from .errors import InvalidValue, RefusedTransition, UnknownStep, quoted
 from .models import Checkpoint, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import cancel_refusal, decision_refusal
-from .status import APPROVAL_KINDS, INPUT_KINDS, CheckpointKind, Decision, EventKind, RunStatus, StepStatus
-from .store import Lookup, RunStore
+from .status import APPROVAL_KINDS, INPUT_KINDS, CheckpointKind, Decision, RunStatus, StepStatus
+from .store import Change, ClosePauses, Decide, Lookup, RunStore, RunUpdate, StepEnd, Superseded
 
 
 def step_named(store: RunStore, rid: str, name: str | None) -> StepRecord:
@@ -61,12 +61,6 @@ class Decisions:
                                     f"{to_text(cp.deadline_at)}; it can no longer be decided")
         return cp
 
-    def _decide(self, cp: Checkpoint, decision: Decision, by: str, at: Any, comment: str | None,
-                value: str | None) -> None:
-        if not self.store.decide(cp.checkpoint_id, decision, by, at, comment, value):
-            # unreachable under the write transaction; kept as the last guard of exactly-once
-            raise RefusedTransition(f"checkpoint {cp.checkpoint_id} was already decided")
-
     def approve(self, run_id: str, by: str, comment: str | None, output: Any,
                 checkpoint_id: int | None) -> Checkpoint:
         """See :meth:`relaypoint.Runtime.approve`."""
@@ -78,24 +72,27 @@ class Decisions:
             cp = self._pending(rid, APPROVAL_KINDS, "approve", checkpoint_id)
             own = self._paused_execution(rid, cp)
             at = now_of(self.clock)
-            self._decide(cp, Decision.APPROVED, by, at, comment, value)
             head = self.store.run(rid, documents=False)
+            ended, marked, outputs = [], {}, {}
             if cp.kind == CheckpointKind.APPROVAL and own.status != StepStatus.AWAITING_APPROVAL:
                 # a gate: the output of the gated execution, approved (or edited); the run goes on after it
                 if value is not None:
-                    self.store.set_output(rid, own.seq, value)
-                progress = {"steps_done": head.steps_done, "current_step": self._next_open(rid, cp.seq)}
+                    outputs[own.seq] = value
+                run = RunUpdate(status=RunStatus.QUEUED, steps_done=head.steps_done,
+                                current_step=self._next_open(rid, cp.seq))
             elif cp.kind == CheckpointKind.ORPHAN and value is not None:  # record what the orphan did
-                self.store.update_step(rid, own.seq, status=StepStatus.COMPLETED, finished_at=at)
-                self.store.set_output(rid, own.seq, value)
-                progress = {} if own.parent is not None else {
-                    "steps_done": head.steps_done + 1, "current_step": self._next_open(rid, own.seq + 1)}
+                ended.append(StepEnd(own.seq, StepStatus.COMPLETED))
+                outputs[own.seq] = value
+                run = RunUpdate(status=RunStatus.QUEUED) if own.parent is not None else RunUpdate(
+                    status=RunStatus.QUEUED, steps_done=head.steps_done + 1,
+                    current_step=self._next_open(rid, own.seq + 1))
             else:  # re-run it: an orphan, or a person's turn (their decision stays in the checkpoint)
-                self.store.update_step(rid, own.seq, status=StepStatus.PENDING)
-                progress = {} if own.parent is not None else {"current_step": own.name}
-            self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at, **progress)
-            self.store.add_event(rid, at, EventKind.APPROVED, step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id,
-                                 comment=comment, output_edited=value is not None)
+                marked[own.seq] = StepStatus.PENDING
+                run = RunUpdate(status=RunStatus.QUEUED) if own.parent is not None else RunUpdate(
+                    status=RunStatus.QUEUED, current_step=own.name)
+            self._commit(Change(rid, at, decided=Decide(cp.checkpoint_id, Decision.APPROVED, by, comment, value),
+                                run=run, ended=ended, marked=marked, outputs=outputs,
+                                events=[events.approved(cp.step, by, cp.checkpoint_id, comment, value is not None)]))
         return cp.model_copy(update={"decision": Decision.APPROVED.value, "decided_by": by, "decided_at": at,
                                      "comment": comment, "value": output})
 
@@ -127,11 +124,9 @@ class Decisions:
             rid = self.store.resolve(run_id)
             cp = self._pending(rid, APPROVAL_KINDS, "reject", checkpoint_id)
             at = now_of(self.clock)
-            self._decide(cp, Decision.REJECTED, by, at, comment, None)
-            self.store.cancel_open_steps(rid, at)
-            self.store.update_run(rid, status=RunStatus.REJECTED, updated_at=at, current_step=None)
-            self.store.add_event(rid, at, EventKind.REJECTED, step=cp.step, actor=by, checkpoint_id=cp.checkpoint_id,
-                                 comment=comment)
+            self._commit(Change(rid, at, decided=Decide(cp.checkpoint_id, Decision.REJECTED, by, comment),
+                                cancel_open=True, run=RunUpdate(status=RunStatus.REJECTED, current_step=None),
+                                events=[events.rejected(cp.step, by, cp.checkpoint_id, comment)]))
         return cp.model_copy(update={"decision": Decision.REJECTED.value, "decided_by": by, "decided_at": at,
                                      "comment": comment})
 
@@ -145,12 +140,10 @@ class Decisions:
             cp = self._pending(rid, INPUT_KINDS, "respond to", checkpoint_id)
             at = now_of(self.clock)
             asking = self._paused_execution(rid, cp)
-            self._decide(cp, Decision.RESPONDED, by, at, None, text)
             # Answered: the step no longer waits; it re-runs from its top when the run is resumed.
-            self.store.update_step(rid, asking.seq, status=StepStatus.PENDING)
-            self.store.update_run(rid, status=RunStatus.QUEUED, updated_at=at)
-            self.store.add_event(rid, at, EventKind.RESPONDED, step=cp.step, actor=by,
-                                 checkpoint_id=cp.checkpoint_id)
+            self._commit(Change(rid, at, decided=Decide(cp.checkpoint_id, Decision.RESPONDED, by, value_json=text),
+                                marked={asking.seq: StepStatus.PENDING}, run=RunUpdate(status=RunStatus.QUEUED),
+                                events=[events.responded(cp.step, by, cp.checkpoint_id)]))
         return cp.model_copy(update={"decision": Decision.RESPONDED.value, "decided_by": by, "decided_at": at,
                                      "value": value})
 
@@ -163,11 +156,9 @@ class Decisions:
             head = self.store.run(rid, documents=False)
             if (refusal := cancel_refusal(head)) is not None:
                 raise RefusedTransition(refusal)
-            at = now_of(self.clock)
-            self.store.cancel_open_steps(rid, at)
-            self.store.close_pauses(rid, Decision.CANCELLED, by, at)
-            self.store.update_run(rid, status=RunStatus.CANCELLED, updated_at=at, current_step=None, lease=None)
-            self.store.add_event(rid, at, EventKind.CANCELLED, actor=by, previous_status=head.status)
+            self.store.commit(Change(rid, now_of(self.clock), cancel_open=True, closed=ClosePauses(Decision.CANCELLED, by),
+                                     run=RunUpdate(status=RunStatus.CANCELLED, current_step=None, lease=None),
+                                     events=[events.cancelled(by, head.status)]))
         return head.status
 
     def expire_deadlines(self) -> list[str]:
@@ -177,13 +168,20 @@ class Decisions:
         for cp in self.store.due_pauses(now):
             gate = "input" if cp.kind == CheckpointKind.INPUT else "approval"
             reason = f"the {gate} deadline ({to_text(cp.deadline_at)}) passed"
-            with self.store.transaction():
-                if not self.store.decide(cp.checkpoint_id, Decision.EXPIRED, "deadline", now, reason):
-                    continue
-                self.store.cancel_open_steps(cp.run_id, now)
-                self.store.update_run(cp.run_id, status=RunStatus.REJECTED, updated_at=now, current_step=None,
-                                      error=reason)
-                self.store.add_event(cp.run_id, now, EventKind.DEADLINE_EXPIRED, step=cp.step,
-                                     checkpoint_id=cp.checkpoint_id, reason=reason)
+            try:
+                self.store.commit(Change(
+                    cp.run_id, now, decided=Decide(cp.checkpoint_id, Decision.EXPIRED, "deadline", reason),
+                    cancel_open=True, run=RunUpdate(status=RunStatus.REJECTED, current_step=None, error=reason),
+                    events=[events.deadline_expired(cp.step, cp.checkpoint_id, reason)]))
+            except Superseded:  # decided meanwhile
+                continue
             expired.append(cp.run_id)
         return expired
+
+    def _commit(self, change: Change) -> None:
+        """Commit a decision (inside the transaction that checked it)."""
+        try:
+            self.store.commit(change)
+        except Superseded:
+            # unreachable under the write transaction; kept as the last guard of exactly-once
+            raise RefusedTransition(f"checkpoint {change.decided.checkpoint_id} was already decided") from None

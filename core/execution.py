@@ -1,7 +1,7 @@
 """The run loop: executes a claimed run's steps while this process holds its lease.
 
 Each turn asks the run's driver what to do (:mod:`relaypoint.drivers`), runs the step, and commits
-the boundary with one :meth:`RunStore.commit_boundary`: the finished execution and its output, the
+the boundary as one change (:meth:`RunStore.commit`): the finished execution and its output, the
 driver's new state in the checkpoint, the next execution's start, the run's progress and the
 events, fenced on the lease token. Between boundaries the run's state lives in memory
 (:class:`Claim`), so a boundary costs the same at step 10 as at step 10,000: it reads the next
@@ -16,14 +16,14 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from . import encoding
-from .clock import Clock, to_text
-from .drivers import Action, Call, Driver, Finish, Pause, RunStep, RunSteps, State, idempotency_key, located, where
+from . import encoding, events
+from .clock import Clock
+from .drivers import Action, Call, Driver, Finish, Pause, RunStep, RunSteps, State, idempotency_key, where
 from .errors import DriftError, InvalidValue, LeaseLost, StoreError
 from .lease import HOST, LeaseHolder
 from .recovery import Recovery, now_of
-from .status import CheckpointKind, EventKind, RunStatus, StepStatus
-from .store import (Boundary, NewCheckpoint, NewEvent, NewStep, RunStore, StepEnd, StepStart, StoreDamaged,
+from .status import CheckpointKind, RunStatus, StepStatus
+from .store import (Change, NewCheckpoint, NewEvent, NewStep, RunStore, RunUpdate, StepEnd, StepStart, StoreDamaged,
                     StoreUnreachable)
 from .upstream import LazyHistory, LazyResponses, LazyResults, LazyState
 from .workflow import Context, InputRequested
@@ -83,12 +83,6 @@ def state_json(state: State) -> str:
 def deadline_of(clock: Clock, timeout: float | None) -> Any:
     """When a pause of ``timeout`` seconds begun now expires (UTC), or None."""
     return None if timeout is None else now_of(clock) + timedelta(seconds=timeout)
-
-
-def paused_event(kind: str, step: str, reason: str, deadline: Any) -> NewEvent:
-    """The ``paused`` event of a pause, naming the checkpoint committed in the same boundary."""
-    return NewEvent(EventKind.PAUSED, step=step, names_checkpoint=True, detail={
-        "gate": kind, "reason": reason, "deadline_at": None if deadline is None else to_text(deadline)})
 
 
 class Executor:
@@ -229,10 +223,10 @@ class Executor:
                 if lease.lost.is_set():
                     raise lease_lost(self.store, claim.run_id)
                 stop = should_stop is not None and should_stop()
-                completed = [NewEvent(EventKind.STEP_COMPLETED, step=cur.call.name,
-                                      detail={"attempt": cur.attempt, **located(cur.call)})]
-                ended = StepEnd(cur.seq, StepStatus.COMPLETED, output_json=output)
-                status = self._boundary(claim, ended, completed, state, stop, top=cur.call.parent is None)
+                completed = [events.step_completed(cur.call, cur.attempt)]
+                ended = StepEnd(cur.seq, StepStatus.COMPLETED)
+                status = self._boundary(claim, ended, completed, state, stop, top=cur.call.parent is None,
+                                        output=output)
                 if status is not None:
                     return status
         except LeaseLost:
@@ -250,9 +244,10 @@ class Executor:
 
     # ---- boundaries
 
-    def _boundary(self, claim: Claim, ended: StepEnd | None, events: list[NewEvent], state: State,
-                  stop: bool | str, *, top: bool = False) -> RunStatus | None:
-        """Commit one boundary: ``ended`` (the execution that ended, if any) with ``events``,
+    def _boundary(self, claim: Claim, ended: StepEnd | None, made: list[NewEvent], state: State,
+                  stop: bool | str, *, top: bool = False, output: str | None = None) -> RunStatus | None:
+        """Commit one boundary: ``ended`` (the execution that ended, if any; ``output``: its output
+        as JSON text, for a completed one) with the events ``made``,
         then what the driver asks for from ``state``: start the next execution, or pause, or
         finish. ``top``: ``ended`` is a top-level row that completed (counted in the run's
         progress). ``stop`` (true, or the reason as text) releases the run ``queued`` instead of
@@ -262,23 +257,20 @@ class Executor:
         state, action, nxt = self.resolve(run_id, claim.driver, state, claim.input, fresh_from=claim.fresh_from)
         done = claim.steps_done + top
         after = ended.seq + 1 if ended is not None else 0
-        run: dict[str, Any] = {"steps_done": done}
         started = None
         status: RunStatus | None = None
-        events = list(events)
+        made = list(made)
         if nxt is not None:
-            run["current_step"] = nxt.call.name
+            run = RunUpdate(steps_done=done, current_step=nxt.call.name)
             if stop:
-                run.update(status=RunStatus.QUEUED, lease=None)
-                events.append(NewEvent(EventKind.RELEASED, step=nxt.call.name, detail={
-                    "reason": stop if isinstance(stop, str) else "executor stopping"}))
+                run = replace(run, status=RunStatus.QUEUED, lease=None)
+                made.append(events.released(nxt.call.name, stop if isinstance(stop, str) else "executor stopping"))
                 status = RunStatus.QUEUED
             else:
                 # the seq first: an appended execution's boundary checkpoint names its row, so a
                 # resume after a crash re-runs that row instead of appending a second one
                 started, nxt = self.start_of(claim, nxt)
-                events.append(NewEvent(EventKind.STEP_STARTED, step=nxt.call.name,
-                                       detail={"attempt": nxt.attempt, **located(nxt.call)}))
+                made.append(events.step_started(nxt.call, nxt.attempt))
             checkpoint = NewCheckpoint(run_id, CheckpointKind.BOUNDARY, nxt.seq if nxt.seq is not None else after,
                                        nxt.call.name, at, state=state_json(state))
         elif isinstance(action, Pause):
@@ -286,17 +278,18 @@ class Executor:
             checkpoint = NewCheckpoint(run_id, action.kind, after, action.step, at, reason=action.reason,
                                        state=state_json(state), deadline_at=deadline, paused_seq=action.seq)
             status = RunStatus.AWAITING_INPUT if action.kind == CheckpointKind.INPUT else RunStatus.AWAITING_APPROVAL
-            run.update(status=status, current_step=action.step, lease=None)
-            events.append(paused_event(action.kind, action.step, action.reason, deadline))
+            run = RunUpdate(steps_done=done, status=status, current_step=action.step, lease=None)
+            made.append(events.paused(action.kind, action.step, action.reason, deadline))
         else:
             assert isinstance(action, Finish)
             checkpoint = NewCheckpoint(run_id, CheckpointKind.BOUNDARY, after, None, at,
                                        state=state_json(state)) if ended is not None else None
-            run.update(status=RunStatus.COMPLETED, current_step=None, lease=None)
-            events.append(NewEvent(EventKind.RUN_COMPLETED))
+            run = RunUpdate(steps_done=done, status=RunStatus.COMPLETED, current_step=None, lease=None)
+            made.append(events.run_completed())
             status = RunStatus.COMPLETED
-        self.store.commit_boundary(Boundary(run_id, at, fence=claim.lease.token, ended=ended, started=started,
-                                            checkpoint=checkpoint, run=run, events=events))
+        self.store.commit(Change(run_id, at, fence=claim.lease.token, run=run, ended=() if ended is None else (ended,),
+                                 started=started, outputs={} if output is None else {ended.seq: output},
+                                 checkpoints=() if checkpoint is None else (checkpoint,), events=made))
         claim.state, claim.action, claim.current, claim.steps_done = state, action, nxt, done
         return status
 
@@ -308,18 +301,13 @@ class Executor:
         deadline = deadline_of(self.clock, timeout)
         approval = kind == CheckpointKind.APPROVAL
         status = RunStatus.AWAITING_APPROVAL if approval else RunStatus.AWAITING_INPUT
-        with self.store.transaction(claim.run_id):
-            if not self.store.update_run(claim.run_id, fence=claim.lease.token, updated_at=at,
-                                         status=status, current_step=cur.call.name, lease=None):
-                raise lease_lost(self.store, claim.run_id)
-            self.store.update_step(claim.run_id, cur.seq,
-                                   status=StepStatus.AWAITING_APPROVAL if approval else StepStatus.AWAITING_INPUT)
-            cp = self.store.add_checkpoint(NewCheckpoint(
-                claim.run_id, kind, cur.seq, cur.call.name, at, reason=prompt,
-                state=state_json(claim.state), deadline_at=deadline, paused_seq=cur.seq))
-            event = paused_event(kind, cur.call.name, prompt, deadline)
-            event.detail.update(located(cur.call))
-            self.store.add_event(claim.run_id, at, event.kind, step=event.step, checkpoint_id=cp, **event.detail)
+        self.store.commit(Change(
+            claim.run_id, at, fence=claim.lease.token,
+            run=RunUpdate(status=status, current_step=cur.call.name, lease=None),
+            marked={cur.seq: StepStatus.AWAITING_APPROVAL if approval else StepStatus.AWAITING_INPUT},
+            checkpoints=[NewCheckpoint(claim.run_id, kind, cur.seq, cur.call.name, at, reason=prompt,
+                                       state=state_json(claim.state), deadline_at=deadline, paused_seq=cur.seq)],
+            events=[events.paused(kind, cur.call.name, prompt, deadline, cur.call)]))
         return status
 
     def _failed(self, claim: Claim, cur: Current, exc: BaseException, retry: bool,
@@ -330,14 +318,11 @@ class Executor:
         message = encoding.readable(str(exc) if isinstance(exc, InvalidValue) else (
             f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__))
         at = now_of(self.clock)
-        name, where = cur.call.name, located(cur.call)
-        failed = NewEvent(EventKind.STEP_FAILED, step=name, detail={"attempt": cur.attempt, "error": message,
-                                                                   "will_retry": retry, **where})
+        failed = events.step_failed(cur.call, cur.attempt, message, retry)
         if retry:
             cur.attempt += 1
-            self.store.commit_boundary(Boundary(
-                claim.run_id, at, fence=claim.lease.token, started=StepStart(cur.seq, cur.attempt),
-                events=[failed, NewEvent(EventKind.STEP_STARTED, step=name, detail={"attempt": cur.attempt, **where})]))
+            self.store.commit(Change(claim.run_id, at, fence=claim.lease.token, started=StepStart(cur.seq, cur.attempt),
+                                     events=[failed, events.step_started(cur.call, cur.attempt)]))
             return None
         ended = StepEnd(cur.seq, StepStatus.FAILED, error=message, traceback=encoding.readable("".join(tb.format_exception(exc))))
         outcome = claim.driver.failed(claim.state, cur.call, message)
@@ -345,10 +330,9 @@ class Executor:
             if claim.lease.lost.is_set():
                 raise lease_lost(self.store, claim.run_id)
             return self._boundary(claim, ended, [failed], outcome, should_stop is not None and should_stop())
-        self.store.commit_boundary(Boundary(
-            claim.run_id, at, fence=claim.lease.token, ended=ended,
-            run={"status": RunStatus.FAILED, "error": outcome, "lease": None},
-            events=[failed, NewEvent(EventKind.RUN_FAILED, step=name, detail={"error": message, **where})]))
+        self.store.commit(Change(claim.run_id, at, fence=claim.lease.token, ended=[ended],
+                                 run=RunUpdate(status=RunStatus.FAILED, error=outcome, lease=None),
+                                 events=[failed, events.run_failed(cur.call, message)]))
         return RunStatus.FAILED
 
 

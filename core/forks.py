@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import encoding
-from .clock import Clock, IdFactory, to_text
+from . import encoding, events
+from .clock import Clock, IdFactory
 from .decisions import step_named
 from .errors import InvalidValue, RefusedTransition
 from .execution import deadline_of
 from .models import Checkpoint, StepRecord
 from .recovery import now_of
-from .status import CheckpointKind, Decision, EventKind, RunStatus, StepStatus
-from .store import Lookup, NewCheckpoint, NewRun, RunStore
+from .status import CheckpointKind, Decision, RunStatus, StepStatus
+from .store import Change, Lookup, NewCheckpoint, NewEvent, NewRun, RunStore, RunUpdate
 
 
 class Forks:
@@ -53,13 +53,14 @@ class Forks:
                 cut, state = boundary.seq, {**boundary.state, "fork": origin}
             new_id = self.id_factory()
             at = now_of(self.clock)
-            self.store.insert_run(NewRun(
+            # The run first, which the copy fills in; the fork's checkpoints and events after the copy's.
+            self.store.commit(Change(new_id, at, run=None, new=NewRun(
                 run_id=new_id, workflow=parent.workflow, status=RunStatus.QUEUED,
                 input=input_text or encoding.dumps(self.store.run_document(rid, "input"), "input"),
                 definition=self.store.run_document(rid, "definition", text=True), fingerprint=parent.fingerprint or "",
                 created_at=at, steps_total=parent.steps_total, current_step=step.name,
                 steps_done=step.seq,  # every top-level execution before it completed (else refused above)
-                parent_run_id=rid, forked_from_step=step.name))
+                parent_run_id=rid, forked_from_step=step.name)))
             self.store.copy_for_fork(rid, new_id, step.seq, None if iteration is None else cut)
             fork = NewCheckpoint(new_id, CheckpointKind.FORK, cut, step.name, at, state=encoding.dumps(state, "state"))
             self._carry_gates(rid, gates(copied), fork, input is not None, iteration)
@@ -110,23 +111,20 @@ class Forks:
                 continue
             hold = (s, "not yet decided" if cp is None or cp.decision is None else f"{cp.decision} by {cp.decided_by}")
             break
-        self.store.add_checkpoint(fork)
-        self.store.add_event(child, at, EventKind.FORKED, step=from_step, parent_run_id=parent,
-                             input_replaced=input_replaced, **({} if iteration is None else {"iteration": iteration}))
-        for s, cp_id, cp in inherited:
-            self.store.add_event(child, at, EventKind.APPROVAL_INHERITED, step=s.name, checkpoint_id=cp_id,
-                                 parent_run_id=parent, parent_checkpoint_id=cp.checkpoint_id, decided_by=cp.decided_by)
-        if hold is None:
-            return
-        s, why = hold
-        reason = f"approve the output of step '{s.name}', copied from run {parent}, where its approval was {why}"
-        deadline = deadline_of(self.clock, s.options.get("timeout"))
-        cp_id = self.store.add_checkpoint(NewCheckpoint(child, CheckpointKind.APPROVAL, s.seq + 1, s.name, at,
-                                                        reason=reason, deadline_at=deadline, paused_seq=s.seq))
-        self.store.update_run(child, status=RunStatus.AWAITING_APPROVAL, updated_at=at, current_step=s.name, lease=None)
-        self.store.add_event(child, at, EventKind.PAUSED, step=s.name, checkpoint_id=cp_id,
-                             gate=CheckpointKind.APPROVAL, reason=reason,
-                             deadline_at=None if deadline is None else to_text(deadline))
+        checkpoints = [fork]
+        made: list[NewEvent] = [events.forked(from_step, parent, input_replaced, iteration)]
+        made += [events.approval_inherited(s.name, cp_id, parent, cp.checkpoint_id, cp.decided_by)
+                 for s, cp_id, cp in inherited]
+        run = None
+        if hold is not None:
+            s, why = hold
+            reason = f"approve the output of step '{s.name}', copied from run {parent}, where its approval was {why}"
+            deadline = deadline_of(self.clock, s.options.get("timeout"))
+            checkpoints.append(NewCheckpoint(child, CheckpointKind.APPROVAL, s.seq + 1, s.name, at, reason=reason,
+                                             deadline_at=deadline, paused_seq=s.seq))
+            run = RunUpdate(status=RunStatus.AWAITING_APPROVAL, current_step=s.name, lease=None)
+            made.append(events.paused(CheckpointKind.APPROVAL, s.name, reason, deadline))
+        self.store.commit(Change(child, at, run=run, checkpoints=checkpoints, events=made))
 
 
 def gates(executions: list[StepRecord]) -> list[StepRecord]:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from .clock import Clock
+from .errors import LeaseLost, UnknownRun
 from .models import Lease
-from .store import RunStore, open_store
+from .store import Change, RunStore, RunUpdate, open_store
 
 HOST = socket.gethostname()
 
@@ -137,8 +138,11 @@ class LeaseHolder:
             while not self._stop.wait(self.seconds / 3):
                 try:
                     store = store or heartbeat_store(self.store_url)
-                    with store.transaction(self.run_id):
-                        renewed = store.update_run(self.run_id, fence=self.token, lease=self.lease())
+                    store.commit(Change(self.run_id, self.clock(), fence=self.token,
+                                        run=RunUpdate(lease=self.lease(), touch=False)))
+                    renewed = True
+                except (LeaseLost, UnknownRun):
+                    renewed = False
                 except Exception:
                     # A beat that cannot write (busy, I/O) is retried at the next one; if none gets
                     # through the lease lapses, and the fence keeps this process from writing.

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from . import events
 from .clock import Clock, from_text, to_text
-from .drivers import Call, located
+from .drivers import Call
+from .errors import LeaseLost, UnknownRun
 from .lease import owner_gone
 from .models import Owner, StepRecord
-from .status import EventKind, RunStatus, StepStatus
-from .store import Lookup, RunStore
+from .status import RunStatus, StepStatus
+from .store import Change, Lookup, RunStore, RunUpdate
 
 
 def now_of(clock: Clock) -> datetime:
@@ -63,19 +65,24 @@ class Recovery:
         executing, or None when the owner released the run itself (Ctrl-C, a store failure), which
         is not a death and never charged."""
         at = now_of(self.clock)
-        if not self.store.update_run(run_id, fence=token, status=RunStatus.INTERRUPTED, updated_at=at, lease=None):
-            return False
         suspect = co_executing == 1
         cause = {"cause": "released by its owner", "suspect": False} if co_executing is None else {
             "cause": "owner died", "co_executing": co_executing, "suspect": suspect}
-        head = self.store.run(run_id, documents=False)
+        try:
+            head = self.store.run(run_id, documents=False)
+        except UnknownRun:
+            return False
         step = self.running_step(run_id, head.current_step)
-        if step is not None:
-            if suspect:  # the poison-pill count, read by one column at resume
-                self.store.update_run(run_id, suspect_deaths=head.suspect_deaths + 1)
-            self.store.update_step(run_id, step.seq, status=StepStatus.INTERRUPTED)
-            self.store.add_event(run_id, at, EventKind.INTERRUPTION_DETECTED, step=step.name, pid=pid, host=host,
-                                 attempt=step.attempts, **cause, **located(Call.of(step)))
+        # suspect: the poison-pill count, read by one column at resume
+        run = RunUpdate(status=RunStatus.INTERRUPTED, lease=None,
+                        **({"suspect_deaths": head.suspect_deaths + 1} if step is not None and suspect else {}))
+        try:
+            self.store.commit(Change(
+                run_id, at, fence=token, run=run, marked={} if step is None else {step.seq: StepStatus.INTERRUPTED},
+                events=[] if step is None else [
+                    events.interruption_detected(Call.of(step), step.attempts, pid, host, cause)]))
+        except (LeaseLost, UnknownRun):
+            return False
         return True
 
     def running_step(self, run_id: str, current_step: str | None) -> StepRecord | None:

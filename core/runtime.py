@@ -28,7 +28,7 @@ from .recovery import Recovery, now_of
 from .refusals import announce_refusal, resume_refusal
 from .retention import Retention
 from .status import TERMINAL, AnnouncementOutcome, RunStatus
-from .store import Lookup, StoreReadOnly, open_store
+from .store import Change, Lookup, StoreReadOnly, open_store
 from .workflow import Workflow, find_workflow
 
 __all__ = ["Runtime", "os_user"]
@@ -221,7 +221,7 @@ class Runtime:
             pending = self.store.checkpoint(rid, Lookup.PENDING)
             if (refusal := announce_refusal(self.store.run(rid, documents=False), pending)) is not None:
                 raise RefusedTransition(refusal)
-            self.store.reopen_announcement(pending.checkpoint_id)
+            self.store.commit(Change(rid, now_of(self.clock), run=None, reopened=pending.checkpoint_id))
         return pending
 
     def events(self, run_id: str) -> list[Event]:

@@ -25,11 +25,11 @@ the claim and the first trivial boundaries), or a seeded transaction: the moment
 transaction of a given kind holds the write lock. The app module's head (:data:`INSTRUMENTATION`,
 test instrumentation) makes the store's connections append ``pid thread B|E caller`` around every
 transaction and, in most trials, hold it a seeded 3-20 ms like a slow disk; so the harness can aim
-at, and afterwards tell, kills inside ``commit_boundary`` (a step boundary; the last one completes
-the run), ``_beat`` (a heartbeat renewal), ``resume`` (a claim), ``sweep``, ``start`` and
-``_migrate`` (a new store's schema). On SQLite, B once BEGIN IMMEDIATE holds the write lock, E after
+at, and afterwards tell, kills inside ``_boundary`` (a step boundary's change, a failed attempt's
+too; the last one completes the run), ``_beat`` (a heartbeat renewal), ``resume`` (a claim),
+``sweep``, ``start`` (a run's start) and ``_migrate`` (a new store's schema). On SQLite, B once BEGIN IMMEDIATE holds the write lock, E after
 COMMIT or ROLLBACK. On PostgreSQL, B once a transaction holds the schema's advisory lock, and for a
-boundary (one self-committing statement in the product) B once its function has written inside an
+change committed alone (one self-committing statement in the product) B once its function has written inside an
 explicit transaction, E after COMMIT: a kill there leaves the server an open transaction that it
 rolls back, as SQLite's journal does.
 
@@ -123,13 +123,16 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
     DWELL = float(os.environ.get("CRASHAPP_TXN_DWELL", "0"))
     # frames between a store operation and its BEGIN/COMMIT: named by the operation, not by these
     _PLUMBING = {"execute", "_write", "transaction", "__enter__", "__exit__", "wrapper", "_translated",
-                 "_call_fenced"}
+                 "commit", "_commit_alone", "_call"}
+    # a failed attempt's change (its retry's start, or the run's failure) is a step boundary too
+    _ALIASES = {"_failed": "_boundary"}
 
     def _where():
         frame = sys._getframe(2)
         while frame is not None and frame.f_code.co_name in _PLUMBING:
             frame = frame.f_back
-        return frame.f_code.co_name if frame is not None else "?"
+        name = frame.f_code.co_name if frame is not None else "?"
+        return _ALIASES.get(name, name)
 
     class _Traced(sqlite3.Connection):
         """Every connection of the store: B once BEGIN IMMEDIATE holds the write lock, E after
@@ -166,8 +169,8 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
 
         # PostgreSQL: B once a store transaction holds the schema's advisory lock, exclusively
         # (decisions, sweeps) or shared (a run's: claims, heartbeats; PostgresStore._write), E when
-        # it has ended. A boundary, and a run's start, is one statement that commits itself (the
-        # schema's commit_boundary and start_run functions): here it runs inside an explicit
+        # it has ended. A change committed alone (a boundary, a start, a heartbeat) is one statement
+        # that commits itself (the schema's commit_change function): here it runs inside an explicit
         # transaction instead, B once the function has written and E after COMMIT, so that a kill
         # can land between its writes and their commit, as inside SQLite's BEGIN IMMEDIATE.
         # C: a new connection and its server process (the harness waits for the server processes of
@@ -182,7 +185,7 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
 
         def _pg_traced_execute(self, query, params=None, **kwargs):
             text = query if isinstance(query, str) else ""
-            if text.startswith(("SELECT commit_boundary(", "SELECT start_run(")) \
+            if text.startswith("SELECT * FROM commit_change(") \
                     and self.info.transaction_status == _pq.TransactionStatus.IDLE:
                 where = _where()
                 written = False
@@ -322,11 +325,11 @@ class Kill:
     round: int
     pid: int
     role: str                   # start | resume
-    trigger: str                # "at 0.123 s" after the round's release, or "txn commit_boundary #2"
+    trigger: str                # "at 0.123 s" after the round's release, or "txn _boundary #2"
     instant: float              # seconds after the release when the kill was sent
     owner: bool = False         # the process held the run's lease when it died
     step: str | None = None     # the step running under its lease (owner only; None: between steps)
-    txns: tuple[str, ...] = ()  # transactions it was inside ("main:commit_boundary", "hb:_beat", ...)
+    txns: tuple[str, ...] = ()  # transactions it was inside ("main:_boundary", "hb:_beat", ...)
 
 
 @dataclass
@@ -595,21 +598,21 @@ def _trigger(rng: random.Random, role: str, left: tuple[float, int, bool], lease
              dwell: float) -> tuple:
     """The seeded kill trigger of one round, given the work ``left`` (see :attr:`Scenario.work_left`):
     ``("at", seconds)`` after the release, or ``("txn", caller, n)``: the moment the round's n-th
-    transaction opened by ``caller`` holds the write lock (``commit_boundary`` a step boundary, the
+    transaction opened by ``caller`` holds the write lock (``_boundary`` a step boundary, the
     last one completing the run; ``_beat`` a heartbeat; ``resume`` the claim; ``sweep``;
-    ``start_run``/``_migrate`` the start's first writes)."""
+    ``start``/``_migrate`` the start's first writes)."""
     work, boundaries, naps = left
     r = rng.random()
     if r < 0.25:  # anywhere in the work left
         return ("at", rng.uniform(0.0, work * 1.15))
     if r < 0.35:  # the claim and the first trivial steps' boundaries
         return ("at", rng.uniform(0.0, 0.02 + 6 * dwell))
-    targets = {"commit_boundary": 4.0}
-    targets.update({"start_run": 1.0, "_migrate": 0.5} if role == "start" else {"resume": 0.5, "sweep": 0.5})
+    targets = {"_boundary": 4.0}
+    targets.update({"start": 1.0, "_migrate": 0.5} if role == "start" else {"resume": 0.5, "sweep": 0.5})
     if lease is not None and naps:
         targets["_beat"] = 3.0
     where = rng.choices(list(targets), weights=list(targets.values()))[0]
-    return ("txn", where, rng.randint(1, max(1, boundaries)) if where == "commit_boundary" else 1)
+    return ("txn", where, rng.randint(1, max(1, boundaries)) if where == "_boundary" else 1)
 
 
 def _describe(trigger: tuple | None) -> str:

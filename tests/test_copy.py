@@ -26,7 +26,7 @@ from relaypoint.copying import CopyRefused, copy_runs
 from relaypoint.demo import build_demo, workflows
 from relaypoint.models import Lease
 from relaypoint.status import RunStatus
-from relaypoint.store import NewRun, RunStore, open_store
+from relaypoint.store import Change, NewRun, RunStore, RunUpdate, open_store
 from relaypoint.store.schema import COPIED_TABLES
 
 from conftest import postgres_server
@@ -141,11 +141,11 @@ def executing_source(tmp_path: Path) -> tuple[str, datetime]:
     """A source store holding one run executing on another host (its lease 5 minutes ahead), and now."""
     source = f"sqlite:///{tmp_path}/live.db"
     now = utcnow()
-    with open_store(source, create=True) as store, store.transaction():
-        store.insert_run(NewRun(
+    with open_store(source, create=True) as store:
+        store.commit(Change("live0001", now, run=None, new=NewRun(
             run_id="live0001", workflow="w", status=RunStatus.RUNNING, input="{}", definition="{}",
             fingerprint="f", created_at=now, steps_total=1,
-            lease=Lease(token="t", pid=1, host="elsewhere", expires_at=now + timedelta(minutes=5), heartbeat_at=now)))
+            lease=Lease(token="t", pid=1, host="elsewhere", expires_at=now + timedelta(minutes=5), heartbeat_at=now))))
     return source, now
 
 
@@ -157,8 +157,9 @@ def test_copy_refuses_a_run_executing_in_the_source(tmp_path: Path, store_url: s
     with open_store(store_url) as dst:
         assert ids_of(dst) == []
     # Once its lease has expired (its process is gone) the run is copied as it stands.
-    with open_store(source) as store, store.transaction():
-        store.update_run("live0001", lease=Lease(token="t", pid=1, host="elsewhere", expires_at=now, heartbeat_at=now))
+    with open_store(source) as store:
+        store.commit(Change("live0001", now, run=RunUpdate(
+            lease=Lease(token="t", pid=1, host="elsewhere", expires_at=now, heartbeat_at=now), touch=False)))
     with open_store(source, readonly=True) as src, open_store(store_url) as dst:
         assert copy_runs(src, dst).runs == 1
         assert dst.export_runs(["live0001"]) == src.export_runs(["live0001"])

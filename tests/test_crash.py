@@ -207,7 +207,7 @@ def test_a_run_released_by_ctrl_c_is_not_charged_as_a_death(app, monkeypatch):
 def test_postgres_a_boundary_sent_before_its_owner_was_killed_commits_fenced_and_runs_nothing_twice(
         tmp_path: Path, postgres_schema: str):
     # PostgreSQL's form of a kill inside a boundary (SQLite's: inside BEGIN IMMEDIATE ... COMMIT, rolled
-    # back): the owner's commit_boundary statement is on its way, waiting for the schema's lock, when
+    # back): the owner's commit_change statement is on its way, waiting for the schema's lock, when
     # the owner is SIGKILLed. The server runs a statement it has to its end and only then finds the
     # client gone, so the boundary commits after its owner's death, still fenced on its lease; a
     # resumer queued behind it then finds the next step interrupted, and no step runs twice.

@@ -30,4 +30,4 @@ def test_crash_matrix(tmp_path, store_url):
     kills = crashmatrix.check(results, tmp_path)
     if TRIALS >= 8:  # the kills reach the places that matter
         assert any(k.owner and k.step for k in kills), "no kill landed inside a step"
-        assert any("main:commit_boundary" in k.txns for k in kills), "no kill landed inside a boundary transaction"
+        assert any("main:_boundary" in k.txns for k in kills), "no kill landed inside a boundary transaction"

@@ -30,4 +30,4 @@ def test_pattern_crash_matrix(tmp_path, store_url):
                                      scenario=patternmatrix.PATTERNS)
     kills = crashmatrix.check(results, tmp_path)
     assert any(k.owner and k.step and "#" in k.step for k in kills), "no kill landed inside an agent call"
-    assert any("main:commit_boundary" in k.txns for k in kills), "no kill landed inside a boundary transaction"
+    assert any("main:_boundary" in k.txns for k in kills), "no kill landed inside a boundary transaction"

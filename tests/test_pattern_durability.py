@@ -155,9 +155,9 @@ def test_a_debate_killed_inside_the_commit_of_round_3_resumes_to_the_uninterrupt
     box = procs.Sandbox(tmp_path, APP.spec, extra_env={"CRASHAPP_TXN_LOG": str(txn_log),
                                                        "CRASHAPP_TXN_DWELL": "0.05"})
     group = crashmatrix.launch(box, [("start", "debate", "--app", APP.spec, "--input", json.dumps(INPUT))])
-    (done,), killed, _, _ = crashmatrix.play(group, ("txn", "commit_boundary", 6), 60, txn_log)
+    (done,), killed, _, _ = crashmatrix.play(group, ("txn", "_boundary", 6), 60, txn_log)
     assert killed == {done.pid}
-    assert "main:commit_boundary" in crashmatrix.open_transactions(txn_log)[done.pid]
+    assert "main:_boundary" in crashmatrix.open_transactions(txn_log)[done.pid]
     run_id = done.out.strip()
     at_kill = shown(box, run_id)
     assert (label_of(at_kill["tasks"][-2]), at_kill["tasks"][-2]["status"]) == ("argue#3/pro", "completed")

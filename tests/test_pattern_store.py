@@ -14,24 +14,22 @@ from pathlib import Path
 
 import pytest
 from helpers import APP, DB, FakeClock, app_workflows, ids, one_line_error, relaypoint, store_state, write_app
-from test_store_contract import DEBATE, add_debate, add_run, at
+from test_store_contract import DEBATE, add_debate, add_run, at, stage
 
 from relaypoint import Runtime, Workflow, human
 from relaypoint.errors import RefusedTransition
 from relaypoint.status import CheckpointKind, RunStatus, StepStatus
-from relaypoint.store import Lookup, NewCheckpoint, NewStep, RunStore, open_store
+from relaypoint.store import Lookup, NewCheckpoint, NewStep, RunStore, RunUpdate, StepEnd, open_store
 
 # ---- reads: index use and cost ------------------------------------------------------------------
 
 
 def add_group(store: RunStore, run_id: str, parent: int, name: str, first: int, count: int) -> None:
     """``count`` completed children of group ``parent`` (named ``name``), from seq ``first``, with outputs."""
-    with store.transaction():
-        store.insert_steps(run_id, [NewStep(seq=first + i, name=name, iteration=i + 1, agent="a", parent=parent,
-                                            status=StepStatus.COMPLETED, idempotency_key=f"{run_id}/{name}#{i + 1}/a")
-                                    for i in range(count)])
-        for i in range(count):
-            store.set_output(run_id, first + i, json.dumps({"n": i}))
+    stage(store, run_id, inserted=[NewStep(seq=first + i, name=name, iteration=i + 1, agent="a", parent=parent,
+                                           status=StepStatus.COMPLETED, idempotency_key=f"{run_id}/{name}#{i + 1}/a")
+                                   for i in range(count)],
+          outputs={first + i: json.dumps({"n": i}) for i in range(count)})
 
 
 def test_pattern_reads_use_the_primary_key_or_an_index(tmp_path):
@@ -82,13 +80,12 @@ def paused_turn(path: str, run_id: str, status: StepStatus, kind: str, deadline:
     Returns the execution's seq."""
     with open_store(path, create=True) as store:
         add_debate(store, run_id, rounds=1)
-        with store.transaction():
-            store.insert_steps(run_id, [NewStep(seq=5, name="argue", iteration=2, agent="ann", parent=1, status=status,
-                                                attempts=1, idempotency_key=f"{run_id}/argue#2/ann")])
-            store.add_checkpoint(NewCheckpoint(run_id, kind, 5, "argue", at(9), reason="ann's turn",
-                                               state='{"next": 1, "in": {"round": 2}}',
-                                               deadline_at=None if deadline is None else at(deadline), paused_seq=5))
-            store.update_run(run_id, status=RunStatus.AWAITING_APPROVAL, current_step="argue", lease=None)
+        stage(store, run_id, 9, inserted=[NewStep(seq=5, name="argue", iteration=2, agent="ann", parent=1,
+                                                  status=status, attempts=1, idempotency_key=f"{run_id}/argue#2/ann")],
+              checkpoints=[NewCheckpoint(run_id, kind, 5, "argue", at(9), reason="ann's turn",
+                                         state='{"next": 1, "in": {"round": 2}}',
+                                         deadline_at=None if deadline is None else at(deadline), paused_seq=5)],
+              run=RunUpdate(status=RunStatus.AWAITING_APPROVAL, current_step="argue", lease=None, touch=False))
     return 5
 
 
@@ -217,13 +214,13 @@ def test_a_fork_from_an_iteration_it_cannot_copy_is_refused_in_one_line(db, tmp_
 
 def test_a_fork_from_a_round_after_an_unfinished_execution_is_refused(db, tmp_path):
     debate_store(db)
-    with open_store(db) as store, store.transaction():
-        store.update_step("r1", 6, status=StepStatus.INTERRUPTED)
+    with open_store(db) as store:
+        stage(store, "r1", marked={6: StepStatus.INTERRUPTED})
     assert one_line_error(relaypoint(tmp_path, "fork", "r1", "--from", "argue", "--iteration", "3", db=db)) == (
         "Error: execution 6 of pattern 'argue' of run r1 (iteration 2, agent 'con') is interrupted, so there is no "
         "output to reuse; fork from iteration 2 or earlier")
-    with open_store(db) as store, store.transaction():  # a failure the pattern went on from is copied as recorded
-        store.update_step("r1", 6, status=StepStatus.FAILED, error="boom")
+    with open_store(db) as store:  # a failure the pattern went on from is copied as recorded
+        stage(store, "r1", ended=[StepEnd(6, StepStatus.FAILED, error="boom")])
     new_id = relaypoint(tmp_path, "fork", "r1", "--from", "argue", "--iteration", "3", db=db).stdout.strip()
     with open_store(db) as store:
         assert (store.step(new_id, 6).status, store.step(new_id, 6).error) == (StepStatus.FAILED, "boom")

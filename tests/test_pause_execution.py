@@ -271,7 +271,7 @@ def test_a_migrated_store_resolves_and_decides_its_pending_pauses(app: Path, db:
         rt.respond(ids["ask"], "blue", by="ann")
         assert rt.resume(ids["ask"]) == RunStatus.COMPLETED
         assert rt.step_output(ids["ask"], "question") == {"answer": "blue"}
-        # new pauses on the migrated store record their execution (PostgreSQL: the new commit_boundary)
+        # new pauses on the migrated store record their execution (PostgreSQL: the new commit_change)
         rid = rt.start("gate_after_pattern")
         final = next(t for t in rt.get(rid).tasks if t.name == "final")
         assert rt.get(rid).pending.paused_seq == final.seq

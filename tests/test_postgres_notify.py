@@ -16,22 +16,22 @@ import time
 
 import pytest
 
-from relaypoint.store import StoreReadOnly, open_store
+from relaypoint.store import NewEvent, RunUpdate, StoreReadOnly, open_store
 from relaypoint.store.migrations.postgres import MIGRATIONS, SCHEMA_VERSION, _migrate_1, channel
 
 from conftest import POSTGRES_URL, drop_schema, postgres_server
 from test_postgres_store import server, store_at_version
-from test_store_contract import add_run
+from test_store_contract import add_run, stage
 
 psycopg = pytest.importorskip("psycopg")
 
 WRITE = """\
 import sys
 from datetime import UTC, datetime
-from relaypoint.store import Boundary, open_store
+from relaypoint.store import Change, NewEvent, RunUpdate, open_store
 with open_store(sys.argv[1], create=True) as store:
     if sys.argv[2] == "boundary":
-        store.commit_boundary(Boundary(run_id="r1", at=datetime.now(UTC), run={"steps_done": 1}))
+        store.commit(Change(run_id="r1", at=datetime.now(UTC), run=RunUpdate(steps_done=1)))
     elif sys.argv[2] == "nothing":  # a transaction that only reads
         with store.transaction():
             store.list_runs()
@@ -39,8 +39,8 @@ with open_store(sys.argv[1], create=True) as store:
         with store.transaction():  # several statements on several tables, one transaction
             for i in range(3):
                 if store.exists("r1"):
-                    store.add_event("r1", datetime.now(UTC), "noted")
-                    store.update_run("r1", steps_done=i)
+                    store.commit(Change("r1", datetime.now(UTC), run=RunUpdate(steps_done=i),
+                                        events=[NewEvent("noted")]))
             store.delete_runs(["no-such-run"])
 """
 
@@ -117,8 +117,7 @@ def test_writes_of_this_process_count_at_once(url):
     with open_store(url, create=True) as store, open_store(url) as other:
         add_run(store, "r1")
         version = store.data_version()
-        with other.transaction():
-            other.add_event("r1", other.run("r1").created_at, "noted")
+        stage(other, "r1", events=[NewEvent("noted")])
         assert store.data_version() != version  # no wait: the commit was made here
 
 
@@ -198,7 +197,7 @@ def test_a_console_starts_listening_once_the_writes_under_way_have_committed(url
         add_run(writer, "r1")
         listening = threading.Event()
         with writer.transaction("r1"):  # under way: it has not seen a listener, so it will not notify
-            writer.update_run("r1", steps_done=5)
+            stage(writer, "r1", run=RunUpdate(steps_done=5))
             thread = threading.Thread(target=lambda: (console.data_version(), listening.set()))
             thread.start()
             # the console records itself under the schema's lock, which every writer holds (shared)
@@ -275,13 +274,13 @@ def test_a_version_1_store_is_upgraded_on_open_and_then_notifies(url, postgres_s
             for statement in _migrate_1(postgres_schema):
                 conn.execute(statement)
             conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', '1')")
-    assert MIGRATIONS[0] is _migrate_1 and SCHEMA_VERSION == 9
-    with pytest.raises(StoreReadOnly, match="needs an upgrade to version 9"):
+    assert MIGRATIONS[0] is _migrate_1 and SCHEMA_VERSION == 10
+    with pytest.raises(StoreReadOnly, match="needs an upgrade to version 10"):
         open_store(url, readonly=True)
     with open_store(url) as store:  # upgraded here
-        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("9",)]
+        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("10",)]
         [(source,)] = server("SELECT prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                             "WHERE nspname = %s AND proname = 'commit_boundary'", (postgres_schema,))
+                             "WHERE nspname = %s AND proname = 'commit_change'", (postgres_schema,))
         assert f"pg_notify('{channel(postgres_schema)}', '')" in source
         add_run(store, "r1")
         version = store.data_version()

@@ -16,14 +16,14 @@ import pytest
 
 from relaypoint import Runtime, Workflow
 from relaypoint.status import AnnouncementOutcome, RunStatus
-from relaypoint.store import (BackendUnavailable, InvalidStoreURL, NewCheckpoint, NewRun, StoreDenied, StoreMissing, StoreNewer,
-                              StoreUnreachable, open_store)
+from relaypoint.store import (BackendUnavailable, InvalidStoreURL, NewCheckpoint, NewRun, RunUpdate, StoreDenied, StoreMissing,
+                              StoreNewer, StoreUnreachable, open_store)
 from relaypoint.background import spawn_resume
 from relaypoint.store.url import log_stem, parse, shown, store_name
 
 from conftest import POSTGRES_URL, drop_schema, postgres_server
 from helpers import one_line_error, relaypoint
-from test_store_contract import add_run, at, lease, paused_runs
+from test_store_contract import add_run, at, lease, paused_runs, stage
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -227,7 +227,7 @@ def test_the_store_lives_in_its_schema_with_the_sqlite_stores_tables(url, postgr
     types = dict(server("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
                         "AND table_name = 'runs'", (postgres_schema,)))
     assert types["created_at"] == types["lease_expires_at"] == "timestamp with time zone"
-    assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("9",)]
+    assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("10",)]
     assert server("SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'runs'") == [(0,)]
 
 
@@ -236,7 +236,7 @@ def test_a_newer_schema_is_refused(url, postgres_schema):
         add_run(store, "r1")
     server(f"UPDATE {postgres_schema}.meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(StoreNewer, match=r"has store schema version 99, newer than this relaypoint understands "
-                                         r"\(9\); upgrade relaypoint to open it$"):
+                                         r"\(10\); upgrade relaypoint to open it$"):
         open_store(url)
     assert server(f"SELECT run_id FROM {postgres_schema}.runs") == [("r1",)]  # untouched
 
@@ -260,23 +260,21 @@ def store_at_version(schema: str, version: int) -> psycopg.Connection:
 def test_a_version_2_store_is_upgraded_to_plan_its_boundaries_once_per_connection(url, postgres_schema):
     store_at_version(postgres_schema, 2).close()
     config = ("SELECT proname, proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-              "WHERE nspname = %s AND proname IN ('commit_boundary', 'start_run') ORDER BY proname")
+              "WHERE nspname = %s AND proname IN ('commit_boundary', 'commit_change', 'start_run') ORDER BY proname")
     assert server(config, (postgres_schema,)) == [("commit_boundary", None)]
     wf = Workflow("three")
     for name in ("a", "b", "c"):
         wf.step(name=name)(lambda ctx, name=name: {"step": name})
     with Runtime(url, [wf], create=False) as rt:  # upgraded here
-        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("9",)]
-        assert server(config, (postgres_schema,)) == [("commit_boundary", ["plan_cache_mode=force_generic_plan"]),
-                                                      ("start_run", ["plan_cache_mode=force_generic_plan"])]
-        # Version 7: a boundary is one json document and its long values (one call, three arguments,
-        # a start's seven: a statement the client converts once); the status counts in one function.
+        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("10",)]
+        assert server(config, (postgres_schema,)) == [("commit_change", ["plan_cache_mode=force_generic_plan"])]
+        # Version 10: a change is one json document and its long values (one call, five arguments: a
+        # statement the client converts once); the status counts in one function.
         assert server("SELECT proname, pg_get_function_identity_arguments(p.oid) FROM pg_proc p JOIN pg_namespace n "
                       "ON n.oid = p.pronamespace WHERE nspname = %s ORDER BY proname", (postgres_schema,)) == [
-            ("commit_boundary", "doc json, p_output text, p_cp_state text"),
-            ("run_counts_trigger", ""),
-            ("start_run", "doc json, r_input text, r_definition text, c_state text, boundary json, p_output text, "
-                          "p_cp_state text")]
+            ("commit_change", "doc json, p_input text, p_definition text, p_outputs text[], p_states text[], "
+                              "OUT o_checkpoint bigint, OUT o_refused text"),
+            ("run_counts_trigger", "")]
         run = rt.get(rt.start("three"))
     assert run.status == RunStatus.COMPLETED
     assert [(s.name, s.output) for s in run.tasks] == [("a", {"step": "a"}), ("b", {"step": "b"}), ("c", {"step": "c"})]
@@ -287,8 +285,10 @@ def test_runs_per_status_kept_across_the_upgrade_to_slots_are_then_counted_per_c
     with open_store(url) as store:  # upgraded here
         assert store.count_by_status() == {"queued": 3}
     code = ("import sys\nfrom relaypoint.store import open_store\n"
-            "with open_store(sys.argv[1]) as s, s.transaction(sys.argv[2]):\n"
-            "    s.update_run(sys.argv[2], status='failed')\n")
+            "from relaypoint.store import Change, RunUpdate\n"
+            "from datetime import UTC, datetime\n"
+            "with open_store(sys.argv[1]) as s:\n"
+            "    s.commit(Change(sys.argv[2], datetime.now(UTC), run=RunUpdate(status='failed')))\n")
     for i in range(3):  # each from a connection of its own, so counted in its own slot
         subprocess.run([sys.executable, "-c", code, url, f"q{i}"], check=True)
     with open_store(url) as store:
@@ -312,9 +312,8 @@ def test_pauses_open_at_the_upgrade_to_announcements_count_as_announced(url, pos
     with open_store(url) as store:  # upgraded here
         assert [p.run_id for p in store.pending_decisions(10)] == ["open"]
         assert store.claim_announcements(10, at(0), at(30)) == []  # announced by the relaypoint before, maybe: never twice
-        with store.transaction():
-            store.update_run("done", status=RunStatus.AWAITING_INPUT)
-            new = store.add_checkpoint(NewCheckpoint(run_id="done", kind="input", seq=1, step="a", at=at(1)))
+        new = stage(store, "done", 1, run=RunUpdate(status=RunStatus.AWAITING_INPUT, touch=False), checkpoints=[
+            NewCheckpoint(run_id="done", kind="input", seq=1, step="a", at=at(1))]).checkpoint_id
         assert [(p.run_id, p.checkpoint_id) for p in store.claim_announcements(10, at(2), at(32))] == [("done", new)]
         assert store.settle_announcement(new, at(32), AnnouncementOutcome.ANNOUNCED, at(3))
     assert server(f"SELECT run_id, kind, decision, announced_at IS NOT NULL FROM {postgres_schema}.checkpoints "
@@ -380,7 +379,7 @@ def test_every_keyword_the_server_takes_as_a_name_only_quoted_is_refused_as_a_sc
         assert parse(f"postgresql://h/db?schema={word[0]}").schema == word[0]  # unreserved: written unquoted
 
 
-@pytest.mark.parametrize("damage", ["DROP TYPE {}.boundary", "DROP FUNCTION {}.commit_boundary",
+@pytest.mark.parametrize("damage", ["DROP TYPE {}.change CASCADE", "DROP FUNCTION {}.commit_change",
                                     "DROP TABLE {}.events CASCADE", "ALTER TABLE {}.steps DROP COLUMN traceback"])
 def test_a_store_missing_an_object_of_its_schema_is_damaged_in_one_line(url, postgres_schema, tmp_path, damage):
     open_store(url, create=True).close()
@@ -443,9 +442,8 @@ def test_a_read_only_store_is_read_only_on_the_server_too(url):
 
 def test_times_are_kept_to_the_millisecond_like_the_sqlite_store(url):
     with open_store(url, create=True) as store:
-        with store.transaction():
-            store.insert_run(NewRun(run_id="r1", workflow="w", status=RunStatus.QUEUED, input="{}", definition="[]",
-                                    fingerprint="fp", created_at=at(0.0123456), steps_total=0))
+        stage(store, "r1", new=NewRun(run_id="r1", workflow="w", status=RunStatus.QUEUED, input="{}", definition="[]",
+                                      fingerprint="fp", created_at=at(0.0123456), steps_total=0))
         assert store.run("r1").created_at == at(0.012)
         # a listing position written as store text names the row exactly
         assert [r.run_id for r in store.list_runs(within=(("2031-05-01T12:00:00.012Z", "r1"),) * 2)] == ["r1"]
@@ -457,8 +455,7 @@ def test_the_data_version_ignores_reads_and_follows_commits(url):
         version = store.data_version()
         other.list_runs(), other.run("r1")
         assert store.data_version() == version
-        with other.transaction():
-            other.update_run("r1", steps_done=1)
+        stage(other, "r1", run=RunUpdate(steps_done=1))
         assert store.data_version() != version
 
 
@@ -490,7 +487,7 @@ def test_the_listing_reads_the_runs_indexes_without_sorting(url, postgres_schema
     with open_store(url, create=True) as store:
         with store.transaction():
             for i in range(3000):
-                store.insert_run(NewRun(run_id=f"{i:016x}", workflow=f"wf{i % 4}", status=RunStatus(
+                stage(store, f"{i:016x}", new=NewRun(run_id=f"{i:016x}", workflow=f"wf{i % 4}", status=RunStatus(
                     ["queued", "completed", "failed"][i % 3]), input="{}", definition="[]", fingerprint="fp",
                     created_at=at(i), steps_total=3, lease=lease() if i % 3 == 0 else None))
         server(f"ANALYZE {postgres_schema}.runs")
@@ -533,8 +530,7 @@ def test_the_announcement_poll_reads_no_run_and_no_checkpoint_when_every_pause_i
         assert store.data_version() == version  # no transaction, no write
         # new pauses: claimed through the same index, each run read by its key
         for rid in ("p00007", "p00234"):
-            with store.transaction():
-                store.add_checkpoint(NewCheckpoint(run_id=rid, kind="input", seq=4, step="b", at=at(5001)))
+            stage(store, rid, checkpoints=[NewCheckpoint(run_id=rid, kind="input", seq=4, step="b", at=at(5001))])
         [plan] = plans(store, lambda: store._unannounced(10, at(5001)))
         assert "checkpoints_unannounced" in plan and "Seq Scan" not in plan, plan
         assert [p.run_id for p in store.claim_announcements(10, at(5002), at(5032))] == ["p00007", "p00234"]
@@ -552,25 +548,25 @@ def test_the_review_queue_reads_the_paused_runs_not_every_checkpoint(url, postgr
 
 
 def test_a_transaction_excludes_other_writers_as_on_sqlite_and_waits_the_busy_timeout(url):
-    from relaypoint.store import Boundary, StepStart, StoreBusy
+    from relaypoint.store import Change, StepStart, StoreBusy
     from relaypoint.store.postgres import PostgresStore
 
     where = parse(url)
     with open_store(url, create=True) as one, PostgresStore(where.conninfo, where.schema, busy_timeout=0.5) as two:
         add_run(one, "r1", owner=lease())
         with one.transaction():
-            one.update_run("r1", steps_done=1)
+            stage(one, "r1", run=RunUpdate(steps_done=1))
             with pytest.raises(StoreBusy, match=r"stayed busy for 0.5 s \(another process is writing\); try again$"):
                 with two.transaction():
                     pass
             with pytest.raises(StoreBusy):  # a boundary waits for a transaction, as on SQLite
-                two.commit_boundary(Boundary(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
-        two.commit_boundary(Boundary(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
+                two.commit(Change(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
+        two.commit(Change(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
         assert one.step("r1", 0).status == "running" and one.run("r1").steps_done == 1
 
 
 def test_transactions_of_different_runs_commit_side_by_side_and_those_of_one_run_one_at_a_time(url):
-    from relaypoint.store import Boundary, RunLocked, StepStart, StoreBusy
+    from relaypoint.store import Change, RunLocked, StepStart, StoreBusy
     from relaypoint.store.postgres import PostgresStore
 
     where = parse(url)
@@ -578,29 +574,29 @@ def test_transactions_of_different_runs_commit_side_by_side_and_those_of_one_run
         add_run(one, "r1", owner=lease())
         add_run(one, "r2", owner=lease())
         with one.transaction("r1"):
-            one.update_run("r1", steps_done=1)
+            stage(one, "r1", run=RunUpdate(steps_done=1))
             with two.transaction("r2"):  # another run's transaction, and boundary, do not wait
-                two.update_run("r2", steps_done=1)
-            two.commit_boundary(Boundary(run_id="r2", at=at(1), fence="tok", started=StepStart(0)))
+                stage(two, "r2", run=RunUpdate(steps_done=1))
+            two.commit(Change(run_id="r2", at=at(1), fence="tok", started=StepStart(0)))
             with two.transaction("new"):  # nor does the start of a new run
-                two.insert_run(NewRun(run_id="new", workflow="w", status=RunStatus.RUNNING, input="{}",
-                                      definition="[]", fingerprint="fp", created_at=at(2), steps_total=0))
+                stage(two, "new", new=NewRun(run_id="new", workflow="w", status=RunStatus.RUNNING, input="{}",
+                                             definition="[]", fingerprint="fp", created_at=at(2), steps_total=0))
             started = time.monotonic()
             with pytest.raises(RunLocked, match=r"^run r1 is held by another process's transaction"):
                 with two.transaction("r1", skip_locked=True):
-                    two.update_run("r1", steps_done=9)
+                    stage(two, "r1", run=RunUpdate(steps_done=9))
             assert time.monotonic() - started < 0.4  # refused at once, not after the busy timeout
             with pytest.raises(StoreBusy):  # waiting for the run: one at a time
                 with two.transaction("r1"):
                     pass
             with pytest.raises(StoreBusy):  # its boundary too, as the fenced update locks the row first
-                two.commit_boundary(Boundary(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
+                two.commit(Change(run_id="r1", at=at(1), fence="tok", started=StepStart(0)))
             with pytest.raises(StoreBusy):  # and a transaction of the whole store
                 with two.transaction():
                     pass
         with two.transaction("r1", skip_locked=True):  # free again: it sees the committed write
             assert two.run("r1").steps_done == 1
-            two.update_run("r1", steps_done=2)
+            stage(two, "r1", run=RunUpdate(steps_done=2))
         assert one.run("r1").steps_done == 2 and one.run("r2").steps_done == 1 and one.exists("new")
         with one.transaction():  # the whole store's transaction holds back every run's
             with pytest.raises(StoreBusy):
@@ -675,7 +671,7 @@ def test_the_readmes_two_roles_work_as_written(postgres_schema, tmp_path):
         command = shlex.split(make)
         assert command == ["relaypoint", "--db", "postgresql://relay_owner@db.internal/team", "migrate", "--grant", "relay"]
         assert relaypoint(as_owner, "migrate", "--grant", user, "--grant-read", reader).splitlines() == [
-            f"made a store at {owner}@{as_owner.split('@', 1)[1].split('?')[0]}/{postgres_schema} (schema version 9)",
+            f"made a store at {owner}@{as_owner.split('@', 1)[1].split('?')[0]}/{postgres_schema} (schema version 10)",
             f"granted {user} what it needs to use the store", f"granted {reader} what it needs to browse the store"]
         refused = subprocess.run([sys.executable, "-m", "relaypoint", "--db", as_user, "migrate", "--grant-read",
                                   reader], capture_output=True, text=True, timeout=60, cwd=tmp_path)
@@ -844,13 +840,13 @@ def test_an_upgrade_a_user_may_not_make_names_the_owner_who_may_and_changes_noth
         as_role = url.replace("postgres@", f"{role}@", 1)
         result = cli("--db", as_role, "list")
         assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
-        assert (f"has store schema version 6 and needs an upgrade to version 9, which only the owner of its tables "
+        assert (f"has store schema version 6 and needs an upgrade to version 10, which only the owner of its tables "
                 f"may make (permission denied for schema {postgres_schema}): run `relaypoint --db URL migrate` once "
                 f"as {owner}") in result.stderr
         assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("6",)]
         assert cli("--db", url, "migrate").stdout == (f"upgraded {url.split('@', 1)[0].split('//')[1]}@"
                                                       f"{url.split('@', 1)[1].split('?')[0]}/{postgres_schema} from "
-                                                      "store schema version 6 to 9\n")  # by the owner
+                                                      "store schema version 6 to 10\n")  # by the owner
         with open_store(as_role) as store:
             assert store.list_runs() == []
     finally:

@@ -247,12 +247,12 @@ from relaypoint import StoreError, Workflow
 _boundaries = 0
 
 
-def _dying(commit_boundary):
-    def dying(self, boundary):
+def _dying(commit):
+    def dying(self, change):
         global _boundaries
-        result = commit_boundary(self, boundary)
-        _boundaries += 1
-        if _boundaries == int(os.environ.get("GAP_KILL_AFTER", "0")):
+        result = commit(self, change)
+        _boundaries += bool(change.ended)  # a step boundary ends an execution (a start, a renewal none)
+        if change.ended and _boundaries == int(os.environ.get("GAP_KILL_AFTER", "0")):
             os.kill(os.getpid(), signal.SIGKILL)  # the boundary has committed
         return result
 
@@ -260,7 +260,7 @@ def _dying(commit_boundary):
 
 
 for _Store in (SqliteStore, PostgresStore):
-    _Store.commit_boundary = _dying(_Store.commit_boundary)
+    _Store.commit = _dying(_Store.commit)
 _open_store = _lease.open_store
 
 

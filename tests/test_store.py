@@ -14,9 +14,9 @@ from urllib.parse import quote
 import pytest
 
 from helpers import DB, Flow, digest, runtime, sidecars, sql
-from test_store_contract import paused_runs
+from test_store_contract import paused_runs, stage
 from relaypoint import RunStatus, Runtime, StepStatus, StoreError
-from relaypoint.store import (Boundary, Lookup, NewCheckpoint, NewEvent, NewRun, NewStep, StepEnd, StepStart, StoreMissing,
+from relaypoint.store import (Change, Lookup, NewCheckpoint, NewEvent, NewRun, NewStep, RunUpdate, StepEnd, StepStart, StoreMissing,
                               open_store)
 from relaypoint.store.migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
 from relaypoint.store.sqlite import APP_ID, SqliteStore
@@ -244,21 +244,19 @@ def test_durability_sets_sqlite_synchronous(tmp_path, durability, level):
 
 
 def _long_run(store, run_id: str, steps: int) -> None:
-    with store.transaction():
-        store.insert_run(NewRun(run_id=run_id, workflow="flow", status=RunStatus.RUNNING, input="{}", definition="[]",
-                                fingerprint="", created_at=T0, steps_total=steps))
-        store.insert_steps(run_id, [NewStep(seq=i, name=f"s{i}", idempotency_key=f"{run_id}/s{i}")
-                                    for i in range(steps)])
+    stage(store, run_id, new=NewRun(run_id=run_id, workflow="flow", status=RunStatus.RUNNING, input="{}",
+                                    definition="[]", fingerprint="", created_at=T0, steps_total=steps),
+          inserted=[NewStep(seq=i, name=f"s{i}", idempotency_key=f"{run_id}/s{i}") for i in range(steps)])
     for i in range(steps - 1):  # every step but the last completed, each with a 1 KB output
-        store.commit_boundary(_boundary(run_id, i))
+        store.commit(_boundary(run_id, i))
 
 
-def _boundary(run_id: str, seq: int) -> Boundary:
-    return Boundary(run_id=run_id, at=T0, ended=StepEnd(seq=seq, status=StepStatus.COMPLETED,
-                                                          output_json='"' + "x" * 1000 + '"'),
-                    started=StepStart(seq + 1), checkpoint=NewCheckpoint(run_id=run_id, kind="boundary", seq=seq + 1,
-                                                                         step=f"s{seq + 1}", at=T0, state="{}"),
-                    run={"steps_done": seq + 1}, events=[NewEvent("step_completed"), NewEvent("step_started")])
+def _boundary(run_id: str, seq: int) -> Change:
+    return Change(run_id=run_id, at=T0, ended=[StepEnd(seq=seq, status=StepStatus.COMPLETED)],
+                  outputs={seq: '"' + "x" * 1000 + '"'}, started=StepStart(seq + 1),
+                  checkpoints=[NewCheckpoint(run_id=run_id, kind="boundary", seq=seq + 1, step=f"s{seq + 1}", at=T0,
+                                             state="{}")],
+                  run=RunUpdate(steps_done=seq + 1), events=[NewEvent("step_completed"), NewEvent("step_started")])
 
 
 def test_a_boundary_costs_the_same_statements_and_rows_at_step_10_and_at_step_5000(tmp_path):
@@ -267,13 +265,11 @@ def test_a_boundary_costs_the_same_statements_and_rows_at_step_10_and_at_step_50
         _long_run(store, "long", 5000)
         costs = []
         for run_id, seq in (("short", 8), ("long", 4998)):
-            with store.transaction():
-                store.update_step(run_id, seq + 1, status=StepStatus.PENDING)
-                store.update_step(run_id, seq, status=StepStatus.RUNNING)
+            stage(store, run_id, marked={seq + 1: StepStatus.PENDING, seq: StepStatus.RUNNING})
             trace: list[str] = []
             rows = store.rows_read
             store.trace(trace.append)
-            store.commit_boundary(_boundary(run_id, seq))
+            store.commit(_boundary(run_id, seq))
             store.trace(None)
             costs.append(([re.sub(r"\d+", "N", t.replace(run_id, "RUN")) for t in trace], store.rows_read - rows))
         assert costs[0] == costs[1]
@@ -313,9 +309,9 @@ def test_the_runs_row_stays_small_whatever_the_definition_and_the_input(tmp_path
     with open_store(str(path), create=True) as store:
         with store.transaction():
             for run_id in ("one", "two"):
-                store.insert_run(NewRun(run_id=run_id, workflow="flow", status=RunStatus.RUNNING,
-                                        input=json.dumps({"big": "x" * 10_000}), definition=definition,
-                                        fingerprint="f" * 16, created_at=T0, steps_total=10_000))
+                stage(store, run_id, new=NewRun(run_id=run_id, workflow="flow", status=RunStatus.RUNNING,
+                                                input=json.dumps({"big": "x" * 10_000}), definition=definition,
+                                                fingerprint="f" * 16, created_at=T0, steps_total=10_000))
         assert store.run_document("two", "definition") == json.loads(definition)
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     assert sql(path, "SELECT sum(pgsize) FROM dbstat WHERE name = 'runs'") == [(4096,)]  # one page, no overflow
@@ -334,12 +330,11 @@ def test_a_boundary_writes_a_few_pages_whatever_the_length_of_the_run(tmp_path):
         measured = 40  # boundaries: a page split every few boundaries, averaged over several
         for run_id, steps in (("short", measured + 2), ("long", 5000)):
             _long_run(store, run_id, steps - measured)
-            with store.transaction():
-                store.insert_steps(run_id, [NewStep(seq=i, name=f"s{i}", idempotency_key=f"{run_id}/s{i}")
-                                            for i in range(steps - measured, steps)])
+            stage(store, run_id, inserted=[NewStep(seq=i, name=f"s{i}", idempotency_key=f"{run_id}/s{i}")
+                                           for i in range(steps - measured, steps)])
             store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             for seq in range(steps - measured - 1, steps - 1):
-                store.commit_boundary(_boundary(run_id, seq))
+                store.commit(_boundary(run_id, seq))
             frames.append(((tmp_path / f"{DB}-wal").stat().st_size - 32) / (4096 + 24) / measured)
     assert max(frames) <= 10, frames  # 9 pages, and a page split of the 1 KB outputs every few boundaries
 

@@ -16,8 +16,9 @@ from relaypoint.forks import gates
 from relaypoint.models import Lease, Owner
 from relaypoint.status import AnnouncementOutcome, RunStatus, StepStatus
 from relaypoint.workflow import fingerprint
-from relaypoint.store import (BackendUnavailable, Boundary, Lookup, NewCheckpoint, NewEvent, NewRun, NewStep, RunStore,
-                              StepEnd, StepStart, StoreDamaged, StoreMissing, StoreReadOnly, open_store)
+from relaypoint.store import (BackendUnavailable, Change, ClosePauses, Committed, Decide, Lookup, NewCheckpoint, NewEvent, NewRun,
+                              NewStep, RunStore, RunUpdate, StepEnd, StepStart, StoreDamaged, StoreMissing, StoreReadOnly,
+                              Superseded, open_store)
 
 T0 = datetime(2031, 5, 1, 12, 0, tzinfo=UTC)
 HOST = "host-a"
@@ -31,34 +32,39 @@ def lease(token: str = "tok", pid: int = 4242, expires: float = 30) -> Lease:
     return Lease(token=token, pid=pid, pid_start="boot:1", host=HOST, expires_at=at(expires), heartbeat_at=T0)
 
 
+def stage(store: RunStore, run_id: str, when: float = 0, **parts) -> Committed:
+    """Stage a situation with one change of ``run_id`` at ``at(when)``: ``parts`` as :class:`Change`
+    takes them; the run's row is left as it is unless ``run`` is given."""
+    return store.commit(Change(run_id=run_id, at=at(when), **{"run": None, **parts}))
+
+
 def add_run(store: RunStore, run_id: str, *, steps: tuple[str, ...] = ("a", "b", "c"), workflow: str = "flow",
             status: RunStatus = RunStatus.RUNNING, created: float = 0, owner: Lease | None = None,
             input: dict | None = None, options: dict[str, str] | None = None) -> str:
     """A run with a pending chain, as the runtime records one at start (``options``: JSON text of
     the options of the steps it names)."""
     definition = [{"name": s} for s in steps]
-    with store.transaction():
-        store.insert_run(NewRun(run_id=run_id, workflow=workflow, status=status, input=json.dumps(input or {"k": 1}),
-                                definition=json.dumps(definition), fingerprint=fingerprint(definition),
-                                created_at=at(created), steps_total=len(steps), current_step=steps[0] if steps else None,
-                                lease=owner))
-        store.insert_steps(run_id, [NewStep(seq=i, name=s, idempotency_key=f"{run_id}/{s}",
-                                            options=(options or {}).get(s, "{}")) for i, s in enumerate(steps)])
-        store.add_checkpoint(NewCheckpoint(run_id=run_id, kind="start", seq=0, step=steps[0] if steps else None,
-                                           at=at(created)))
-        store.add_event(run_id, at(created), "run_started", workflow=workflow)
+    stage(store, run_id, created,
+          new=NewRun(run_id=run_id, workflow=workflow, status=status, input=json.dumps(input or {"k": 1}),
+                     definition=json.dumps(definition), fingerprint=fingerprint(definition), created_at=at(created),
+                     steps_total=len(steps), current_step=steps[0] if steps else None, lease=owner),
+          inserted=[NewStep(seq=i, name=s, idempotency_key=f"{run_id}/{s}", options=(options or {}).get(s, "{}"))
+                    for i, s in enumerate(steps)],
+          checkpoints=[NewCheckpoint(run_id=run_id, kind="start", seq=0, step=steps[0] if steps else None,
+                                     at=at(created))],
+          events=[NewEvent("run_started", detail={"workflow": workflow})])
     return run_id
 
 
 def finish(store: RunStore, run_id: str, seq: int, output, *, fence: str | None = "tok", when: float = 1):
     """One boundary: step ``seq`` completes with ``output``, step ``seq + 1`` starts."""
-    return store.commit_boundary(Boundary(
+    return store.commit(Change(
         run_id=run_id, at=at(when), fence=fence,
-        ended=StepEnd(seq=seq, status=StepStatus.COMPLETED, output_json=encoding.dumps(output)),
+        ended=[StepEnd(seq=seq, status=StepStatus.COMPLETED)], outputs={seq: encoding.dumps(output)},
         started=StepStart(seq + 1, attempt=1),
-        checkpoint=NewCheckpoint(run_id=run_id, kind="boundary", seq=seq + 1, step=None, at=at(when),
-                                 state=json.dumps({"next": seq + 1})),
-        run={"steps_done": seq + 1, "current_step": None},
+        checkpoints=[NewCheckpoint(run_id=run_id, kind="boundary", seq=seq + 1, step=None, at=at(when),
+                                   state=json.dumps({"next": seq + 1}))],
+        run=RunUpdate(steps_done=seq + 1, current_step=None),
         events=[NewEvent("step_completed", step="x", detail={"attempt": 1}), NewEvent("step_started", step="y"),
                 NewEvent("noted", detail={"why": "x"}, names_checkpoint=True)]))
 
@@ -137,10 +143,9 @@ def test_runs_of_one_definition_share_it_and_a_drift_records_the_new_one(store):
     add_run(store, "r2")
     add_run(store, "other", steps=("x",))
     text = '[ {"name": "a"},  {"name": "b"} ]'  # as stored, never re-encoded
-    with store.transaction():
-        store.update_run("r1", definition=text, fingerprint=fingerprint(json.loads(text)))
-        with pytest.raises(TypeError, match="give both"):
-            store.update_run("r2", definition="[]")
+    stage(store, "r1", run=RunUpdate(definition=text, fingerprint=fingerprint(json.loads(text))))
+    with pytest.raises(TypeError, match="give both"):
+        RunUpdate(definition="[]")
     assert store.run_document("r1", "definition", text=True) == text and store.run_document("r1", "definition") == [{"name": "a"}, {"name": "b"}]
     assert store.run_document("r2", "definition") == [{"name": s} for s in "abc"] and store.run_document("other", "definition") == [{"name": "x"}]
     with store.transaction():
@@ -154,12 +159,11 @@ def test_runs_of_one_definition_share_it_and_a_drift_records_the_new_one(store):
 def test_the_top_level_chain_before_a_seq_gives_a_forks_open_step_and_gates(store):
     add_run(store, "r1", owner=lease(), steps=())
     gate = '{"approval": true}'
-    with store.transaction():
-        store.insert_steps("r1", [NewStep(seq=0, name="a", idempotency_key="r1/a", status=StepStatus.COMPLETED),
-                                  NewStep(seq=1, name="b", idempotency_key="r1/b", options=gate),
-                                  NewStep(seq=2, name="c", idempotency_key="r1/c", status=StepStatus.FAILED),
-                                  NewStep(seq=3, name="d", idempotency_key="r1/d", options=gate),
-                                  NewStep(seq=4, name="sub", idempotency_key="r1/sub#1", parent=1, options=gate)])
+    stage(store, "r1", inserted=[NewStep(seq=0, name="a", idempotency_key="r1/a", status=StepStatus.COMPLETED),
+                                 NewStep(seq=1, name="b", idempotency_key="r1/b", options=gate),
+                                 NewStep(seq=2, name="c", idempotency_key="r1/c", status=StepStatus.FAILED),
+                                 NewStep(seq=3, name="d", idempotency_key="r1/d", options=gate),
+                                 NewStep(seq=4, name="sub", idempotency_key="r1/sub#1", parent=1, options=gate)])
 
     def open_before(seq):
         return next((s for s in store.steps("r1", before=seq) if s.status != StepStatus.COMPLETED), None)
@@ -171,27 +175,33 @@ def test_the_top_level_chain_before_a_seq_gives_a_forks_open_step_and_gates(stor
     assert gates(store.steps("r1", before=0)) == []
 
 
-def test_update_run_sets_fields_and_clears_the_lease(store):
+def test_a_run_update_sets_fields_and_clears_the_lease(store):
     add_run(store, "r1", owner=lease())
-    with store.transaction():
-        assert store.update_run("r1", status=RunStatus.INTERRUPTED, updated_at=at(5), lease=None, suspect_deaths=2,
-                                current_step="b", steps_done=1, error="why")
+    assert stage(store, "r1", 5, run=RunUpdate(status=RunStatus.INTERRUPTED, lease=None, suspect_deaths=2,
+                                               current_step="b", steps_done=1, error="why")) == Committed()
     head = store.run("r1")
     assert (head.status, head.updated_at, head.lease, head.suspect_deaths, head.current_step, head.error) == (
         RunStatus.INTERRUPTED, at(5), None, 2, "b", "why")
     assert store.owner_of("r1") is None
-    with store.transaction(), pytest.raises(TypeError, match="unknown or no fields"):
-        store.update_run("r1", output="x")
-    with store.transaction(), pytest.raises(TypeError, match="aware UTC datetimes"):
-        store.update_run("r1", updated_at="2031-01-01T00:00:00.000Z")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'output'"):
+        RunUpdate(output="x")
+    with pytest.raises(TypeError, match="nothing to update"):
+        RunUpdate(touch=False)
+    with pytest.raises(TypeError, match="aware UTC datetimes"):
+        store.commit(Change("r1", at="2031-01-01T00:00:00.000Z", run=RunUpdate(steps_done=2)))
+    assert store.run("r1").updated_at == at(5) and store.run("r1").steps_done == 1
+    stage(store, "r1", 7, run=RunUpdate(steps_done=2, touch=False))  # no progress: updated_at kept
+    assert (store.run("r1").steps_done, store.run("r1").updated_at) == (2, at(5))
 
 
 def test_a_fenced_update_applies_only_while_the_token_owns_the_run(store):
     add_run(store, "r1", owner=lease("mine"))
     with store.transaction():
-        assert not store.update_run("r1", fence="theirs", steps_done=3)
-        assert store.update_run("r1", fence="mine", steps_done=1)
-        assert not store.update_run("missing", steps_done=1)
+        with pytest.raises(LeaseLost):
+            store.commit(Change("r1", at(1), fence="theirs", run=RunUpdate(steps_done=3)))
+        store.commit(Change("r1", at(1), fence="mine", run=RunUpdate(steps_done=1)))
+        with pytest.raises(UnknownRun):
+            store.commit(Change("missing", at(1), run=RunUpdate(steps_done=1)))
     assert store.run("r1").steps_done == 1
 
 
@@ -224,8 +234,7 @@ def test_counts_by_status_follow_inserts_updates_and_deletes(store):
     assert store.count_by_status() == {}
     for i in range(3):
         add_run(store, f"r{i}", status=RunStatus.QUEUED)
-    with store.transaction():
-        store.update_run("r0", status=RunStatus.COMPLETED)
+    stage(store, "r0", run=RunUpdate(status=RunStatus.COMPLETED))
     assert store.count_by_status() == {"queued": 2, "completed": 1}
     with store.transaction():
         store.delete_runs(["r1", "r0"])
@@ -268,7 +277,7 @@ AWKWARD = [None, "", "x" * 10_000, "naïve ☃ \U0001f600 \u2028", {"nested": {"
 @pytest.mark.parametrize("value", AWKWARD, ids=range(len(AWKWARD)))
 def test_outputs_round_trip_awkward_values(store, value):
     add_run(store, "r1", owner=lease())
-    store.commit_boundary(Boundary(run_id="r1", at=at(1), fence=None, started=StepStart(0, attempt=1)))
+    store.commit(Change(run_id="r1", at=at(1), fence=None, started=StepStart(0, attempt=1)))
     finish(store, "r1", 0, value)
     step = store.step("r1", 0)
     assert step.has_output and step.status == StepStatus.COMPLETED and step.finished_at == at(1)
@@ -279,8 +288,8 @@ def test_outputs_round_trip_awkward_values(store, value):
 
 def test_a_boundary_commits_every_part_together(store):
     add_run(store, "r1", owner=lease())
-    store.commit_boundary(Boundary(run_id="r1", at=at(0), fence="tok", started=StepStart(0, attempt=1),
-                                   events=[NewEvent("step_started", step="a", detail={"attempt": 1})]))
+    store.commit(Change(run_id="r1", at=at(0), fence="tok", started=StepStart(0, attempt=1),
+                        events=[NewEvent("step_started", step="a", detail={"attempt": 1})]))
     assert store.step("r1", 0).status == StepStatus.RUNNING and store.step("r1", 0).started_at == T0
     result = finish(store, "r1", 0, {"a": 1}, when=2)
     steps = store.steps("r1")
@@ -304,12 +313,13 @@ def new_run(run_id: str, steps: tuple[str, ...] = ("a", "b")) -> tuple[NewRun, l
              for i, s in enumerate(steps)])
 
 
-def test_start_run_writes_the_run_and_its_first_boundary_together(store):
+def test_a_start_writes_the_run_and_its_first_boundary_together(store):
     run, steps = new_run("r1")
     appended = NewStep(seq=2, name="extra", idempotency_key="r1/extra", iteration=2, agent="pro", parent=0)
-    result = store.start_run(run, steps, NewCheckpoint("r1", "start", 0, "a", at(0), state='{"s": 0}'), Boundary(
-        run_id="r1", at=at(0), fence="tok", started=StepStart(appended, attempt=1),
-        checkpoint=NewCheckpoint("r1", "boundary", 2, "extra", at(0), state='{"s": 1}'),
+    result = store.commit(Change(
+        run_id="r1", at=at(0), fence="tok", new=run, inserted=steps, started=StepStart(appended, attempt=1),
+        checkpoints=[NewCheckpoint("r1", "start", 0, "a", at(0), state='{"s": 0}'),
+                     NewCheckpoint("r1", "boundary", 2, "extra", at(0), state='{"s": 1}')],
         events=[NewEvent("run_started", detail={"workflow": "flow"}),
                 NewEvent("step_started", step="extra", detail={"attempt": 1}, names_checkpoint=True)]))
     head = store.run("r1")
@@ -331,13 +341,13 @@ def test_start_run_writes_the_run_and_its_first_boundary_together(store):
     assert store.count_by_status() == {"running": 1}
 
 
-def test_start_run_of_an_existing_run_id_writes_nothing(store):
+def test_a_start_of_an_existing_run_id_writes_nothing(store):
     add_run(store, "r1", owner=lease())
     before = everything(store, "r1")
     run, steps = new_run("r1")
     with pytest.raises(StoreError):
-        store.start_run(run, steps, NewCheckpoint("r1", "start", 0, "a", at(0)),
-                        Boundary(run_id="r1", at=at(0), fence="tok", started=StepStart(0)))
+        store.commit(Change(run_id="r1", at=at(0), fence="tok", new=run, inserted=steps, started=StepStart(0),
+                            checkpoints=[NewCheckpoint("r1", "start", 0, "a", at(0))]))
     assert everything(store, "r1") == before and store.count_by_status() == {"running": 1}
 
 
@@ -348,8 +358,7 @@ def test_a_refused_fence_raises_lease_lost_and_writes_nothing(store):
                                         r"process took the run over\); the step's result was not recorded$"):
         finish(store, "r1", 0, "out", fence="mine")
     assert everything(store, "r1") == before
-    with store.transaction():
-        store.update_run("r1", status=RunStatus.CANCELLED, lease=None)
+    stage(store, "r1", run=RunUpdate(status=RunStatus.CANCELLED, lease=None))
     with pytest.raises(LeaseLost, match=r"\(it was cancelled\)"):
         finish(store, "r1", 0, "out", fence="theirs")
 
@@ -359,24 +368,23 @@ def test_a_failing_boundary_is_rolled_back_whole(store):
     before = everything(store, "r1")
     dup = NewStep(seq=1, name="b", idempotency_key="r1/b#2", iteration=2)  # seq 1 exists: the insert fails
     with pytest.raises(StoreError):
-        store.commit_boundary(Boundary(
-            run_id="r1", at=at(3), fence="tok", ended=StepEnd(seq=0, status=StepStatus.COMPLETED, output_json='"o"'),
-            started=StepStart(dup), run={"steps_done": 1}, events=[NewEvent("step_completed")]))
+        store.commit(Change(
+            run_id="r1", at=at(3), fence="tok", ended=[StepEnd(seq=0, status=StepStatus.COMPLETED)], outputs={0: '"o"'},
+            started=StepStart(dup), run=RunUpdate(steps_done=1), events=[NewEvent("step_completed")]))
     assert everything(store, "r1") == before
 
 
 def test_an_appended_execution_repeats_a_name_in_a_later_iteration(store):
     add_run(store, "r1", owner=lease(), steps=("plan", "act"))
-    store.commit_boundary(Boundary(run_id="r1", at=at(0), started=StepStart(0)))
+    store.commit(Change(run_id="r1", at=at(0), started=StepStart(0)))
     finish(store, "r1", 0, "plan-1")
     finish(store, "r1", 1, "act-1", when=2)  # starts seq 2, which does not exist: an update of nothing
     again = NewStep(seq=2, name="plan", iteration=2, parent=None, idempotency_key="r1/plan#2")
-    store.commit_boundary(Boundary(run_id="r1", at=at(3), fence="tok", started=StepStart(again, attempt=1)))
-    store.commit_boundary(Boundary(run_id="r1", at=at(4), fence="tok",
-                                   ended=StepEnd(seq=2, status=StepStatus.COMPLETED, output_json='"plan-2"')))
+    store.commit(Change(run_id="r1", at=at(3), fence="tok", started=StepStart(again, attempt=1)))
+    store.commit(Change(run_id="r1", at=at(4), fence="tok", ended=[StepEnd(seq=2, status=StepStatus.COMPLETED)],
+                        outputs={2: '"plan-2"'}))
     child = NewStep(seq=3, name="vote", agent="critic", parent=2, idempotency_key="r1/vote#1/critic")
-    with store.transaction():
-        store.insert_steps("r1", [child])
+    stage(store, "r1", inserted=[child])
     assert [(s.seq, s.name, s.iteration, s.agent, s.parent) for s in store.steps("r1")] == [
         (0, "plan", 1, None, None), (1, "act", 1, None, None), (2, "plan", 2, None, None), (3, "vote", 1, "critic", 2)]
     assert store.step("r1", name="plan").seq == 2
@@ -389,36 +397,40 @@ def test_an_appended_execution_repeats_a_name_in_a_later_iteration(store):
 
 def test_a_damaged_output_is_lenient_for_display_and_strict_for_execution(store):
     add_run(store, "r1", owner=lease())
-    store.commit_boundary(Boundary(run_id="r1", at=at(1), ended=StepEnd(seq=0, status=StepStatus.COMPLETED,
-                                                                        output_json="{not json")))
+    store.commit(Change(run_id="r1", at=at(1), ended=[StepEnd(seq=0, status=StepStatus.COMPLETED)],
+                        outputs={0: "{not json"}))
     assert store.step_output("r1", 0) == {"unreadable": "{not json"}
     with pytest.raises(StoreDamaged, match=r"the output of step 'a' of run r1 in .* is not valid JSON"):
         store.output_of("r1", "a")
 
 
-def test_update_step_and_set_output(store):
+def test_step_ends_marks_and_outputs(store):
     add_run(store, "r1")
-    with store.transaction():
-        store.update_step("r1", 1, status=StepStatus.FAILED, attempts=3, error="boom", finished_at=at(9))
-        store.set_output("r1", 0, '{"edited": true}')
-        store.set_output("r1", 0, '{"edited": 2}')
-        with pytest.raises(TypeError):
-            store.update_step("r1", 1, output="x")
+    stage(store, "r1", 8, started=StepStart(1, attempt=3))
+    stage(store, "r1", 9, ended=[StepEnd(1, StepStatus.FAILED, error="boom", traceback="tb")],
+          marked={2: StepStatus.AWAITING_INPUT}, outputs={0: '{"edited": true}'})
+    stage(store, "r1", 10, outputs={0: '{"edited": 2}'})  # written again: replaced
     b = store.step("r1", 1)
-    assert (b.status, b.attempts, b.error, b.finished_at) == (StepStatus.FAILED, 3, "boom", at(9))
+    assert (b.status, b.attempts, b.error, b.traceback, b.started_at, b.finished_at) == (
+        StepStatus.FAILED, 3, "boom", "tb", at(8), at(9))
     assert store.step_output("r1", 0) == {"edited": 2}
+    c = store.step("r1", 2)
+    assert (c.status, c.attempts, c.started_at, c.finished_at) == (StepStatus.AWAITING_INPUT, 0, None, None)
+    stage(store, "r1", 11, started=StepStart(1, attempt=4))  # a retry clears what the failure left
+    b = store.step("r1", 1)
+    assert (b.status, b.attempts, b.error, b.traceback, b.started_at, b.finished_at) == (
+        StepStatus.RUNNING, 4, None, None, at(11), None)
     assert store.step("r1", 7) is None
 
 
 def test_replace_steps_keeps_recorded_steps_and_their_outputs_by_name(store):
     add_run(store, "r1", owner=lease())
-    store.commit_boundary(Boundary(run_id="r1", at=at(0), started=StepStart(0)))
+    store.commit(Change(run_id="r1", at=at(0), started=StepStart(0)))
     finish(store, "r1", 0, "A")
     finish(store, "r1", 1, "B", when=2)
-    with store.transaction():
-        dropped = store.replace_steps("r1", [NewStep(seq=0, name="b", idempotency_key="r1/b", options='{"retries": 1}'),
-                                             NewStep(seq=1, name="new", idempotency_key="r1/new"),
-                                             NewStep(seq=2, name="c", idempotency_key="r1/c")])
+    dropped = stage(store, "r1", replaced=[NewStep(seq=0, name="b", idempotency_key="r1/b", options='{"retries": 1}'),
+                                           NewStep(seq=1, name="new", idempotency_key="r1/new"),
+                                           NewStep(seq=2, name="c", idempotency_key="r1/c")]).dropped
     assert dropped == ["a"]
     assert [(s.seq, s.name, s.status, s.has_output, s.options) for s in store.steps("r1")] == [
         (0, "b", StepStatus.COMPLETED, True, {"retries": 1}), (1, "new", StepStatus.PENDING, False, {}),
@@ -428,10 +440,9 @@ def test_replace_steps_keeps_recorded_steps_and_their_outputs_by_name(store):
 
 def test_cancel_open_steps_leaves_ended_ones(store):
     add_run(store, "r1", owner=lease())
-    store.commit_boundary(Boundary(run_id="r1", at=at(0), started=StepStart(0)))
+    store.commit(Change(run_id="r1", at=at(0), started=StepStart(0)))
     finish(store, "r1", 0, "A")
-    with store.transaction():
-        store.cancel_open_steps("r1", at(7))
+    stage(store, "r1", 7, cancel_open=True)
     assert [(s.status, s.finished_at) for s in store.steps("r1")] == [
         (StepStatus.COMPLETED, at(1)), (StepStatus.CANCELLED, at(7)), (StepStatus.CANCELLED, at(7))]
 
@@ -442,10 +453,9 @@ def test_cancel_open_steps_leaves_ended_ones(store):
 def pause(store: RunStore, run_id: str, kind: str = "approval", seq: int = 1, step: str = "a",
           deadline: datetime | None = None) -> int:
     """A pause at ``seq``: a gate on the execution before it (approval), or the execution ``seq``."""
-    with store.transaction():
-        return store.add_checkpoint(NewCheckpoint(run_id=run_id, kind=kind, seq=seq, step=step, at=at(1),
-                                                  reason=f"approve the output of step '{step}'", deadline_at=deadline,
-                                                  paused_seq=seq - 1 if kind == "approval" else seq))
+    return stage(store, run_id, checkpoints=[NewCheckpoint(
+        run_id=run_id, kind=kind, seq=seq, step=step, at=at(1), reason=f"approve the output of step '{step}'",
+        deadline_at=deadline, paused_seq=seq - 1 if kind == "approval" else seq)]).checkpoint_id
 
 
 def paused_runs(store: RunStore, count: int) -> None:
@@ -455,12 +465,12 @@ def paused_runs(store: RunStore, count: int) -> None:
         for i in range(count):
             for rid, status in ((f"p{i:05d}", RunStatus.AWAITING_APPROVAL),
                                 *((f"c{i:05d}{k}", RunStatus.COMPLETED) for k in range(10))):
-                store.insert_run(NewRun(run_id=rid, workflow="flow", status=status, input="{}", definition="[]",
-                                        fingerprint="fp", created_at=at(i), steps_total=3))
-                for seq in range(3):
-                    store.add_checkpoint(NewCheckpoint(run_id=rid, kind="boundary", seq=seq, step=None, at=at(i)))
-            store.add_checkpoint(NewCheckpoint(run_id=f"p{i:05d}", kind="approval", seq=3, step="a", at=at(i),
-                                               reason="approve the output of step 'a'"))
+                approval = [NewCheckpoint(run_id=rid, kind="approval", seq=3, step="a", at=at(i),
+                                          reason="approve the output of step 'a'")] if rid[0] == "p" else []
+                stage(store, rid, i, new=NewRun(run_id=rid, workflow="flow", status=status, input="{}", definition="[]",
+                                                fingerprint="fp", created_at=at(i), steps_total=3),
+                      checkpoints=[*(NewCheckpoint(run_id=rid, kind="boundary", seq=seq, step=None, at=at(i))
+                                     for seq in range(3)), *approval])
     while claimed := store.claim_announcements(500, at(count), at(count + 60)):
         for p in claimed:
             store.settle_announcement(p.checkpoint_id, at(count + 60), AnnouncementOutcome.ANNOUNCED, at(count))
@@ -470,9 +480,12 @@ def test_a_checkpoint_is_decided_exactly_once(store):
     add_run(store, "r1")
     cp = pause(store, "r1")
     assert store.checkpoint("r1", Lookup.PENDING).checkpoint_id == cp == store.checkpoint("r1", Lookup.LAST_PAUSE).checkpoint_id
-    with store.transaction():
-        assert store.decide(cp, "approved", "alice", at(2), comment="ok", value_json='{"v": 1}')
-        assert not store.decide(cp, "rejected", "bob", at(3))
+    stage(store, "r1", 2, decided=Decide(cp, "approved", "alice", comment="ok", value_json='{"v": 1}'))
+    before = everything(store, "r1")
+    with pytest.raises(Superseded, match=f"checkpoint {cp} was already decided"):
+        stage(store, "r1", 3, decided=Decide(cp, "rejected", "bob"), run=RunUpdate(status=RunStatus.FAILED),
+              events=[NewEvent("rejected")])
+    assert everything(store, "r1") == before  # refused: nothing of the change written
     decided = store.checkpoint("r1", Lookup.LAST_PAUSE)
     assert (decided.decision, decided.decided_by, decided.decided_at, decided.comment, decided.value) == (
         "approved", "alice", at(2), "ok", {"v": 1})
@@ -484,10 +497,9 @@ def test_a_checkpoint_is_decided_exactly_once(store):
 def test_responses_are_the_answered_input_requests_of_one_execution_in_order(store):
     add_run(store, "r1")
     first, second, other = pause(store, "r1", "input", 0), pause(store, "r1", "input", 0), pause(store, "r1", "input", 1)
-    with store.transaction():
-        store.decide(second, "responded", "d", at(3), value_json='"blue"')
-        store.decide(first, "responded", "d", at(4), value_json='{"n": 1}')
-        store.decide(other, "responded", "d", at(4), value_json='"other"')
+    stage(store, "r1", 3, decided=Decide(second, "responded", "d", value_json='"blue"'))
+    stage(store, "r1", 4, decided=Decide(first, "responded", "d", value_json='{"n": 1}'))
+    stage(store, "r1", 4, decided=Decide(other, "responded", "d", value_json='"other"'))
     assert store.responses("r1", 0) == [{"n": 1}, "blue"]
     assert store.responses("r1", 2) == []
 
@@ -500,8 +512,9 @@ def test_due_pauses_and_close_pauses(store):
     pause(store, "r2", kind="orphan")
     assert [c.checkpoint_id for c in store.due_pauses(at(10))] == [soon]
     assert store.due_pauses(at(9)) == []
-    with store.transaction():
-        assert store.close_pauses("r2", "cancelled", "carol", at(11)) == 2
+    stage(store, "r2", 11, closed=ClosePauses("cancelled", "carol"))
+    assert [(c.decision, c.decided_by, c.decided_at) for c in store.checkpoints("r2") if c.kind != "start"] == [
+        ("cancelled", "carol", at(11))] * 2
     assert store.checkpoint("r2", Lookup.PENDING) is None and store.checkpoint("r2", Lookup.LAST_PAUSE).decision == "cancelled"
     assert [c.checkpoint_id for c in store.due_pauses(at(1000))] == [soon]
 
@@ -516,8 +529,7 @@ def test_pending_decisions_are_each_paused_runs_newest_open_pause_oldest_first(s
     late = pause(store, "late")
     pause(store, "ended")  # undecided, but its run is no longer paused
     done = pause(store, "decided")
-    with store.transaction():
-        store.decide(done, "approved", "alice", at(2))
+    stage(store, "decided", 2, decided=Decide(done, "approved", "alice"))
     pending = store.pending_decisions(10)
     assert [(p.run_id, p.checkpoint_id, p.kind, p.step, p.workflow, p.status) for p in pending] == [
         ("early", early, "input", "b", "flow", RunStatus.AWAITING_INPUT),
@@ -540,8 +552,7 @@ def test_pauses_owed_are_claimed_for_announcement_once_each_oldest_first(store):
     late = pause(store, "late", deadline=at(60))
     pause(store, "ended")  # undecided, but its run is no longer paused
     done = pause(store, "decided")
-    with store.transaction():
-        store.decide(done, "approved", "alice", at(2))
+    stage(store, "decided", 2, decided=Decide(done, "approved", "alice"))
     [first] = store.claim_announcements(1, at(5), at(35))
     assert first == store.pending_decisions(10)[0]  # as the review queue lists it: every field
     assert (first.run_id, first.checkpoint_id, first.kind, first.step, first.workflow, first.status) == (
@@ -557,8 +568,7 @@ def test_pauses_owed_are_claimed_for_announcement_once_each_oldest_first(store):
     [copied] = store.export_runs(["late"])
     assert {c["checkpoint_id"]: c["announced_at"] for c in copied.checkpoints if c["kind"] == "approval"} == {late: at(8)}
     # decided, and paused again at the next gate: a new pause, announced once more
-    with store.transaction():
-        store.decide(late, "approved", "alice", at(101))
+    stage(store, "late", 101, decided=Decide(late, "approved", "alice"))
     again = pause(store, "late", seq=2, step="c")
     assert owed(store.claim_announcements(10, at(102), at(132))) == [("late", again)]
     assert store.claim_announcements(10, at(103), at(133)) == []
@@ -586,8 +596,8 @@ def test_a_claim_ends_announced_failed_or_released_and_a_failed_pause_waits_to_b
     assert (announced_at(store, "a", a), announced_at(store, "c", c)) == (None, at(32))
     # reopened by hand (`relaypoint announce`): a failed pause, and an announced one, are claimable again
     with store.transaction():
-        store.reopen_announcement(a)
-        store.reopen_announcement(c)
+        stage(store, "a", 1000, reopened=a)
+        stage(store, "c", 1000, reopened=c)
     assert owed(store.claim_announcements(10, at(1001), at(1031))) == [("a", a), ("c", c)]
     assert announced_at(store, "c", c) is None
 
@@ -651,13 +661,13 @@ def test_a_read_only_store_claims_no_announcement(store_url):
 
 def test_a_fork_copies_upstream_executions_and_outputs_as_stored(store):
     add_run(store, "p", owner=lease())
-    store.commit_boundary(Boundary(run_id="p", at=at(0), started=StepStart(0)))
+    store.commit(Change(run_id="p", at=at(0), started=StepStart(0)))
     finish(store, "p", 0, AWKWARD[3])
     finish(store, "p", 1, {"b": [1, None]}, when=2)
     with store.transaction():
-        store.insert_run(NewRun(run_id="child", workflow="flow", status=RunStatus.QUEUED, input="{}", definition="[]",
-                                fingerprint="fp", created_at=at(5), steps_total=3, parent_run_id="p",
-                                forked_from_step="b", steps_done=1))
+        stage(store, "child", 5, new=NewRun(run_id="child", workflow="flow", status=RunStatus.QUEUED, input="{}",
+                                            definition="[]", fingerprint="fp", created_at=at(5), steps_total=3,
+                                            parent_run_id="p", forked_from_step="b", steps_done=1))
         store.copy_for_fork("p", "child", 1)
     assert [(s.seq, s.name, s.status, s.attempts, s.has_output, s.idempotency_key) for s in store.steps("child")] == [
         (0, "a", StepStatus.COMPLETED, 1, True, "p/a"), (1, "b", StepStatus.PENDING, 0, False, "child/b"),
@@ -672,7 +682,7 @@ def test_an_approval_is_inherited_with_its_author_and_origin(store):
     add_run(store, "child", status=RunStatus.QUEUED)
     cp = pause(store, "p")
     with store.transaction():
-        store.decide(cp, "approved", "alice", at(2), comment="fine")
+        stage(store, "p", 2, decided=Decide(cp, "approved", "alice", comment="fine"))
         new = store.inherit_approval(cp, "child", at(8))
     got = store.checkpoint("child", Lookup.APPROVAL, 0)
     assert got.checkpoint_id == new != cp
@@ -685,7 +695,7 @@ def test_an_approval_is_inherited_with_its_author_and_origin(store):
 def test_deleting_runs_removes_everything_of_them(store):
     add_run(store, "r1", owner=lease())
     add_run(store, "keep")
-    store.commit_boundary(Boundary(run_id="r1", at=at(0), started=StepStart(0)))
+    store.commit(Change(run_id="r1", at=at(0), started=StepStart(0)))
     finish(store, "r1", 0, "A")
     kept = everything(store, "keep")
     with store.transaction():
@@ -707,17 +717,16 @@ def add_debate(store: RunStore, run_id: str, rounds: int = 3) -> dict[tuple[int,
     add_run(store, run_id, steps=DEBATE, owner=lease(), options={"argue": '{"pattern": "debate"}'})
     seqs = {}
     with store.transaction():
-        store.update_step(run_id, 0, status=StepStatus.COMPLETED, attempts=1, finished_at=at(1))
-        store.set_output(run_id, 0, '"the brief"')
+        stage(store, run_id, 0, started=StepStart(0, attempt=1))
+        stage(store, run_id, 1, ended=[StepEnd(0, StepStatus.COMPLETED)], outputs={0: '"the brief"'},
+              run=RunUpdate(steps_done=1, touch=False))
         for n, (rnd, agent) in enumerate((r, a) for r in range(1, rounds + 1) for a in ("pro", "con")):
             seq = seqs[rnd, agent] = len(DEBATE) + n
-            store.add_checkpoint(NewCheckpoint(run_id, "boundary", seq, "argue", at(seq), state=json.dumps(
-                {"next": 1, "in": {"round": rnd, "spoken": [] if agent == "pro" else ["pro"]}})))
-            store.insert_steps(run_id, [NewStep(seq=seq, name="argue", iteration=rnd, agent=agent, parent=1,
-                                                status=StepStatus.COMPLETED, attempts=1,
-                                                idempotency_key=f"{run_id}/argue#{rnd}/{agent}")])
-            store.set_output(run_id, seq, encoding.dumps({"round": rnd, "by": agent}))
-        store.update_run(run_id, steps_done=1)
+            stage(store, run_id, seq, checkpoints=[NewCheckpoint(run_id, "boundary", seq, "argue", at(seq), state=json.dumps(
+                      {"next": 1, "in": {"round": rnd, "spoken": [] if agent == "pro" else ["pro"]}}))],
+                  inserted=[NewStep(seq=seq, name="argue", iteration=rnd, agent=agent, parent=1,
+                                    status=StepStatus.COMPLETED, attempts=1, idempotency_key=f"{run_id}/argue#{rnd}/{agent}")],
+                  outputs={seq: encoding.dumps({"round": rnd, "by": agent})})
     return seqs
 
 
@@ -727,11 +736,11 @@ def shape(steps) -> list[tuple]:
 
 def test_children_and_history_read_one_group_in_seq_order(store):
     seqs = add_debate(store, "r1", rounds=2)
-    with store.transaction():  # the judge is under way; the verdict step has a child of its own
-        store.insert_steps("r1", [NewStep(seq=7, name="argue", iteration=3, agent="judge", parent=1,
-                                          status=StepStatus.RUNNING, idempotency_key="r1/argue#3/judge"),
-                                  NewStep(seq=8, name="verdict", iteration=1, agent="x", parent=2,
-                                          idempotency_key="r1/verdict#1/x")])
+    # the judge is under way; the verdict step has a child of its own
+    stage(store, "r1", inserted=[NewStep(seq=7, name="argue", iteration=3, agent="judge", parent=1,
+                                         status=StepStatus.RUNNING, idempotency_key="r1/argue#3/judge"),
+                                 NewStep(seq=8, name="verdict", iteration=1, agent="x", parent=2,
+                                         idempotency_key="r1/verdict#1/x")])
     children = store.steps("r1", parent=1)
     assert shape(children) == [(3, "argue", 1, "pro", 1, "completed"), (4, "argue", 1, "con", 1, "completed"),
                                (5, "argue", 2, "pro", 1, "completed"), (6, "argue", 2, "con", 1, "completed"),
@@ -747,8 +756,7 @@ def test_children_and_history_read_one_group_in_seq_order(store):
 
 def test_history_fails_closed_naming_the_execution_whose_output_is_damaged(store):
     seqs = add_debate(store, "r1", rounds=2)
-    with store.transaction():
-        store.set_output("r1", seqs[2, "con"], "{not json")
+    stage(store, "r1", outputs={seqs[2, "con"]: "{not json"})
     with pytest.raises(StoreDamaged, match=r"^the output of execution 6 \('argue', iteration 2, agent 'con'\) of run "
                                            r"r1 in .* is not valid JSON"):
         store.steps("r1", parent=1, outputs=True)
@@ -757,10 +765,9 @@ def test_history_fails_closed_naming_the_execution_whose_output_is_damaged(store
 
 def test_steps_are_in_tree_order_each_group_followed_by_its_children(store):
     add_debate(store, "r1", rounds=1)
-    with store.transaction():
-        store.insert_steps("r1", [NewStep(seq=5, name="verdict", agent="x", parent=2, idempotency_key="r1/verdict/x"),
-                                  NewStep(seq=6, name="argue", iteration=2, agent="judge", parent=1,
-                                          idempotency_key="r1/argue#2/judge")])
+    stage(store, "r1", inserted=[NewStep(seq=5, name="verdict", agent="x", parent=2, idempotency_key="r1/verdict/x"),
+                                 NewStep(seq=6, name="argue", iteration=2, agent="judge", parent=1,
+                                         idempotency_key="r1/argue#2/judge")])
     assert [(s.seq, s.parent) for s in store.steps("r1")] == [(0, None), (1, None), (3, 1), (4, 1), (6, 1), (2, None),
                                                              (5, 2)]
 
@@ -768,9 +775,11 @@ def test_steps_are_in_tree_order_each_group_followed_by_its_children(store):
 def test_checkpoint_at_is_the_earliest_state_holding_checkpoint_of_an_execution(store):
     seqs = add_debate(store, "r1", rounds=2)
     with store.transaction():
-        pause_id = store.add_checkpoint(NewCheckpoint("r1", "input", 9, "argue", at(20), state='{"next": 1}'))
-        store.add_checkpoint(NewCheckpoint("r1", "boundary", seqs[2, "pro"], "argue", at(21), state='{"later": 1}'))
-        store.add_checkpoint(NewCheckpoint("r1", "fork", 10, "argue", at(22), state='{"next": 1, "fork": {}}'))
+        pause_id = stage(store, "r1", checkpoints=[
+            NewCheckpoint("r1", "input", 9, "argue", at(20), state='{"next": 1}')]).checkpoint_id
+        stage(store, "r1", checkpoints=[
+            NewCheckpoint("r1", "boundary", seqs[2, "pro"], "argue", at(21), state='{"later": 1}'),
+            NewCheckpoint("r1", "fork", 10, "argue", at(22), state='{"next": 1, "fork": {}}')])
     first = store.checkpoint("r1", Lookup.STATE_AT, seqs[2, "pro"])
     assert (first.kind, first.seq, first.created_at) == ("boundary", 5, at(5))
     assert first.state == {"next": 1, "in": {"round": 2, "spoken": []}}
@@ -778,8 +787,8 @@ def test_checkpoint_at_is_the_earliest_state_holding_checkpoint_of_an_execution(
     assert store.checkpoint("r1", Lookup.STATE_AT, 10).state == {"next": 1, "fork": {}}
     assert store.checkpoint("r1", Lookup.STATE_AT, 9) is None and store.checkpoint("r1", Lookup.LAST_PAUSE).checkpoint_id == pause_id  # a pause's
     assert store.checkpoint("r1", Lookup.STATE_AT, 42) is None and store.checkpoint("nope", Lookup.STATE_AT, 0) is None
-    with store.transaction():
-        damaged = store.add_checkpoint(NewCheckpoint("r1", "boundary", 11, "argue", at(23), state="{not json"))
+    damaged = stage(store, "r1", checkpoints=[
+        NewCheckpoint("r1", "boundary", 11, "argue", at(23), state="{not json")]).checkpoint_id
     assert store.checkpoints("r1")[-1].state == {"unreadable": "{not json"}  # lenient for display
     with pytest.raises(StoreDamaged, match=f"^the driver state of checkpoint {damaged} of run r1 in .* is not valid"):
         store.checkpoint("r1", Lookup.STATE_AT, 11)  # strict for a fork that resumes from it
@@ -787,17 +796,22 @@ def test_checkpoint_at_is_the_earliest_state_holding_checkpoint_of_an_execution(
 
 def fork_run(store: RunStore, parent: str, child: str, cut: int, children_before: int | None = None) -> None:
     with store.transaction():
-        store.insert_run(NewRun(run_id=child, workflow="flow", status=RunStatus.QUEUED, input="{}", definition="[]",
-                                fingerprint="fp", created_at=at(50), steps_total=3, parent_run_id=parent,
-                                forked_from_step=DEBATE[cut]))
+        stage(store, child, 50, new=NewRun(run_id=child, workflow="flow", status=RunStatus.QUEUED, input="{}",
+                                           definition="[]", fingerprint="fp", created_at=at(50), steps_total=3,
+                                           parent_run_id=parent, forked_from_step=DEBATE[cut]))
         store.copy_for_fork(parent, child, cut, children_before)
+
+
+def debate_ended(store: RunStore) -> None:
+    """Run p's debate ended: its group row holds the result."""
+    with store.transaction():
+        stage(store, "p", 40, started=StepStart(1, attempt=1))
+        stage(store, "p", 41, ended=[StepEnd(1, StepStatus.COMPLETED)], outputs={1: '"pro wins"'})
 
 
 def test_a_fork_after_a_pattern_copies_its_group_with_every_child(store):
     seqs = add_debate(store, "p", rounds=2)
-    with store.transaction():  # the debate ended: its row holds the result
-        store.update_step("p", 1, status=StepStatus.COMPLETED, attempts=1)
-        store.set_output("p", 1, '"pro wins"')
+    debate_ended(store)
     fork_run(store, "p", "child", 2)
     assert shape(store.steps("child")) == [(0, "brief", 1, None, None, "completed"),
                                            (1, "argue", 1, None, None, "completed"),
@@ -813,9 +827,7 @@ def test_a_fork_after_a_pattern_copies_its_group_with_every_child(store):
 
 def test_a_fork_inside_a_pattern_copies_the_children_before_the_cut(store):
     seqs = add_debate(store, "p", rounds=3)
-    with store.transaction():
-        store.update_step("p", 1, status=StepStatus.COMPLETED, attempts=1)
-        store.set_output("p", 1, '"pro wins"')
+    debate_ended(store)
     fork_run(store, "p", "child", 1, children_before=seqs[2, "pro"])
     assert shape(store.steps("child")) == [(0, "brief", 1, None, None, "completed"),
                                            (1, "argue", 1, None, None, "pending"),
@@ -835,15 +847,16 @@ def test_a_fork_inside_a_pattern_copies_the_children_before_the_cut(store):
 def test_replace_steps_moves_children_with_their_group_and_checkpoints_with_their_execution(store):
     seqs = add_debate(store, "r1", rounds=2)
     with store.transaction():
-        asked = store.add_checkpoint(NewCheckpoint("r1", "input", seqs[2, "con"], "argue", at(30),
-                                                   paused_seq=seqs[2, "con"]))
-        store.decide(asked, "responded", "ann", at(31), value_json='"my point"')
-        store.add_checkpoint(NewCheckpoint("r1", "boundary", 7, "argue", at(32), state='{"next": 1}'))  # next append
-        dropped = store.replace_steps("r1", [NewStep(seq=0, name="intro", idempotency_key="r1/intro"),
-                                             NewStep(seq=1, name="brief", idempotency_key="r1/brief"),
-                                             NewStep(seq=2, name="argue", idempotency_key="r1/argue",
-                                                     options='{"pattern": "debate"}'),
-                                             NewStep(seq=3, name="verdict", idempotency_key="r1/verdict")])
+        asked = stage(store, "r1", 30, checkpoints=[NewCheckpoint("r1", "input", seqs[2, "con"], "argue", at(30),
+                                                                  paused_seq=seqs[2, "con"])]).checkpoint_id
+        stage(store, "r1", 31, decided=Decide(asked, "responded", "ann", value_json='"my point"'))
+        # the next append's position
+        stage(store, "r1", checkpoints=[NewCheckpoint("r1", "boundary", 7, "argue", at(32), state='{"next": 1}')])
+        dropped = stage(store, "r1", replaced=[NewStep(seq=0, name="intro", idempotency_key="r1/intro"),
+                                               NewStep(seq=1, name="brief", idempotency_key="r1/brief"),
+                                               NewStep(seq=2, name="argue", idempotency_key="r1/argue",
+                                                       options='{"pattern": "debate"}'),
+                                               NewStep(seq=3, name="verdict", idempotency_key="r1/verdict")]).dropped
     assert dropped == []
     assert shape(store.steps("r1")) == [(0, "intro", 1, None, None, "pending"),
                                         (1, "brief", 1, None, None, "completed"),
@@ -860,9 +873,8 @@ def test_replace_steps_moves_children_with_their_group_and_checkpoints_with_thei
     assert moved.seq == moved.paused_seq == seqs[2, "con"] + 1
     assert store.checkpoint("r1", Lookup.STATE_AT, 1).kind == "start"  # brief's, moved with it
     assert [c.seq for c in store.checkpoints("r1")][-1] == -8  # the next-append position names no execution
-    with store.transaction():
-        assert store.replace_steps("r1", [NewStep(seq=0, name="brief", idempotency_key="r1/brief")]) == [
-            "argue", "intro", "verdict"]
+    assert stage(store, "r1", replaced=[NewStep(seq=0, name="brief", idempotency_key="r1/brief")]).dropped == [
+        "argue", "intro", "verdict"]
     assert shape(store.steps("r1")) == [(0, "brief", 1, None, None, "completed")]
     assert store.step_output("r1", 0) == "the brief" and store.max_seq("r1") == 0
     assert store.responses("r1", 4) == [] and all(c.seq < 0 for c in store.checkpoints("r1") if c.seq != 0)
@@ -876,17 +888,16 @@ def test_a_transaction_rolls_back_on_an_exception_and_does_not_nest(store):
     add_run(store, "r1")
     before = everything(store, "r1")
     with pytest.raises(ZeroDivisionError), store.transaction():
-        store.update_run("r1", status=RunStatus.FAILED)
-        store.add_event("r1", at(1), "step_failed")
+        stage(store, "r1", 1, run=RunUpdate(status=RunStatus.FAILED), events=[NewEvent("step_failed")])
+        assert store.run("r1").status == RunStatus.FAILED  # read back inside the transaction
+        stage(store, "r1", 1, events=[NewEvent("noted")])  # a second change joins the same transaction
         1 / 0
     assert everything(store, "r1") == before
     with store.transaction(), pytest.raises(RuntimeError, match="do not nest"):
         with store.transaction():
             pass
-    with store.transaction(), pytest.raises(RuntimeError, match="do not nest"):
-        store.commit_boundary(Boundary(run_id="r1", at=at(1)))
     with store.transaction():  # usable again
-        store.add_event("r1", at(2), "noted")
+        stage(store, "r1", 2, events=[NewEvent("noted")])
     assert store.events("r1")[-1].kind == "noted"
 
 
@@ -894,12 +905,11 @@ def test_data_version_changes_when_another_store_commits(store):
     add_run(store, "r1")
     version = store.data_version()
     assert store.data_version() == version
-    with open_store(store.url) as other, other.transaction():
-        other.add_event("r1", at(1), "noted")
+    with open_store(store.url) as other:
+        stage(other, "r1", 1, events=[NewEvent("noted")])
     assert store.data_version() != version
     version = store.data_version()
-    with store.transaction():
-        store.add_event("r1", at(2), "noted")
+    stage(store, "r1", 2, events=[NewEvent("noted")])
     assert store.data_version() != version
 
 

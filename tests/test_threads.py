@@ -21,6 +21,7 @@ import pytest
 
 from relaypoint import Runtime, StoreError, Workflow
 from relaypoint.status import CheckpointKind, Decision, EventKind, RunStatus, StepStatus
+from relaypoint.store import Change, NewEvent
 from relaypoint.store.url import parse
 
 STEP_SECONDS = 0.002
@@ -215,8 +216,7 @@ def test_threads_writing_at_once_each_get_their_turns_throughout(store_url):
 
         def write(i: int) -> float:
             for _ in range(100):
-                with store.transaction():
-                    store.add_event(rid, rt.clock(), "noted", actor=f"thread-{i}")
+                store.commit(Change(rid, rt.clock(), run=None, events=[NewEvent("noted", actor=f"thread-{i}")]))
             return time.perf_counter()
 
         finished = together(THREADS, write)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from ..defaults import DURABILITIES, DURABILITY
 from ..errors import InvalidValue
-from .base import (BackendUnavailable, Boundary, BoundaryResult, NewCheckpoint, NewEvent, NewRun, NewStep,
-                   NotAStore, RunLocked, RunStore, StepEnd, StepStart, StoreBusy, StoreDamaged, StoreDenied, StoreFull,
+from .base import (BackendUnavailable, NotAStore, RunLocked, RunStore, StoreBusy, StoreDamaged, StoreDenied, StoreFull,
                    StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable)
 from .reads import Lookup, RunState, StepBrief
 from .url import InvalidStoreURL, parse
+from .writes import (KEEP, Change, ClosePauses, Committed, Decide, NewCheckpoint, NewEvent, NewRun, NewStep, RunUpdate,
+                     StepEnd, StepStart, Superseded)
 
 
 def open_store(url: str, *, create: bool = False, readonly: bool = False,
@@ -47,7 +48,8 @@ def open_store(url: str, *, create: bool = False, readonly: bool = False,
 
 
 __all__ = [
-    "BackendUnavailable", "Boundary", "BoundaryResult", "InvalidStoreURL", "Lookup", "NewCheckpoint", "NewEvent", "NewRun",
-    "NewStep", "NotAStore", "RunLocked", "RunState", "RunStore", "StepBrief", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreDenied", "StoreFull",
-    "StoreMissing", "StoreNewer", "StoreReadOnly", "StoreUnreachable", "open_store",
+    "KEEP", "BackendUnavailable", "Change", "ClosePauses", "Committed", "Decide", "InvalidStoreURL", "Lookup",
+    "NewCheckpoint", "NewEvent", "NewRun", "NewStep", "NotAStore", "RunLocked", "RunState", "RunStore",
+    "RunUpdate", "StepBrief", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreDenied", "StoreFull",
+    "StoreMissing", "StoreNewer", "StoreReadOnly", "StoreUnreachable", "Superseded", "open_store",
 ]

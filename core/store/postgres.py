@@ -11,7 +11,6 @@ README's "Store schema: On PostgreSQL" explains the choices and their measuremen
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
@@ -31,17 +30,20 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..clock import from_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
-from ..errors import InvalidValue, StoreError, quoted
+from ..errors import InvalidValue, LeaseLost, StoreError, quoted
 from ..models import Lease
-from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunLocked, StoreBusy,
-                   StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable)
-from .schema import LEASE_COLUMNS
+from ..status import RunStatus
+from .base import (NotAStore, RunLocked, StoreBusy, StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer,
+                   StoreReadOnly, StoreUnreachable)
+from .commit import SqlCommit, event_detail
 from .connections import ThreadConnections
-from .migrations.postgres import FENCE_REFUSED, MIGRATIONS, SCHEMA_VERSION, channel, lock_key
-from .url import postgres_where
-from .sql import NESTED, PAUSED, RUN_FIELDS, STEP_FIELDS, TIME_FIELDS, UNDECIDED, event_detail, translated
+from .migrations.postgres import (CHECKPOINT_ARRAYS, FENCE_REFUSED, INSERTED_ARRAYS, MIGRATIONS, SCHEMA_VERSION,
+                                  channel, lock_key)
+from .schema import LEASE_COLUMNS
+from .sql import NESTED, PAUSED, UNDECIDED, translated
 from .sql_admin import SqlAdmin, id_column
+from .url import postgres_where
+from .writes import KEEP, Change, Committed, NewStep, Superseded
 
 # psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
 # when the application configured no logging: a second, raw line beside the error raised and said here
@@ -69,7 +71,6 @@ reach it (normally they take a millisecond)."""
 _PROBE = "probe "
 
 # Free text a person reads (never matched on): PostgreSQL text cannot hold NUL, so it is shown as U+FFFD.
-FREE_TEXT_FIELDS = {"error", "traceback"}
 _LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 _LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s, %s)"
 # A run's transaction, after the schema's lock (shared; the order every writer takes them in): the
@@ -88,28 +89,9 @@ _LISTENERS_GONE = "DELETE FROM listeners l WHERE NOT EXISTS (SELECT 1 FROM pg_st
 _LISTENING = ("INSERT INTO listeners (pid) VALUES (pg_backend_pid()) "
               "ON CONFLICT (pid) DO UPDATE SET since = excluded.since")
 _NOT_LISTENING = "DELETE FROM listeners WHERE pid = pg_backend_pid()"
-_RUN_INSERT = (
-    "INSERT INTO runs (run_id, workflow, status, parent_run_id, forked_from_step, fingerprint, created_at, "
-    "updated_at, current_step, steps_done, steps_total, lease_token, lease_pid, lease_pid_start, lease_host, "
-    "lease_expires_at, heartbeat_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
-_INPUT_INSERT = "INSERT INTO run_inputs (run_id, input) VALUES (%s, %s)"
-_DEFINITION_INSERT = ("INSERT INTO definitions (fingerprint, definition) VALUES (%s, %s) "
-                      "ON CONFLICT (fingerprint) DO NOTHING")
-_OUTPUT_INSERT = ("INSERT INTO outputs (run_id, seq, value) VALUES (%s, %s, %s) "
-                  "ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value")
-_CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at, "
-                      "paused_seq) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING checkpoint_id")
-# A boundary's document, output and checkpoint state (schema version 7); a start's document, input,
-# definition and start checkpoint state, then its first boundary's.
-_COMMIT_BOUNDARY = "SELECT commit_boundary(%s::json, %s, %s) AS checkpoint_id"
-# A start's document: the run's row (as _RUN_INSERT less updated_at), its planned executions (as
-# arrays, in the order of _step_values), its start checkpoint (less its state); the run_start type.
-_RUN_START_FIELDS = ("run", "workflow", "status", "parent_run", "forked_from", "fingerprint", "created_at",
-                     "current_step", "steps_done", "steps_total", *LEASE_COLUMNS)
-_STEP_ARRAYS = ("s_seqs", "s_names", "s_iterations", "s_agents", "s_parents", "s_statuses", "s_attempts", "s_options",
-                "s_keys")
-_START_CHECKPOINT_FIELDS = ("c_run", "c_seq", "c_step", "c_kind", "c_at", "c_reason", "c_deadline")
-_START_RUN = "SELECT start_run(%s::json, %s, %s, %s, %s::json, %s, %s) AS checkpoint_id"
+_COMMIT_CHANGE = "SELECT * FROM commit_change(%s::json, %s, %s, %s, %s)"
+"""A change: its document (the schema's ``change`` type), the run's input and a definition, its
+outputs' and its checkpoints' states (version 10)."""
 
 
 # ---- error translation --------------------------------------------------------------------------
@@ -177,7 +159,7 @@ def _leave_pool(pool: ConnectionPool) -> None:
     pool.close()
 
 
-class PostgresStore(SqlAdmin):
+class PostgresStore(SqlAdmin, SqlCommit):
     """A relaypoint store in one schema of a PostgreSQL database.
 
     ``conninfo``: the libpq URL of the database; ``schema``: the schema holding the store.
@@ -732,58 +714,6 @@ class PostgresStore(SqlAdmin):
     # ---- writes
 
     @translated
-    def insert_run(self, run: NewRun) -> None:
-        self.conn.execute(_RUN_INSERT, self._run_insert_values(run))
-        self.conn.execute(_INPUT_INSERT, (run.run_id, run.input))
-        self._keep_definition(run.fingerprint, run.definition)
-
-    @staticmethod
-    def _run_insert_values(run: NewRun) -> tuple[Any, ...]:
-        at = _time(run.created_at)
-        return (run.run_id, run.workflow, str(run.status), run.parent_run_id, run.forked_from_step, run.fingerprint,
-                at, at, run.current_step, run.steps_done, run.steps_total, *_lease_values(run.lease))
-
-    def _keep_definition(self, fingerprint: str, definition: str) -> None:
-        self.conn.execute(_DEFINITION_INSERT, (fingerprint, definition))
-
-    @translated
-    def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
-        if "definition" in fields:
-            if "fingerprint" not in fields:
-                raise TypeError("update_run: a definition is stored under its fingerprint: give both")
-            self._keep_definition(fields["fingerprint"], fields.pop("definition"))
-        names, values = _run_values(fields)
-        return self.conn.execute(_run_update(names, fence is not None),
-                                 (*values, run_id) if fence is None else (*values, run_id, fence)).rowcount == 1
-
-    @translated
-    def update_step(self, run_id: str, seq: int, **fields: Any) -> None:
-        unknown = set(fields) - STEP_FIELDS
-        if unknown or not fields:
-            raise TypeError(f"update_step: unknown or no fields {sorted(unknown)} (known: {sorted(STEP_FIELDS)})")
-        values = [_field_value(k, v) for k, v in fields.items()]
-        self.conn.execute(f"UPDATE steps SET {', '.join(f'{k} = %s' for k in fields)} WHERE run_id = %s AND seq = %s",
-                          [*values, run_id, seq])
-
-    @translated
-    def set_output(self, run_id: str, seq: int, json_text: str) -> None:
-        self.conn.execute(_OUTPUT_INSERT, (run_id, seq, json_text))
-
-    @translated
-    def add_checkpoint(self, checkpoint: NewCheckpoint) -> int:
-        return self.conn.execute(_CHECKPOINT_INSERT, self._checkpoint_values(checkpoint)).fetchone()["checkpoint_id"]
-
-    @staticmethod
-    def _checkpoint_values(c: NewCheckpoint) -> tuple[Any, ...]:
-        return (c.run_id, c.seq, c.step, c.kind, _time(c.at), _free(c.reason), c.state, _time(c.deadline_at),
-                c.paused_seq)
-
-    @translated
-    def cancel_open_steps(self, run_id: str, at: datetime) -> None:
-        self.conn.execute(
-            "UPDATE steps SET status = %s, finished_at = coalesce(finished_at, %s) "
-            "WHERE run_id = %s AND status = ANY(%s::text[])",
-            (StepStatus.CANCELLED.value, _time(at), run_id, sorted(str(s) for s in OPEN_STEPS)))
 
     # ---- copying between stores
 
@@ -809,89 +739,106 @@ class PostgresStore(SqlAdmin):
         return sorted(r["id"] for r in self._rows(f"SELECT nextval({sequence}) AS id FROM generate_series(1, ?)",
                                                   (count,)))
 
-    # ---- the hot path
+    # ---- changes
 
-    def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
-        # The hot path: one statement, the schema's commit_boundary function, in its own transaction
-        # (one round trip; the statements inside are planned once per connection: _migrate_3).
-        return self._call_fenced(_COMMIT_BOUNDARY, self._boundary_params(boundary), boundary.run_id)
-
-    def start_run(self, run: NewRun, steps: Sequence[NewStep], start: NewCheckpoint,
-                  boundary: Boundary) -> BoundaryResult:
-        # One statement, the schema's start_run function (schema version 5), in its own transaction.
-        if boundary.run_id != run.run_id:
-            raise ValueError(f"start_run: the boundary is of run {boundary.run_id}, not of {run.run_id}")
-        columns: list[list[Any]] = [[] for _ in _STEP_ARRAYS]
-        for s in steps:
-            for column, value in zip(columns, self._step_values(run.run_id, s)[1:]):
-                column.append(value)
-        values, cp = self._run_insert_values(run), self._checkpoint_values(start)
-        doc = {**dict(zip(_RUN_START_FIELDS, (*values[:7], *values[8:]))),  # updated_at is created_at
-               **dict(zip(_STEP_ARRAYS, columns)),
-               **dict(zip(_START_CHECKPOINT_FIELDS, (*cp[:6], cp[7]))),  # its state is an argument
-               "lock1": self._lock_keys[0], "lock2": self._lock_keys[1]}
-        params = (_document(doc), run.input, run.definition, cp[6], *self._boundary_params(boundary))
-        return self._call_fenced(_START_RUN, params, run.run_id)
-
-    def _call_fenced(self, statement: str, params: Sequence[Any], run_id: str) -> BoundaryResult:
-        """One call of a schema function that writes a boundary of ``run_id`` in its own transaction
-        and returns the boundary's checkpoint id; its refused fence (``FENCE_REFUSED``) is raised as
-        :meth:`_refused` says, nothing written."""
-        if self.readonly:
-            raise self.read_only_error()
-        if self._in_transaction:
-            raise RuntimeError(NESTED)
+    def _commit_alone(self, change: Change) -> Committed:
+        # One statement, the schema's commit_change function, in its own transaction: one round trip
+        # (its statements are planned once per connection). A drift's chain is rebuilt first, in SQL
+        # that reads it: a transaction of the run.
+        if change.replaced is not None:
+            return super()._commit_alone(change)
         with self._connection() as conn:
-            try:
-                row = conn.execute(statement, params).fetchone()
-            except psycopg.Error as e:
-                if getattr(e, "sqlstate", None) != FENCE_REFUSED:
-                    raise
-                row = None
-        if row is None:
-            raise self._refused(run_id)
+            committed = self._call(conn, change, [])
         _committed(self._key)
-        return BoundaryResult(checkpoint_id=row["checkpoint_id"])
+        return committed
 
-    def _boundary_params(self, b: Boundary) -> tuple[str, str | None, str | None]:
-        """The arguments of the schema's ``commit_boundary`` function for boundary ``b``: its document
-        (the ``boundary`` type's fields, as JSON), its output and its checkpoint's state."""
-        ended, started, cp = b.ended, b.started, b.checkpoint
-        fields = {"updated_at": b.at, **b.run}
-        names, _ = _run_values(fields)  # checks the names
-        new = started is not None and isinstance(started.step, NewStep)
-        step = started.step if new else None
-        events: list[list[Any]] = [[], [], [], [], []]
-        for ev in b.events:
-            if ev.names_checkpoint and cp is not None and "checkpoint_id" not in ev.detail:
-                rest = json.dumps(ev.detail, ensure_ascii=False)[1:] if ev.detail else "}"
-                detail, names_it = (", " + rest if ev.detail else rest), True
-            else:
-                detail = event_detail({"checkpoint_id": None, **ev.detail} if ev.names_checkpoint else ev.detail)
-                names_it = False
-            for column, value in zip(events, (ev.kind, ev.step, _free(ev.actor), detail, names_it)):
-                column.append(value)
-        doc = {"run": b.run_id, "fence": b.fence, "at": _time(b.at), "fields": list(names),
-               "status": str(fields["status"]) if "status" in fields else None,
-               "updated_at": _time(fields["updated_at"]), "current_step": fields.get("current_step"),
-               "steps_done": fields.get("steps_done"), "steps_total": fields.get("steps_total"),
-               "error": _free(fields.get("error")), "fingerprint": fields.get("fingerprint"),
-               "suspect_deaths": fields.get("suspect_deaths"),
-               **dict(zip(LEASE_COLUMNS, _lease_values(fields.get("lease")))),
-               "ev_kinds": events[0], "ev_steps": events[1], "ev_actors": events[2], "ev_details": events[3],
-               "ev_names": events[4], "lock1": self._lock_keys[0], "lock2": self._lock_keys[1]}
-        if ended is not None:
-            doc.update(end_seq=ended.seq, end_status=str(ended.status), end_error=_free(ended.error),
-                       end_traceback=_free(ended.traceback))
-        if started is not None:
-            doc.update(start_seq=step.seq if new else started.step, start_attempt=started.attempt, new=new)
-        if step is not None:
-            doc.update(new_name=step.name, new_iteration=step.iteration, new_agent=step.agent, new_parent=step.parent,
-                       new_options=step.options, new_key=step.idempotency_key)
-        if cp is not None:
-            doc.update(cp_kind=cp.kind, cp_run=cp.run_id, cp_seq=cp.seq, cp_step=cp.step, cp_at=_time(cp.at),
-                       cp_reason=_free(cp.reason), cp_deadline=_time(cp.deadline_at), cp_paused=cp.paused_seq)
-        return (_document(doc), None if ended is None else ended.output_json, None if cp is None else cp.state)
+    def _apply(self, c: Change) -> Committed:
+        dropped = self._replace(c.run_id, c.replaced) if c.replaced is not None else []
+        return self._call(self.conn, c, dropped)
+
+    def _call(self, conn: psycopg.Connection, c: Change, dropped: list[str]) -> Committed:
+        """Change ``c`` (its ``replaced`` chain aside) by one call of the schema's ``commit_change``
+        on ``conn``; a refusal raised as :meth:`SqlCommit.commit` says."""
+        try:
+            row = conn.execute(_COMMIT_CHANGE, self._change_params(c)).fetchone()
+        except psycopg.Error as e:
+            if getattr(e, "sqlstate", None) != FENCE_REFUSED:
+                raise
+            row = {"o_checkpoint": None, "o_refused": e.diag.message_detail or ""}
+        if (refused := row["o_refused"]) is not None:
+            if refused == "decided":
+                raise Superseded(f"checkpoint {c.decided.checkpoint_id} was already decided")
+            if not refused:
+                raise self._unknown(c.run_id)
+            raise LeaseLost.of(c.run_id, cancelled=refused == RunStatus.CANCELLED)
+        return Committed(checkpoint_id=row["o_checkpoint"], dropped=dropped)
+
+    def _change_params(self, c: Change) -> tuple[str, str | None, str | None, list[str], list[str | None]]:
+        """The arguments of the schema's ``commit_change`` for ``c``: its document, then the values
+        that may be long, as text (the new run's input, a definition, the outputs, the checkpoints'
+        states)."""
+        doc: dict[str, Any] = {"run": c.run_id, "fence": c.fence, "at": _time(c.at), "lock1": self._lock_keys[0],
+                               "lock2": self._lock_keys[1], "cancel_open": c.cancel_open, "reopen": c.reopened}
+        definition = None
+        if (n := c.new) is not None:
+            doc.update(new=True, n_workflow=n.workflow, n_status=str(n.status), n_parent_run=n.parent_run_id,
+                       n_forked_from=n.forked_from_step, n_fingerprint=n.fingerprint, n_created_at=_time(n.created_at),
+                       n_current_step=n.current_step, n_steps_done=n.steps_done, n_steps_total=n.steps_total,
+                       **{f"n_{k}": v for k, v in zip(LEASE_COLUMNS, _lease_values(n.lease))})
+            definition = n.definition
+        if c.inserted:
+            doc.update(zip(INSERTED_ARRAYS, zip(*(
+                (s.seq, s.name, s.iteration, s.agent, s.parent, str(s.status), s.attempts, s.options, s.idempotency_key)
+                for s in c.inserted))))
+        if (d := c.decided) is not None:
+            doc.update(d_checkpoint=d.checkpoint_id, d_decision=str(d.decision), d_by=_free(d.by),
+                       d_comment=_free(d.comment), d_value=d.value_json)
+        if (u := c.run) is not None:
+            given = u.given()
+            doc.update({k: (str(v) if k == "status" else _free(v) if k == "error" else v)
+                        for k, v in given.items() if k != "lease"})
+            if "lease" in given:
+                doc.update(zip(LEASE_COLUMNS, _lease_values(given["lease"])))
+            doc["fields"] = [*given, *(["updated_at"] if u.touch else [])]
+            if u.definition is not KEEP:
+                definition = u.definition
+        if c.ended:
+            doc.update(e_seqs=[e.seq for e in c.ended], e_statuses=[str(e.status) for e in c.ended],
+                       e_errors=[_free(e.error) for e in c.ended], e_tracebacks=[_free(e.traceback) for e in c.ended])
+        if c.marked:
+            doc.update(m_seqs=list(c.marked), m_statuses=[str(v) for v in c.marked.values()])
+        if (started := c.started) is not None:
+            s = started.step
+            new = isinstance(s, NewStep)
+            doc.update(start_seq=s.seq if new else s, start_attempt=started.attempt, start_new=new)
+            if new:
+                doc.update(new_name=s.name, new_iteration=s.iteration, new_agent=s.agent, new_parent=s.parent,
+                           new_options=s.options, new_key=s.idempotency_key)
+        if c.outputs:
+            doc["o_seqs"] = list(c.outputs)
+        if (closed := c.closed) is not None:
+            doc.update(x_decision=str(closed.decision), x_by=_free(closed.by))
+        if c.checkpoints:
+            doc.update(zip(CHECKPOINT_ARRAYS, zip(*(
+                (cp.run_id, cp.seq, cp.step, cp.kind, _time(cp.at), _free(cp.reason), _time(cp.deadline_at),
+                 cp.paused_seq) for cp in c.checkpoints))))
+        if c.events:
+            kinds, steps, actors, details, names = [], [], [], [], []
+            for ev in c.events:
+                if ev.names_checkpoint and c.checkpoints and "checkpoint_id" not in ev.detail:
+                    rest = json.dumps(ev.detail, ensure_ascii=False)[1:] if ev.detail else "}"
+                    detail, names_it = (", " + rest if ev.detail else rest), True
+                else:
+                    detail = event_detail({"checkpoint_id": None, **ev.detail} if ev.names_checkpoint else ev.detail)
+                    names_it = False
+                kinds.append(ev.kind)
+                steps.append(ev.step)
+                actors.append(_free(ev.actor))
+                details.append(detail)
+                names.append(names_it)
+            doc.update(ev_kinds=kinds, ev_steps=steps, ev_actors=actors, ev_details=details, ev_names=names)
+        return (_document(doc), None if c.new is None else c.new.input, definition, list(c.outputs.values()),
+                [cp.state for cp in c.checkpoints])
 
 
 # ---- conversions --------------------------------------------------------------------------------
@@ -929,31 +876,3 @@ def _lease_values(lease: Lease | None) -> tuple[Any, ...]:
     if lease is None:
         return (None,) * len(LEASE_COLUMNS)
     return (lease.token, lease.pid, lease.pid_start, lease.host, _time(lease.expires_at), _time(lease.heartbeat_at))
-
-
-def _field_value(name: str, value: Any) -> Any:
-    if name in TIME_FIELDS:
-        return _time(value)
-    if name in FREE_TEXT_FIELDS:
-        return _free(value)
-    return value.value if isinstance(value, (RunStatus, StepStatus)) else value
-
-
-def _run_values(fields: dict[str, Any]) -> tuple[tuple[str, ...], list[Any]]:
-    unknown = fields.keys() - RUN_FIELDS
-    if unknown or not fields:
-        raise TypeError(f"update_run: unknown or no fields {sorted(unknown)} (known: {sorted(RUN_FIELDS)})")
-    values: list[Any] = []
-    for k, v in fields.items():
-        if k == "lease":
-            values += _lease_values(v)
-        else:
-            values.append(_field_value(k, v))
-    return tuple(fields), values
-
-
-@functools.lru_cache(maxsize=64)
-def _run_update(names: tuple[str, ...], fenced: bool) -> str:
-    columns = [c for k in names for c in (LEASE_COLUMNS if k == "lease" else (k,))]
-    sql = f"UPDATE runs SET {', '.join(f'{c} = %s' for c in columns)} WHERE run_id = %s"
-    return sql + " AND lease_token = %s" if fenced else sql

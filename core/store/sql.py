@@ -7,8 +7,8 @@ as dicts; SQL is written here with ``?`` placeholders, which a backend that take
 parameters), :meth:`SqlStore._stamp` (a time as the backend stores it), :meth:`SqlStore._free` (free
 text as it can hold it), :meth:`SqlStore._position_values` (a listing position as query parameters),
 ``DRIVER_ERROR`` (its driver's base exception) and :meth:`SqlStore.translate`. What differs between
-the two (opening, migrations, connections, transactions, the hot path, queries that use a dialect's
-own functions) stays in each backend's module.
+the two (opening, migrations, connections, transactions, queries that use a dialect's own
+functions) stays in each backend's module; the writes are :mod:`.commit`'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
-import json
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -27,8 +26,9 @@ from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun, quoted
 from ..models import Checkpoint, Event, OwnedRun, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import PAUSED as PAUSED_RUNS
-from ..status import AnnouncementOutcome, RunStatus, StepStatus
-from .base import NewStep, RunStore, StoreDamaged
+from ..status import AnnouncementOutcome, Decision, RunStatus, StepStatus
+from ..status import PAUSE_KINDS as PAUSING
+from .base import RunStore, StoreDamaged
 from .connections import ThreadConnections
 from .reads import Lookup, RunState, StepBrief
 from .rows import (_execution, _lenient_time, _owner, _position, _summary_fields, _summary_or_none, _time, _vocabulary,
@@ -46,9 +46,9 @@ INPUT_OF_RUN = "(SELECT input FROM run_inputs i WHERE i.run_id = runs.run_id)"
 DEFINITION_OF_RUN = "(SELECT definition FROM definitions d WHERE d.fingerprint = runs.fingerprint)"
 # A pause is open until one of these decisions is recorded. Anything else in the column (a hand
 # edit, damage) reads as undecided: a decision that cannot be read is never taken as an approval.
-DECISIONS = ("approved", "rejected", "responded", "expired", "cancelled")
+DECISIONS = tuple(d.value for d in Decision)
 UNDECIDED = f"(decision IS NULL OR decision NOT IN {DECISIONS!r})"
-PAUSE_KINDS = ("approval", "input", "orphan")
+PAUSE_KINDS = tuple(sorted(k.value for k in PAUSING))
 PAUSED = f"kind IN {PAUSE_KINDS!r}"
 # The pauses no worker has announced yet (``worker --on-pause``): the condition of the partial index
 # checkpoints_unannounced, which holds these rows only (empty when every open pause was announced).
@@ -67,10 +67,6 @@ STEP_COLUMNS = (
     "s.started_at, s.finished_at, s.idempotency_key, "
     "EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS has_output"
 )
-RUN_FIELDS = {"status", "updated_at", "current_step", "steps_done", "steps_total", "error", "lease", "fingerprint",
-              "suspect_deaths"}
-STEP_FIELDS = {"status", "attempts", "error", "traceback", "started_at", "finished_at"}
-TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
 # Checkpoints that hold the driver state a run goes on from (not a pause's).
 STATE_KINDS = ("start", "boundary", "fork")
 # Each lookup of a run's newest checkpoint of a sort; pauses are read through the partial index
@@ -548,94 +544,10 @@ class SqlStore(RunStore):
                                  (*values, checkpoint_id, self._stamp(until))) == 1
 
     @translated
-    def reopen_announcement(self, checkpoint_id: int) -> None:
-        self._execute("UPDATE checkpoints SET announced_at = NULL, announce_failed_at = NULL, announcing_until = NULL "
-                      "WHERE checkpoint_id = ?", (checkpoint_id,))
-
-    @translated
     def events(self, run_id: str) -> list[Event]:
         return [Event(event_id=r["event_id"], run_id=r["run_id"], at=_time(r, "at", f"event {r['event_id']}"),
                       kind=r["kind"], step=r["step"], actor=r["actor"], detail=readable(r["detail"], dict))
                 for r in self._rows("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", (run_id,))]
-
-    # ---- writes
-
-    _STEP_INSERT = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
-                    "idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-
-    @staticmethod
-    def _step_values(run_id: str, s: NewStep) -> tuple[Any, ...]:
-        return (run_id, s.seq, s.name, s.iteration, s.agent, s.parent, str(s.status), s.attempts, s.options,
-                s.idempotency_key)
-
-    @translated
-    def insert_steps(self, run_id: str, steps: Iterable[NewStep]) -> None:
-        self._execute_many(self._STEP_INSERT, [self._step_values(run_id, s) for s in steps])
-
-    @translated
-    def replace_steps(self, run_id: str, steps: list[NewStep]) -> list[str]:
-        rows = self._rows("SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
-        top = [r for r in rows if r["parent_seq"] is None]
-        old = {r["name"]: r for r in top}
-        shift = len(steps) - len(top)  # children stay after every top-level row, in their order
-        moved: dict[int, int] = {}  # old seq -> new seq of each kept execution
-        kept_rows = []
-        for s in steps:
-            kept = old.pop(s.name, None)
-            if kept is None:
-                kept_rows.append(self._step_values(run_id, s) + (None, None, None, None))
-                continue
-            moved[kept["seq"]] = s.seq
-            kept_rows.append((run_id, s.seq, s.name, kept["iteration"], kept["agent"], None, kept["status"],
-                              kept["attempts"], s.options, kept["idempotency_key"], kept["error"], kept["traceback"],
-                              kept["started_at"], kept["finished_at"]))
-        for r in rows:  # in seq order: a parent is placed before its children
-            if r["parent_seq"] is not None and r["parent_seq"] in moved:
-                moved[r["seq"]] = r["seq"] + shift
-                kept_rows.append((run_id, moved[r["seq"]], r["name"], r["iteration"], r["agent"],
-                                  moved[r["parent_seq"]], r["status"], r["attempts"], r["options"],
-                                  r["idempotency_key"], r["error"], r["traceback"], r["started_at"], r["finished_at"]))
-        self._execute("DELETE FROM steps WHERE run_id = ?", (run_id,))
-        self._execute_many(
-            "INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
-            "idempotency_key, error, traceback, started_at, finished_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", kept_rows)
-        # Outputs move with their execution without being read: park them at negative seqs, move the
-        # kept ones to their new seq, drop the rest.
-        self._execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = ?", (run_id,))
-        self._execute_many("UPDATE outputs SET seq = ? WHERE run_id = ? AND seq = ?",
-                           [(new, run_id, -1 - was) for was, new in moved.items()])
-        self._execute("DELETE FROM outputs WHERE run_id = ? AND seq < 0", (run_id,))
-        # Checkpoints follow their executions (an answer stays with the step that asked for it); a
-        # seq at no kept execution names none (negative), so it never matches an execution added later.
-        def follow(seq: int | None) -> int | None:
-            return seq if seq is None or seq < 0 else moved.get(seq, -1 - seq)
-
-        self._execute_many("UPDATE checkpoints SET seq = ?, paused_seq = ? WHERE checkpoint_id = ?", [
-            (follow(r["seq"]), follow(r["paused_seq"]), r["checkpoint_id"]) for r in self._rows(
-                "SELECT checkpoint_id, seq, paused_seq FROM checkpoints WHERE run_id = ?", (run_id,))
-            if (follow(r["seq"]), follow(r["paused_seq"])) != (r["seq"], r["paused_seq"])])
-        return sorted(old)
-
-    @translated
-    def decide(self, checkpoint_id: int, decision: str, by: str, at: datetime, comment: str | None = None,
-               value_json: str | None = None) -> bool:
-        return self._execute(
-            "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ?, comment = ?, value = ? "
-            f"WHERE checkpoint_id = ? AND {UNDECIDED}",
-            (decision, self._free(by), self._stamp(at), self._free(comment), value_json, checkpoint_id)) == 1
-
-    @translated
-    def close_pauses(self, run_id: str, decision: str, by: str, at: datetime) -> int:
-        return self._execute(
-            "UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ? "
-            f"WHERE run_id = ? AND {PAUSED} AND {UNDECIDED}", (decision, self._free(by), self._stamp(at), run_id))
-
-    @translated
-    def add_event(self, run_id: str, at: datetime, kind: str, *, step: str | None = None,
-                  actor: str | None = None, **detail: Any) -> None:
-        self._execute("INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)",
-                      (run_id, self._stamp(at), kind, step, self._free(actor), event_detail(detail)))
 
 
 def matchable(key: str) -> bool:
@@ -644,22 +556,3 @@ def matchable(key: str) -> bool:
     one matches nothing; it is not sent to the database, whose driver would refuse it (an encoding
     error, or on PostgreSQL a NUL in text)."""
     return "\x00" not in key and encoding.is_unicode(key)
-
-
-def asks_approval(options: str | None) -> bool:
-    """Whether a step's stored options (JSON text) ask for approval: ``"approval"`` is true, 1 or 1.0
-    (never "1"), as SQLite's ``json_extract(options, '$.approval') = 1`` reads it; options that are
-    not a valid JSON object ask for nothing."""
-    try:
-        value = json.loads(options) if options else None
-    except (ValueError, RecursionError):
-        return False
-    if not isinstance(value, dict):
-        return False
-    flag = value.get("approval")
-    return not isinstance(flag, str) and flag == 1
-
-
-def event_detail(detail: dict[str, Any]) -> str | None:
-    """An event's detail as stored: JSON text (None when empty)."""
-    return json.dumps(detail, ensure_ascii=False) if detail else None

@@ -12,7 +12,6 @@ Every ``sqlite3`` error is translated here into a :class:`~relaypoint.errors.Sto
 from __future__ import annotations
 
 import collections
-import functools
 import json
 import os
 import secrets
@@ -27,32 +26,19 @@ from typing import Any
 from ..clock import from_text, to_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError
-from ..models import Lease
-from ..status import OPEN_STEPS, StepStatus
-from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, StoreBusy,
-                   StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
-from .schema import LEASE_COLUMNS, ROW_TIMES
+from .base import NotAStore, StoreBusy, StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly
+from .commit import SqlCommit
 from .connections import ThreadConnections
 from .migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
-from .sql import NESTED, RUN_FIELDS, STEP_FIELDS, TIME_FIELDS, event_detail, translated
+from .schema import ROW_TIMES
+from .sql import NESTED, translated
 from .sql_admin import SqlAdmin, id_column
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
 
-# Statements of the hot path and its helpers: fixed texts, so sqlite3 prepares each once.
-_STEP_END = "UPDATE steps SET status = ?, finished_at = ?, error = ?, traceback = ? WHERE run_id = ? AND seq = ?"
-_STEP_START = (f"UPDATE steps SET status = '{StepStatus.RUNNING.value}', attempts = ?, started_at = ?, "
-               "finished_at = NULL, error = NULL, traceback = NULL WHERE run_id = ? AND seq = ?")
-_STEP_APPEND = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options, "
-                f"started_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, '{StepStatus.RUNNING.value}', ?, ?, ?, ?)")
-_OUTPUT_INSERT = "INSERT OR REPLACE INTO outputs (run_id, seq, value) VALUES (?, ?, ?)"
-_CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at, "
-                      "paused_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-_EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)"
 
-
-class SqliteStore(SqlAdmin):
+class SqliteStore(SqlAdmin, SqlCommit):
     """A relaypoint store in one SQLite file.
 
     ``path``: the file. ``url``: what it was opened with (default: the path). ``create``: make a new
@@ -424,61 +410,8 @@ class SqliteStore(SqlAdmin):
 
     # ---- writes
 
-    @translated
-    def insert_run(self, run: NewRun) -> None:
-        at = _text(run.created_at)
-        self.conn.execute(
-            "INSERT INTO runs (run_id, workflow, status, parent_run_id, forked_from_step, fingerprint, created_at, "
-            "updated_at, current_step, steps_done, steps_total, lease_token, lease_pid, lease_pid_start, lease_host, "
-            "lease_expires_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run.run_id, run.workflow, run.status, run.parent_run_id, run.forked_from_step, run.fingerprint, at, at,
-             run.current_step, run.steps_done, run.steps_total, *_lease_values(run.lease)))
-        self.conn.execute("INSERT INTO run_inputs (run_id, input) VALUES (?, ?)", (run.run_id, run.input))
-        self._keep_definition(run.fingerprint, run.definition)
-
-    def _keep_definition(self, fingerprint: str, definition: str) -> None:
-        # A fingerprint is a hash of its definition: one row serves every run of that definition.
-        self.conn.execute("INSERT OR IGNORE INTO definitions (fingerprint, definition) VALUES (?, ?)",
-                          (fingerprint, definition))
-
-    @translated
-    def update_run(self, run_id: str, *, fence: str | None = None, **fields: Any) -> bool:
-        if "definition" in fields:
-            if "fingerprint" not in fields:
-                raise TypeError("update_run: a definition is stored under its fingerprint: give both")
-            self._keep_definition(fields["fingerprint"], fields.pop("definition"))
-        names, values = _run_values(fields, None)
-        return self.conn.execute(_run_update(names, fence is not None),
-                                 (*values, run_id) if fence is None else (*values, run_id, fence)).rowcount == 1
-
-    @translated
-    def update_step(self, run_id: str, seq: int, **fields: Any) -> None:
-        unknown = set(fields) - STEP_FIELDS
-        if unknown or not fields:
-            raise TypeError(f"update_step: unknown or no fields {sorted(unknown)} (known: {sorted(STEP_FIELDS)})")
-        values = [_text(v) if k in TIME_FIELDS else v for k, v in fields.items()]
-        self.conn.execute(f"UPDATE steps SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ? AND seq = ?",
-                          [*values, run_id, seq])
-
-    @translated
-    def set_output(self, run_id: str, seq: int, json_text: str) -> None:
-        self.conn.execute(_OUTPUT_INSERT, (run_id, seq, json_text))
-
-    def _insert_checkpoint(self, c: NewCheckpoint) -> int:
-        cur = self.conn.execute(_CHECKPOINT_INSERT, (c.run_id, c.seq, c.step, c.kind, _text(c.at), c.reason,
-                                                     c.state, _text(c.deadline_at), c.paused_seq))
-        return int(cur.lastrowid)
-
-    @translated
-    def add_checkpoint(self, checkpoint: NewCheckpoint) -> int:
-        return self._insert_checkpoint(checkpoint)
-
-    @translated
-    def cancel_open_steps(self, run_id: str, at: datetime) -> None:
-        self.conn.execute(
-            "UPDATE steps SET status = ?, finished_at = coalesce(finished_at, ?) "
-            f"WHERE run_id = ? AND status IN ({', '.join('?' * len(OPEN_STEPS))})",
-            (StepStatus.CANCELLED, _text(at), run_id, *sorted(OPEN_STEPS)))
+    def _inserted_id(self, sql: str, params: Sequence[Any]) -> int:
+        return int(self.conn.execute(sql, params).lastrowid)
 
     # ---- copying between stores
 
@@ -493,70 +426,6 @@ class SqliteStore(SqlAdmin):
         first = self.make_room(table, 0, True) + 1
         return list(range(first, first + count))
 
-    # ---- the hot path
-
-    def commit_boundary(self, boundary: Boundary) -> BoundaryResult:
-        if self.readonly:
-            raise self.read_only_error()
-        if self._in_transaction:
-            raise RuntimeError(NESTED)
-        execute = self.conn.execute
-        try:
-            with self._writers:
-                execute("BEGIN IMMEDIATE")
-                try:
-                    checkpoint_id = self._boundary_writes(boundary)
-                    execute("COMMIT")
-                except BaseException:
-                    if self.conn.in_transaction:
-                        execute("ROLLBACK")
-                    raise
-        except sqlite3.Error as e:
-            raise self.translate(e) from None
-        return BoundaryResult(checkpoint_id=checkpoint_id)
-
-    def start_run(self, run: NewRun, steps: Sequence[NewStep], start: NewCheckpoint,
-                  boundary: Boundary) -> BoundaryResult:
-        with self.transaction(run.run_id):
-            self.insert_run(run)
-            self.insert_steps(run.run_id, steps)
-            self.add_checkpoint(start)
-            return BoundaryResult(checkpoint_id=self._boundary_writes(boundary))
-
-    def _boundary_writes(self, b: Boundary) -> int | None:
-        """The statements of boundary ``b``, in the open transaction; returns its checkpoint's id.
-        The hot path: fixed statement texts (prepared once, cached by sqlite3), the boundary's time
-        converted once, one b-tree page or two per table touched."""
-        at = _text(b.at)
-        ended, started, cp = b.ended, b.started, b.checkpoint
-        names, values = _run_values({"updated_at": b.at, **b.run}, at)
-        execute = self.conn.execute
-        if execute(_run_update(names, b.fence is not None),
-                   (*values, b.run_id) if b.fence is None else (*values, b.run_id, b.fence)).rowcount != 1:
-            raise self._refused(b.run_id)
-        if ended is not None:
-            execute(_STEP_END, (ended.status, at, ended.error, ended.traceback, b.run_id, ended.seq))
-            if ended.output_json is not None:
-                execute(_OUTPUT_INSERT, (b.run_id, ended.seq, ended.output_json))
-        if started is not None:
-            s = started.step
-            if isinstance(s, NewStep):
-                execute(_STEP_APPEND, (b.run_id, s.seq, s.name, s.iteration, s.agent, s.parent, started.attempt,
-                                       s.options, at, s.idempotency_key))
-            else:
-                execute(_STEP_START, (started.attempt, at, b.run_id, s))
-        checkpoint_id = None
-        if cp is not None:
-            checkpoint_id = execute(_CHECKPOINT_INSERT, (
-                cp.run_id, cp.seq, cp.step, cp.kind, at if cp.at == b.at else _text(cp.at), cp.reason,
-                cp.state, _text(cp.deadline_at), cp.paused_seq)).lastrowid
-        if b.events:
-            self.conn.executemany(_EVENT_INSERT, [
-                (b.run_id, at, ev.kind, ev.step, ev.actor,
-                 event_detail({"checkpoint_id": checkpoint_id, **ev.detail} if ev.names_checkpoint else ev.detail))
-                for ev in b.events])
-        return checkpoint_id
-
 
 # ---- conversions --------------------------------------------------------------------------------
 
@@ -567,38 +436,6 @@ def _text(dt: datetime | None) -> str | None:
     if not isinstance(dt, datetime):
         raise TypeError(f"store times are aware UTC datetimes, not {type(dt).__name__} ({dt!r})")
     return to_text(dt)
-
-
-def _lease_values(lease: Lease | None) -> tuple[Any, ...]:
-    if lease is None:
-        return (None,) * len(LEASE_COLUMNS)
-    return (lease.token, lease.pid, lease.pid_start, lease.host, _text(lease.expires_at), _text(lease.heartbeat_at))
-
-
-def _run_values(fields: dict[str, Any], at: str | None) -> tuple[tuple[str, ...], list[Any]]:
-    """The ``runs`` columns and values for :meth:`RunStore.update_run` fields (``at``: the store
-    text of ``updated_at`` when the caller has it). Raises ``TypeError`` for an unknown field."""
-    unknown = fields.keys() - RUN_FIELDS
-    if unknown or not fields:
-        raise TypeError(f"update_run: unknown or no fields {sorted(unknown)} (known: {sorted(RUN_FIELDS)})")
-    values = []
-    for k, v in fields.items():
-        if k == "lease":
-            values += _lease_values(v)
-        elif k == "updated_at" and at is not None:
-            values.append(at)
-        else:
-            values.append(_text(v) if k in TIME_FIELDS else v)
-    return tuple(fields), values
-
-
-@functools.lru_cache(maxsize=64)
-def _run_update(names: tuple[str, ...], fenced: bool) -> str:
-    """The ``UPDATE runs`` text setting ``names`` (``lease``: its columns), fenced or not: built
-    once per shape."""
-    columns = [c for k in names for c in (LEASE_COLUMNS if k == "lease" else (k,))]
-    sql = f"UPDATE runs SET {', '.join(f'{c} = ?' for c in columns)} WHERE run_id = ?"
-    return sql + " AND lease_token = ?" if fenced else sql
 
 
 def _writable(path: Path) -> bool:

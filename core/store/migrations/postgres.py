@@ -1,5 +1,6 @@
 """The PostgreSQL store's migrations: the statements that bring a store's schema of version N - 1 to
-version N, and the functions they create (``commit_boundary``, ``start_run``, the run counters).
+version N, and the functions they create (``commit_change``, the run counters; ``commit_boundary`` and
+``start_run`` before version 10).
 
 The tables they arrive at are :mod:`relaypoint.store.schema`'s; ``meta`` holds the version.
 """
@@ -10,11 +11,14 @@ import hashlib
 from collections.abc import Callable
 
 from ...status import StepStatus
+from ..schema import LEASE_COLUMNS
+from ..commit import NEW_RUN_COLUMNS, OPEN_STEP_STATUSES
 from ..sql import PAUSED, UNANNOUNCED, UNDECIDED
 from . import paused_seq_derived
 
 FENCE_REFUSED = "RPF01"
-"""The SQLSTATE a boundary's refused run update raises (commit_boundary), rolling the boundary back."""
+"""The SQLSTATE a refused write raises, rolling back what it wrote (commit_boundary's run update;
+commit_change's refusal after its run insert)."""
 
 
 def lock_key(schema: str) -> int:
@@ -487,7 +491,181 @@ def _migrate_9(schema: str) -> list[str]:
     ]
 
 
+INSERTED_ARRAYS = ("i_seqs", "i_names", "i_iterations", "i_agents", "i_parents", "i_statuses", "i_attempts",
+                    "i_options", "i_keys")
+"""The fields of a change's document holding its inserted executions, one array per column."""
+CHECKPOINT_ARRAYS = ("cp_runs", "cp_seqs", "cp_steps", "cp_kinds", "cp_ats", "cp_reasons", "cp_deadlines",
+                      "cp_paused")
+"""... and its new checkpoints (their states are an argument of their own)."""
+_CHANGE_TYPE = """
+    run text, fence text, at timestamptz, lock1 integer, lock2 integer,
+    new boolean, n_workflow text, n_status text, n_parent_run text, n_forked_from text, n_fingerprint text,
+    n_created_at timestamptz, n_current_step text, n_steps_done bigint, n_steps_total bigint, n_lease_token text,
+    n_lease_pid bigint, n_lease_pid_start text, n_lease_host text, n_lease_expires_at timestamptz,
+    n_heartbeat_at timestamptz,
+    i_seqs bigint[], i_names text[], i_iterations bigint[], i_agents text[], i_parents bigint[], i_statuses text[],
+    i_attempts bigint[], i_options text[], i_keys text[],
+    d_checkpoint bigint, d_decision text, d_by text, d_comment text, d_value text,
+    fields text[], status text, current_step text, steps_done bigint, steps_total bigint, error text,
+    fingerprint text, suspect_deaths bigint, lease_token text, lease_pid bigint, lease_pid_start text,
+    lease_host text, lease_expires_at timestamptz, heartbeat_at timestamptz,
+    e_seqs bigint[], e_statuses text[], e_errors text[], e_tracebacks text[],
+    m_seqs bigint[], m_statuses text[], cancel_open boolean,
+    start_seq bigint, start_attempt bigint, start_new boolean, new_name text, new_iteration bigint, new_agent text,
+    new_parent bigint, new_options text, new_key text,
+    o_seqs bigint[], x_decision text, x_by text, reopen bigint,
+    cp_runs text[], cp_seqs bigint[], cp_steps text[], cp_kinds text[], cp_ats timestamptz[], cp_reasons text[],
+    cp_deadlines timestamptz[], cp_paused bigint[],
+    ev_kinds text[], ev_steps text[], ev_actors text[], ev_details text[], ev_names boolean[]"""
+"""The fields of a change's document (the schema's ``change`` type, version 10); see
+:meth:`PostgresStore._change_params`."""
+
+
+def _set_if(column: str, field: str | None = None) -> str:
+    """A ``runs`` column set from the change's field when the run update names it."""
+    return f"{column} = CASE WHEN '{field or column}' = ANY(c.fields) THEN c.{column} ELSE {column} END"
+
+
+def _commit_change_function(schema: str) -> str:
+    """The schema's ``commit_change`` function (version 10): a change (see
+    :class:`~relaypoint.store.writes.Change`) in the order it gives. A refusal before its first
+    write returns it (``o_refused``: 'decided', or the run's status, '' when there is no run) and
+    writes nothing; after its run insert it raises ``FENCE_REFUSED`` with that in the detail."""
+    run_columns = ", ".join(NEW_RUN_COLUMNS)
+    lease = ", ".join(f"c.n_{col}" for col in LEASE_COLUMNS)
+    run_sets = ",\n                    ".join(
+        [_set_if(col) for col in ("status", "current_step", "steps_done", "steps_total", "error", "fingerprint",
+                                  "suspect_deaths")]
+        + [_set_if(col, "lease") for col in LEASE_COLUMNS]
+        + ["updated_at = CASE WHEN 'updated_at' = ANY(c.fields) THEN c.at ELSE updated_at END"])
+    refuse = ("IF c.new THEN RAISE EXCEPTION 'relaypoint: the change was refused' USING "
+              f"ERRCODE = '{FENCE_REFUSED}', DETAIL = o_refused; END IF; RETURN;")
+    return f"""CREATE OR REPLACE FUNCTION {schema}.commit_change(
+                doc json, p_input text, p_definition text, p_outputs text[], p_states text[],
+                OUT o_checkpoint bigint, OUT o_refused text)
+            LANGUAGE plpgsql AS $$
+            DECLARE
+                c {schema}.change := json_populate_record(NULL::{schema}.change, doc);
+                changed bigint;
+            BEGIN
+                PERFORM pg_advisory_xact_lock_shared(c.lock1, c.lock2);
+                IF c.new THEN
+                    INSERT INTO {schema}.runs ({run_columns})
+                        VALUES (c.run, c.n_workflow, c.n_status, c.n_parent_run, c.n_forked_from, c.n_fingerprint,
+                                c.n_created_at, c.n_created_at, c.n_current_step, c.n_steps_done, c.n_steps_total,
+                                {lease});
+                    INSERT INTO {schema}.run_inputs (run_id, input) VALUES (c.run, p_input);
+                END IF;
+                IF cardinality(c.i_seqs) > 0 THEN
+                    INSERT INTO {schema}.steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts,
+                                                options, idempotency_key)
+                        SELECT c.run, s.* FROM unnest(c.i_seqs, c.i_names, c.i_iterations, c.i_agents, c.i_parents,
+                                                      c.i_statuses, c.i_attempts, c.i_options, c.i_keys) AS s;
+                END IF;
+                IF c.d_checkpoint IS NOT NULL THEN
+                    UPDATE {schema}.checkpoints SET decision = c.d_decision, decided_by = c.d_by, decided_at = c.at,
+                                                    comment = c.d_comment, value = c.d_value
+                        WHERE checkpoint_id = c.d_checkpoint AND {UNDECIDED};
+                    GET DIAGNOSTICS changed = ROW_COUNT;
+                    IF changed <> 1 THEN
+                        o_refused := 'decided';
+                        {refuse}
+                    END IF;
+                END IF;
+                IF c.fields IS NOT NULL THEN
+                    UPDATE {schema}.runs SET
+                    {run_sets}
+                    WHERE run_id = c.run AND (c.fence IS NULL OR lease_token = c.fence);
+                    GET DIAGNOSTICS changed = ROW_COUNT;
+                    IF changed <> 1 THEN
+                        o_refused := coalesce((SELECT r.status FROM {schema}.runs r WHERE r.run_id = c.run), '');
+                        {refuse}
+                    END IF;
+                END IF;
+                IF p_definition IS NOT NULL THEN
+                    INSERT INTO {schema}.definitions (fingerprint, definition)
+                        VALUES (coalesce(c.n_fingerprint, c.fingerprint), p_definition)
+                        ON CONFLICT (fingerprint) DO NOTHING;
+                END IF;
+                IF cardinality(c.e_seqs) > 0 THEN
+                    UPDATE {schema}.steps s SET status = e.status, finished_at = c.at, error = e.error,
+                                                traceback = e.traceback
+                        FROM unnest(c.e_seqs, c.e_statuses, c.e_errors, c.e_tracebacks) AS e(seq, status, error, traceback)
+                        WHERE s.run_id = c.run AND s.seq = e.seq;
+                END IF;
+                IF cardinality(c.m_seqs) > 0 THEN
+                    UPDATE {schema}.steps s SET status = m.status
+                        FROM unnest(c.m_seqs, c.m_statuses) AS m(seq, status)
+                        WHERE s.run_id = c.run AND s.seq = m.seq;
+                END IF;
+                IF c.cancel_open THEN
+                    UPDATE {schema}.steps SET status = '{StepStatus.CANCELLED.value}',
+                                              finished_at = coalesce(finished_at, c.at)
+                        WHERE run_id = c.run AND status IN {OPEN_STEP_STATUSES!r};
+                END IF;
+                IF c.start_new THEN
+                    INSERT INTO {schema}.steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts,
+                                                options, started_at, idempotency_key)
+                        VALUES (c.run, c.start_seq, c.new_name, c.new_iteration, c.new_agent, c.new_parent,
+                                '{StepStatus.RUNNING.value}', c.start_attempt, c.new_options, c.at, c.new_key);
+                ELSIF c.start_seq IS NOT NULL THEN
+                    UPDATE {schema}.steps SET status = '{StepStatus.RUNNING.value}', attempts = c.start_attempt,
+                                              started_at = c.at, finished_at = NULL, error = NULL, traceback = NULL
+                        WHERE run_id = c.run AND seq = c.start_seq;
+                END IF;
+                IF cardinality(c.o_seqs) > 0 THEN
+                    INSERT INTO {schema}.outputs (run_id, seq, value)
+                        SELECT c.run, o.seq, o.value FROM unnest(c.o_seqs, p_outputs) AS o(seq, value)
+                        ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value;
+                END IF;
+                IF c.x_decision IS NOT NULL THEN
+                    UPDATE {schema}.checkpoints SET decision = c.x_decision, decided_by = c.x_by, decided_at = c.at
+                        WHERE run_id = c.run AND {PAUSED} AND {UNDECIDED};
+                END IF;
+                IF c.reopen IS NOT NULL THEN
+                    UPDATE {schema}.checkpoints SET announced_at = NULL, announce_failed_at = NULL,
+                                                    announcing_until = NULL
+                        WHERE checkpoint_id = c.reopen;
+                END IF;
+                IF cardinality(c.cp_kinds) > 0 THEN
+                    WITH made AS (
+                        INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state,
+                                                          deadline_at, paused_seq)
+                            SELECT k.run_id, k.seq, k.step, k.kind, k.at, k.reason, k.state, k.deadline, k.paused
+                            FROM unnest(c.cp_runs, c.cp_seqs, c.cp_steps, c.cp_kinds, c.cp_ats, c.cp_reasons,
+                                        p_states, c.cp_deadlines, c.cp_paused)
+                                 WITH ORDINALITY AS k(run_id, seq, step, kind, at, reason, state, deadline, paused, n)
+                            ORDER BY k.n
+                            RETURNING checkpoint_id)
+                    SELECT max(made.checkpoint_id) INTO o_checkpoint FROM made;
+                END IF;
+                IF cardinality(c.ev_kinds) > 0 THEN
+                    INSERT INTO {schema}.events (run_id, at, kind, step, actor, detail)
+                        SELECT c.run, c.at, e.kind, e.step, e.actor,
+                               CASE WHEN e.names THEN '{{"checkpoint_id": ' || o_checkpoint || e.detail ELSE e.detail END
+                        FROM unnest(c.ev_kinds, c.ev_steps, c.ev_actors, c.ev_details, c.ev_names)
+                             WITH ORDINALITY AS e(kind, step, actor, detail, names, n)
+                        ORDER BY e.n;
+                END IF;{_notification(schema, channel(schema), True)}
+            END $$"""
+
+
+def _migrate_10(schema: str) -> list[str]:
+    """Version 10: every write to a run is one change, one call of the schema's ``commit_change``
+    (read into the ``change`` type), which replaces ``commit_boundary`` and ``start_run``: claims,
+    decisions, pauses, forks and lease renewals too are one round trip each."""
+    return [
+        f"DROP FUNCTION {schema}.start_run",
+        f"DROP FUNCTION {schema}.commit_boundary",
+        f"DROP TYPE {schema}.run_start",
+        f"DROP TYPE {schema}.boundary",
+        f"CREATE TYPE {schema}.change AS ({_CHANGE_TYPE})",
+        _commit_change_function(schema),
+        f"ALTER FUNCTION {schema}.commit_change SET plan_cache_mode = force_generic_plan",
+    ]
+
+
 MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1, _migrate_2, _migrate_3, _migrate_4, _migrate_5,
-                                                _migrate_6, _migrate_7, _migrate_8, _migrate_9]
+                                                _migrate_6, _migrate_7, _migrate_8, _migrate_9, _migrate_10]
 """The schema's migrations in order: version N is reached by running ``MIGRATIONS[N - 1]``."""
 SCHEMA_VERSION = len(MIGRATIONS)
