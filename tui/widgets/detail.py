@@ -23,11 +23,11 @@ from relaypoint.models import Event, Run, StepRecord
 from relaypoint.patterns_view import describe, kind_of, paused_execution, progress, shown_status, tree
 from relaypoint.status import StepStatus
 
-from . import format as fmt
-from .actions import RUN_ACTIONS
-from .data import RunDetail, StepOutput
-from .patterns import call_name, group_name
-from .readable import ReadableOutput
+from .. import format as fmt
+from ..actions import RUN_ACTIONS
+from ..data import RunDetail, StepOutput
+from ..patterns import call_name, group_name
+from .readable_output import ReadableOutput
 from .tables import KeyedTable
 
 STATUS_WIDTH = max(fmt.step_status(status).cell_len for status in StepStatus)
