@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical, VerticalScroll
+from textual.geometry import Size
 from textual.widgets import Button, Static
 from textual.widgets.data_table import ColumnKey
 
@@ -271,7 +272,9 @@ class StepsTable(KeyedTable):
         column = self.columns.get(ColumnKey("step"))
         if column is not None and (column.auto_width or column.width != width):
             column.width, column.auto_width = width, False
-            self._require_update_dimensions = True  # Textual's own flag: re-measure on the next idle
+            # DataTable measures its scrollable width only as rows and cells change: say it here.
+            self.virtual_size = Size(sum(c.get_render_width(self) for c in self.columns.values()),
+                                     self.virtual_size.height)
             self.refresh()
 
     def action_scroll_output(self, direction: int) -> None:
