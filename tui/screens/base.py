@@ -36,6 +36,7 @@ LiveRead = Callable[[Runtime, int], Message | None]
 reader's connection number, the first part of a :data:`~relaypoint.tui.data.Version`): the message
 to post, or None when there is nothing to show (the store did not change)."""
 
+LIVE_GROUP = "live"
 FINISHED = (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED)
 RUN_ACTION = {a.name: a for a in RUN_ACTIONS}
 
@@ -114,12 +115,16 @@ class BaseScreen(Screen[None]):
         """Make the answer of a look under way stale (see :meth:`is_stale`)."""
         self.generation += 1
 
+    def cancel_look(self) -> None:
+        """Cancel the look under way, if any: its answer is not posted (the next is scheduled)."""
+        self.workers.cancel_group(self, LIVE_GROUP)
+
     def is_stale(self, generation: int) -> bool:
         """True when a look made at ``generation`` was superseded since, a decision made here is
         being recorded, or something is open over the screen: its answer is not shown."""
         return generation != self.generation or self.deciding or self.app.screen is not self
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="live")
+    @work(thread=True, exclusive=True, exit_on_error=False, group=LIVE_GROUP)
     def _read_live(self, read: LiveRead) -> None:
         reader = self.app.reader
         try:

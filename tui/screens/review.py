@@ -182,7 +182,7 @@ class ReviewScreen(BaseScreen):
     def _ask(self, want: ReviewWant) -> None:
         """Read the queue as the reviewer asked; a look under way is dropped."""
         self.supersede()
-        self.workers.cancel_group(self, "live")
+        self.cancel_look()
         self._reading = self._read(want)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="review")
@@ -208,7 +208,9 @@ class ReviewScreen(BaseScreen):
 
         def read(rt: Any, connection: int) -> ReviewLoaded | None:
             now = (connection, *rt.data_version())
-            return None if now == version else ReviewLoaded(read_review(rt, want), now, generation, want.current)
+            if now == version:
+                return None
+            return ReviewLoaded(read_review(rt, want), now, live=generation, shown=want.current)
 
         return read
 
