@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from .defaults import DURABILITY
-from .display import clean
 from .store.url import log_stem
+from .views.display import clean
 
 REASON_CHARS = 300
 """Characters of a failed resume's reason shown (it is one line in the console)."""

@@ -35,8 +35,8 @@ from urllib.parse import quote, unquote
 
 from aiohttp import web
 
-from .display import clean
 from .errors import InvalidValue, RelaypointError
+from .views.display import clean
 
 TOKEN_BYTES = 32
 """Random bytes in a fresh token (43 URL-safe characters)."""

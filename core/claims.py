@@ -25,7 +25,7 @@ from .models import Checkpoint, Owner, RunHead, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import resume_refusal
 from .status import OPEN_STEPS, PAUSE_KINDS, CheckpointKind, EventKind, RunStatus, StepStatus, goes_on
-from .store import Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, RunStore
+from .store import Lookup, Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, RunStore
 from .workflow import Workflow, describe_drift, fingerprint
 
 
@@ -144,7 +144,7 @@ class Claims:
         lease = self.lease(rid)
         while True:
             with self.store.transaction(rid, skip_locked=skip_locked):
-                head = self.store.head(rid)
+                head = self.store.run(rid, documents=False)
                 owner = head.lease
                 if not (head.status == RunStatus.RUNNING and owner and owner_gone(
                         owner.host, owner.pid, owner.pid_start, owner.expires_at, self.clock())):
@@ -168,8 +168,8 @@ class Claims:
         driver = wf.driver()
         at = now_of(self.clock)
         steps_done = self._reconcile(head, wf, driver, allow_drift, at)
-        input = self.store.run_input(rid)
-        checkpoint = self.store.latest_checkpoint(rid)
+        input = self.store.run_document(rid, "input")
+        checkpoint = self.store.checkpoint(rid, Lookup.LATEST)
         state = driver.initial_state() if checkpoint is None else self._restored(driver, checkpoint)
         resume_at = checkpoint.seq if checkpoint else None
         state, action, cur = self.executor.resolve(rid, driver, state, input, resume_at=resume_at)
@@ -222,7 +222,7 @@ class Claims:
 
     def _refuse_unless_decided(self, rid: str) -> None:
         """Fail closed: the run's latest pause must carry a readable decision that lets it go on."""
-        last = self.store.last_pause(rid)
+        last = self.store.checkpoint(rid, Lookup.LAST_PAUSE)
         if last is not None and not goes_on(last.kind, last.decision):
             raise RefusedTransition(
                 f"run {rid} waits on checkpoint {last.checkpoint_id}, whose decision {last.decision!r} does not "
@@ -266,16 +266,16 @@ class Claims:
         if head.fingerprint == wf.fingerprint():
             return head.steps_done
         defined = driver.definition()
-        recorded = self.store.run_definition(rid) or []
+        recorded = self.store.run_document(rid, "definition") or []
         if recorded == defined:
             return head.steps_done
         change = describe_drift(recorded, defined)
         if not allow_drift:
             raise DriftError(f"workflow {wf.name!r} changed since run {rid} was recorded ({change}); "
                              "fork the run, or resume with --allow-drift to map completed steps by name")
-        latest = self.store.latest_checkpoint(rid)
+        latest = self.store.checkpoint(rid, Lookup.LATEST)
         under_way = [s.name for s in self.store.steps(rid) if s.parent is None and s.options.get("pattern")
-                     and s.status != StepStatus.COMPLETED and self.store.children(rid, s.seq)]
+                     and s.status != StepStatus.COMPLETED and self.store.steps(rid, parent=s.seq)]
         planned = driver.planned()
         dropped = self.store.replace_steps(rid, [
             NewStep(seq=i, name=s.name, idempotency_key=idempotency_key(rid, Call(s.name)),
@@ -315,7 +315,7 @@ class Claims:
         lowered limit, a removed voter's vote), keeping their records and outputs. Returns them as
         the ``drift_allowed`` event names them. (Its open call is the one the run stopped at, which
         :meth:`_abandon` cancels if the run does not go on with it; a failed call stays failed.)"""
-        gone = [c for c in self.store.children(rid, group)
+        gone = [c for c in self.store.steps(rid, parent=group)
                 if c.status == StepStatus.COMPLETED and not driver.kept(state, Call.of(c))]
         for c in gone:
             self.store.update_step(rid, c.seq, status=StepStatus.CANCELLED)
@@ -327,7 +327,7 @@ class Claims:
         chain was rebuilt; nodes then named ``recorded``) carried over to the new definition, with
         the seq and step it goes on at, when it went on at ``first`` (the first top-level step not
         completed) or inside it; None otherwise, or when the driver cannot carry it over."""
-        moved = self.store.latest_checkpoint(rid)  # ``latest``, its seq moved with its execution
+        moved = self.store.checkpoint(rid, Lookup.LATEST)  # ``latest``, its seq moved with its execution
         if latest is None or first is None or moved is None or moved.seq < 0:
             return None
         row = self.store.step(rid, moved.seq)

@@ -4,8 +4,8 @@ Every expected failure prints one line ``Error: ...`` on stderr and exits 1; usa
 (click's own handling). Human output shows stored text literally; ``--json`` prints JSON.
 
 Stored and step-produced text (names, outputs, errors, exception messages) may carry terminal
-control sequences. Every line this module prints goes through :func:`relaypoint.display.clean` or
-:func:`relaypoint.display.literal`: messages through :func:`_say`, errors at one choke point in
+control sequences. Every line this module prints goes through :func:`relaypoint.views.display.clean` or
+:func:`relaypoint.views.display.literal`: messages through :func:`_say`, errors at one choke point in
 :func:`main`, which also cleans whatever else reaches stderr (a step's own writes, a traceback), so
 ``<store>.resume.log`` is clean too.
 """
@@ -33,7 +33,6 @@ from .apploader import load_workflows
 from .browser import DEFAULT_PORT, LOOPBACK_HOST
 from .clock import to_text
 from .copying import BATCH_RUNS, copy_runs
-from .display import Preview, clean, error_line, literal, preview, preview_json
 from .drivers import Call, where
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
@@ -43,8 +42,9 @@ from .workflow import find_workflow
 from .models import Run, RunSummary
 from .store import RunStore, StoreMissing, open_store
 from .store.url import shown
-from .patterns_view import paused_execution
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
+from .views.display import Preview, clean, error_line, literal, preview, preview_json
+from .views.patterns import paused_execution
 
 LIST_PAGE = 1_000
 """Runs read per store query while ``list`` streams its rows."""
@@ -426,7 +426,7 @@ def _waits_at(run: Run) -> str:
 
 
 def _bounded(out: Console, shown: Preview, whole: str, style: str = "") -> None:
-    """Print a bounded preview (see :func:`relaypoint.display.preview`); when it was cut, say the
+    """Print a bounded preview (see :func:`relaypoint.views.display.preview`); when it was cut, say the
     whole size and the command ``whole`` that prints all of it."""
     out.print(literal(shown.head, style, multiline=True))
     if shown.cut:
@@ -527,7 +527,7 @@ def fork(ctx: click.Context, run_id: str, from_step: str, iteration: int | None,
 def cancel(ctx: click.Context, run_id: str, by: str | None) -> None:
     """Cancel a run that has not ended."""
     rt = _runtime(ctx)
-    rid = rt.store.resolve(run_id)
+    rid = rt.resolve(run_id)
     previous = rt.cancel(rid, by=by)
     _say(f"cancelled run {rid} (it was {previous})")
 

@@ -30,7 +30,8 @@ from .errors import RelaypointError, StoreError
 from .lease import owner_gone
 from .status import RunStatus
 from .store import RunStore
-from .store.base import COPIED_TABLES, RunRows
+from .store.admin import RunRows
+from .store.schema import COPIED_TABLES
 
 NUMBERED = ("checkpoints", "events")
 """The tables whose ids a store gives, which a copy keeps or renumbers (see :meth:`RunStore.make_room`)."""
@@ -47,7 +48,7 @@ class CopyRefused(RelaypointError):
 @dataclass
 class CopyReport:
     """What :func:`copy_runs` did: ``runs`` copied, ``skipped`` (already in the destination, with
-    ``skip_existing``), ``rows`` copied per table of :data:`~relaypoint.store.base.COPIED_TABLES`,
+    ``skip_existing``), ``rows`` copied per table of :data:`~relaypoint.store.schema.COPIED_TABLES`,
     each batch's rows counted in the destination equal to those read from the source."""
 
     runs: int = 0
@@ -117,7 +118,7 @@ def copy_runs(source: RunStore, destination: RunStore | None, *, create: Callabl
         if len(there) <= _NAMED:
             there.extend(rid for rid in ids if rid in held)  # named in the copy's order
         for table in NUMBERED:
-            numbered = source.copied_ids(table, [rid for rid in ids if rid not in held])
+            numbered = source.held_ids(table, runs=[rid for rid in ids if rid not in held])
             top[table] = max(top[table], max(numbered, default=0))
             if numbered and destination is not None and not clash[table]:
                 clash[table] = bool(destination.held_ids(table, numbered))

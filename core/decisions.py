@@ -15,12 +15,12 @@ from .models import Checkpoint, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import cancel_refusal, decision_refusal
 from .status import APPROVAL_KINDS, INPUT_KINDS, CheckpointKind, Decision, EventKind, RunStatus, StepStatus
-from .store import RunStore
+from .store import Lookup, RunStore
 
 
 def step_named(store: RunStore, rid: str, name: str | None) -> StepRecord:
     """The run's top-level step ``name``; ``UnknownStep`` listing its steps otherwise."""
-    found = store.step_named(rid, name) if name is not None else None
+    found = store.step(rid, name=name) if name is not None else None
     if found is None:
         names = ", ".join(s.name for s in store.steps(rid) if s.parent is None) or "none"
         raise UnknownStep(f"run {rid} has no step {quoted(name)}; its steps are: {names}")
@@ -40,12 +40,12 @@ class Decisions:
         self.store, self.clock, self.recovery = store, clock, recovery
 
     def _pending(self, rid: str, kinds: tuple[str, ...], verb: str, checkpoint_id: int | None) -> Checkpoint:
-        cp = self.store.pending_checkpoint(rid)
+        cp = self.store.checkpoint(rid, Lookup.PENDING)
         # The open checkpoint decides, not the status column: a pause whose decision cannot be read
         # is open again (fail closed) and can be decided, whatever status a hand edit left.
-        refusal = decision_refusal(self.store.head(rid), cp, kinds, verb)
+        refusal = decision_refusal(self.store.run(rid, documents=False), cp, kinds, verb)
         if refusal is not None:
-            last = self.store.last_pause(rid)
+            last = self.store.checkpoint(rid, Lookup.LAST_PAUSE)
             decided = (f" (its last pause was already decided: {last.decision} by {last.decided_by})"
                        if last is not None and last.decision else "")
             raise RefusedTransition(refusal + decided)
@@ -79,7 +79,7 @@ class Decisions:
             own = self._paused_execution(rid, cp)
             at = now_of(self.clock)
             self._decide(cp, Decision.APPROVED, by, at, comment, value)
-            head = self.store.head(rid)
+            head = self.store.run(rid, documents=False)
             if cp.kind == CheckpointKind.APPROVAL and own.status != StepStatus.AWAITING_APPROVAL:
                 # a gate: the output of the gated execution, approved (or edited); the run goes on after it
                 if value is not None:
@@ -160,7 +160,7 @@ class Decisions:
         self.recovery.sweep()  # a run whose owner died is reported as interrupted, not running
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            head = self.store.head(rid)
+            head = self.store.run(rid, documents=False)
             if (refusal := cancel_refusal(head)) is not None:
                 raise RefusedTransition(refusal)
             at = now_of(self.clock)

@@ -74,8 +74,8 @@ def build_demo(db_url: str, root: str | None = None, progress: Callable[[str], N
         raise RelaypointError(f"demo: the directory to audit, {root!r}, {problem}; give --root an existing directory")
     base = {"root": root}
     with Runtime(db_url, workflows, durability=durability) as rt:
-        if rt.store.readonly_reason is not None:  # before the first progress line, which reads as success
-            raise rt.store.read_only_error("the demo records the runs it makes, so it needs a store it can write")
+        if rt.readonly_reason is not None:  # before the first progress line, which reads as success
+            raise rt.read_only_error("the demo records the runs it makes, so it needs a store it can write")
         runs: dict[str, str] = {}
 
         progress("completed: audit, approve, resume to the end")

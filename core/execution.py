@@ -72,7 +72,7 @@ class Claim:
 
 def lease_lost(store: RunStore, run_id: str) -> LeaseLost:
     """The ``LeaseLost`` saying why this process no longer owns the run."""
-    return LeaseLost.of(run_id, cancelled=store.head(run_id).status == RunStatus.CANCELLED)
+    return LeaseLost.of(run_id, cancelled=store.run(run_id, documents=False).status == RunStatus.CANCELLED)
 
 
 def state_json(state: State) -> str:

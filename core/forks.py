@@ -21,7 +21,7 @@ from .execution import deadline_of
 from .models import Checkpoint, StepRecord
 from .recovery import now_of
 from .status import CheckpointKind, Decision, EventKind, RunStatus, StepStatus
-from .store import NewCheckpoint, NewRun, RunStore
+from .store import Lookup, NewCheckpoint, NewRun, RunStore
 
 
 class Forks:
@@ -37,9 +37,10 @@ class Forks:
         input_text = None if input is None else encoding.dumps(input, "input")
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            parent = self.store.head(rid)
+            parent = self.store.run(rid, documents=False)
             step = step_named(self.store, rid, from_step)
-            missing = self.store.open_before(rid, step.seq)
+            copied = self.store.steps(rid, before=step.seq)  # the top-level executions the fork reuses
+            missing = next((s for s in copied if s.status != StepStatus.COMPLETED), None)
             if missing is not None:
                 raise RefusedTransition(f"step '{missing.name}' of run {rid} has not completed, so there is no "
                                         f"output to reuse; fork from '{missing.name}' or earlier")
@@ -54,14 +55,14 @@ class Forks:
             at = now_of(self.clock)
             self.store.insert_run(NewRun(
                 run_id=new_id, workflow=parent.workflow, status=RunStatus.QUEUED,
-                input=input_text or encoding.dumps(self.store.run_input(rid), "input"),
-                definition=self.store.definition_text(rid), fingerprint=parent.fingerprint or "",
+                input=input_text or encoding.dumps(self.store.run_document(rid, "input"), "input"),
+                definition=self.store.run_document(rid, "definition", text=True), fingerprint=parent.fingerprint or "",
                 created_at=at, steps_total=parent.steps_total, current_step=step.name,
                 steps_done=step.seq,  # every top-level execution before it completed (else refused above)
                 parent_run_id=rid, forked_from_step=step.name))
             self.store.copy_for_fork(rid, new_id, step.seq, None if iteration is None else cut)
             fork = NewCheckpoint(new_id, CheckpointKind.FORK, cut, step.name, at, state=encoding.dumps(state, "state"))
-            self._carry_gates(rid, self.store.gates_before(rid, step.seq), fork, input is not None, iteration)
+            self._carry_gates(rid, gates(copied), fork, input is not None, iteration)
         return new_id
 
     def _iteration_boundary(self, rid: str, group: StepRecord, iteration: int) -> Checkpoint:
@@ -74,7 +75,7 @@ class Forks:
         if "pattern" not in group.options:
             raise RefusedTransition(f"step {where} is not a pattern, so it has no iterations; "
                                     f"fork from it without an iteration")
-        children = self.store.children(rid, group.seq)
+        children = self.store.steps(rid, parent=group.seq)
         first = next((c for c in children if c.iteration == iteration), None)
         if first is None:
             began = sorted({c.iteration for c in children})
@@ -88,7 +89,7 @@ class Forks:
                     f"execution {c.seq} of pattern {where} (iteration {c.iteration}"
                     f"{f', agent {c.agent!r}' if c.agent else ''}) is {c.status}, so there is no output to reuse; "
                     f"fork from iteration {c.iteration} or earlier")
-        boundary = self.store.checkpoint_at(rid, first.seq)
+        boundary = self.store.checkpoint(rid, Lookup.STATE_AT, first.seq)
         if boundary is None or not isinstance(boundary.state, dict):
             raise RefusedTransition(f"run {rid} recorded no driver state where iteration {iteration} of '{group.name}' "
                                     "began (its earlier iterations were copied from another run); fork that run")
@@ -103,7 +104,7 @@ class Forks:
         inherited: list[tuple[StepRecord, int, Any]] = []
         hold: tuple[StepRecord, str] | None = None
         for s in gates:
-            cp = self.store.latest_approval(parent, s.seq)
+            cp = self.store.checkpoint(parent, Lookup.APPROVAL, s.seq)
             if cp is not None and cp.decision == Decision.APPROVED:
                 inherited.append((s, self.store.inherit_approval(cp.checkpoint_id, child, at), cp))
                 continue
@@ -126,3 +127,9 @@ class Forks:
         self.store.add_event(child, at, EventKind.PAUSED, step=s.name, checkpoint_id=cp_id,
                              gate=CheckpointKind.APPROVAL, reason=reason,
                              deadline_at=None if deadline is None else to_text(deadline))
+
+
+def gates(executions: list[StepRecord]) -> list[StepRecord]:
+    """Of ``executions``, those whose options ask for approval (``"approval"`` true, 1 or 1.0, never
+    "1"): the gates a fork carries over."""
+    return [s for s in executions if not isinstance(flag := s.options.get("approval"), str) and flag == 1]

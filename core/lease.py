@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .clock import Clock, from_text
+from .clock import Clock
 from .models import Lease
 from .store import RunStore, open_store
 
@@ -157,11 +157,3 @@ def heartbeat_store(url: str) -> RunStore:
     on SQLite it has its own. Hold one open for as long as heartbeats may start (a worker does) and
     the pool stays open between runs. Raises what :func:`open_store` raises."""
     return open_store(url, pooled=True)
-
-
-def parse_expiry(text: str | None) -> datetime | None:
-    """A stored lease expiry as UTC; an unreadable one (edited by hand) counts as no lease (None)."""
-    try:
-        return from_text(text)
-    except ValueError:
-        return None

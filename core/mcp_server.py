@@ -6,7 +6,7 @@ call (tools run on the SDK's worker threads; a store connection belongs to one).
 are relaypoint's pydantic models and JSON: ``list_runs`` returns the rows of ``relaypoint list
 --json``, ``show_run`` the object of ``relaypoint show --json``. An expected failure (an unknown
 run, a refused decision, a store that cannot be used) is a tool error (``isError``) whose text is
-the line the CLI prints after ``Error:`` (:func:`relaypoint.display.error_line`). With an app,
+the line the CLI prints after ``Error:`` (:func:`relaypoint.views.display.error_line`). With an app,
 ``resume`` starts the run in a separate background process, as the console does, and ``enqueue``
 records a new run queued for a worker; nothing executes steps in the server's process.
 
@@ -41,12 +41,12 @@ from pydantic_core import ErrorDetails
 from .apploader import load_workflows
 from .background import resume_log, spawn_resume
 from .defaults import DURABILITY, LEASE_SECONDS
-from .display import error_line
 from .encoding import parse_json_arg
 from .errors import RelaypointError
 from .models import Checkpoint, PendingDecision, RunSummary
 from .runtime import Runtime
 from .status import RunStatus
+from .views.display import error_line
 from .workflow import Workflow, find_workflow
 
 INSTRUCTIONS = """relaypoint records durable, resumable runs of multi-step workflows, some of which pause for a \
@@ -264,7 +264,7 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
     def cancel(run_id: RunId, by: By = None) -> Cancelled:
         """Cancel a run that has not ended (a step still running is never recorded as completed)."""
         with runtime() as rt:
-            rid = rt.store.resolve(run_id)
+            rid = rt.resolve(run_id)
             return Cancelled(run_id=rid, previous_status=rt.cancel(rid, by=by))
 
     if app_spec is not None:

@@ -15,7 +15,7 @@ from .drivers import Call, located
 from .lease import owner_gone
 from .models import Owner, StepRecord
 from .status import EventKind, RunStatus, StepStatus
-from .store import RunStore
+from .store import Lookup, RunStore
 
 
 def now_of(clock: Clock) -> datetime:
@@ -68,7 +68,7 @@ class Recovery:
         suspect = co_executing == 1
         cause = {"cause": "released by its owner", "suspect": False} if co_executing is None else {
             "cause": "owner died", "co_executing": co_executing, "suspect": suspect}
-        head = self.store.head(run_id)
+        head = self.store.run(run_id, documents=False)
         step = self.running_step(run_id, head.current_step)
         if step is not None:
             if suspect:  # the poison-pill count, read by one column at resume
@@ -83,9 +83,9 @@ class Recovery:
         started with the boundary that checkpoints it, and a pattern's executions share its name),
         else the top-level step ``current_step`` (a resume that went past copied steps); None when
         neither is running."""
-        checkpoint = self.store.latest_checkpoint(run_id)
+        checkpoint = self.store.checkpoint(run_id, Lookup.LATEST)
         for step in (self.store.step(run_id, checkpoint.seq) if checkpoint is not None else None,
-                     self.store.step_named(run_id, current_step) if current_step else None):
+                     self.store.step(run_id, name=current_step) if current_step else None):
             if step is not None and step.status == StepStatus.RUNNING:
                 return step
         return None

@@ -38,7 +38,7 @@ class Retention:
         """See :meth:`relaypoint.Runtime.prune`."""
         wanted = [RunStatus(s).value for s in statuses]
         with self.store.transaction():
-            ids = [rid for rid, owner in self.store.prunable(wanted, self.clock() - older_than)
-                   if not self._live(owner)]
+            ids = [r.run_id for r in self.store.runs_in(wanted, updated_before=self.clock() - older_than)
+                   if not self._live(r.owner)]
             self.store.delete_runs(ids)
         return ids

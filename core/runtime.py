@@ -28,7 +28,7 @@ from .recovery import Recovery, now_of
 from .refusals import announce_refusal, resume_refusal
 from .retention import Retention
 from .status import TERMINAL, AnnouncementOutcome, RunStatus
-from .store import open_store
+from .store import Lookup, StoreReadOnly, open_store
 from .workflow import Workflow, find_workflow
 
 __all__ = ["Runtime", "os_user"]
@@ -119,7 +119,7 @@ class Runtime:
         parent = head.parent_run_id
         return Run(
             **{k: getattr(head, k) for k in RunSummary.model_fields}, input=head.input or {}, tasks=tasks,
-            pending=self.store.pending_checkpoint(rid), forks=self.store.forks(rid), definition=head.definition,
+            pending=self.store.checkpoint(rid, Lookup.PENDING), forks=self.store.forks(rid), definition=head.definition,
             forked_from_iteration=self._forked_from_iteration(rid) if parent is not None else None,
             parent_deleted=parent is not None and not self.store.exists(parent),
         )
@@ -127,7 +127,7 @@ class Runtime:
     def _forked_from_iteration(self, run_id: str) -> int | None:
         """The iteration of a pattern the fork ``run_id`` was made from, as its fork checkpoint names
         it (see :mod:`relaypoint.forks`); None for a fork from a whole step."""
-        cp = self.store.fork_checkpoint(run_id)
+        cp = self.store.checkpoint(run_id, Lookup.FORK)
         origin = cp.state.get("fork") if cp is not None and isinstance(cp.state, dict) else None
         iteration = origin.get("iteration") if isinstance(origin, dict) else None
         return iteration if isinstance(iteration, int) and not isinstance(iteration, bool) else None
@@ -147,6 +147,29 @@ class Runtime:
     def readonly_reason(self) -> str | None:
         """Why nothing can be recorded in this store, or None when it is writable."""
         return self.store.readonly_reason
+
+    def read_only_error(self, consequence: str) -> StoreReadOnly:
+        """The error to raise for something this read-only store cannot record (check
+        :attr:`readonly_reason` first): a ``StoreReadOnly`` naming the store, why it is read-only and
+        ``consequence`` (what cannot be done, e.g. "a worker ... needs a store it can write")."""
+        return self.store.read_only_error(consequence)
+
+    @property
+    def url(self) -> str:
+        """The store's URL as given to the runtime (what another process is handed to open it)."""
+        return self.store.url
+
+    def resolve(self, run_id: str) -> str:
+        """The full run id for ``run_id``, a full id or a unique prefix. Raises ``UnknownRun`` for an
+        empty id, no match, or a prefix matching several runs (the message names up to two)."""
+        return self.store.resolve(run_id)
+
+    def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
+        """Up to ``limit`` (run id, status) of the queued and interrupted runs of the workflows
+        named ``workflows``, least recently updated first: a worker's candidates. A running run
+        whose owner died counts only once :meth:`sweep` has marked it interrupted."""
+        return [(r.run_id, r.status) for r in self.store.runs_in((RunStatus.QUEUED, RunStatus.INTERRUPTED),
+                                                                 workflows=workflows, limit=limit)]
 
     def list(self, status: str | None = None, workflow: str | None = None, limit: int = 100, *,
              before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
@@ -195,8 +218,8 @@ class Runtime:
         Raises ``UnknownRun``, ``RefusedTransition`` (the run waits on no one), ``StoreReadOnly``."""
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            pending = self.store.pending_checkpoint(rid)
-            if (refusal := announce_refusal(self.store.head(rid), pending)) is not None:
+            pending = self.store.checkpoint(rid, Lookup.PENDING)
+            if (refusal := announce_refusal(self.store.run(rid, documents=False), pending)) is not None:
                 raise RefusedTransition(refusal)
             self.store.reopen_announcement(pending.checkpoint_id)
         return pending
@@ -213,6 +236,24 @@ class Runtime:
         """One step's output. Raises ``UnknownRun`` or ``UnknownStep``."""
         rid = self.store.resolve(run_id)
         return self.store.step_output(rid, step_named(self.store, rid, step).seq)
+
+    # Reads by execution: a pattern's calls share its name, so these take the execution's seq, and
+    # the full run id (as :meth:`get` and :meth:`list` give it): the console reads them per step.
+
+    def execution(self, run_id: str, seq: int) -> StepRecord | None:
+        """Execution ``seq`` of run ``run_id`` (a full id), without its output; None when the run
+        has none (deleted, or its chain rebuilt by a drift-allowed resume)."""
+        return self.store.step(run_id, seq)
+
+    def execution_output(self, run_id: str, seq: int) -> Any:
+        """The output of execution ``seq`` of run ``run_id`` (a full id), decoded leniently for
+        display; None when none is recorded (or there is no such execution)."""
+        return self.store.step_output(run_id, seq)
+
+    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        """The newest checkpoint of run ``run_id`` (a full id), of any kind, or None. Its ``state``
+        is the driver state last committed (inside a pattern: ``{"next": <group seq>, "in": ...}``)."""
+        return self.store.checkpoint(run_id, Lookup.LATEST)
 
     def sweep(self) -> list[str]:
         """Mark ``interrupted`` every running run whose owner is gone (see

@@ -39,11 +39,6 @@ class RunStatus(StrEnum):
         """True when a checkpoint waits for a person (approval) or a host (input)."""
         return self in PAUSED
 
-    @property
-    def is_resumable(self) -> bool:
-        """True for queued, interrupted and failed (resuming a failed run retries its failed step)."""
-        return self in RESUMABLE
-
 
 class StepStatus(StrEnum):
     """Status of one step of a run, as stored in ``steps.status``.
@@ -149,7 +144,6 @@ def goes_on(kind: str, decision: str | None) -> bool:
 
 TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.REJECTED, RunStatus.CANCELLED})
 PAUSED = frozenset({RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_INPUT})
-RESUMABLE = frozenset({RunStatus.QUEUED, RunStatus.INTERRUPTED, RunStatus.FAILED})
 
 # A symbol per status so the console and CLI stay readable without colour.
 RUN_SYMBOLS: dict[RunStatus, str] = {

@@ -9,36 +9,68 @@ A damaged value raises :class:`relaypoint.store.StoreDamaged` to the step and is
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from .errors import StoreError
 from .models import StepRecord
 from .status import CheckpointKind, Decision
-from .store import RunStore
+from .store import Lookup, RunStore
+
+T = TypeVar("T")
 
 
-class LazyResults(Mapping[str, Any]):
+class _StoreReads:
+    """Reads of run ``run_id`` in ``store`` that keep the first :class:`StoreError` in ``damage``
+    (the executor ends the run's claim on it even if the step swallowed the error)."""
+
+    def __init__(self, store: RunStore, run_id: str) -> None:
+        self._store, self._run_id = store, run_id
+        self.damage: StoreError | None = None
+
+    def _read(self, read: Callable[..., T], *args: Any) -> T:
+        try:
+            return read(self._run_id, *args)
+        except StoreError as e:
+            self.damage = e
+            raise
+
+
+class _LazyList(_StoreReads, Sequence[Any]):
+    """A sequence read from the store on first use (:meth:`_load`)."""
+
+    def _load(self) -> list[Any]:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Any]: ...
+
+    def __getitem__(self, i: int | slice) -> Any:
+        return self._load()[i]
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+class LazyResults(_StoreReads, Mapping[str, Any]):
     """``name -> output`` of the upstream steps ``names`` of run ``run_id`` (the names the driver
     offers), each read with :meth:`RunStore.output_of` on first access. Raises ``KeyError`` for a
     name not offered, ``StoreDamaged`` for an output that cannot be decoded."""
 
     def __init__(self, store: RunStore, run_id: str, names: Sequence[str]) -> None:
-        self._store, self._run_id, self._names = store, run_id, names
+        super().__init__(store, run_id)
+        self._names = names
         self._values: dict[str, Any] = {}
-        self.damage: StoreError | None = None
 
     def __getitem__(self, name: str) -> Any:
         if name in self._values:
             return self._values[name]
         if name not in self._names:
             raise KeyError(name)
-        try:
-            found, value = self._store.output_of(self._run_id, name)
-        except StoreError as e:
-            self.damage = e
-            raise
+        found, value = self._read(self._store.output_of, name)
         if not found:
             raise KeyError(name)
         self._values[name] = value
@@ -57,70 +89,47 @@ class LazyResults(Mapping[str, Any]):
         return f"LazyResults({list(self._names)!r}, read={sorted(self._values)!r})"
 
 
-class LazyResponses(Sequence[Any]):
+class LazyResponses(_LazyList):
     """The recorded answers to execution ``seq``'s input requests, in the order asked, read with
     :meth:`RunStore.responses` on first use (``request_input`` is the only reader)."""
 
     def __init__(self, store: RunStore, run_id: str, seq: int) -> None:
-        self._store, self._run_id, self._seq = store, run_id, seq
+        super().__init__(store, run_id)
+        self._seq = seq
         self._values: list[Any] | None = None
-        self.damage: StoreError | None = None
 
     def _load(self) -> list[Any]:
         if self._values is None:
-            try:
-                self._values = self._store.responses(self._run_id, self._seq)
-            except StoreError as e:
-                self.damage = e
-                raise
+            self._values = self._read(self._store.responses, self._seq)
         return self._values
-
-    @overload
-    def __getitem__(self, i: int) -> Any: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[Any]: ...
-
-    def __getitem__(self, i: int | slice) -> Any:
-        return self._load()[i]
-
-    def __len__(self) -> int:
-        return len(self._load())
 
     def approval(self) -> dict[str, Any] | None:
         """The approval recorded for execution ``seq`` (a person's turn of kind approval), as
         ``{"approved": True, "by", "comment", "value"}``, or None: read from the run's latest
         pause, which is that turn's while the turn is re-run after the approval."""
-        try:
-            cp = self._store.last_pause(self._run_id)
-        except StoreError as e:
-            self.damage = e
-            raise
+        cp = self._read(self._store.checkpoint, Lookup.LAST_PAUSE)
         if (cp is None or cp.kind != CheckpointKind.APPROVAL or cp.paused_seq != self._seq
                 or cp.decision != Decision.APPROVED):
             return None
         return {"approved": True, "by": cp.decided_by, "comment": cp.comment, "value": cp.value}
 
 
-class LazyHistory(Sequence[dict[str, Any]]):
+class LazyHistory(_LazyList):
     """``ctx.history``: the recorded results of a pattern (the completed children of group row
     ``parent`` of run ``run_id``, in order) as ``{"iteration", "agent", "output"}`` dicts, plus
     ``"task"`` for a planner's subtask; the pattern's own decisions (agent labels ``roles``) left
     out. Read with :meth:`RunStore.history` on first use; a damaged output raises ``StoreDamaged``."""
 
     def __init__(self, store: RunStore, run_id: str, parent: int, roles: frozenset[str]) -> None:
-        self._store, self._run_id, self._parent, self._roles = store, run_id, parent, roles
+        super().__init__(store, run_id)
+        self._parent, self._roles = parent, roles
         self._records: list[StepRecord] | None = None
         self._entries: list[dict[str, Any]] | None = None
-        self.damage: StoreError | None = None
 
     def records(self) -> list[StepRecord]:
         """Every completed child, decisions included, as recorded (read once)."""
         if self._records is None:
-            try:
-                self._records = self._store.history(self._run_id, self._parent)
-            except StoreError as e:
-                self.damage = e
-                raise
+            self._records = self._read(lambda rid: self._store.steps(rid, parent=self._parent, outputs=True))
         return self._records
 
     def _load(self) -> list[dict[str, Any]]:
@@ -129,17 +138,6 @@ class LazyHistory(Sequence[dict[str, Any]]):
                               **({"task": r.options["task"]} if "task" in r.options else {})}
                              for r in self.records() if r.agent not in self._roles]
         return self._entries
-
-    @overload
-    def __getitem__(self, i: int) -> dict[str, Any]: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[dict[str, Any]]: ...
-
-    def __getitem__(self, i: int | slice) -> Any:
-        return self._load()[i]
-
-    def __len__(self) -> int:
-        return len(self._load())
 
 
 class LazyState(Mapping[str, Any]):

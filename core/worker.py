@@ -88,7 +88,7 @@ class Worker:
         """The oldest ``CANDIDATES`` runnable runs of known workflows with their status (queued, and
         interrupted after a sweep), in random order."""
         rt.sweep()
-        listed = rt.store.runnable([w.name for w in self.workflows], CANDIDATES)
+        listed = rt.runnable([w.name for w in self.workflows], CANDIDATES)
         # Workers (and threads) that listed the same oldest runs would all go for the first one: in
         # a random order they mostly reach different runs, instead of queuing on one claim after another.
         random.shuffle(listed)
@@ -238,8 +238,8 @@ class Worker:
         """Raise ``StoreError`` (one line) when the store is missing, unusable, or read-only: a worker
         records what it executes."""
         with self._runtime() as rt:
-            if rt.store.readonly_reason is not None:
-                raise rt.store.read_only_error("a worker records what it executes, so it needs a store it can write")
+            if rt.readonly_reason is not None:
+                raise rt.read_only_error("a worker records what it executes, so it needs a store it can write")
 
     def stop(self) -> None:
         """Finish the step under way, release its run, and stop polling (also as a signal handler:

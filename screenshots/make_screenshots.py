@@ -35,11 +35,11 @@ import time
 from pathlib import Path
 
 from relaypoint import Runtime
-from relaypoint.patterns_view import kind_of
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.screens.review import ReviewScreen
 from relaypoint.tui.widgets.detail import StepsTable
 from relaypoint.tui.widgets.runs_table import RunsTable
+from relaypoint.views.patterns import kind_of
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

@@ -20,9 +20,9 @@ from helpers import (APP, DB, FakeClock, app_workflows, digest, one_line_error, 
 from click.testing import CliRunner
 
 from relaypoint import Runtime, Workflow, cli
-from relaypoint.display import PREVIEW_CHARS
 from relaypoint.store import open_store
 from relaypoint.store.sqlite import SCHEMA_VERSION as SQLITE_VERSION
+from relaypoint.views.display import PREVIEW_CHARS
 
 LIST_KEYS = {"run_id", "workflow", "status", "parent_run_id", "created_at", "updated_at"}
 SHOW_KEYS = {"run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",

@@ -20,6 +20,7 @@ from textual.widgets import Button, Label, Markdown, Select, Static, TextArea
 
 from relaypoint import Runtime, RunStatus, Workflow
 from relaypoint.background import resume_log
+from relaypoint.store import Lookup
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.screens.confirm import ConfirmScreen
 from relaypoint.tui.screens.forms import ApproveScreen, ForkScreen, RejectScreen, RespondScreen
@@ -154,7 +155,7 @@ async def test_respond_answers_an_input_request(store):
         await pilot.press("ctrl+s")
         await until(pilot, lambda: run_status(path, runs["awaiting_input"]) == RunStatus.QUEUED)
     with Runtime(path, create=False) as rt:
-        asking = rt.store.step_named(runs["awaiting_input"], "route")
+        asking = rt.store.step(runs["awaiting_input"], name="route")
         assert rt.store.responses(runs["awaiting_input"], asking.seq) == ["finance"]
 
 
@@ -288,7 +289,7 @@ async def test_every_decision_of_a_console_given_a_name_is_recorded_under_it(sto
                              (runs["fork"], "cancelled"), (to_reject, "rejected")):
             assert [e.actor for e in rt.events(run_id) if e.kind == kind] == [name], (run_id, kind)
         for run_id in (runs["awaiting_approval"], runs["awaiting_input"], to_reject):
-            assert rt.store.last_pause(run_id).decided_by == name
+            assert rt.store.checkpoint(run_id, Lookup.LAST_PAUSE).decided_by == name
 
 
 TINY_APP = '''
@@ -1052,7 +1053,7 @@ def big_output_store(path: str) -> str:
 
 
 async def test_a_10_mb_output_shows_a_bounded_preview_with_its_size_and_more_on_demand(db):
-    from relaypoint.display import PREVIEW_CHARS
+    from relaypoint.views.display import PREVIEW_CHARS
 
     path = db
     run_id = big_output_store(path)
@@ -1221,8 +1222,8 @@ def text_length(table: Any) -> int:
 
 
 async def test_a_long_error_is_bounded_in_the_header_the_events_and_the_output_box(db):
-    from relaypoint.display import PREVIEW_CHARS
     from relaypoint.tui.widgets.detail import events_view, run_header
+    from relaypoint.views.display import PREVIEW_CHARS
 
     wf = Workflow("loud")
 
@@ -1277,7 +1278,7 @@ async def test_a_burst_of_pgdn_in_the_step_chain_moves_the_output_a_page_per_key
 
 
 async def test_a_big_json_output_is_previewed_without_encoding_it_whole(db):
-    from relaypoint.display import PREVIEW_CHARS
+    from relaypoint.views.display import PREVIEW_CHARS
 
     wf = Workflow("big-json")
 

@@ -4,7 +4,7 @@ counts and routing decisions, votes and tally, the judge's decision, the plan as
 from the highlighted round or turn; a person's turn answered and approved from the console, then
 resumed in another process; hostile names and outputs shown literally; snapshots of a debate, a
 supervisor, a vote and a planner at fixed sizes. Also the pure functions behind the summaries
-(:mod:`relaypoint.patterns_view`).
+(:mod:`relaypoint.views.patterns`).
 
 Update the snapshots after an intended change with ``pytest tests/test_console_patterns.py
 --snapshot-update`` and look at them before committing the SVGs under ``tests/__snapshots__/``.
@@ -24,10 +24,11 @@ from textual.widgets import Input, Select, Static, TextArea
 
 from relaypoint import Runtime, RunStatus, StepStatus, Workflow, human
 from relaypoint.models import StepRecord
-from relaypoint.patterns_view import kind_of, plan_tree, progress, summary, wanted_outputs, with_outputs
+from relaypoint.store import Lookup
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.screens.forms import ApproveScreen, ForkScreen, RejectScreen, RespondScreen
 from relaypoint.tui.widgets.detail import CallKey
+from relaypoint.views.patterns import kind_of, plan_tree, progress, summary, wanted_outputs, with_outputs
 
 SIZE = (160, 45)
 SMALL = (80, 24)
@@ -159,7 +160,7 @@ def group_and_calls(path: str, run_id: str, name: str) -> tuple[StepRecord, list
 
 def latest_state(path: str, run_id: str) -> Any:
     with Runtime(path, create=False) as rt:
-        return rt.store.latest_checkpoint(run_id).state
+        return rt.store.checkpoint(run_id, Lookup.LATEST).state
 
 
 def squash(text: str) -> str:
@@ -507,7 +508,7 @@ LONG_PROMPT = "".join(f"line {n}: " + "p" * 80 + "\n" for n in range(11_500)) + 
 def bounded_reason(screen: Any, db: str, run_id: str) -> str:
     """The prompt a form (or the review screen's body) shows: a page of it, with its size and the
     command that prints it whole; the widget holds that page, not the megabyte."""
-    from relaypoint.display import PREVIEW_CHARS
+    from relaypoint.views.display import PREVIEW_CHARS
 
     [reason] = [str(w.content) for w in screen.query(".reason").results(Static)] or [""]
     assert len(reason) < 2 * PREVIEW_CHARS and "THE-END-OF-THE-PROMPT" not in reason
@@ -536,10 +537,10 @@ async def test_a_persons_turn_with_a_megabyte_prompt_shows_a_page_of_it_in_every
             await until(pilot, lambda: not isinstance(app.screen, form))
     app = RelaypointConsole(db, review=True)
     async with app.run_test(size=SIZE) as pilot:
-        from relaypoint.display import PREVIEW_CHARS
         from relaypoint.tui.readable import READ_PAGES
         from relaypoint.tui.screens.review import ReviewScreen, header
         from relaypoint.tui.widgets.detail import HEADER_CHARS
+        from relaypoint.views.display import PREVIEW_CHARS
 
         await until(pilot, lambda: any(isinstance(s, ReviewScreen) and s.loaded for s in app.screen_stack))
         await settle(pilot)
@@ -670,7 +671,7 @@ def test_an_agent_an_allowed_drift_removed_is_shown_with_a_placeholder_mark(db):
     from rich.console import Console
 
     from relaypoint import Runtime, Workflow, human
-    from relaypoint.patterns_view import summary
+    from relaypoint.views.patterns import summary
     from relaypoint.tui.patterns import summary_view
 
     def flow(agents):
@@ -690,7 +691,7 @@ def test_an_agent_an_allowed_drift_removed_is_shown_with_a_placeholder_mark(db):
         assert group.options["agents"] == ["search"]
         kids = [t for t in run.tasks if t.parent == group.seq]
         console = Console(width=120, record=True)
-        console.print(summary_view(summary(group, kids, rt.store.latest_checkpoint(rid).state)))
+        console.print(summary_view(summary(group, kids, rt.store.checkpoint(rid, Lookup.LATEST).state)))
         text = console.export_text()
     assert text.count("ask (not defined)") == 2 and "search (not defined)" not in text  # its turn, its counts
 

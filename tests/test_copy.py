@@ -27,7 +27,7 @@ from relaypoint.demo import build_demo, workflows
 from relaypoint.models import Lease
 from relaypoint.status import RunStatus
 from relaypoint.store import NewRun, RunStore, open_store
-from relaypoint.store.base import COPIED_TABLES
+from relaypoint.store.schema import COPIED_TABLES
 
 from conftest import postgres_server
 from helpers import one_line_error, relaypoint

@@ -214,7 +214,8 @@ def test_postgres_a_boundary_sent_before_its_owner_was_killed_commits_fenced_and
     import psycopg
 
     from conftest import POSTGRES_URL
-    from relaypoint.store.postgres import LOCK_CLASS, _lock_key
+    from relaypoint.store.migrations.postgres import lock_key
+    from relaypoint.store.postgres import LOCK_CLASS
 
     (tmp_path / "crashapp.py").write_text(APP)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYPOINT_")}
@@ -222,13 +223,13 @@ def test_postgres_a_boundary_sent_before_its_owner_was_killed_commits_fenced_and
     app = {"db": f"{POSTGRES_URL}?schema={postgres_schema}", "cwd": str(tmp_path), "log": env["EXEC_LOG"], "env": env}
     waiting = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
                "AND classid::text::bigint = %s AND objid::text::bigint = %s AND objsubid = 2")
-    keys = (LOCK_CLASS & 0xFFFFFFFF, _lock_key(postgres_schema) & 0xFFFFFFFF)
+    keys = (LOCK_CLASS & 0xFFFFFFFF, lock_key(postgres_schema) & 0xFFFFFFFF)
 
     owner = cli(app, "start", "chain", "--app", "crashapp:workflows", "--input", json.dumps({"sleep": 1.0}),
                 wait=False)
     run_id = wait_for_step(app["db"], "slow", timeout=60)
     with psycopg.connect(POSTGRES_URL) as holder:  # the schema's lock, as a writer elsewhere would hold it
-        holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, _lock_key(postgres_schema)))
+        holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, lock_key(postgres_schema)))
         with psycopg.connect(POSTGRES_URL, autocommit=True) as watcher:
             procs.wait_until(lambda: watcher.execute(waiting, keys).fetchone()[0] >= 1, 60,
                              "the owner's boundary to wait for the lock")

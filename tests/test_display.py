@@ -6,7 +6,7 @@ import json
 
 from rich.console import Console
 
-from relaypoint.display import ESCAPE_STYLE, clean, json_text, literal
+from relaypoint.views.display import ESCAPE_STYLE, clean, json_text, literal
 
 CONTROLS = "\x00\x07\x08\x0b\x0c\r\x1b\x7f\x80\x9b\x9d\u200b\u202e\u2066\u2028\ufeff"
 

@@ -21,7 +21,8 @@ from helpers import digest, one_line_error, relaypoint, sql
 from relaypoint import encoding
 from relaypoint import RefusedTransition, RunStatus, Runtime, StepStatus
 from relaypoint.store import StoreReadOnly
-from relaypoint.store.sqlite import APP_ID, MIGRATIONS, SCHEMA_VERSION
+from relaypoint.store.migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
+from relaypoint.store.sqlite import APP_ID
 
 DATA = Path(__file__).resolve().parent / "data"
 sys.path.insert(0, str(DATA))
@@ -285,7 +286,8 @@ def version_1_store(path: Path) -> None:
     db = sqlite_utils.Database(str(path))
     with db.conn:
         db["meta"].insert_all([{"key": "app", "value": APP_ID}, {"key": "schema_version", "value": "1"}], pk="key")
-        MIGRATIONS[1](db)
+        for statement in MIGRATIONS[0]:
+            db.conn.execute(statement)
         chain = WORKFLOWS[0]
         for rid, status in (("done", "completed"), ("dead", "interrupted")):
             db["runs"].insert({"run_id": rid, "workflow": "chain", "status": status, "input": '{"n": 7}',

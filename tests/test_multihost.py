@@ -214,14 +214,14 @@ def held(store: RunStore, runs: dict[str, int], host: str) -> dict[str, datetime
     """Runs running under a lease of ``host``, with its expiry."""
     out = {}
     for rid in runs:
-        head = store.head(rid)
+        head = store.run(rid, documents=False)
         if head.status == "running" and head.lease is not None and head.lease.host == host:
             out[rid] = head.lease.expires_at
     return out
 
 
 def all_completed(store: RunStore, runs: dict[str, int]) -> bool:
-    return all(store.head(rid).status == "completed" for rid in runs)
+    return all(store.run(rid, documents=False).status == "completed" for rid in runs)
 
 
 def worker_err(host: Host) -> str:
@@ -236,7 +236,7 @@ def audit(store: RunStore, runs: dict[str, int], execs: list[Execution]) -> list
     by_token = {e.token: e for e in execs}
     unrecorded: list[Execution] = []
     for rid, n in runs.items():
-        head = store.head(rid)
+        head = store.run(rid, documents=False)
         assert head.status == "completed" and head.lease is None, (rid, head.status)
         steps = store.steps(rid)
         assert [(s.name, s.status) for s in steps] == [(name, "completed") for name in STEPS], rid
@@ -336,13 +336,13 @@ def cut_mid_step(c: Cluster, lost: Host, store: RunStore) -> tuple[float, list[E
 
 def taken_over(store: RunStore, rid: str, lost_host: str) -> bool:
     """Another host than ``lost_host`` claimed run ``rid`` (or completed it)."""
-    head = store.head(rid)
+    head = store.run(rid, documents=False)
     return head.status == "completed" or (head.lease is not None and head.lease.host != lost_host)
 
 
 def revoked(store: RunStore, rid: str, lost_host: str) -> bool:
     """``lost_host`` no longer holds run ``rid`` (it was marked interrupted, or taken over)."""
-    head = store.head(rid)
+    head = store.run(rid, documents=False)
     return head.lease is None or head.lease.host != lost_host
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from relaypoint import DriftError, Runtime, Workflow
-from relaypoint.patterns_view import progress
+from relaypoint.views.patterns import progress
 
 
 def calls(rt: Runtime, rid: str, name: str) -> list[tuple[int, str | None, str]]:

@@ -19,7 +19,7 @@ from test_store_contract import DEBATE, add_debate, add_run, at
 from relaypoint import Runtime, Workflow, human
 from relaypoint.errors import RefusedTransition
 from relaypoint.status import CheckpointKind, RunStatus, StepStatus
-from relaypoint.store import NewCheckpoint, NewStep, RunStore, open_store
+from relaypoint.store import Lookup, NewCheckpoint, NewStep, RunStore, open_store
 
 # ---- reads: index use and cost ------------------------------------------------------------------
 
@@ -39,9 +39,9 @@ def test_pattern_reads_use_the_primary_key_or_an_index(tmp_path):
         add_debate(store, "r1", rounds=1)
         trace: list[str] = []
         store.trace(trace.append)
-        store.children("r1", 1)
-        store.history("r1", 1)
-        store.checkpoint_at("r1", 3)
+        store.steps("r1", parent=1)
+        store.steps("r1", parent=1, outputs=True)
+        store.checkpoint("r1", Lookup.STATE_AT, 3)
         store.steps("r1")
         store.trace(None)
         plans = [" | ".join(r[3] for r in store.conn.execute(f"EXPLAIN QUERY PLAN {s}")) for s in trace]
@@ -65,7 +65,7 @@ def test_reading_a_groups_children_costs_the_same_however_many_executions_other_
 
             store.conn.set_progress_handler(tick, 1)
             rows = store.rows_read
-            assert len(store.children(run_id, 1)) == len(store.history(run_id, 1)) == 6
+            assert len(store.steps(run_id, parent=1)) == len(store.steps(run_id, parent=1, outputs=True)) == 6
             store.conn.set_progress_handler(None, 1)
             costs.append((store.rows_read - rows, instructions[0]))
     (few_rows, few_work), (many_rows, many_work) = costs
@@ -99,14 +99,14 @@ def test_approving_a_persons_turn_re_runs_it_with_the_decision_kept_in_the_check
         turn, group = rt.store.step("r1", seq), rt.store.step("r1", 1)
         assert (turn.status, turn.attempts, turn.has_output) == (StepStatus.PENDING, 1, False)
         assert (group.status, group.has_output) == (StepStatus.PENDING, False)
-        head = rt.store.head("r1")
+        head = rt.store.run("r1", documents=False)
         assert (head.status, head.current_step, head.steps_done) == (RunStatus.QUEUED, "argue", 1)
-        decided = rt.store.last_pause("r1")
+        decided = rt.store.checkpoint("r1", Lookup.LAST_PAUSE)
         assert decided.checkpoint_id == cp.checkpoint_id and decided.seq == seq
         assert (decided.decision, decided.decided_by, decided.comment, decided.value) == (
             "approved", "ann", "agreed", {"points": 3})
-        assert rt.store.pending_checkpoint("r1") is None
-        assert [h.agent for h in rt.store.history("r1", 1)] == ["pro", "con"]  # the turn has no output yet
+        assert rt.store.checkpoint("r1", Lookup.PENDING) is None
+        assert [h.agent for h in rt.store.steps("r1", parent=1, outputs=True)] == ["pro", "con"]  # the turn has no output yet
         assert rt.events("r1")[-1].kind == "approved"
 
 
@@ -118,8 +118,8 @@ def test_approving_a_held_orphan_inside_a_pattern_acts_on_its_own_row(db, output
         orphan, group = rt.store.step("r1", seq), rt.store.step("r1", 1)
         assert orphan.status == (StepStatus.PENDING if output is None else StepStatus.COMPLETED)
         assert (group.status, group.has_output) == (StepStatus.PENDING, False)  # not the pattern's row
-        assert [h.output for h in rt.store.history("r1", 1)][2:] == ([] if output is None else [output])
-        head = rt.store.head("r1")
+        assert [h.output for h in rt.store.steps("r1", parent=1, outputs=True)][2:] == ([] if output is None else [output])
+        head = rt.store.run("r1", documents=False)
         assert (head.status, head.current_step, head.steps_done) == (RunStatus.QUEUED, "argue", 1)  # top level only
 
 
@@ -138,7 +138,7 @@ def test_ending_a_run_paused_on_a_persons_turn_cancels_the_turn(db, end):
         assert [(s.seq, s.status) for s in rt.steps("r1")] == [
             (0, StepStatus.COMPLETED), (1, StepStatus.CANCELLED), (3, StepStatus.COMPLETED), (4, StepStatus.COMPLETED),
             (seq, StepStatus.CANCELLED), (2, StepStatus.CANCELLED)]
-        assert rt.store.head("r1").status == {"reject": RunStatus.REJECTED, "expire": RunStatus.REJECTED,
+        assert rt.store.run("r1", documents=False).status == {"reject": RunStatus.REJECTED, "expire": RunStatus.REJECTED,
                                               "cancel": RunStatus.CANCELLED}[end]
 
 
@@ -162,7 +162,7 @@ def test_a_fork_from_a_round_copies_the_rounds_before_it_and_starts_from_the_sta
             (0, 1, None, StepStatus.COMPLETED, "the brief"), (1, 1, None, StepStatus.PENDING, None),
             (3, 1, "pro", StepStatus.COMPLETED, {"round": 1, "by": "pro"}),
             (4, 1, "con", StepStatus.COMPLETED, {"round": 1, "by": "con"}), (2, 1, None, StepStatus.PENDING, None)]
-        fork = rt.store.latest_checkpoint("f1")
+        fork = rt.store.checkpoint("f1", Lookup.LATEST)
         assert (fork.kind, fork.seq, fork.step) == ("fork", 5, "argue")  # round 2's first execution is appended there
         assert fork.state == {"next": 1, "in": {"round": 2, "spoken": []},
                               "fork": {"parent_run_id": "r1", "from_step": "argue", "iteration": 2}}
@@ -322,7 +322,7 @@ def test_a_supervisor_forked_from_turn_3_routes_as_its_parent_without_asking_tur
         rt.start("sup")
         calls.clear()
         rt.fork("parent", "triage", iteration=3)
-        fork = rt.store.latest_checkpoint("fork")
+        fork = rt.store.checkpoint("fork", Lookup.LATEST)
         assert fork.state["in"] == {"turn": 2, "activations": {"search": 1, "code": 1},
                                     "idle": {"search": 0, "code": 0}}
         assert rt.resume("fork") == RunStatus.COMPLETED

@@ -22,7 +22,7 @@ from textual.widgets import Static, TextArea
 
 from relaypoint import Runtime, RunStatus, StepStatus
 from relaypoint.pausehook import notice
-from relaypoint.store.postgres import MIGRATIONS as PG_MIGRATIONS
+from relaypoint.store.migrations.postgres import MIGRATIONS as PG_MIGRATIONS
 from relaypoint.store.url import parse
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.screens.forms import ApproveScreen

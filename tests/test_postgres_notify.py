@@ -17,7 +17,7 @@ import time
 import pytest
 
 from relaypoint.store import StoreReadOnly, open_store
-from relaypoint.store.postgres import MIGRATIONS, SCHEMA_VERSION, _migrate_1, channel
+from relaypoint.store.migrations.postgres import MIGRATIONS, SCHEMA_VERSION, _migrate_1, channel
 
 from conftest import POSTGRES_URL, drop_schema, postgres_server
 from test_postgres_store import server, store_at_version

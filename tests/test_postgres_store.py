@@ -244,7 +244,7 @@ def test_a_newer_schema_is_refused(url, postgres_schema):
 def store_at_version(schema: str, version: int) -> psycopg.Connection:
     """A new store in ``schema`` as relaypoint's schema ``version`` left it, made in one committed
     transaction; returns an autocommit connection to it (for rows of that version's shape)."""
-    from relaypoint.store.postgres import MIGRATIONS
+    from relaypoint.store.migrations.postgres import MIGRATIONS
 
     server(f"CREATE SCHEMA {schema}")
     conn = psycopg.connect(POSTGRES_URL, autocommit=True, options=f"-c search_path={schema}")
@@ -405,7 +405,7 @@ def test_two_schemas_in_one_database_are_kept_apart(url, postgres_schema):
                    sorted(r.run_id for r in one.list_runs()) == ["a1", "shared"]
             assert [r.run_id for r in two.list_runs()] == ["shared"]
             assert one.count_by_status() == {"queued": 2} and two.count_by_status() == {"completed": 1}
-            assert two.run_input("shared") == {"in": "two"} and one.run_input("shared") == {"k": 1}
+            assert two.run_document("shared", "input") == {"in": "two"} and one.run_document("shared", "input") == {"k": 1}
             with two.transaction():
                 two.delete_runs(["shared"])
             assert one.exists("shared") and not two.exists("shared")

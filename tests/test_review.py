@@ -389,7 +389,7 @@ def test_markdown_and_json_read_as_text():
 
 
 def test_what_reads_is_bounded_whatever_the_output():
-    from relaypoint.display import PREVIEW_CHARS
+    from relaypoint.views.display import PREVIEW_CHARS
 
     table = "# Rows\n\n| a | b | c |\n|---|---|---|\n" + "| 1 | 2 | 3 |\n" * 100  # 400 cells: too many widgets
     (block,) = readable(table, "CMD").blocks

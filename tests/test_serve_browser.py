@@ -19,6 +19,7 @@ from fixtures import build_fixture_store
 from helpers import one_line_error, relaypoint
 
 from relaypoint import Runtime, RunStatus
+from relaypoint.store import Lookup
 
 PASSWORD = "s3cret-in-url"
 COMMENT = "approved in a browser"
@@ -90,7 +91,7 @@ def test_a_run_is_approved_from_a_browser_and_the_store_records_it(db: str, tmp_
     with Runtime(url, create=False) as rt:
         assert rt.get(paused).status == RunStatus.QUEUED
         approved = [e for e in rt.events(paused) if e.kind == "approved"]
-        decided = rt.store.last_pause(paused)
+        decided = rt.store.checkpoint(paused, Lookup.LAST_PAUSE)
     assert len(approved) == 1
     assert approved[0].detail["comment"] == COMMENT
     assert approved[0].actor == NAME

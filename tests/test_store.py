@@ -16,9 +16,10 @@ import pytest
 from helpers import DB, Flow, digest, runtime, sidecars, sql
 from test_store_contract import paused_runs
 from relaypoint import RunStatus, Runtime, StepStatus, StoreError
-from relaypoint.store import (Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, StepEnd, StepStart, StoreMissing,
+from relaypoint.store import (Boundary, Lookup, NewCheckpoint, NewEvent, NewRun, NewStep, StepEnd, StepStart, StoreMissing,
                               open_store)
-from relaypoint.store.sqlite import APP_ID, MIGRATIONS, SCHEMA_VERSION, SqliteStore
+from relaypoint.store.migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
+from relaypoint.store.sqlite import APP_ID, SqliteStore
 
 
 def test_a_new_store_is_owner_only_in_wal_mode_with_its_schema_version(tmp_path):
@@ -191,7 +192,8 @@ def _version_1_store(path) -> None:
 
     db = sqlite_utils.Database(str(path))
     db["meta"].insert_all([{"key": "app", "value": APP_ID}, {"key": "schema_version", "value": "1"}], pk="key")
-    MIGRATIONS[1](db)
+    for statement in MIGRATIONS[0]:
+        db.conn.execute(statement)
     for i, status in enumerate(["completed", "completed", "failed", "awaiting_approval"]):
         db["runs"].insert({"run_id": f"{i:016x}", "workflow": "flow", "status": status, "input": "{}",
                            "created_at": f"2031-01-01T12:00:0{i}.000Z", "updated_at": "2031-01-01T12:00:09.000Z",
@@ -288,7 +290,7 @@ def test_listing_and_the_chain_never_read_an_output(tmp_path):
         store.list_runs(status="running")
         assert not [t for t in trace if re.search(r"\b(outputs|steps)\b", t)]
         store.steps("r")
-        store.step_named("r", "s3")
+        store.step("r", name="s3")
         assert not [t for t in trace if "value" in t]  # has_output looks at the outputs' key, not the value
 
 
@@ -314,7 +316,7 @@ def test_the_runs_row_stays_small_whatever_the_definition_and_the_input(tmp_path
                 store.insert_run(NewRun(run_id=run_id, workflow="flow", status=RunStatus.RUNNING,
                                         input=json.dumps({"big": "x" * 10_000}), definition=definition,
                                         fingerprint="f" * 16, created_at=T0, steps_total=10_000))
-        assert store.run_definition("two") == json.loads(definition)
+        assert store.run_document("two", "definition") == json.loads(definition)
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     assert sql(path, "SELECT sum(pgsize) FROM dbstat WHERE name = 'runs'") == [(4096,)]  # one page, no overflow
     assert sql(path, "SELECT count(*) FROM definitions") == [(1,)]  # shared by the runs of one definition
@@ -361,9 +363,9 @@ def test_pause_and_deadline_reads_use_their_partial_indexes(tmp_path):
     with open_store(str(tmp_path / DB), create=True) as store:
         trace: list[str] = []
         store.trace(trace.append)
-        for read in (store.pending_checkpoint, store.last_pause, store.latest_checkpoint):
-            read("r")
-        store.latest_approval("r", "a")
+        for lookup in (Lookup.PENDING, Lookup.LAST_PAUSE, Lookup.LATEST):
+            store.checkpoint("r", lookup)
+        store.checkpoint("r", Lookup.APPROVAL, "a")
         store.responses("r", 0)
         store.due_pauses(T0)
         store.trace(None)

@@ -12,10 +12,11 @@ import pytest
 
 from relaypoint import encoding
 from relaypoint.errors import InvalidValue, LeaseLost, StoreError, UnknownRun
+from relaypoint.forks import gates
 from relaypoint.models import Lease, Owner
 from relaypoint.status import AnnouncementOutcome, RunStatus, StepStatus
 from relaypoint.workflow import fingerprint
-from relaypoint.store import (BackendUnavailable, Boundary, NewCheckpoint, NewEvent, NewRun, NewStep, RunStore,
+from relaypoint.store import (BackendUnavailable, Boundary, Lookup, NewCheckpoint, NewEvent, NewRun, NewStep, RunStore,
                               StepEnd, StepStart, StoreDamaged, StoreMissing, StoreReadOnly, open_store)
 
 T0 = datetime(2031, 5, 1, 12, 0, tzinfo=UTC)
@@ -115,8 +116,8 @@ def test_a_run_reads_back_with_aware_utc_times_and_its_lease(store):
     head = store.run("r1")
     assert (head.run_id, head.workflow, head.status, head.steps_total, head.steps_done) == ("r1", "flow", "running", 3, 0)
     assert head.created_at == T0 and head.created_at.tzinfo is not None and head.updated_at == T0
-    assert head.input == {"topic": "x", "n": [1, 2]} and store.run_input("r1") == {"topic": "x", "n": [1, 2]}
-    assert head.definition == [{"name": "a"}, {"name": "b"}, {"name": "c"}] == store.run_definition("r1")
+    assert head.input == {"topic": "x", "n": [1, 2]} and store.run_document("r1", "input") == {"topic": "x", "n": [1, 2]}
+    assert head.definition == [{"name": "a"}, {"name": "b"}, {"name": "c"}] == store.run_document("r1", "definition")
     assert head.fingerprint == fingerprint(head.definition) and head.suspect_deaths == 0
     assert head.lease == lease()
     assert store.owner_of("r1") == Owner(host=HOST, pid=4242, pid_start="boot:1", expires_at=at(30))
@@ -126,9 +127,9 @@ def test_a_run_reads_back_with_aware_utc_times_and_its_lease(store):
 
 def test_head_is_the_run_without_its_input_and_definition(store):
     add_run(store, "r1", owner=lease(), input={"big": "x" * 10_000})
-    assert store.head("r1") == store.run("r1").model_copy(update={"input": None, "definition": None})
+    assert store.run("r1", documents=False) == store.run("r1").model_copy(update={"input": None, "definition": None})
     with pytest.raises(UnknownRun):
-        store.head("nope")
+        store.run("nope", documents=False)
 
 
 def test_runs_of_one_definition_share_it_and_a_drift_records_the_new_one(store):
@@ -140,17 +141,17 @@ def test_runs_of_one_definition_share_it_and_a_drift_records_the_new_one(store):
         store.update_run("r1", definition=text, fingerprint=fingerprint(json.loads(text)))
         with pytest.raises(TypeError, match="give both"):
             store.update_run("r2", definition="[]")
-    assert store.definition_text("r1") == text and store.run_definition("r1") == [{"name": "a"}, {"name": "b"}]
-    assert store.run_definition("r2") == [{"name": s} for s in "abc"] and store.run_definition("other") == [{"name": "x"}]
+    assert store.run_document("r1", "definition", text=True) == text and store.run_document("r1", "definition") == [{"name": "a"}, {"name": "b"}]
+    assert store.run_document("r2", "definition") == [{"name": s} for s in "abc"] and store.run_document("other", "definition") == [{"name": "x"}]
     with store.transaction():
         store.delete_runs(["r2"])
     add_run(store, "r3")  # its definition was removed with its last run, and is recorded again
     assert store.run("r3").definition == [{"name": s} for s in "abc"]
     with pytest.raises(UnknownRun):
-        store.definition_text("nope")
+        store.run_document("nope", "definition", text=True)
 
 
-def test_open_before_and_gates_before_read_the_top_level_chain_before_a_seq(store):
+def test_the_top_level_chain_before_a_seq_gives_a_forks_open_step_and_gates(store):
     add_run(store, "r1", owner=lease(), steps=())
     gate = '{"approval": true}'
     with store.transaction():
@@ -159,11 +160,15 @@ def test_open_before_and_gates_before_read_the_top_level_chain_before_a_seq(stor
                                   NewStep(seq=2, name="c", idempotency_key="r1/c", status=StepStatus.FAILED),
                                   NewStep(seq=3, name="d", idempotency_key="r1/d", options=gate),
                                   NewStep(seq=4, name="sub", idempotency_key="r1/sub#1", parent=1, options=gate)])
-    assert store.open_before("r1", 1) is None and store.open_before("r1", 2).name == "b"
-    assert store.open_before("r1", 5).name == "b"
-    assert [s.name for s in store.gates_before("r1", 3)] == ["b"]
-    assert [s.name for s in store.gates_before("r1", 9)] == ["b", "d"]  # never the appended "sub"
-    assert store.gates_before("r1", 0) == []
+
+    def open_before(seq):
+        return next((s for s in store.steps("r1", before=seq) if s.status != StepStatus.COMPLETED), None)
+
+    assert open_before(1) is None and open_before(2).name == "b"
+    assert open_before(5).name == "b"
+    assert [s.name for s in gates(store.steps("r1", before=3))] == ["b"]
+    assert [s.name for s in gates(store.steps("r1", before=9))] == ["b", "d"]  # never the appended "sub"
+    assert gates(store.steps("r1", before=0)) == []
 
 
 def test_update_run_sets_fields_and_clears_the_lease(store):
@@ -239,11 +244,18 @@ def test_owners_runnable_and_prunable(store):
     assert sorted(o.pid for o in owners) == [1, 2]
     one = next(o for o in owners if o.pid == 1)
     assert sorted((r.run_id, r.token) for r in store.owned_runs(one)) == [("a", "t1"), ("b", "t2")]
-    assert store.runnable(["flow"], 10) == [("q", RunStatus.QUEUED), ("i", RunStatus.INTERRUPTED)]
-    assert store.runnable(["flow"], 1) == [("q", RunStatus.QUEUED)]
-    assert store.prunable(["completed"], at(1)) == [("done", None)]
-    assert store.prunable(["completed"], at(0)) == []
-    running = dict(store.prunable(["running"], at(1)))
+
+    def runnable(limit):
+        return [(r.run_id, r.status) for r in store.runs_in(["queued", "interrupted"], workflows=["flow"], limit=limit)]
+
+    def prunable(statuses, before):
+        return [(r.run_id, r.owner) for r in store.runs_in(statuses, updated_before=before)]
+
+    assert runnable(10) == [("q", RunStatus.QUEUED), ("i", RunStatus.INTERRUPTED)]
+    assert runnable(1) == [("q", RunStatus.QUEUED)]
+    assert prunable(["completed"], at(1)) == [("done", None)]
+    assert prunable(["completed"], at(0)) == []
+    running = dict(prunable(["running"], at(1)))
     assert running["a"] == Owner(host=HOST, pid=1, pid_start="boot:1", expires_at=at(30))
 
 
@@ -274,7 +286,7 @@ def test_a_boundary_commits_every_part_together(store):
     steps = store.steps("r1")
     assert [(s.seq, s.status, s.attempts, s.has_output) for s in steps] == [
         (0, StepStatus.COMPLETED, 1, True), (1, StepStatus.RUNNING, 1, False), (2, StepStatus.PENDING, 0, False)]
-    cp = store.latest_checkpoint("r1")
+    cp = store.checkpoint("r1", Lookup.LATEST)
     assert cp.checkpoint_id == result.checkpoint_id and (cp.kind, cp.seq, cp.state) == ("boundary", 1, {"next": 1})
     head = store.run("r1")
     assert (head.steps_done, head.updated_at, head.current_step) == (1, at(2), None)
@@ -367,9 +379,9 @@ def test_an_appended_execution_repeats_a_name_in_a_later_iteration(store):
         store.insert_steps("r1", [child])
     assert [(s.seq, s.name, s.iteration, s.agent, s.parent) for s in store.steps("r1")] == [
         (0, "plan", 1, None, None), (1, "act", 1, None, None), (2, "plan", 2, None, None), (3, "vote", 1, "critic", 2)]
-    assert store.step_named("r1", "plan").seq == 2
+    assert store.step("r1", name="plan").seq == 2
     assert store.output_of("r1", "plan") == (True, "plan-2")
-    assert store.step_named("r1", "vote") is None  # not a top-level execution
+    assert store.step("r1", name="vote") is None  # not a top-level execution
     assert store.max_seq("r1") == 3
     add_run(store, "empty", steps=())
     assert store.max_seq("empty") == -1
@@ -457,16 +469,16 @@ def paused_runs(store: RunStore, count: int) -> None:
 def test_a_checkpoint_is_decided_exactly_once(store):
     add_run(store, "r1")
     cp = pause(store, "r1")
-    assert store.pending_checkpoint("r1").checkpoint_id == cp == store.last_pause("r1").checkpoint_id
+    assert store.checkpoint("r1", Lookup.PENDING).checkpoint_id == cp == store.checkpoint("r1", Lookup.LAST_PAUSE).checkpoint_id
     with store.transaction():
         assert store.decide(cp, "approved", "alice", at(2), comment="ok", value_json='{"v": 1}')
         assert not store.decide(cp, "rejected", "bob", at(3))
-    decided = store.last_pause("r1")
+    decided = store.checkpoint("r1", Lookup.LAST_PAUSE)
     assert (decided.decision, decided.decided_by, decided.decided_at, decided.comment, decided.value) == (
         "approved", "alice", at(2), "ok", {"v": 1})
-    assert store.pending_checkpoint("r1") is None
-    assert store.latest_approval("r1", 0).checkpoint_id == cp and store.latest_approval("r1", 1) is None
-    assert store.last_pause("r1").paused_seq == 0
+    assert store.checkpoint("r1", Lookup.PENDING) is None
+    assert store.checkpoint("r1", Lookup.APPROVAL, 0).checkpoint_id == cp and store.checkpoint("r1", Lookup.APPROVAL, 1) is None
+    assert store.checkpoint("r1", Lookup.LAST_PAUSE).paused_seq == 0
 
 
 def test_responses_are_the_answered_input_requests_of_one_execution_in_order(store):
@@ -490,7 +502,7 @@ def test_due_pauses_and_close_pauses(store):
     assert store.due_pauses(at(9)) == []
     with store.transaction():
         assert store.close_pauses("r2", "cancelled", "carol", at(11)) == 2
-    assert store.pending_checkpoint("r2") is None and store.last_pause("r2").decision == "cancelled"
+    assert store.checkpoint("r2", Lookup.PENDING) is None and store.checkpoint("r2", Lookup.LAST_PAUSE).decision == "cancelled"
     assert [c.checkpoint_id for c in store.due_pauses(at(1000))] == [soon]
 
 
@@ -634,7 +646,7 @@ def test_a_read_only_store_claims_no_announcement(store_url):
     with open_store(store_url, readonly=True) as ro, pytest.raises(StoreReadOnly):
         ro.claim_announcements(10, at(5), at(35))
     with open_store(store_url) as store:
-        assert owed(store.claim_announcements(10, at(5), at(35))) == [("r1", store.pending_checkpoint("r1").checkpoint_id)]
+        assert owed(store.claim_announcements(10, at(5), at(35))) == [("r1", store.checkpoint("r1", Lookup.PENDING).checkpoint_id)]
 
 
 def test_a_fork_copies_upstream_executions_and_outputs_as_stored(store):
@@ -662,12 +674,12 @@ def test_an_approval_is_inherited_with_its_author_and_origin(store):
     with store.transaction():
         store.decide(cp, "approved", "alice", at(2), comment="fine")
         new = store.inherit_approval(cp, "child", at(8))
-    got = store.latest_approval("child", 0)
+    got = store.checkpoint("child", Lookup.APPROVAL, 0)
     assert got.checkpoint_id == new != cp
     assert (got.decision, got.decided_by, got.decided_at, got.created_at) == ("approved", "alice", at(2), at(8))
     assert got.comment == f"inherited from checkpoint {cp} of run p: fine"
     assert got.state == {"inherited_from": {"run_id": "p", "checkpoint_id": cp}}
-    assert store.pending_checkpoint("child") is None
+    assert store.checkpoint("child", Lookup.PENDING) is None
 
 
 def test_deleting_runs_removes_everything_of_them(store):
@@ -720,17 +732,17 @@ def test_children_and_history_read_one_group_in_seq_order(store):
                                           status=StepStatus.RUNNING, idempotency_key="r1/argue#3/judge"),
                                   NewStep(seq=8, name="verdict", iteration=1, agent="x", parent=2,
                                           idempotency_key="r1/verdict#1/x")])
-    children = store.children("r1", 1)
+    children = store.steps("r1", parent=1)
     assert shape(children) == [(3, "argue", 1, "pro", 1, "completed"), (4, "argue", 1, "con", 1, "completed"),
                                (5, "argue", 2, "pro", 1, "completed"), (6, "argue", 2, "con", 1, "completed"),
                                (7, "argue", 3, "judge", 1, "running")]
     assert [(c.has_output, c.output) for c in children] == [(True, None)] * 4 + [(False, None)]
-    history = store.history("r1", 1)  # completed children only, outputs decoded
+    history = store.steps("r1", parent=1, outputs=True)  # completed children only, outputs decoded
     assert [(h.seq, h.output) for h in history] == [(seqs[r, a], {"round": r, "by": a})
                                                     for r in (1, 2) for a in ("pro", "con")]
-    assert shape(store.children("r1", 2)) == [(8, "verdict", 1, "x", 2, "pending")]
-    assert store.children("r1", 0) == [] == store.history("r1", 0)
-    assert store.children("r1", 99) == [] == store.children("nope", 1)
+    assert shape(store.steps("r1", parent=2)) == [(8, "verdict", 1, "x", 2, "pending")]
+    assert store.steps("r1", parent=0) == [] == store.steps("r1", parent=0, outputs=True)
+    assert store.steps("r1", parent=99) == [] == store.steps("nope", parent=1)
 
 
 def test_history_fails_closed_naming_the_execution_whose_output_is_damaged(store):
@@ -739,8 +751,8 @@ def test_history_fails_closed_naming_the_execution_whose_output_is_damaged(store
         store.set_output("r1", seqs[2, "con"], "{not json")
     with pytest.raises(StoreDamaged, match=r"^the output of execution 6 \('argue', iteration 2, agent 'con'\) of run "
                                            r"r1 in .* is not valid JSON"):
-        store.history("r1", 1)
-    assert store.children("r1", 1)[-1].has_output  # reading without outputs still works
+        store.steps("r1", parent=1, outputs=True)
+    assert store.steps("r1", parent=1)[-1].has_output  # reading without outputs still works
 
 
 def test_steps_are_in_tree_order_each_group_followed_by_its_children(store):
@@ -759,18 +771,18 @@ def test_checkpoint_at_is_the_earliest_state_holding_checkpoint_of_an_execution(
         pause_id = store.add_checkpoint(NewCheckpoint("r1", "input", 9, "argue", at(20), state='{"next": 1}'))
         store.add_checkpoint(NewCheckpoint("r1", "boundary", seqs[2, "pro"], "argue", at(21), state='{"later": 1}'))
         store.add_checkpoint(NewCheckpoint("r1", "fork", 10, "argue", at(22), state='{"next": 1, "fork": {}}'))
-    first = store.checkpoint_at("r1", seqs[2, "pro"])
+    first = store.checkpoint("r1", Lookup.STATE_AT, seqs[2, "pro"])
     assert (first.kind, first.seq, first.created_at) == ("boundary", 5, at(5))
     assert first.state == {"next": 1, "in": {"round": 2, "spoken": []}}
-    assert store.checkpoint_at("r1", 0).kind == "start"
-    assert store.checkpoint_at("r1", 10).state == {"next": 1, "fork": {}}
-    assert store.checkpoint_at("r1", 9) is None and store.last_pause("r1").checkpoint_id == pause_id  # a pause's
-    assert store.checkpoint_at("r1", 42) is None and store.checkpoint_at("nope", 0) is None
+    assert store.checkpoint("r1", Lookup.STATE_AT, 0).kind == "start"
+    assert store.checkpoint("r1", Lookup.STATE_AT, 10).state == {"next": 1, "fork": {}}
+    assert store.checkpoint("r1", Lookup.STATE_AT, 9) is None and store.checkpoint("r1", Lookup.LAST_PAUSE).checkpoint_id == pause_id  # a pause's
+    assert store.checkpoint("r1", Lookup.STATE_AT, 42) is None and store.checkpoint("nope", Lookup.STATE_AT, 0) is None
     with store.transaction():
         damaged = store.add_checkpoint(NewCheckpoint("r1", "boundary", 11, "argue", at(23), state="{not json"))
     assert store.checkpoints("r1")[-1].state == {"unreadable": "{not json"}  # lenient for display
     with pytest.raises(StoreDamaged, match=f"^the driver state of checkpoint {damaged} of run r1 in .* is not valid"):
-        store.checkpoint_at("r1", 11)  # strict for a fork that resumes from it
+        store.checkpoint("r1", Lookup.STATE_AT, 11)  # strict for a fork that resumes from it
 
 
 def fork_run(store: RunStore, parent: str, child: str, cut: int, children_before: int | None = None) -> None:
@@ -792,9 +804,9 @@ def test_a_fork_after_a_pattern_copies_its_group_with_every_child(store):
                                            *[(seqs[r, a], "argue", r, a, 1, "completed") for r in (1, 2)
                                              for a in ("pro", "con")],
                                            (2, "verdict", 1, None, None, "pending")]
-    assert [h.idempotency_key for h in store.history("child", 1)] == [f"p/argue#{r}/{a}" for r in (1, 2)
+    assert [h.idempotency_key for h in store.steps("child", parent=1, outputs=True)] == [f"p/argue#{r}/{a}" for r in (1, 2)
                                                                       for a in ("pro", "con")]
-    assert [h.output for h in store.history("child", 1)] == [h.output for h in store.history("p", 1)]
+    assert [h.output for h in store.steps("child", parent=1, outputs=True)] == [h.output for h in store.steps("p", parent=1, outputs=True)]
     assert store.output_of("child", "argue") == (True, "pro wins")
     assert store.step("child", 2).idempotency_key == "child/verdict" and not store.step("child", 2).has_output
 
@@ -810,7 +822,7 @@ def test_a_fork_inside_a_pattern_copies_the_children_before_the_cut(store):
                                            (3, "argue", 1, "pro", 1, "completed"),
                                            (4, "argue", 1, "con", 1, "completed"),
                                            (2, "verdict", 1, None, None, "pending")]
-    assert [h.output for h in store.history("child", 1)] == [{"round": 1, "by": "pro"}, {"round": 1, "by": "con"}]
+    assert [h.output for h in store.steps("child", parent=1, outputs=True)] == [{"round": 1, "by": "pro"}, {"round": 1, "by": "con"}]
     group = store.step("child", 1)
     assert (group.has_output, group.attempts, group.idempotency_key) == (False, 0, "child/argue")
     assert store.max_seq("child") == seqs[2, "pro"] - 1  # round 2 is appended there again
@@ -839,14 +851,14 @@ def test_replace_steps_moves_children_with_their_group_and_checkpoints_with_thei
                                         *[(seqs[r, a] + 1, "argue", r, a, 2, "completed") for r in (1, 2)
                                           for a in ("pro", "con")],
                                         (3, "verdict", 1, None, None, "pending")]
-    assert [h.output for h in store.history("r1", 2)] == [{"round": r, "by": a} for r in (1, 2) for a in ("pro", "con")]
+    assert [h.output for h in store.steps("r1", parent=2, outputs=True)] == [{"round": r, "by": a} for r in (1, 2) for a in ("pro", "con")]
     assert store.step("r1", 4).idempotency_key == "r1/argue#1/pro"
     assert store.output_of("r1", "brief") == (True, "the brief")
-    assert store.checkpoint_at("r1", seqs[2, "pro"] + 1).state == {"next": 1, "in": {"round": 2, "spoken": []}}
+    assert store.checkpoint("r1", Lookup.STATE_AT, seqs[2, "pro"] + 1).state == {"next": 1, "in": {"round": 2, "spoken": []}}
     assert store.responses("r1", seqs[2, "con"] + 1) == ["my point"]  # the answer stays with the turn that asked
     moved = next(c for c in store.checkpoints("r1") if c.checkpoint_id == asked)
     assert moved.seq == moved.paused_seq == seqs[2, "con"] + 1
-    assert store.checkpoint_at("r1", 1).kind == "start"  # brief's, moved with it
+    assert store.checkpoint("r1", Lookup.STATE_AT, 1).kind == "start"  # brief's, moved with it
     assert [c.seq for c in store.checkpoints("r1")][-1] == -8  # the next-append position names no execution
     with store.transaction():
         assert store.replace_steps("r1", [NewStep(seq=0, name="brief", idempotency_key="r1/brief")]) == [

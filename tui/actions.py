@@ -27,10 +27,6 @@ class RunAction:
     tooltip: str
     why_not: Callable[[Run], str | None]
 
-    def applies(self, run: Run) -> bool:
-        """True when the action can act on ``run`` as it was read."""
-        return self.why_not(run) is None
-
     def binding(self) -> Binding:
         """The footer binding of this action."""
         return Binding(self.key, self.name, self.label, id=self.name, tooltip=self.tooltip)

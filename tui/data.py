@@ -7,7 +7,7 @@ reads outputs; a live refresh reads nothing but the store's version unless it ch
 only the rows on screen, the runs added above them, the counts and the selected run. A run's detail
 reads its chain without outputs (and, for a run with a pattern, its latest driver state), and one
 output is read only when a step is selected: for a pattern's group row, the outputs its summary
-uses (see :func:`relaypoint.patterns_view.wanted_outputs`).
+uses (see :func:`relaypoint.views.patterns.wanted_outputs`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any
 from relaypoint.clock import to_text
 from relaypoint.errors import RelaypointError, StoreError, UnknownRun, UnknownStep
 from relaypoint.models import Event, PendingDecision, Run, RunSummary, StepRecord
-from relaypoint.patterns_view import (PatternSummary, describe, kind_of, paused_execution, summary, wanted_outputs,
-                                      with_outputs)
 from relaypoint.runtime import Runtime
 from relaypoint.upstream import upstream_of
+from relaypoint.views.patterns import (PatternSummary, describe, kind_of, paused_execution, summary,
+                                       wanted_outputs, with_outputs)
 
 from .output import editor_json, output_view, show_command
 from .readable import READ_PAGES, Readable, readable
@@ -234,7 +234,7 @@ def _state(rt: Runtime, run: Run) -> Any:
     """The driver state of the run's latest checkpoint, read only when the run has a pattern."""
     if not any(kind_of(s) for s in run.tasks):
         return None
-    checkpoint = rt.store.latest_checkpoint(run.run_id)
+    checkpoint = rt.latest_checkpoint(run.run_id)
     return None if checkpoint is None else checkpoint.state
 
 
@@ -289,20 +289,20 @@ def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: 
     try:
         if step.parent is None:
             value = rt.step_output(run.run_id, step.name) if step.has_output else None
-        elif rt.store.step_brief(run.run_id, step.seq) is None:
+        elif rt.execution(run.run_id, step.seq) is None:
             return None
         else:
-            value = rt.store.step_output(run.run_id, step.seq) if step.has_output else None
+            value = rt.execution_output(run.run_id, step.seq) if step.has_output else None
         found = None
         if kind_of(step):
             children = [c for c in run.tasks if c.parent == step.seq]
             wanted = wanted_outputs(step, children, state)
-            outputs = {seq: rt.store.step_output(run.run_id, seq) for seq in wanted}
+            outputs = {seq: rt.execution_output(run.run_id, seq) for seq in wanted}
             found = summary(step, with_outputs(children, outputs), state, (step.has_output, value))
     except (UnknownRun, UnknownStep):
         return None
     return StepOutput(run.run_id, step.name, step.seq, run.updated_at, step.has_output, value, found).paged(
-        rt.store.url, step, pages, expanded)
+        rt.url, step, pages, expanded)
 
 
 QUEUE_LIMIT = 500
@@ -410,10 +410,10 @@ def read_upstream(rt: Runtime, item: ReviewItem, expanded: bool = False) -> Upst
     if item.execution is not None:
         for step in upstream_of(run.tasks, item.execution):
             try:
-                value = rt.store.step_output(run.run_id, step.seq)
+                value = rt.execution_output(run.run_id, step.seq)
             except UnknownStep:
                 continue
             outputs.append((describe(step, run.tasks),
-                            readable(value, show_command(rt.store.url, run.run_id, step), expanded)))
+                            readable(value, show_command(rt.url, run.run_id, step), expanded)))
     assert run.pending is not None
     return Upstream(run.run_id, run.pending.checkpoint_id, tuple(outputs))

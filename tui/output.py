@@ -14,11 +14,11 @@ from typing import Any
 
 from rich.text import Text
 
-from relaypoint.display import (PREVIEW_CHARS, PREVIEW_LINES, clean, human_size, json_text, literal, preview,
-                                preview_json)
 from relaypoint.models import StepRecord
-from relaypoint.patterns_view import PatternSummary
 from relaypoint.status import StepStatus
+from relaypoint.views.display import (PREVIEW_CHARS, PREVIEW_LINES, clean, human_size, json_text, literal, preview,
+                                     preview_json)
+from relaypoint.views.patterns import PatternSummary
 
 from . import format as fmt
 from .patterns import summary_view

@@ -15,9 +15,9 @@ from rich.text import Text
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.content import Content
 
-from relaypoint.display import literal
 from relaypoint.models import RunSummary
 from relaypoint.status import RUN_SYMBOLS, RunStatus
+from relaypoint.views.display import literal
 
 from . import format as fmt
 from .actions import GENERAL_BINDINGS, QUEUE_BINDINGS, REVIEW_BINDINGS, RUN_ACTIONS

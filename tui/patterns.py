@@ -1,7 +1,7 @@
 """How the console draws a pattern: its row and its calls' rows in the step chain, and the summary
 shown above its result when its row is selected (rounds, per-agent counts, routing decisions,
 votes and tally, the judge's decision, the plan as a tree). What is drawn is computed by
-:mod:`relaypoint.patterns_view`; stored text (agent names, task ids, outputs) is shown literally."""
+:mod:`relaypoint.views.patterns`; stored text (agent names, task ids, outputs) is shown literally."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from relaypoint.display import literal
 from relaypoint.models import StepRecord
-from relaypoint.patterns_view import AgentCounts, PatternSummary, PlanNode, Route, call_label, undefined
 from relaypoint.status import STEP_SYMBOLS, StepStatus
+from relaypoint.views.display import literal
+from relaypoint.views.patterns import AgentCounts, PatternSummary, PlanNode, Route, call_label, undefined
 
 from . import format as fmt
 
@@ -246,7 +246,7 @@ def _plan(s: PatternSummary) -> list[RenderableType]:
 
 def summary_view(s: PatternSummary) -> RenderableType:
     """The summary of a selected pattern (its kind, progress and status are on its row, just
-    above): what its kind records (see :class:`~relaypoint.patterns_view.PatternSummary`)."""
+    above): what its kind records (see :class:`~relaypoint.views.patterns.PatternSummary`)."""
     parts: list[RenderableType] = []
     if s.kind == "vote":
         parts += _votes(s)

@@ -23,7 +23,7 @@ from rich.console import RenderableType
 from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
-from relaypoint.display import PREVIEW_CHARS, PREVIEW_LINES, clean, human_size, literal, preview
+from relaypoint.views.display import PREVIEW_CHARS, PREVIEW_LINES, clean, human_size, literal, preview
 
 MARKDOWN_CHARS = 30_000
 """Longest text rendered as Markdown; a longer one is shown as plain text, its first pages."""
@@ -33,7 +33,7 @@ each is a widget, and 200 table cells take the console over half a second to lay
 with more is shown as plain text, its first pages."""
 READ_PAGES = 4
 """Pages of a plain text, or of a value's JSON, shown on the review screen (a page is
-:data:`~relaypoint.display.PREVIEW_CHARS` characters or :data:`~relaypoint.display.PREVIEW_LINES`
+:data:`~relaypoint.views.display.PREVIEW_CHARS` characters or :data:`~relaypoint.views.display.PREVIEW_LINES`
 lines; the detail pane starts at one and ``m`` adds one)."""
 FOLD_ITEMS = 10
 """A list longer than this shows its first items and how many more (``e`` shows them all)."""

@@ -10,6 +10,7 @@ from ..errors import InvalidValue
 from .base import (BackendUnavailable, Boundary, BoundaryResult, NewCheckpoint, NewEvent, NewRun, NewStep,
                    NotAStore, RunLocked, RunStore, StepEnd, StepStart, StoreBusy, StoreDamaged, StoreDenied, StoreFull,
                    StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable)
+from .reads import Lookup, RunState, StepBrief
 from .url import InvalidStoreURL, parse
 
 
@@ -46,7 +47,7 @@ def open_store(url: str, *, create: bool = False, readonly: bool = False,
 
 
 __all__ = [
-    "BackendUnavailable", "Boundary", "BoundaryResult", "InvalidStoreURL", "NewCheckpoint", "NewEvent", "NewRun",
-    "NewStep", "NotAStore", "RunLocked", "RunStore", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreDenied", "StoreFull",
+    "BackendUnavailable", "Boundary", "BoundaryResult", "InvalidStoreURL", "Lookup", "NewCheckpoint", "NewEvent", "NewRun",
+    "NewStep", "NotAStore", "RunLocked", "RunState", "RunStore", "StepBrief", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreDenied", "StoreFull",
     "StoreMissing", "StoreNewer", "StoreReadOnly", "StoreUnreachable", "open_store",
 ]

@@ -1,67 +1,23 @@
-"""The PostgreSQL backend of :class:`~relaypoint.store.base.RunStore`: one schema of a database,
-its migrations, its queries (psycopg 3).
+"""The PostgreSQL backend of :class:`~relaypoint.store.base.RunStore`: one schema of a database
+(``relaypoint``, or ``?schema=NAME``), psycopg 3.
 
-The store lives in its own schema (``relaypoint`` by default, ``?schema=NAME`` in the URL), so it can
-share a database; every connection sets ``search_path`` to it, so statement texts are fixed and
-prepared once. Tables, columns and indexes are those of schema 3 of the SQLite store: times are
-``timestamptz`` (milliseconds, as the SQLite store keeps them), stored JSON is ``text`` (an exact
-round-trip: ``jsonb`` would reorder keys and normalise numbers and spacing), keys and names compare
-bytewise (``COLLATE "C"``, SQLite's order).
-
-Writers: SQLite lets one transaction write at a time, and the engine's read-then-write blocks
-(claims, decisions, forks) rely on it. Here a :meth:`transaction` takes the schema's advisory lock
-exclusively, and sees the store as SQLite's single writer would. Writes confined to one run take it
-shared: a :meth:`commit_boundary` (fenced on its run's lease token, its first statement the run's
-row update, which locks that row), and a ``transaction(run)`` (claims, heartbeats, pauses), which
-then locks the run's row (``SELECT ... FOR UPDATE``, or ``SKIP LOCKED`` for a worker going down its
-candidates). So the runs of many workers are claimed, renewed and committed side by side, the
-writes of one run happen one at a time, and each sees every write committed before its lock was
-granted (read committed: each statement reads the latest commits). Every writer takes the schema's
-lock before any row lock, so the two never deadlock. A lock waited on longer than the busy timeout
-is :class:`StoreBusy`.
-
-The hot path: a step boundary is one statement, a call of the schema's ``commit_boundary``
-function (PL/pgSQL, its statements planned once per connection: schema version 3; the boundary one
-``json`` document: version 7), in its own transaction: one round trip, where sending the eight
-statements of a boundary cost three times as much on one machine.
-
-``data_version`` (the console's change check): while a console listens, every boundary and every
-transaction that wrote notifies the schema's channel (``relaypoint_<schema>``, schema version 2);
-the server delivers one notification per transaction, at commit, to every listener (writes made by
-hand, outside relaypoint, are seen with the next one). The first call opens a second connection
-that listens, and checks that a notification sent on the store's connection comes back (a pooler in
-transaction mode, such as PgBouncer's, accepts LISTEN but drops what is sent to it); it then records
-itself in the schema's ``listeners`` table (version 8: writers notify only while it has a row, since
-PostgreSQL makes the commits of all notifying transactions wait for each other). After that a check
-reads what already arrived on that socket, without a round trip while nothing changes. When
-notifications are unavailable, each check is one query of the server's write counters for the
-schema's tables (``pg_stat_user_tables``, flushed within about a second). Writes by this process
-count at once. Another schema or database of the server never changes it.
-
-Connections: a store holds one connection of its own per thread that uses it (see
-:mod:`.connections`), so the boundaries of runs executed by several threads of one process commit
-side by side; a store opened ``pooled`` (the heartbeats: short transactions every few seconds)
-borrows one for each transaction or read from its process's pool for the same database and
-settings (psycopg-pool, at most ``POOL_MAX_SIZE``), so a process's heartbeats share a few
-connections instead of holding one each.
-
-``durability``: "full" is ``synchronous_commit = on`` (a boundary is in the server's WAL on disk when
-it returns); "normal" is ``synchronous_commit = off`` (a server crash may lose the last boundaries,
-never half of one; a crash of relaypoint loses nothing committed).
-
-Every psycopg error is translated here into a :class:`~relaypoint.errors.StoreError` subclass.
+This module holds what is PostgreSQL's own: connecting (a connection per thread, a pool for
+heartbeats), transactions under the schema's advisory lock (exclusive, or shared plus the run's row
+lock for writes confined to one run), the boundary as one call of the schema's ``commit_boundary``
+function, the change feed (LISTEN/NOTIFY while a console listens, else the server's write counters),
+grants, and translating every psycopg error into a :class:`~relaypoint.errors.StoreError`. The
+README's "Store schema: On PostgreSQL" explains the choices and their measurements.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import re
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -76,17 +32,16 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..clock import from_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError, quoted
-from ..models import Lease, OwnedRun, Owner, StepRecord
+from ..models import Lease
 from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
-                   BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunLocked, RunRows, StepBrief, StoreBusy,
-                   StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable,
-                   renumbered_batch)
+from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunLocked, StoreBusy,
+                   StoreDamaged, StoreDenied, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable)
+from .schema import LEASE_COLUMNS
 from .connections import ThreadConnections
-from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
+from .migrations.postgres import FENCE_REFUSED, MIGRATIONS, SCHEMA_VERSION, channel, lock_key
 from .url import postgres_where
-from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
-                  UNDECIDED, SqlStore, event_detail, id_column, paused_seq_derived, translated)
+from .sql import NESTED, PAUSED, RUN_FIELDS, STEP_FIELDS, TIME_FIELDS, UNDECIDED, event_detail, translated
+from .sql_admin import SqlAdmin, id_column
 
 # psycopg logs a rollback that failed on a lost connection as a warning, which Python prints on stderr
 # when the application configured no logging: a second, raw line beside the error raised and said here
@@ -115,11 +70,6 @@ _PROBE = "probe "
 
 # Free text a person reads (never matched on): PostgreSQL text cannot hold NUL, so it is shown as U+FFFD.
 FREE_TEXT_FIELDS = {"error", "traceback"}
-# ... and the columns of a copied run holding free text (see _free).
-COPIED_FREE_TEXT = {"error", "traceback", "reason", "decided_by", "comment", "actor"}
-
-FENCE_REFUSED = "RPF01"
-"""The SQLSTATE a boundary's refused run update raises (commit_boundary), rolling the boundary back."""
 _LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 _LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s, %s)"
 # A run's transaction, after the schema's lock (shared; the order every writer takes them in): the
@@ -160,493 +110,6 @@ _STEP_ARRAYS = ("s_seqs", "s_names", "s_iterations", "s_agents", "s_parents", "s
                 "s_keys")
 _START_CHECKPOINT_FIELDS = ("c_run", "c_seq", "c_step", "c_kind", "c_at", "c_reason", "c_deadline")
 _START_RUN = "SELECT start_run(%s::json, %s, %s, %s, %s::json, %s, %s) AS checkpoint_id"
-_CHILDREN = ("FROM steps s WHERE s.run_id = %(run)s AND s.name = (SELECT g.name FROM steps g "
-             "WHERE g.run_id = %(run)s AND g.seq = %(parent)s) AND s.parent_seq = %(parent)s ORDER BY s.seq")
-
-
-# ---- schema -------------------------------------------------------------------------------------
-
-_BOUNDARY_PARAMETERS = """
-                p_run text, p_fence text, p_at timestamptz, p_fields text[],
-                p_status text, p_updated_at timestamptz, p_current_step text, p_steps_done bigint,
-                p_steps_total bigint, p_error text, p_fingerprint text, p_suspect_deaths bigint,
-                p_lease_token text, p_lease_pid bigint, p_lease_pid_start text, p_lease_host text,
-                p_lease_expires_at timestamptz, p_heartbeat_at timestamptz,
-                p_end_seq bigint, p_end_status text, p_end_error text, p_end_traceback text, p_output text,
-                p_start_seq bigint, p_start_attempt bigint, p_new boolean, p_new_name text, p_new_iteration bigint,
-                p_new_agent text, p_new_parent bigint, p_new_options text, p_new_key text,
-                p_cp_kind text, p_cp_run text, p_cp_seq bigint, p_cp_step text, p_cp_at timestamptz,
-                p_cp_reason text, p_cp_state text, p_cp_deadline timestamptz,
-                p_ev_kinds text[], p_ev_steps text[], p_ev_actors text[], p_ev_details text[],
-                p_ev_names boolean[], p_lock1 integer, p_lock2 integer"""
-"""The parameters of the schema's ``commit_boundary`` function of versions 1 to 6, in order (``start_run``
-took them first); version 7 reads them from a document (``_BOUNDARY_TYPE``)."""
-
-
-def _commit_boundary_function(schema: str, notify: str | None, document: bool = False,
-                              listened: bool = False, paused: bool = False) -> str:
-    """The schema's ``commit_boundary`` function (see ``_migrate_1``); with ``notify`` (a channel), it
-    also notifies that channel (version 2), and replaces the one there. ``document`` (version 7): the
-    boundary is one ``json`` argument read into the schema's ``boundary`` type, its output and its
-    checkpoint's state two ``text`` ones; otherwise each field is an argument of its own.
-    ``listened`` (version 8): it notifies only while a console listens (a row in ``listeners``).
-    ``paused`` (version 9): the checkpoint's ``paused_seq`` is the document's ``cp_paused``."""
-    p = "b." if document else "p_"
-    header = (f"{schema}.commit_boundary(doc json, p_output text, p_cp_state text)" if document
-              else f"{schema}.commit_boundary({_BOUNDARY_PARAMETERS})")
-    declared = f"b {schema}.boundary := json_populate_record(NULL::{schema}.boundary, doc);" if document else ""
-    paused_column, paused_value = (", paused_seq", f", {p}cp_paused") if paused else ("", "")
-    return (
-        f"""CREATE {'OR REPLACE ' if notify and not document else ''}FUNCTION {header} RETURNS bigint
-            LANGUAGE plpgsql AS $$
-            DECLARE{f'{chr(10)}                {declared}' if declared else ''}
-                updated bigint;
-                cp bigint;
-            BEGIN
-                PERFORM pg_advisory_xact_lock_shared({p}lock1, {p}lock2);
-                UPDATE {schema}.runs SET
-                    status = CASE WHEN 'status' = ANY({p}fields) THEN {p}status ELSE status END,
-                    updated_at = CASE WHEN 'updated_at' = ANY({p}fields) THEN {p}updated_at ELSE updated_at END,
-                    current_step = CASE WHEN 'current_step' = ANY({p}fields) THEN {p}current_step ELSE current_step END,
-                    steps_done = CASE WHEN 'steps_done' = ANY({p}fields) THEN {p}steps_done ELSE steps_done END,
-                    steps_total = CASE WHEN 'steps_total' = ANY({p}fields) THEN {p}steps_total ELSE steps_total END,
-                    error = CASE WHEN 'error' = ANY({p}fields) THEN {p}error ELSE error END,
-                    fingerprint = CASE WHEN 'fingerprint' = ANY({p}fields) THEN {p}fingerprint ELSE fingerprint END,
-                    suspect_deaths = CASE WHEN 'suspect_deaths' = ANY({p}fields) THEN {p}suspect_deaths
-                                          ELSE suspect_deaths END,
-                    lease_token = CASE WHEN 'lease' = ANY({p}fields) THEN {p}lease_token ELSE lease_token END,
-                    lease_pid = CASE WHEN 'lease' = ANY({p}fields) THEN {p}lease_pid ELSE lease_pid END,
-                    lease_pid_start = CASE WHEN 'lease' = ANY({p}fields) THEN {p}lease_pid_start ELSE lease_pid_start END,
-                    lease_host = CASE WHEN 'lease' = ANY({p}fields) THEN {p}lease_host ELSE lease_host END,
-                    lease_expires_at = CASE WHEN 'lease' = ANY({p}fields) THEN {p}lease_expires_at
-                                            ELSE lease_expires_at END,
-                    heartbeat_at = CASE WHEN 'lease' = ANY({p}fields) THEN {p}heartbeat_at ELSE heartbeat_at END
-                WHERE run_id = {p}run AND ({p}fence IS NULL OR lease_token = {p}fence);
-                GET DIAGNOSTICS updated = ROW_COUNT;
-                IF updated <> 1 THEN
-                    RAISE EXCEPTION 'relaypoint: the boundary''s run update was refused' USING ERRCODE = '{FENCE_REFUSED}';
-                END IF;{_notification(schema, notify, listened)}
-                IF {p}end_seq IS NOT NULL THEN
-                    UPDATE {schema}.steps SET status = {p}end_status, finished_at = {p}at, error = {p}end_error,
-                                              traceback = {p}end_traceback
-                        WHERE run_id = {p}run AND seq = {p}end_seq;
-                    IF p_output IS NOT NULL THEN
-                        INSERT INTO {schema}.outputs (run_id, seq, value) VALUES ({p}run, {p}end_seq, p_output)
-                            ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value;
-                    END IF;
-                END IF;
-                IF {p}new THEN
-                    INSERT INTO {schema}.steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts,
-                                                options, started_at, idempotency_key)
-                        VALUES ({p}run, {p}start_seq, {p}new_name, {p}new_iteration, {p}new_agent, {p}new_parent,
-                                '{StepStatus.RUNNING.value}', {p}start_attempt, {p}new_options, {p}at, {p}new_key);
-                ELSIF {p}start_seq IS NOT NULL THEN
-                    UPDATE {schema}.steps SET status = '{StepStatus.RUNNING.value}', attempts = {p}start_attempt,
-                                              started_at = {p}at, finished_at = NULL, error = NULL, traceback = NULL
-                        WHERE run_id = {p}run AND seq = {p}start_seq;
-                END IF;
-                IF {p}cp_kind IS NOT NULL THEN
-                    INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at{
-                                                          paused_column})
-                        VALUES ({p}cp_run, {p}cp_seq, {p}cp_step, {p}cp_kind, {p}cp_at, {p}cp_reason, p_cp_state,
-                                {p}cp_deadline{paused_value})
-                        RETURNING checkpoint_id INTO cp;
-                END IF;
-                IF cardinality({p}ev_kinds) > 0 THEN
-                    INSERT INTO {schema}.events (run_id, at, kind, step, actor, detail)
-                        SELECT {p}run, {p}at, e.kind, e.step, e.actor,
-                               CASE WHEN e.names THEN '{{"checkpoint_id": ' || cp || e.detail ELSE e.detail END
-                        FROM unnest({p}ev_kinds, {p}ev_steps, {p}ev_actors, {p}ev_details, {p}ev_names)
-                             WITH ORDINALITY AS e(kind, step, actor, detail, names, n)
-                        ORDER BY e.n;
-                END IF;
-                RETURN cp;
-            END $$""")
-
-
-def _notification(schema: str, notify: str | None, listened: bool) -> str:
-    """The lines of ``commit_boundary`` that notify (see :func:`_commit_boundary_function`)."""
-    if not notify:
-        return ""
-    if not listened:
-        return f"\n                PERFORM pg_notify('{notify}', '');"
-    return (f"\n                IF EXISTS (SELECT 1 FROM {schema}.listeners) THEN"
-            f"\n                    PERFORM pg_notify('{notify}', '');"
-            "\n                END IF;")
-
-
-def _migrate_1(schema: str) -> list[str]:
-    """The tables, indexes and triggers of the SQLite store's schema 3 (this backend's version 1)."""
-    c = 'COLLATE "C"'
-    return [
-        "CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)",
-        f"""CREATE TABLE runs (
-               run_id text {c} PRIMARY KEY,
-               workflow text {c} NOT NULL,
-               status text {c} NOT NULL,
-               parent_run_id text {c},
-               forked_from_step text {c},
-               fingerprint text {c},
-               created_at timestamptz NOT NULL,
-               updated_at timestamptz NOT NULL,
-               current_step text {c},
-               steps_done bigint NOT NULL DEFAULT 0,
-               steps_total bigint NOT NULL DEFAULT 0,
-               suspect_deaths bigint NOT NULL DEFAULT 0,
-               error text,
-               lease_token text {c},
-               lease_pid bigint,
-               lease_pid_start text {c},
-               lease_host text {c},
-               lease_expires_at timestamptz,
-               heartbeat_at timestamptz
-           )""",
-        f"CREATE TABLE run_inputs (run_id text {c} PRIMARY KEY REFERENCES runs (run_id), input text NOT NULL)",
-        f"CREATE TABLE definitions (fingerprint text {c} PRIMARY KEY, definition text NOT NULL)",
-        f"""CREATE TABLE steps (
-               run_id text {c} NOT NULL REFERENCES runs (run_id),
-               seq bigint NOT NULL,
-               name text {c} NOT NULL,
-               iteration bigint NOT NULL DEFAULT 1,
-               agent text {c},
-               parent_seq bigint,
-               status text {c} NOT NULL,
-               attempts bigint NOT NULL DEFAULT 0,
-               options text NOT NULL DEFAULT '{{}}',
-               error text,
-               traceback text,
-               started_at timestamptz,
-               finished_at timestamptz,
-               idempotency_key text {c} NOT NULL,
-               PRIMARY KEY (run_id, seq)
-           )""",
-        f"""CREATE TABLE outputs (
-               run_id text {c} NOT NULL REFERENCES runs (run_id),
-               seq bigint NOT NULL,
-               value text,
-               PRIMARY KEY (run_id, seq)
-           )""",
-        f"""CREATE TABLE checkpoints (
-               checkpoint_id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-               run_id text {c} NOT NULL REFERENCES runs (run_id),
-               seq bigint NOT NULL,
-               step text {c},
-               kind text {c} NOT NULL,
-               created_at timestamptz NOT NULL,
-               reason text,
-               state text,
-               decision text {c},
-               decided_by text,
-               decided_at timestamptz,
-               comment text,
-               value text,
-               deadline_at timestamptz
-           )""",
-        f"""CREATE TABLE events (
-               event_id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-               run_id text {c} NOT NULL REFERENCES runs (run_id),
-               at timestamptz NOT NULL,
-               kind text {c} NOT NULL,
-               step text {c},
-               actor text,
-               detail text
-           )""",
-        f"CREATE TABLE run_counts (status text {c} PRIMARY KEY, runs bigint NOT NULL)",
-        # The console's queries: newest-first keyset pages, filtered by status or workflow, forks of
-        # a run, the removal of a definition no run uses any more; a run's executions by name.
-        "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
-        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
-        "CREATE INDEX runs_by_workflow ON runs (workflow, created_at, run_id)",
-        "CREATE INDEX runs_by_parent ON runs (parent_run_id)",
-        "CREATE INDEX runs_by_fingerprint ON runs (fingerprint)",
-        "CREATE INDEX steps_by_name ON steps (run_id, name, iteration)",
-        "CREATE INDEX checkpoints_by_run ON checkpoints (run_id, checkpoint_id)",
-        # Pauses and deadlines in partial indexes a boundary's checkpoint does not touch.
-        f"CREATE INDEX checkpoints_due ON checkpoints (deadline_at) WHERE deadline_at IS NOT NULL AND {UNDECIDED}",
-        f"CREATE INDEX checkpoints_paused ON checkpoints (run_id, checkpoint_id) WHERE {PAUSED}",
-        "CREATE INDEX events_by_run ON events (run_id, event_id)",
-        # Runs per status, kept in the transaction that changes a run. A status change locks the two
-        # counter rows in status order, so two boundaries never wait on each other in a cycle.
-        f"""CREATE FUNCTION {schema}.run_counts_change(status_from text, status_to text) RETURNS void
-            LANGUAGE plpgsql AS $$
-            BEGIN
-                IF status_from IS NOT NULL AND (status_to IS NULL OR status_from < status_to) THEN
-                    UPDATE {schema}.run_counts SET runs = runs - 1 WHERE status = status_from;
-                    status_from := NULL;
-                END IF;
-                IF status_to IS NOT NULL THEN
-                    INSERT INTO {schema}.run_counts (status, runs) VALUES (status_to, 1)
-                        ON CONFLICT (status) DO UPDATE SET runs = run_counts.runs + 1;
-                END IF;
-                IF status_from IS NOT NULL THEN
-                    UPDATE {schema}.run_counts SET runs = runs - 1 WHERE status = status_from;
-                END IF;
-            END $$""",
-        # A step boundary in one statement (its own transaction): the run update, fenced and checked
-        # first (a refusal raises FENCE_REFUSED and nothing is written), the ended execution and its
-        # output, the started one, the checkpoint, the events (those naming the checkpoint get its id).
-        # Run fields not in p_fields keep their values. Plans are cached by PL/pgSQL per connection.
-        _commit_boundary_function(schema, None),
-        f"""CREATE FUNCTION {schema}.run_counts_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF TG_OP = 'INSERT' THEN
-                    PERFORM {schema}.run_counts_change(NULL, NEW.status);
-                ELSIF TG_OP = 'DELETE' THEN
-                    PERFORM {schema}.run_counts_change(OLD.status, NULL);
-                ELSE
-                    PERFORM {schema}.run_counts_change(OLD.status, NEW.status);
-                END IF;
-                RETURN NULL;
-            END $$""",
-        f"CREATE TRIGGER run_counts_insert AFTER INSERT ON runs FOR EACH ROW EXECUTE FUNCTION {schema}.run_counts_trigger()",
-        f"CREATE TRIGGER run_counts_delete AFTER DELETE ON runs FOR EACH ROW EXECUTE FUNCTION {schema}.run_counts_trigger()",
-        f"""CREATE TRIGGER run_counts_update AFTER UPDATE OF status ON runs FOR EACH ROW
-            WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION {schema}.run_counts_trigger()""",
-    ]
-
-
-def channel(schema: str) -> str:
-    """The notification channel of the store in ``schema``: ``relaypoint_<schema>`` (a name of at most
-    63 characters, PostgreSQL's limit: a longer one ends in a hash of the schema name)."""
-    name = f"relaypoint_{schema}"
-    return name if len(name) <= 63 else f"relaypoint_{schema[:43]}_{_lock_key(schema) & 0xFFFFFFFF:08x}"
-
-
-def _migrate_2(schema: str) -> list[str]:
-    """Version 2: a boundary notifies the schema's channel (``commit_boundary`` calls ``pg_notify``; the
-    other write transactions notify from :meth:`PostgresStore.transaction`). Statement triggers on the
-    tables would notify for any writer, but cost a boundary more than the notification itself (each
-    statement of a boundary would queue a trigger event). The version also keeps older relaypoints,
-    whose writes would not notify, from writing to the store."""
-    return [_commit_boundary_function(schema, channel(schema))]
-
-
-def _migrate_3(schema: str) -> list[str]:
-    """Version 3: ``commit_boundary`` plans each of its statements once per connection and keeps the
-    plan (a generic plan). By default PostgreSQL plans a cached statement again at each of a
-    connection's first five executions (custom plans, for the arguments at hand) before it settles:
-    planning that made up about a seventh of the server's work in a 10-step run, for statements
-    (writes by primary key) whose plan never depends on the arguments. The foreign-key checks and
-    triggers the function's writes fire run under the setting too. A later migration that replaces
-    the function must keep the setting (``CREATE OR REPLACE`` drops it)."""
-    return [f"ALTER FUNCTION {schema}.commit_boundary SET plan_cache_mode = force_generic_plan"]
-
-
-COUNT_SLOTS = 16
-"""Rows per status in ``run_counts`` (version 4): a transaction counts its status changes in its
-connection's slot (the server process id modulo this)."""
-
-
-def _migrate_4(schema: str) -> list[str]:
-    """Version 4: runs per status are counted in ``COUNT_SLOTS`` rows per status, a connection's
-    changes in its own slot, read as their sum. With one row per status every transaction that
-    changes a run's status (a claim, a run's last boundary) locked the same counter row until its
-    commit, so the claims and completions of many workers queued behind each other (16 workers on
-    two cores: on average 0.41 sessions waited on a row lock, 0.12 with slots). A slot's count may
-    go below zero (a run counted in one slot leaves from another); the sums are the counts."""
-    return [
-        f"ALTER TABLE {schema}.run_counts ADD COLUMN slot smallint NOT NULL DEFAULT 0",
-        f"ALTER TABLE {schema}.run_counts DROP CONSTRAINT run_counts_pkey",
-        f"ALTER TABLE {schema}.run_counts ADD PRIMARY KEY (status, slot)",
-        f"ALTER TABLE {schema}.run_counts ALTER COLUMN slot DROP DEFAULT",
-        # The two counter rows of a change are still locked in status order: no cycle of waits.
-        f"""CREATE OR REPLACE FUNCTION {schema}.run_counts_change(status_from text, status_to text) RETURNS void
-            LANGUAGE plpgsql AS $$
-            DECLARE
-                mine smallint := pg_backend_pid() % {COUNT_SLOTS};
-            BEGIN
-                IF status_from IS NOT NULL AND (status_to IS NULL OR status_from < status_to) THEN
-                    INSERT INTO {schema}.run_counts (status, slot, runs) VALUES (status_from, mine, -1)
-                        ON CONFLICT (status, slot) DO UPDATE SET runs = run_counts.runs - 1;
-                    status_from := NULL;
-                END IF;
-                IF status_to IS NOT NULL THEN
-                    INSERT INTO {schema}.run_counts (status, slot, runs) VALUES (status_to, mine, 1)
-                        ON CONFLICT (status, slot) DO UPDATE SET runs = run_counts.runs + 1;
-                END IF;
-                IF status_from IS NOT NULL THEN
-                    INSERT INTO {schema}.run_counts (status, slot, runs) VALUES (status_from, mine, -1)
-                        ON CONFLICT (status, slot) DO UPDATE SET runs = run_counts.runs - 1;
-                END IF;
-            END $$""",
-    ]
-
-
-def _migrate_5(schema: str) -> list[str]:
-    """Version 5: a run's start is one statement, a call of the schema's ``start_run`` function: the
-    run's row, input and definition, its planned executions (given as arrays), its start checkpoint,
-    then its first boundary (``commit_boundary``, with the same arguments), in one transaction. Sent
-    statement by statement, a start took 13 round trips."""
-    return [
-        f"""CREATE FUNCTION {schema}.start_run({_BOUNDARY_PARAMETERS},
-                r_workflow text, r_status text, r_parent_run text, r_forked_from text, r_fingerprint text,
-                r_created_at timestamptz, r_current_step text, r_steps_done bigint, r_steps_total bigint,
-                r_lease_token text, r_lease_pid bigint, r_lease_pid_start text, r_lease_host text,
-                r_lease_expires_at timestamptz, r_heartbeat_at timestamptz, r_input text, r_definition text,
-                s_seqs bigint[], s_names text[], s_iterations bigint[], s_agents text[], s_parents bigint[],
-                s_statuses text[], s_attempts bigint[], s_options text[], s_keys text[],
-                c_run text, c_seq bigint, c_step text, c_kind text, c_at timestamptz, c_reason text, c_state text,
-                c_deadline timestamptz) RETURNS bigint
-            LANGUAGE plpgsql AS $$
-            BEGIN
-                PERFORM pg_advisory_xact_lock_shared(p_lock1, p_lock2);
-                INSERT INTO {schema}.runs (run_id, workflow, status, parent_run_id, forked_from_step, fingerprint,
-                                           created_at, updated_at, current_step, steps_done, steps_total,
-                                           lease_token, lease_pid, lease_pid_start, lease_host, lease_expires_at,
-                                           heartbeat_at)
-                    VALUES (p_run, r_workflow, r_status, r_parent_run, r_forked_from, r_fingerprint, r_created_at,
-                            r_created_at, r_current_step, r_steps_done, r_steps_total, r_lease_token, r_lease_pid,
-                            r_lease_pid_start, r_lease_host, r_lease_expires_at, r_heartbeat_at);
-                INSERT INTO {schema}.run_inputs (run_id, input) VALUES (p_run, r_input);
-                INSERT INTO {schema}.definitions (fingerprint, definition) VALUES (r_fingerprint, r_definition)
-                    ON CONFLICT (fingerprint) DO NOTHING;
-                INSERT INTO {schema}.steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
-                                            idempotency_key)
-                    SELECT p_run, s.* FROM unnest(s_seqs, s_names, s_iterations, s_agents, s_parents, s_statuses,
-                                                  s_attempts, s_options, s_keys) AS s;
-                INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at)
-                    VALUES (c_run, c_seq, c_step, c_kind, c_at, c_reason, c_state, c_deadline);
-                RETURN {schema}.commit_boundary(
-                    {", ".join(p.split()[0] for p in _BOUNDARY_PARAMETERS.split(","))});
-            END $$""",
-        f"ALTER FUNCTION {schema}.start_run SET plan_cache_mode = force_generic_plan",
-    ]
-
-
-def _migrate_6(schema: str) -> list[str]:
-    """Version 6: when a worker with ``--on-pause`` announced a pause (``announced_at``, NULL: not
-    yet), and the pauses waiting for that in a partial index of their own (empty when all are
-    announced: a worker's poll reads nothing). The pauses open at the upgrade count as announced, as
-    on SQLite (see its migration 4): a pause is announced at most once."""
-    return [
-        f"ALTER TABLE {schema}.checkpoints ADD COLUMN announced_at timestamptz",
-        f"UPDATE {schema}.checkpoints SET announced_at = date_trunc('milliseconds', now()) "
-        f"WHERE {PAUSED} AND {UNDECIDED}",
-        f"CREATE INDEX checkpoints_unannounced ON {schema}.checkpoints (checkpoint_id) WHERE {UNANNOUNCED}",
-    ]
-
-
-_BOUNDARY_TYPE = ", ".join(p.strip()[len("p_"):] for p in _BOUNDARY_PARAMETERS.split(",")
-                           if p.split()[0] not in ("p_output", "p_cp_state"))
-"""The fields of a boundary's document (the schema's ``boundary`` type, version 7): the parameters
-of the version 1 ``commit_boundary`` without their ``p_`` prefix, less the output and the
-checkpoint's state (arguments of their own)."""
-
-
-def _migrate_7(schema: str) -> list[str]:
-    """Version 7: ``commit_boundary`` and ``start_run`` take a boundary as one ``json`` document (read
-    into the ``boundary`` and ``run_start`` types; ``json``, not ``jsonb``: read once, it is not worth
-    ``jsonb``'s conversion, which took twice as long) and the values that may be long (an output, a
-    state, a run's input and definition) as ``text`` arguments. With one argument per field (47 for
-    a boundary, 90 for a start) the client converted each on every call, and a start's statement
-    was parsed anew each time (too many parameters for psycopg's cache): about 0.13 ms of a
-    boundary's and 0.8 ms of a start's client time on one machine.
-
-    Also: a run's status change is counted (version 4's slots) by one statement of the trigger
-    itself, where the trigger called a second function holding three: each of them compiled and
-    planned once per connection, about 2 ms of a connection's first run on one machine."""
-    return [
-        f"""CREATE OR REPLACE FUNCTION {schema}.run_counts_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                -- OLD is NULL on INSERT, NEW on DELETE; the two counter rows locked in status order
-                -- (no cycle of waits between two changes).
-                INSERT INTO {schema}.run_counts (status, slot, runs)
-                    SELECT v.status, pg_backend_pid() % {COUNT_SLOTS}, v.change
-                    FROM (VALUES (OLD.status, -1), (NEW.status, 1)) AS v (status, change)
-                    WHERE v.status IS NOT NULL ORDER BY v.status
-                    ON CONFLICT (status, slot) DO UPDATE SET runs = run_counts.runs + excluded.runs;
-                RETURN NULL;
-            END $$""",
-        f"DROP FUNCTION {schema}.run_counts_change",
-        f"DROP FUNCTION {schema}.start_run",
-        f"DROP FUNCTION {schema}.commit_boundary",
-        f"CREATE TYPE {schema}.boundary AS ({_BOUNDARY_TYPE})",
-        f"""CREATE TYPE {schema}.run_start AS (
-                run text, workflow text, status text, parent_run text, forked_from text, fingerprint text,
-                created_at timestamptz, current_step text, steps_done bigint, steps_total bigint,
-                lease_token text, lease_pid bigint, lease_pid_start text, lease_host text,
-                lease_expires_at timestamptz, heartbeat_at timestamptz,
-                s_seqs bigint[], s_names text[], s_iterations bigint[], s_agents text[], s_parents bigint[],
-                s_statuses text[], s_attempts bigint[], s_options text[], s_keys text[],
-                c_run text, c_seq bigint, c_step text, c_kind text, c_at timestamptz, c_reason text,
-                c_deadline timestamptz, lock1 integer, lock2 integer)""",
-        _commit_boundary_function(schema, channel(schema), document=True),
-        f"ALTER FUNCTION {schema}.commit_boundary SET plan_cache_mode = force_generic_plan",
-        f"""CREATE FUNCTION {schema}.start_run(doc json, r_input text, r_definition text, c_state text,
-                                              boundary json, p_output text, p_cp_state text) RETURNS bigint
-            LANGUAGE plpgsql AS $$
-            DECLARE
-                r {schema}.run_start := json_populate_record(NULL::{schema}.run_start, doc);
-            BEGIN
-                PERFORM pg_advisory_xact_lock_shared(r.lock1, r.lock2);
-                INSERT INTO {schema}.runs (run_id, workflow, status, parent_run_id, forked_from_step, fingerprint,
-                                           created_at, updated_at, current_step, steps_done, steps_total,
-                                           lease_token, lease_pid, lease_pid_start, lease_host, lease_expires_at,
-                                           heartbeat_at)
-                    VALUES (r.run, r.workflow, r.status, r.parent_run, r.forked_from, r.fingerprint, r.created_at,
-                            r.created_at, r.current_step, r.steps_done, r.steps_total, r.lease_token, r.lease_pid,
-                            r.lease_pid_start, r.lease_host, r.lease_expires_at, r.heartbeat_at);
-                INSERT INTO {schema}.run_inputs (run_id, input) VALUES (r.run, r_input);
-                INSERT INTO {schema}.definitions (fingerprint, definition) VALUES (r.fingerprint, r_definition)
-                    ON CONFLICT (fingerprint) DO NOTHING;
-                INSERT INTO {schema}.steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
-                                            idempotency_key)
-                    SELECT r.run, s.* FROM unnest(r.s_seqs, r.s_names, r.s_iterations, r.s_agents, r.s_parents,
-                                                  r.s_statuses, r.s_attempts, r.s_options, r.s_keys) AS s;
-                INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at)
-                    VALUES (r.c_run, r.c_seq, r.c_step, r.c_kind, r.c_at, r.c_reason, c_state, r.c_deadline);
-                RETURN {schema}.commit_boundary(boundary, p_output, p_cp_state);
-            END $$""",
-        f"ALTER FUNCTION {schema}.start_run SET plan_cache_mode = force_generic_plan",
-    ]
-
-
-def _migrate_8(schema: str) -> list[str]:
-    """Version 8: a write notifies the schema's channel only while a console listens, as a row of
-    ``listeners`` (the server process id of its listening connection; see
-    :meth:`PostgresStore._listen`). PostgreSQL serializes the commits of every transaction that
-    notifies, on any database of the server, on one lock held until its WAL is on disk (so that
-    notifications come in commit order); with a notification per boundary, 8 workers on two cores
-    spent on average 0.5 to 0.66 sessions waiting on it, and ran 23% fewer runs per second.
-
-    Every user of the schema may write ``listeners`` (granted to PUBLIC; the schema's USAGE guards
-    it), so the console of a user who may only read, or of one granted the tables before this
-    version, is notified too."""
-    return [
-        f"CREATE TABLE {schema}.listeners (pid integer PRIMARY KEY, since timestamptz NOT NULL DEFAULT now())",
-        f"GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.listeners TO PUBLIC",
-        f"DROP FUNCTION {schema}.commit_boundary",
-        _commit_boundary_function(schema, channel(schema), document=True, listened=True),
-        f"ALTER FUNCTION {schema}.commit_boundary SET plan_cache_mode = force_generic_plan",
-    ]
-
-
-def _migrate_9(schema: str) -> list[str]:
-    """Version 9: a checkpoint records the execution a pause is about in a column of its own,
-    ``paused_seq`` (see :class:`relaypoint.models.Checkpoint`), derived for the pauses already
-    recorded (:func:`relaypoint.store.sql.paused_seq_derived`); a boundary's document gives it as
-    ``cp_paused``. The readers that resolved a pause by its ``seq`` (where the run continues) took a
-    gate on a pattern's neighbour for one of the pattern's executions.
-
-    Also: an announcement is marked once a hook's attempt succeeded; until then a worker's claim
-    holds the pause (``announcing_until``: another worker takes it after that, its claimer having
-    died), and a pause whose every attempt failed is left alone (``announce_failed_at``) until
-    ``relaypoint announce`` asks again, as on SQLite (its migration 5)."""
-    return [
-        *paused_seq_derived(f"{schema}."),
-        f"ALTER TYPE {schema}.boundary ADD ATTRIBUTE cp_paused bigint",
-        f"DROP FUNCTION {schema}.commit_boundary",
-        _commit_boundary_function(schema, channel(schema), document=True, listened=True, paused=True),
-        f"ALTER FUNCTION {schema}.commit_boundary SET plan_cache_mode = force_generic_plan",
-        f"ALTER TABLE {schema}.checkpoints ADD COLUMN announcing_until timestamptz",
-        f"ALTER TABLE {schema}.checkpoints ADD COLUMN announce_failed_at timestamptz",
-    ]
-
-
-MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1, _migrate_2, _migrate_3, _migrate_4, _migrate_5,
-                                                _migrate_6, _migrate_7, _migrate_8, _migrate_9]
-"""The schema's migrations in order: version N is reached by running ``MIGRATIONS[N - 1]``."""
-SCHEMA_VERSION = len(MIGRATIONS)
 
 
 # ---- error translation --------------------------------------------------------------------------
@@ -668,11 +131,6 @@ def _close(conn: psycopg.Connection) -> None:
 def _idle(conn: psycopg.Connection) -> bool:
     """Whether ``conn`` is usable and outside any transaction (another thread may take it over)."""
     return not (conn.closed or conn.broken) and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-
-
-def _lock_key(schema: str) -> int:
-    """The second key of the schema's advisory lock: a stable 32-bit hash of its name."""
-    return int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=4).digest(), "big", signed=True)
 
 
 _registry_lock = threading.Lock()
@@ -719,7 +177,7 @@ def _leave_pool(pool: ConnectionPool) -> None:
     pool.close()
 
 
-class PostgresStore(SqlStore):
+class PostgresStore(SqlAdmin):
     """A relaypoint store in one schema of a PostgreSQL database.
 
     ``conninfo``: the libpq URL of the database; ``schema``: the schema holding the store.
@@ -748,7 +206,7 @@ class PostgresStore(SqlStore):
         self.busy_timeout = busy_timeout
         self.readonly = readonly
         self._readonly_reason = "opened read-only" if readonly else None
-        self._lock_keys = (LOCK_CLASS, _lock_key(schema))
+        self._lock_keys = (LOCK_CLASS, lock_key(schema))
         self.rows_read = 0
         """Rows this store object has read and returned (a cost guard for tests)."""
         parts = urlsplit(conninfo)
@@ -1243,6 +701,22 @@ class PostgresStore(SqlStore):
     def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
         return f"{column} = ANY(?::{sql_type}[])", list(values)
 
+    @staticmethod
+    def _one_of(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, list[Any]]:
+        return f"{column} = ANY(?::{sql_type}[])", [list(values)]
+
+    @staticmethod
+    def _same(column: str, sql_type: str = "text") -> str:
+        return f"{column} IS NOT DISTINCT FROM ?::{sql_type}"
+
+    def _insert_one(self, sql: str, params: Any, id_column: str) -> int | None:
+        row = self.conn.execute(_dialect(f"{sql} RETURNING {id_column}"), params).fetchone()
+        return None if row is None else int(row[id_column])
+
+    @staticmethod
+    def _json_text(expression: str) -> str:
+        return f"to_json({expression})::text"
+
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
         if self._in_transaction:
@@ -1254,63 +728,6 @@ class PostgresStore(SqlStore):
 
     def _exported(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
         return row  # timestamptz columns read as aware datetimes already
-
-    # ---- reads: runs
-
-    @translated
-    def owned_runs(self, owner: Owner) -> list[OwnedRun]:
-        rows = self._rows(
-            "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = %s "
-            "AND lease_host IS NOT DISTINCT FROM %s::text AND lease_pid IS NOT DISTINCT FROM %s::bigint "
-            "AND lease_pid_start IS NOT DISTINCT FROM %s::text",
-            (RunStatus.RUNNING.value, owner.host, owner.pid, owner.pid_start))
-        return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
-                for r in rows]
-
-    @translated
-    def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
-        rows = self._rows("SELECT run_id, status FROM runs WHERE status IN (%s, %s) AND workflow = ANY(%s::text[]) "
-                          "ORDER BY updated_at LIMIT %s",
-                          (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value, list(workflows), limit))
-        return [(r["run_id"], RunStatus(r["status"])) for r in rows]
-
-    @translated
-    def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
-        rows = self._rows("SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at "
-                          "FROM runs WHERE status = ANY(%s::text[]) AND updated_at < %s",
-                          ([str(s) for s in statuses], _time(before)))
-        return [(r["run_id"], _owner(r) if r["status"] == RunStatus.RUNNING else None) for r in rows]
-
-    # ---- reads: steps and outputs
-
-    @translated
-    def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
-        return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}",
-                                                     {"run": run_id, "parent": parent_seq})]
-
-    @translated
-    def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
-        rows = self._rows(f"SELECT {STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
-                          f"AND o.seq = s.seq) AS value {_CHILDREN}", {"run": run_id, "parent": parent_seq})
-        return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
-                for r in rows if r["status"] == StepStatus.COMPLETED]
-
-    @translated
-    def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
-        r = self._row("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = %s AND seq = %s",
-                      (run_id, seq))
-        if r is None:
-            return None
-        return StepBrief(r["name"], _vocabulary(StepStatus, r["status"], f"step {r['name']!r}"), r["attempts"],
-                         r["idempotency_key"])
-
-    @translated
-    def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
-        # SQLite's json_extract(options, '$.approval') = 1: true, 1 or 1.0 (never "1"); options that
-        # are not valid JSON ask for nothing. Read here from the top-level rows before the cut.
-        rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = %s AND s.seq < %s "
-                          "AND s.parent_seq IS NULL ORDER BY s.seq", (run_id, seq))
-        return [step_from_row(r) for r in rows if _asks_approval(r["options"])]
 
     # ---- writes
 
@@ -1368,62 +785,6 @@ class PostgresStore(SqlStore):
             "WHERE run_id = %s AND status = ANY(%s::text[])",
             (StepStatus.CANCELLED.value, _time(at), run_id, sorted(str(s) for s in OPEN_STEPS)))
 
-    @translated
-    def delete_runs(self, run_ids: Iterable[str]) -> None:
-        ids = list(run_ids)
-        if not ids:
-            return
-        fingerprints = [r["fingerprint"] for r in self._rows(
-            "SELECT DISTINCT fingerprint FROM runs WHERE run_id = ANY(%s::text[]) AND fingerprint IS NOT NULL", (ids,))]
-        for table in ("events", "checkpoints", "outputs", "steps", "run_inputs", "runs"):
-            self.conn.execute(f"DELETE FROM {table} WHERE run_id = ANY(%s::text[])", (ids,))
-        self.conn.execute("DELETE FROM definitions d WHERE d.fingerprint = ANY(%s::text[]) AND NOT EXISTS "
-                          "(SELECT 1 FROM runs r WHERE r.fingerprint = d.fingerprint)", (fingerprints,))
-
-    @translated
-    def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
-        values = {"child": child, "parent": parent, "cut": cut_seq, "before": children_before,
-                  "pending": StepStatus.PENDING.value}
-        copied = ("(coalesce(s.parent_seq, s.seq) < %(cut)s::bigint "
-                  "OR (s.parent_seq = %(cut)s::bigint AND s.seq < %(before)s::bigint))")
-        self.conn.execute(
-            f"""INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
-                                   error, traceback, started_at, finished_at, idempotency_key)
-                SELECT %(child)s::text, seq, name, iteration, agent, parent_seq, status, attempts, options, error,
-                       traceback, started_at, finished_at, idempotency_key
-                FROM steps s WHERE run_id = %(parent)s AND {copied} ORDER BY seq""", values)
-        self.conn.execute(
-            """INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
-                                  idempotency_key)
-               SELECT %(child)s::text, seq, name, 1, NULL, NULL, %(pending)s::text, 0, options,
-                      %(child)s::text || '/' || name
-               FROM steps WHERE run_id = %(parent)s AND seq >= %(cut)s::bigint AND parent_seq IS NULL
-                    AND iteration = 1
-               ORDER BY seq""", values)
-        self.conn.execute(f"INSERT INTO outputs (run_id, seq, value) SELECT %(child)s::text, o.seq, o.value "
-                          "FROM steps s JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
-                          f"WHERE s.run_id = %(parent)s AND {copied} ORDER BY s.seq", values)
-
-    @translated
-    def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
-        # The state as SQLite's json_object writes it: {"inherited_from":{"run_id":..,"checkpoint_id":..}}.
-        row = self.conn.execute(
-            """INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, decision,
-                                        decided_by, decided_at, comment, value, paused_seq)
-               SELECT %(child)s::text, seq, step, kind, %(at)s, reason,
-                      '{"inherited_from":{"run_id":' || to_json(run_id)::text || ',"checkpoint_id":'
-                          || checkpoint_id || '}}',
-                      decision, decided_by, decided_at,
-                      'inherited from checkpoint ' || checkpoint_id || ' of run ' || run_id
-                          || coalesce(': ' || comment, ''),
-                      value, paused_seq
-               FROM checkpoints WHERE checkpoint_id = %(cp)s
-               RETURNING checkpoint_id""",
-            {"child": child, "at": _time(at), "cp": parent_checkpoint_id}).fetchone()
-        if row is None:
-            raise StoreError(f"checkpoint {parent_checkpoint_id} is not in {self._where}; nothing was inherited")
-        return int(row["checkpoint_id"])
-
     # ---- copying between stores
 
     @translated
@@ -1432,50 +793,20 @@ class PostgresStore(SqlStore):
         sequence = f"pg_get_serial_sequence('{table}', '{column}')::regclass"
         shift = self._row(f"SELECT greatest((SELECT coalesce(max({column}), 0) FROM {table}), "
                           f"coalesce(pg_sequence_last_value({sequence}), 0)) AS id")["id"] if renumber else 0
-        self._move_identity(table, shift + top)
+        self._reserve(table, shift + top)
         return shift
 
-    def _move_identity(self, table: str, top: int) -> None:
-        """Move ``table``'s identity past ``top``: the ids it gives later are higher (never lowers it)."""
+    def _reserve(self, table: str, top: int) -> None:
+        # The identity moves past ``top`` (never back).
         column = id_column(table)
         sequence = f"pg_get_serial_sequence('{table}', '{column}')::regclass"
-        self._row(f"SELECT setval({sequence}, greatest(%s, coalesce(pg_sequence_last_value({sequence}), 0), 1)) AS id",
+        self._row(f"SELECT setval({sequence}, greatest(?, coalesce(pg_sequence_last_value({sequence}), 0), 1)) AS id",
                   (top,))
-
-    @translated
-    def import_runs(self, batch: Sequence[RunRows], shift: Mapping[str, int] | None = None) -> None:
-        if not self._in_transaction:
-            raise RuntimeError("import_runs: call it inside transaction()")
-        if held := self.existing([r.run_id for r in batch]):
-            raise StoreError(f"run {held[0]} is already in {self._where}; nothing was imported")
-        batch = renumbered_batch(batch, shift or {}, self.held_ids, self._allocate, self._checkpoint_ids)
-        for table, key in (("checkpoints", "checkpoint_id"), ("events", "event_id")):
-            # Past the ids written, whether make_room reserved them or not.
-            if top := max((x[key] for r in batch for x in getattr(r, table)), default=0):
-                self._move_identity(table, top)
-        definitions = {r.run["fingerprint"]: r.definition for r in batch
-                       if r.run["fingerprint"] is not None and r.definition is not None}
-
-        with self.conn.cursor() as cur:
-            def into(table: str, columns: tuple[str, ...], values: list[tuple[Any, ...]]) -> None:
-                if values:
-                    cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) "
-                                    f"VALUES (%s{', %s' * (len(columns) - 1)})", values)
-
-            if definitions:
-                cur.executemany("INSERT INTO definitions (fingerprint, definition) VALUES (%s, %s) "
-                                "ON CONFLICT (fingerprint) DO NOTHING", [*definitions.items()])
-            into("runs", RUN_ROW, [tuple(_copied(c, r.run[c]) for c in RUN_ROW) for r in batch])
-            into("run_inputs", ("run_id", "input"), [(r.run_id, r.input) for r in batch if r.input is not None])
-            for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW), ("checkpoints", CHECKPOINT_ROW),
-                                   ("events", EVENT_ROW)):
-                into(table, ("run_id", *columns),
-                     [(r.run_id, *(_copied(c, v[c]) for c in columns)) for r in batch for v in getattr(r, table)])
 
     def _allocate(self, table: str, count: int) -> list[int]:
         self.make_room(table, 0, True)  # the identity past every id there, given or not
         sequence = f"pg_get_serial_sequence('{table}', '{id_column(table)}')::regclass"
-        return sorted(r["id"] for r in self._rows(f"SELECT nextval({sequence}) AS id FROM generate_series(1, %s)",
+        return sorted(r["id"] for r in self._rows(f"SELECT nextval({sequence}) AS id FROM generate_series(1, ?)",
                                                   (count,)))
 
     # ---- the hot path
@@ -1588,28 +919,10 @@ def _time(dt: datetime | None) -> datetime | None:
     return dt.replace(microsecond=dt.microsecond // 1000 * 1000)
 
 
-def _copied(column: str, value: Any) -> Any:
-    """A value of a copied row as this store keeps it: times to milliseconds, NUL in free text as U+FFFD."""
-    if column in ROW_TIMES:
-        return _time(value)
-    return _free(value) if column in COPIED_FREE_TEXT else value
-
-
 def _free(text: str | None) -> str | None:
     """Free text a person reads (an error, a reason, a name of who decided): PostgreSQL text cannot
     hold NUL, which is stored as U+FFFD."""
     return text.replace("\x00", "\ufffd") if text is not None and "\x00" in text else text
-
-
-def _asks_approval(options: str | None) -> bool:
-    try:
-        value = json.loads(options) if options else None
-    except (ValueError, RecursionError):
-        return False
-    if not isinstance(value, dict):
-        return False
-    flag = value.get("approval")
-    return not isinstance(flag, str) and flag == 1
 
 
 def _lease_values(lease: Lease | None) -> tuple[Any, ...]:

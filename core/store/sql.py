@@ -21,18 +21,18 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun, quoted
-from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
+from ..models import Checkpoint, Event, OwnedRun, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import PAUSED as PAUSED_RUNS
 from ..status import AnnouncementOutcome, RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, RUN_ROW, STEP_ROW, NewStep, RunRows,
-                   RunStore, StoreDamaged)
+from .base import NewStep, RunStore, StoreDamaged
 from .connections import ThreadConnections
-from .rows import (_owner, _position, _summary_fields, _summary_or_none, _time, checkpoint_from_row, readable,
-                   step_from_row)
+from .reads import Lookup, RunState, StepBrief
+from .rows import (_execution, _lenient_time, _owner, _position, _summary_fields, _summary_or_none, _time, _vocabulary,
+                   checkpoint_from_row, readable, step_from_row)
 
 # Columns of ``runs`` a listing reads (no input, no definition).
 SUMMARY_COLUMNS = (
@@ -62,31 +62,6 @@ NEWEST_OPEN_PAUSE = f"(SELECT max(p.checkpoint_id) FROM checkpoints p WHERE p.ru
 NESTED = "a store transaction is already open on this store (transactions do not nest)"
 
 
-def paused_seq_derived(prefix: str) -> list[str]:
-    """The statements that give existing pauses their ``paused_seq`` (SQLite's version 5,
-    PostgreSQL's version 9; ``prefix``: how table names are qualified, e.g. ``"relaypoint."``), as
-    the readers that resolved them correctly did before: an input request, a held orphan and a
-    person's turn (an approval whose step names a pattern: gates are never on patterns) are about
-    the execution at their ``seq``; a gate is about the top-level step it names (its ``seq`` is the
-    execution after it). A pause whose step the run no longer has names none (NULL).
-
-    Also undoes what resolving pauses by ``seq`` did to a pattern's row: a resume from a gate on
-    the step before a pattern took the gate's ``seq`` (the pattern's row) for the execution the run
-    had stopped at and marked the row ``cancelled``; nothing else cancels a pattern's row in a run
-    that was neither cancelled nor rejected, and the row had not run (it records the pattern's
-    result when the pattern ends), so it is ``pending`` again."""
-    pattern = "g.options LIKE '%\"pattern\":%'"  # a pattern's row (compact JSON options)
-    top = f"{prefix}steps g WHERE g.run_id = c.run_id AND g.parent_seq IS NULL AND g.name = c.step"
-    return [
-        f"ALTER TABLE {prefix}checkpoints ADD COLUMN paused_seq bigint",
-        f"""UPDATE {prefix}checkpoints AS c SET paused_seq = seq WHERE kind IN ('input', 'orphan')
-               OR (kind = 'approval' AND EXISTS (SELECT 1 FROM {top} AND {pattern}))""",
-        f"""UPDATE {prefix}checkpoints AS c SET paused_seq = (SELECT min(g.seq) FROM {top})
-               WHERE kind = 'approval' AND paused_seq IS NULL""",
-        f"""UPDATE {prefix}steps AS g SET status = 'pending', finished_at = NULL
-               WHERE status = 'cancelled' AND parent_seq IS NULL AND {pattern} AND run_id IN (
-                   SELECT run_id FROM {prefix}runs WHERE status NOT IN ('completed', 'rejected', 'cancelled'))""",
-    ]
 STEP_COLUMNS = (
     "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
     "s.started_at, s.finished_at, s.idempotency_key, "
@@ -96,9 +71,17 @@ RUN_FIELDS = {"status", "updated_at", "current_step", "steps_done", "steps_total
               "suspect_deaths"}
 STEP_FIELDS = {"status", "attempts", "error", "traceback", "started_at", "finished_at"}
 TIME_FIELDS = {"updated_at", "started_at", "finished_at"}
-LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")
 # Checkpoints that hold the driver state a run goes on from (not a pause's).
 STATE_KINDS = ("start", "boundary", "fork")
+# Each lookup of a run's newest checkpoint of a sort; pauses are read through the partial index
+# checkpoints_paused, which needs its condition word for word.
+_NEWEST = {
+    Lookup.LATEST: "run_id = ?",
+    Lookup.PENDING: f"run_id = ? AND {PAUSED} AND {UNDECIDED}",
+    Lookup.LAST_PAUSE: f"run_id = ? AND {PAUSED}",
+    Lookup.FORK: "run_id = ? AND kind = 'fork'",
+    Lookup.APPROVAL: f"run_id = ? AND {PAUSED} AND kind = 'approval' AND paused_seq = ?",
+}
 
 
 def translated(method: Callable) -> Callable:
@@ -179,6 +162,25 @@ class SqlStore(RunStore):
         """A condition "``column`` is one of ``values``" with its one ``?`` parameter: (SQL, parameter).
         ``sql_type``: the values' SQL type (text, bigint)."""
 
+    @staticmethod
+    @abstractmethod
+    def _one_of(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, list[Any]]:
+        """A condition "``column`` is one of ``values``" for a few values of a vocabulary (statuses,
+        workflow names), which a planner may choose an index by: (SQL, its ``?`` parameters)."""
+
+    @staticmethod
+    @abstractmethod
+    def _same(column: str, sql_type: str = "text") -> str:
+        """A condition "``column`` equals the ``?`` parameter", NULL matching NULL."""
+
+    @staticmethod
+    def _indexed_by(index: str) -> str:
+        """The hint, after a table's name, that a query reads it through ``index`` ("" where the
+        planner needs none)."""
+        return ""
+
+    @staticmethod
+
     @abstractmethod
     def _snapshot(self) -> AbstractContextManager[None]:
         """A read-only transaction in which every query sees the store as of one instant. Raises
@@ -245,38 +247,34 @@ class SqlStore(RunStore):
         return rows[0]["run_id"]
 
     @translated
-    def exists(self, run_id: str) -> bool:
-        return self._row("SELECT 1 AS one FROM runs WHERE run_id = ?", (run_id,)) is not None
+    def existing(self, run_ids: Sequence[str]) -> list[str]:
+        among, ids = self._among("run_id", [i for i in run_ids if matchable(i)])
+        return [r["run_id"] for r in self._rows(f"SELECT run_id FROM runs WHERE {among}", (ids,))]
 
     @translated
-    def run(self, run_id: str) -> RunHead:
+    def run(self, run_id: str, *, documents: bool = True) -> RunHead:
+        if not documents:
+            r = self._head_row(run_id, HEAD_COLUMNS)
+            return RunHead(**_summary_fields(r), input=None, definition=None, fingerprint=r["fingerprint"],
+                           suspect_deaths=r["suspect_deaths"] or 0)
         r = self._head_row(run_id, f"{HEAD_COLUMNS}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS definition")
         return RunHead(**_summary_fields(r), input=readable(r["input"], dict), definition=readable(r["definition"]),
                        fingerprint=r["fingerprint"], suspect_deaths=r["suspect_deaths"] or 0)
 
     @translated
-    def head(self, run_id: str) -> RunHead:
-        r = self._head_row(run_id, HEAD_COLUMNS)
-        return RunHead(**_summary_fields(r), input=None, definition=None, fingerprint=r["fingerprint"],
-                       suspect_deaths=r["suspect_deaths"] or 0)
-
-    @translated
-    def run_input(self, run_id: str) -> dict[str, Any]:
-        text = self._head_row(run_id, f"{INPUT_OF_RUN} AS input")["input"]
-        value = self._strict(text, f"the input of run {run_id}")
+    def run_document(self, run_id: str, name: Literal["input", "definition"], *, text: bool = False) -> Any:
+        if name not in ("input", "definition"):
+            raise ValueError(f"run_document: input or definition, not {name!r}")
+        stored = self._head_row(run_id, f"{INPUT_OF_RUN if name == 'input' else DEFINITION_OF_RUN} AS doc")["doc"]
+        if text:
+            return "null" if stored is None else stored
+        value = self._strict(stored, f"the {name} of run {run_id}")
+        if name == "definition":
+            return value
         if value is not None and not isinstance(value, dict):
             raise StoreDamaged(f"the input of run {run_id} in {self.where} is not a JSON object (damaged or "
                                "edited by hand); fix the row, or fork the run with a new --input")
         return value or {}
-
-    @translated
-    def run_definition(self, run_id: str) -> Any:
-        return self._strict(self.definition_text(run_id), f"the definition of run {run_id}")
-
-    @translated
-    def definition_text(self, run_id: str) -> str:
-        text = self._head_row(run_id, f"{DEFINITION_OF_RUN} AS definition")["definition"]
-        return "null" if text is None else text
 
     @translated
     def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
@@ -359,26 +357,84 @@ class SqlStore(RunStore):
                           "WHERE status = ?", (RunStatus.RUNNING.value,))
         return list(dict.fromkeys(_owner(r) for r in rows))
 
+    @translated
+    def runs_in(self, statuses: Iterable[str], *, workflows: Iterable[str] | None = None,
+                updated_before: datetime | None = None, limit: int | None = None) -> list[RunState]:
+        wanted, values = self._one_of("status", [str(s) for s in statuses])
+        where, params = [wanted], [*values]
+        if workflows is not None:
+            names, values = self._one_of("workflow", list(workflows))
+            where.append(names)
+            params += values
+        if updated_before is not None:
+            where.append("updated_at < ?")
+            params.append(self._stamp(updated_before))
+        order = "" if limit is None else " ORDER BY updated_at LIMIT ?"
+        rows = self._rows("SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at FROM runs "
+                          f"WHERE {' AND '.join(where)}{order}", (*params, *(() if limit is None else (limit,))))
+        return [RunState(r["run_id"], RunStatus(r["status"]), _owner(r) if r["status"] == RunStatus.RUNNING else None)
+                for r in rows]
+
+    @translated
+    def owned_runs(self, owner: Owner) -> list[OwnedRun]:
+        rows = self._rows(f"SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = ? AND "
+                          f"{self._same('lease_host')} AND {self._same('lease_pid', 'bigint')} AND "
+                          f"{self._same('lease_pid_start')}", (RunStatus.RUNNING.value, owner.host, owner.pid,
+                                                               owner.pid_start))
+        return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
+                for r in rows]
+
     # ---- reads: steps and outputs
 
-    @translated
-    def steps(self, run_id: str) -> list[StepRecord]:
-        # Tree order: each group's children (appended after every top-level row) right after it.
-        return [step_from_row(r) for r in self._rows(
-            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? ORDER BY coalesce(s.parent_seq, s.seq), s.seq",
-            (run_id,))]
+    def _children(self, columns: str, run_id: str, parent_seq: int) -> list[dict[str, Any]]:
+        """The rows (``columns`` of ``steps s``) of the children of execution ``parent_seq``, in seq
+        order. A group's children carry its name (the pattern's): steps_by_name reads the group's
+        executions only, not every execution after it (SQLite's planner, without statistics, would
+        rather scan the run's primary key to skip the sort)."""
+        return self._rows(f"SELECT {columns} FROM steps s{self._indexed_by('steps_by_name')} WHERE s.run_id = ? "
+                          "AND s.name = (SELECT g.name FROM steps g WHERE g.run_id = ? AND g.seq = ?) "
+                          "AND s.parent_seq = ? ORDER BY s.seq", (run_id, run_id, parent_seq, parent_seq))
 
     @translated
-    def step(self, run_id: str, seq: int) -> StepRecord | None:
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq = ?", (run_id, seq))
-        return None if r is None else step_from_row(r)
-
-    @translated
-    def step_named(self, run_id: str, name: str) -> StepRecord | None:
-        if not matchable(name):
+    def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
+        r = self._row("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = ? AND seq = ?",
+                      (run_id, seq))
+        if r is None:
             return None
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.name = ? AND s.parent_seq IS NULL "
-                      "ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
+        return StepBrief(r["name"], _vocabulary(StepStatus, r["status"], f"step {r['name']!r}"), r["attempts"],
+                         r["idempotency_key"])
+
+    @translated
+    def steps(self, run_id: str, *, parent: int | None = None, before: int | None = None,
+              outputs: bool = False) -> list[StepRecord]:
+        if (parent is not None and before is not None) or (outputs and parent is None):
+            raise ValueError("steps: parent or before, not both; outputs only with parent")
+        if parent is not None and outputs:
+            rows = self._children(f"{STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
+                                  "AND o.seq = s.seq) AS value", run_id, parent)
+            return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
+                    for r in rows if r["status"] == StepStatus.COMPLETED]
+        if parent is not None:
+            rows = self._children(STEP_COLUMNS, run_id, parent)
+        elif before is not None:
+            rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? "
+                              "AND s.parent_seq IS NULL ORDER BY s.seq", (run_id, before))
+        else:  # tree order: each group's children (appended after every top-level row) right after it
+            rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? "
+                              "ORDER BY coalesce(s.parent_seq, s.seq), s.seq", (run_id,))
+        return [step_from_row(r) for r in rows]
+
+    @translated
+    def step(self, run_id: str, seq: int | None = None, *, name: str | None = None) -> StepRecord | None:
+        if (seq is None) == (name is None):
+            raise ValueError("step: a seq or a name")
+        if name is None:
+            r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq = ?", (run_id, seq))
+        elif not matchable(name):
+            return None
+        else:
+            r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.name = ? "
+                          "AND s.parent_seq IS NULL ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
         return None if r is None else step_from_row(r)
 
     @translated
@@ -397,45 +453,26 @@ class SqlStore(RunStore):
         return True, self._strict(r["value"], f"the output of step '{name}' of run {run_id}")
 
     @translated
-    def open_before(self, run_id: str, seq: int) -> StepRecord | None:
-        r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS NULL "
-                      "AND s.status <> ? ORDER BY s.seq LIMIT 1", (run_id, seq, StepStatus.COMPLETED.value))
-        return None if r is None else step_from_row(r)
-
-    @translated
     def max_seq(self, run_id: str) -> int:
         return self._row("SELECT coalesce(max(seq), -1) AS seq FROM steps WHERE run_id = ?", (run_id,))["seq"]
 
     # ---- reads: checkpoints and events
 
-    def _checkpoint(self, where: str, params: Iterable[Any]) -> Checkpoint | None:
+    @translated
+    def checkpoint(self, run_id: str, lookup: Lookup, seq: int | None = None) -> Checkpoint | None:
+        lookup = Lookup(lookup)
+        if (seq is None) != (lookup not in (Lookup.APPROVAL, Lookup.STATE_AT)):
+            raise ValueError(f"checkpoint: {lookup} {'takes no' if seq is not None else 'needs a'} seq")
+        if lookup == Lookup.STATE_AT:  # the earliest: the boundary that started execution seq
+            r = self._row(f"SELECT * FROM checkpoints WHERE run_id = ? AND seq = ? AND kind IN {STATE_KINDS!r} "
+                          "ORDER BY checkpoint_id LIMIT 1", (run_id, seq))
+            if r is None:
+                return None
+            state = self._strict(r["state"], f"the driver state of checkpoint {r['checkpoint_id']} of run {run_id}")
+            return checkpoint_from_row(r).model_copy(update={"state": state})
+        where, params = _NEWEST[lookup], (run_id,) if seq is None else (run_id, seq)
         r = self._row(f"SELECT * FROM checkpoints WHERE {where} ORDER BY checkpoint_id DESC LIMIT 1", params)
         return None if r is None else checkpoint_from_row(r)
-
-    @translated
-    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint("run_id = ?", (run_id,))
-
-    @translated
-    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
-        r = self._row(f"SELECT * FROM checkpoints WHERE run_id = ? AND seq = ? AND kind IN {STATE_KINDS!r} "
-                      "ORDER BY checkpoint_id LIMIT 1", (run_id, seq))
-        if r is None:
-            return None
-        state = self._strict(r["state"], f"the driver state of checkpoint {r['checkpoint_id']} of run {run_id}")
-        return checkpoint_from_row(r).model_copy(update={"state": state})
-
-    @translated
-    def pending_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND {PAUSED} AND {UNDECIDED}", (run_id,))
-
-    @translated
-    def last_pause(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND {PAUSED}", (run_id,))
-
-    @translated
-    def fork_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self._checkpoint("run_id = ? AND kind = 'fork'", (run_id,))
 
     @translated
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
@@ -447,10 +484,6 @@ class SqlStore(RunStore):
         rows = self._rows(f"SELECT step, value FROM checkpoints WHERE run_id = ? AND {PAUSED} AND kind = 'input' "
                           "AND paused_seq = ? AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
         return [self._strict(r["value"], f"a response to step '{r['step']}' of run {run_id}") for r in rows]
-
-    @translated
-    def latest_approval(self, run_id: str, seq: int) -> Checkpoint | None:
-        return self._checkpoint(f"run_id = ? AND {PAUSED} AND kind = 'approval' AND paused_seq = ?", (run_id, seq))
 
     @translated
     def due_pauses(self, now: datetime) -> list[Checkpoint]:
@@ -604,75 +637,6 @@ class SqlStore(RunStore):
         self._execute("INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)",
                       (run_id, self._stamp(at), kind, step, self._free(actor), event_detail(detail)))
 
-    # ---- copying between stores
-
-    @translated
-    def existing(self, run_ids: Sequence[str]) -> list[str]:
-        among, ids = self._among("run_id", run_ids)
-        return [r["run_id"] for r in self._rows(f"SELECT run_id FROM runs WHERE {among}", (ids,))]
-
-    @translated
-    def export_runs(self, run_ids: Sequence[str]) -> list[RunRows]:
-        among, ids = self._among("run_id", run_ids)
-        with self._snapshot():  # a boundary committed meanwhile is not half seen
-            runs = self._rows(f"SELECT {', '.join(RUN_ROW)}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS "
-                              f"definition FROM runs WHERE {among} ORDER BY created_at, run_id", (ids,))
-            tables = {table: _grouped(self._rows(f"SELECT run_id, {', '.join(columns)} FROM {table} WHERE {among} "
-                                                 f"ORDER BY run_id, {columns[0]}", (ids,)))
-                      for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW),
-                                             ("checkpoints", CHECKPOINT_ROW), ("events", EVENT_ROW))}
-            parents = _grouped(self._rows(
-                "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT parent_run_id FROM runs "
-                f"WHERE {among}) ORDER BY run_id, checkpoint_id", (ids,)))
-        return [RunRows(run=self._exported(rid, {k: r[k] for k in RUN_ROW}), input=r["input"],
-                        definition=r["definition"],
-                        steps=[self._exported(rid, x) for x in tables["steps"].get(rid, [])],
-                        outputs=tables["outputs"].get(rid, []),
-                        checkpoints=[self._exported(rid, x) for x in tables["checkpoints"].get(rid, [])],
-                        events=[self._exported(rid, x) for x in tables["events"].get(rid, [])],
-                        parent_checkpoints=[x["checkpoint_id"] for x in parents.get(r["parent_run_id"], [])])
-                for r in runs for rid in (r["run_id"],)]
-
-    @translated
-    def row_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
-        among, ids = self._among("run_id", run_ids)
-        return {table: self._row(f"SELECT count(*) AS n FROM {table} WHERE {among}", (ids,))["n"]
-                for table in COPIED_TABLES}
-
-    @translated
-    def copied_ids(self, table: str, run_ids: Sequence[str]) -> list[int]:
-        column = id_column(table)
-        among, ids = self._among("run_id", run_ids)
-        return [r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {among}", (ids,))]
-
-    @translated
-    def held_ids(self, table: str, ids: Sequence[int]) -> set[int]:
-        column = id_column(table)
-        among, values = self._among(column, ids, "bigint")
-        return {r["id"] for r in self._rows(f"SELECT {column} AS id FROM {table} WHERE {among}", (values,))}
-
-    def _checkpoint_ids(self, run_ids: list[str]) -> dict[str, list[int]]:
-        """Each of these runs' checkpoint ids, in order."""
-        among, ids = self._among("run_id", run_ids)
-        return {rid: [r["checkpoint_id"] for r in group] for rid, group in _grouped(self._rows(
-            f"SELECT run_id, checkpoint_id FROM checkpoints WHERE {among} ORDER BY run_id, checkpoint_id",
-            (ids,))).items()}
-
-    @translated
-    def run_page(self, after: tuple[Any, str] | None, limit: int) -> list[tuple[Any, str]]:
-        where, params = ("WHERE (created_at, run_id) > (?, ?) ", [*after]) if after else ("", [])
-        return [(r["created_at"], r["run_id"]) for r in self._rows(
-            f"SELECT created_at, run_id FROM runs {where}ORDER BY created_at, run_id LIMIT ?", [*params, limit])]
-
-
-def id_column(table: str) -> str:
-    """The id column of ``table``, "checkpoints" or "events" (the tables a copy numbers): ``ValueError``
-    for any other name, which is never put in SQL."""
-    columns = {"checkpoints": "checkpoint_id", "events": "event_id"}
-    if table not in columns:
-        raise ValueError(f"no numbered table {table!r}; checkpoints or events")
-    return columns[table]
-
 
 def matchable(key: str) -> bool:
     """Whether ``key``, a run id or a name given to look one up, can match anything: names hold no
@@ -682,12 +646,20 @@ def matchable(key: str) -> bool:
     return "\x00" not in key and encoding.is_unicode(key)
 
 
+def asks_approval(options: str | None) -> bool:
+    """Whether a step's stored options (JSON text) ask for approval: ``"approval"`` is true, 1 or 1.0
+    (never "1"), as SQLite's ``json_extract(options, '$.approval') = 1`` reads it; options that are
+    not a valid JSON object ask for nothing."""
+    try:
+        value = json.loads(options) if options else None
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(value, dict):
+        return False
+    flag = value.get("approval")
+    return not isinstance(flag, str) and flag == 1
+
+
 def event_detail(detail: dict[str, Any]) -> str | None:
     """An event's detail as stored: JSON text (None when empty)."""
     return json.dumps(detail, ensure_ascii=False) if detail else None
-
-
-def _grouped(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Rows ordered by run id, by run id, each without its ``run_id``."""
-    return {rid: [{k: v for k, v in r.items() if k != "run_id"} for r in group]
-            for rid, group in itertools.groupby(rows, key=lambda r: r["run_id"])}

@@ -18,30 +18,27 @@ import os
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from ..clock import from_text, to_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
 from ..errors import InvalidValue, StoreError
-from ..models import Lease, OwnedRun, Owner, StepRecord
-from ..status import OPEN_STEPS, RunStatus, StepStatus
-from .base import (CHECKPOINT_ROW, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW, Boundary,
-                   BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, RunRows, StepBrief, StoreBusy,
-                   StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly, renumbered_batch)
+from ..models import Lease
+from ..status import OPEN_STEPS, StepStatus
+from .base import (Boundary, BoundaryResult, NewCheckpoint, NewRun, NewStep, NotAStore, StoreBusy,
+                   StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly)
+from .schema import LEASE_COLUMNS, ROW_TIMES
 from .connections import ThreadConnections
-from .rows import _execution, _lenient_time, _owner, _vocabulary, step_from_row
-from .sql import (LEASE_COLUMNS, NESTED, PAUSED, RUN_FIELDS, STEP_COLUMNS, STEP_FIELDS, TIME_FIELDS, UNANNOUNCED,
-                  UNDECIDED, SqlStore, event_detail, id_column, paused_seq_derived, translated)
+from .migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
+from .sql import NESTED, RUN_FIELDS, STEP_FIELDS, TIME_FIELDS, event_detail, translated
+from .sql_admin import SqlAdmin, id_column
 
 APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
-SCHEMA_VERSION = 5
 
 # Statements of the hot path and its helpers: fixed texts, so sqlite3 prepares each once.
 _STEP_END = "UPDATE steps SET status = ?, finished_at = ?, error = ?, traceback = ? WHERE run_id = ? AND seq = ?"
@@ -53,236 +50,9 @@ _OUTPUT_INSERT = "INSERT OR REPLACE INTO outputs (run_id, seq, value) VALUES (?,
 _CHECKPOINT_INSERT = ("INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at, "
                       "paused_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _EVENT_INSERT = "INSERT INTO events (run_id, at, kind, step, actor, detail) VALUES (?, ?, ?, ?, ?, ?)"
-# The children of execution ?2 of run ?1, in seq order. A group's children carry its name (the
-# pattern's): steps_by_name reads the group's executions only, not every execution after it (the
-# planner, without statistics, would rather scan the run's primary key to skip the sort).
-_CHILDREN = ("FROM steps s INDEXED BY steps_by_name WHERE s.run_id = ?1 AND s.name = (SELECT g.name FROM steps g "
-             "WHERE g.run_id = ?1 AND g.seq = ?2) AND s.parent_seq = ?2 ORDER BY s.seq")
 
 
-# ---- schema -------------------------------------------------------------------------------------
-
-
-def _migrate_1(db: sqlite_utils.Database) -> None:
-    db["runs"].create(
-        {
-            "run_id": str, "workflow": str, "status": str, "input": str, "parent_run_id": str,
-            "forked_from_step": str, "definition": str, "fingerprint": str, "created_at": str,
-            "updated_at": str, "current_step": str, "steps_done": int, "steps_total": int, "error": str,
-            "lease_token": str, "lease_pid": int, "lease_host": str, "lease_expires_at": str,
-            "heartbeat_at": str,
-        },
-        pk="run_id",
-        not_null={"workflow", "status", "input", "created_at", "updated_at", "steps_done", "steps_total"},
-        defaults={"steps_done": 0, "steps_total": 0},
-    )
-    db["steps"].create(
-        {
-            "run_id": str, "position": int, "name": str, "status": str, "attempts": int, "options": str,
-            "output": str, "error": str, "traceback": str, "started_at": str, "finished_at": str,
-            "idempotency_key": str,
-        },
-        pk=("run_id", "position"),
-        not_null={"name", "status", "attempts", "options", "idempotency_key"},
-        defaults={"attempts": 0, "options": "{}"},
-        foreign_keys=[("run_id", "runs", "run_id")],
-    )
-    db["checkpoints"].create(
-        {
-            "checkpoint_id": int, "run_id": str, "position": int, "step": str, "kind": str,
-            "created_at": str, "reason": str, "state": str, "decision": str, "decided_by": str,
-            "decided_at": str, "comment": str, "value": str, "deadline_at": str,
-        },
-        pk="checkpoint_id",
-        not_null={"run_id", "position", "kind", "created_at"},
-        foreign_keys=[("run_id", "runs", "run_id")],
-    )
-    db["events"].create(
-        {"event_id": int, "run_id": str, "at": str, "kind": str, "step": str, "actor": str, "detail": str},
-        pk="event_id",
-        not_null={"run_id", "at", "kind"},
-        foreign_keys=[("run_id", "runs", "run_id")],
-    )
-    # Indexes serve the console: newest-first keyset pages, filtered by status or workflow,
-    # the orphan sweep (status = running), forks of a run, and per-run chains.
-    db["runs"].create_index(["created_at", "run_id"], index_name="runs_by_created")
-    db["runs"].create_index(["status", "created_at", "run_id"], index_name="runs_by_status")
-    db["runs"].create_index(["workflow", "created_at", "run_id"], index_name="runs_by_workflow")
-    db["runs"].create_index(["parent_run_id"], index_name="runs_by_parent")
-    db["steps"].create_index(["run_id", "name"], index_name="steps_by_name", unique=True)
-    db["checkpoints"].create_index(["run_id", "checkpoint_id"], index_name="checkpoints_by_run")
-    db["events"].create_index(["run_id", "event_id"], index_name="events_by_run")
-    db["checkpoints"].create_index(["deadline_at"], index_name="checkpoints_by_deadline")
-
-
-# The runs indexes (made by migration 1; remade by 3, which rebuilds runs). They serve the
-# console: newest-first keyset pages, filtered by status or workflow, the orphan sweep (status =
-# running), forks of a run; and the removal of a definition no run uses any more.
-RUN_INDEXES = (
-    "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
-    "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
-    "CREATE INDEX runs_by_workflow ON runs (workflow, created_at, run_id)",
-    "CREATE INDEX runs_by_parent ON runs (parent_run_id)",
-    "CREATE INDEX runs_by_fingerprint ON runs (fingerprint)",
-)
-# Triggers keeping run_counts (made by migration 2; remade by 3, which rebuilds runs).
-RUN_COUNT_TRIGGERS = (
-    """CREATE TRIGGER run_counts_insert AFTER INSERT ON runs BEGIN
-           INSERT INTO run_counts (status, runs) VALUES (new.status, 1)
-               ON CONFLICT (status) DO UPDATE SET runs = runs + 1;
-       END""",
-    """CREATE TRIGGER run_counts_delete AFTER DELETE ON runs BEGIN
-           UPDATE run_counts SET runs = runs - 1 WHERE status = old.status;
-       END""",
-    """CREATE TRIGGER run_counts_update AFTER UPDATE OF status ON runs WHEN old.status IS NOT new.status BEGIN
-           UPDATE run_counts SET runs = runs - 1 WHERE status = old.status;
-           INSERT INTO run_counts (status, runs) VALUES (new.status, 1)
-               ON CONFLICT (status) DO UPDATE SET runs = runs + 1;
-       END""",
-)
-
-
-def _migrate_2(db: sqlite_utils.Database) -> None:
-    # The owner process's start (boot id and start time): on its own host a lease belongs to a live
-    # process, and a pid reused by another process is told apart from the owner.
-    db["runs"].add_column("lease_pid_start", str)
-    # Runs per status, kept by triggers in the transaction that changes a run, so the console's
-    # status line reads a few rows instead of counting the runs table.
-    db.conn.execute("CREATE TABLE run_counts (status TEXT PRIMARY KEY, runs INTEGER NOT NULL)")
-    db.conn.execute("INSERT INTO run_counts (status, runs) SELECT status, count(*) FROM runs GROUP BY status")
-    for statement in RUN_COUNT_TRIGGERS:
-        db.conn.execute(statement)
-
-
-def _migrate_3(db: sqlite_utils.Database) -> None:
-    # Step executions keyed by (run, seq): a name may repeat (iterations, agents); outputs move to
-    # their own append-only table so step rows stay small and are updated in place.
-    for statement in (
-        """CREATE TABLE steps_v3 (
-               run_id TEXT NOT NULL REFERENCES runs(run_id),
-               seq INTEGER NOT NULL,
-               name TEXT NOT NULL,
-               iteration INTEGER NOT NULL DEFAULT 1,
-               agent TEXT,
-               parent_seq INTEGER,
-               status TEXT NOT NULL,
-               attempts INTEGER NOT NULL DEFAULT 0,
-               options TEXT NOT NULL DEFAULT '{}',
-               error TEXT,
-               traceback TEXT,
-               started_at TEXT,
-               finished_at TEXT,
-               idempotency_key TEXT NOT NULL,
-               PRIMARY KEY (run_id, seq)
-           )""",
-        """INSERT INTO steps_v3 (run_id, seq, name, status, attempts, options, error, traceback, started_at,
-                                 finished_at, idempotency_key)
-           SELECT run_id, position, name, status, attempts, options, error, traceback, started_at, finished_at,
-                  idempotency_key
-           FROM steps""",
-        """CREATE TABLE outputs (
-               run_id TEXT NOT NULL REFERENCES runs(run_id),
-               seq INTEGER NOT NULL,
-               value TEXT,
-               PRIMARY KEY (run_id, seq)
-           )""",
-        "INSERT INTO outputs (run_id, seq, value) SELECT run_id, position, output FROM steps "
-        "WHERE output IS NOT NULL ORDER BY run_id, position",
-        "DROP TABLE steps",
-        "ALTER TABLE steps_v3 RENAME TO steps",
-        "CREATE INDEX steps_by_name ON steps (run_id, name, iteration)",
-        "ALTER TABLE checkpoints RENAME COLUMN position TO seq",
-        # Every boundary inserts a checkpoint: the indexes it must update are the table's and
-        # checkpoints_by_run; pauses and deadlines are in partial indexes a boundary does not touch
-        # (the queries repeat the indexes' conditions word for word, so SQLite can use them).
-        "DROP INDEX checkpoints_by_deadline",
-        f"CREATE INDEX checkpoints_due ON checkpoints (deadline_at) WHERE deadline_at IS NOT NULL AND {UNDECIDED}",
-        f"CREATE INDEX checkpoints_paused ON checkpoints (run_id, checkpoint_id) WHERE {PAUSED}",
-        # The runs row, rewritten at every boundary, keeps only small columns: the input moves to
-        # run_inputs (written once), the definition to definitions, shared by the runs of one
-        # definition (keyed by its fingerprint, a hash of it). Rebuilt rather than altered (DROP
-        # COLUMN needs SQLite 3.35); foreign keys are off during migrations, so the children's
-        # references follow the rebuilt table by name.
-        """CREATE TABLE definitions (
-               fingerprint TEXT PRIMARY KEY,
-               definition TEXT NOT NULL
-           )""",
-        "INSERT OR IGNORE INTO definitions (fingerprint, definition) SELECT fingerprint, definition FROM runs "
-        "WHERE fingerprint IS NOT NULL AND definition IS NOT NULL ORDER BY created_at",
-        """CREATE TABLE run_inputs (
-               run_id TEXT PRIMARY KEY REFERENCES runs(run_id),
-               input TEXT NOT NULL
-           )""",
-        "INSERT INTO run_inputs (run_id, input) SELECT run_id, input FROM runs WHERE input IS NOT NULL",
-        """CREATE TABLE runs_v3 (
-               run_id TEXT PRIMARY KEY,
-               workflow TEXT NOT NULL,
-               status TEXT NOT NULL,
-               parent_run_id TEXT,
-               forked_from_step TEXT,
-               fingerprint TEXT,
-               created_at TEXT NOT NULL,
-               updated_at TEXT NOT NULL,
-               current_step TEXT,
-               steps_done INTEGER NOT NULL DEFAULT 0,
-               steps_total INTEGER NOT NULL DEFAULT 0,
-               suspect_deaths INTEGER NOT NULL DEFAULT 0,
-               error TEXT,
-               lease_token TEXT,
-               lease_pid INTEGER,
-               lease_pid_start TEXT,
-               lease_host TEXT,
-               lease_expires_at TEXT,
-               heartbeat_at TEXT
-           )""",
-        # Deaths charged to each run so far: the suspect interruptions its events recorded.
-        """INSERT INTO runs_v3 (run_id, workflow, status, parent_run_id, forked_from_step, fingerprint, created_at,
-                                updated_at, current_step, steps_done, steps_total, suspect_deaths, error, lease_token,
-                                lease_pid, lease_pid_start, lease_host, lease_expires_at, heartbeat_at)
-           SELECT run_id, workflow, status, parent_run_id, forked_from_step, fingerprint, created_at, updated_at,
-                  current_step, steps_done, steps_total,
-                  (SELECT count(*) FROM events e WHERE e.run_id = runs.run_id AND e.kind = 'interruption_detected'
-                   AND CASE WHEN json_valid(e.detail) THEN json_extract(e.detail, '$.suspect') END = 1),
-                  error, lease_token, lease_pid, lease_pid_start, lease_host, lease_expires_at, heartbeat_at
-           FROM runs ORDER BY rowid""",
-        "DROP TABLE runs",
-        "ALTER TABLE runs_v3 RENAME TO runs",
-        *RUN_INDEXES,
-        *RUN_COUNT_TRIGGERS,
-    ):
-        db.conn.execute(statement)
-
-
-def _migrate_4(db: sqlite_utils.Database) -> None:
-    # When a worker with --on-pause announced a pause (NULL: not yet), and the pauses waiting for
-    # that in a partial index of their own (empty when all are announced: a worker's poll reads
-    # nothing). The pauses open at the upgrade count as announced: the relaypoint before may have
-    # announced them already (a worker's --on-pause announced the pauses its execution made), and a
-    # pause is announced at most once; nor is a hook first run on a store flooded with its backlog.
-    for statement in (
-        "ALTER TABLE checkpoints ADD COLUMN announced_at TEXT",
-        f"UPDATE checkpoints SET announced_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE {PAUSED} AND {UNDECIDED}",
-        f"CREATE INDEX checkpoints_unannounced ON checkpoints (checkpoint_id) WHERE {UNANNOUNCED}",
-    ):
-        db.conn.execute(statement)
-
-
-def _migrate_5(db: sqlite_utils.Database) -> None:
-    # What each pause is about, as a column of its own (see relaypoint.models.Checkpoint.paused_seq).
-    for statement in paused_seq_derived(""):
-        db.conn.execute(statement)
-    # An announcement is marked once a hook's attempt succeeded: until then a worker's claim holds the
-    # pause (announcing_until: another worker takes it after that, its claimer having died), and a
-    # pause whose every attempt failed is left alone (announce_failed_at) until `relaypoint
-    # announce` asks again. Neither is in the index: they narrow its few rows.
-    db["checkpoints"].add_column("announcing_until", str)
-    db["checkpoints"].add_column("announce_failed_at", str)
-
-
-MIGRATIONS = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3, 4: _migrate_4, 5: _migrate_5}
-
-
-class SqliteStore(SqlStore):
+class SqliteStore(SqlAdmin):
     """A relaypoint store in one SQLite file.
 
     ``path``: the file. ``url``: what it was opened with (default: the path). ``create``: make a new
@@ -371,7 +141,6 @@ class SqliteStore(SqlStore):
             old.close()
         self._uri_query = uri_query
         self._threads.own(self._open())
-        self.db = sqlite_utils.Database(self.conn)
 
     def _open(self) -> sqlite3.Connection:
         """A new connection to the file, as :meth:`_connect` was asked for, with the tracer set."""
@@ -495,20 +264,21 @@ class SqliteStore(SqlStore):
     def _migrate(self) -> None:
         with self._write():
             # Re-read under the write lock: another process may have migrated meanwhile.
-            if "meta" not in self.db.table_names():
-                self.db["meta"].create({"key": str, "value": str}, pk="key")
-                self.db["meta"].insert({"key": "app", "value": APP_ID})
-                self.db["meta"].insert({"key": "schema_version", "value": "0"})
-            version = int(self.db["meta"].get("schema_version")["value"])
+            conn = self.conn
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
+                conn.execute('CREATE TABLE "meta" ("key" TEXT PRIMARY KEY, "value" TEXT)')
+                conn.execute("INSERT INTO meta (key, value) VALUES ('app', ?), ('schema_version', '0')", (APP_ID,))
+            version = int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
             if version < SCHEMA_VERSION:
                 self.upgraded_from = version
             for v in range(version + 1, SCHEMA_VERSION + 1):
                 try:
-                    MIGRATIONS[v](self.db)
+                    for statement in MIGRATIONS[v - 1]:
+                        conn.execute(statement)
                 except sqlite3.OperationalError as e:  # rolled back: the file is left as it was
                     raise NotAStore(f"{self.path} says schema version {version} but its tables do not match "
                                     f"({e}; edited by hand?); it was left unchanged") from None
-            self.db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     # ---- properties and lifecycle
 
@@ -614,6 +384,27 @@ class SqliteStore(SqlStore):
     def _among(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, Any]:
         return f"{column} IN (SELECT value FROM json_each(?))", json.dumps(list(values))
 
+    @staticmethod
+    def _one_of(column: str, values: Sequence[Any], sql_type: str = "text") -> tuple[str, list[Any]]:
+        # Listed, not json_each: the planner picks an index by the values (runs_by_workflow for runnable).
+        return f"{column} IN ({', '.join('?' * len(values))})", list(values)
+
+    @staticmethod
+    def _same(column: str, sql_type: str = "text") -> str:
+        return f"{column} IS ?"
+
+    def _insert_one(self, sql: str, params: Any, id_column: str) -> int | None:
+        cur = self.conn.execute(sql, tuple(params))
+        return int(cur.lastrowid) if cur.rowcount == 1 else None
+
+    @staticmethod
+    def _json_text(expression: str) -> str:
+        return f"json_quote({expression})"
+
+    @staticmethod
+    def _indexed_by(index: str) -> str:
+        return f" INDEXED BY {index}"
+
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
         if self._in_transaction:
@@ -630,61 +421,6 @@ class SqliteStore(SqlStore):
         except (ValueError, TypeError, AttributeError):
             raise StoreDamaged(f"run {run_id} in {self.path} has an unreadable time (edited by hand?); fix the row "
                                "or delete the run, then copy again") from None
-
-    # ---- reads: runs
-
-    @translated
-    def owned_runs(self, owner: Owner) -> list[OwnedRun]:
-        rows = self._rows(
-            "SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = ? AND lease_host IS ? "
-            "AND lease_pid IS ? AND lease_pid_start IS ?", (RunStatus.RUNNING, owner.host, owner.pid, owner.pid_start))
-        return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
-                for r in rows]
-
-    @translated
-    def runnable(self, workflows: Iterable[str], limit: int) -> list[tuple[str, RunStatus]]:
-        names = list(workflows)
-        marks = ", ".join("?" * len(names))
-        rows = self._rows(f"SELECT run_id, status FROM runs WHERE status IN (?, ?) AND workflow IN ({marks}) "
-                          "ORDER BY updated_at LIMIT ?", (RunStatus.QUEUED, RunStatus.INTERRUPTED, *names, limit))
-        return [(r["run_id"], RunStatus(r["status"])) for r in rows]
-
-    @translated
-    def prunable(self, statuses: Iterable[str], before: datetime) -> list[tuple[str, Owner | None]]:
-        wanted = list(statuses)
-        marks = ", ".join("?" * len(wanted))
-        rows = self._rows(f"SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at "
-                          f"FROM runs WHERE status IN ({marks}) AND updated_at < ?", [*wanted, _text(before)])
-        return [(r["run_id"], _owner(r) if r["status"] == RunStatus.RUNNING else None) for r in rows]
-
-    # ---- reads: steps and outputs
-
-    @translated
-    def children(self, run_id: str, parent_seq: int) -> list[StepRecord]:
-        return [step_from_row(r) for r in self._rows(f"SELECT {STEP_COLUMNS} {_CHILDREN}", (run_id, parent_seq))]
-
-    @translated
-    def history(self, run_id: str, parent_seq: int) -> list[StepRecord]:
-        rows = self._rows(f"SELECT {STEP_COLUMNS}, (SELECT value FROM outputs o WHERE o.run_id = s.run_id "
-                          f"AND o.seq = s.seq) AS value {_CHILDREN}", (run_id, parent_seq))
-        return [step_from_row(r).model_copy(update={"output": self._strict(r["value"], _execution(run_id, r))})
-                for r in rows if r["status"] == StepStatus.COMPLETED]
-
-    @translated
-    def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
-        r = self.conn.execute("SELECT name, status, attempts, idempotency_key FROM steps WHERE run_id = ? AND seq = ?",
-                              (run_id, seq)).fetchone()
-        if r is None:
-            return None
-        self.rows_read += 1
-        return StepBrief(r[0], _vocabulary(StepStatus, r[1], f"step {r[0]!r}"), r[2], r[3])
-
-    @translated
-    def gates_before(self, run_id: str, seq: int) -> list[StepRecord]:
-        return [step_from_row(r) for r in self._rows(
-            f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? AND s.parent_seq IS NULL "
-            "AND CASE WHEN json_valid(s.options) THEN json_extract(s.options, '$.approval') END = 1 "
-            "ORDER BY s.seq", (run_id, seq))]
 
     # ---- writes
 
@@ -744,61 +480,6 @@ class SqliteStore(SqlStore):
             f"WHERE run_id = ? AND status IN ({', '.join('?' * len(OPEN_STEPS))})",
             (StepStatus.CANCELLED, _text(at), run_id, *sorted(OPEN_STEPS)))
 
-    @translated
-    def delete_runs(self, run_ids: Iterable[str]) -> None:
-        ids = [(i,) for i in run_ids]
-        fingerprints = [(r["fingerprint"],) for r in self._rows(
-            "SELECT DISTINCT fingerprint FROM runs WHERE run_id IN (SELECT value FROM json_each(?))",
-            (json.dumps([i for (i,) in ids]),))]
-        for table in ("events", "checkpoints", "outputs", "steps", "run_inputs", "runs"):
-            self.conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", ids)
-        # A definition goes with the last run of it.
-        self.conn.executemany("DELETE FROM definitions WHERE fingerprint = ? AND NOT EXISTS "
-                              "(SELECT 1 FROM runs WHERE fingerprint = definitions.fingerprint)", fingerprints)
-
-    @translated
-    def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
-        # In SQL: upstream outputs move as stored text, never decoded or re-run.
-        values = {"child": child, "parent": parent, "cut": cut_seq, "before": children_before,
-                  "pending": StepStatus.PENDING}
-        # Copied as recorded: the top-level rows before the cut with their children, and the cut
-        # group's children before ``children_before`` (none when it is NULL: ``seq < NULL`` is never true).
-        copied = "(coalesce(s.parent_seq, s.seq) < :cut OR (s.parent_seq = :cut AND s.seq < :before))"
-        # Three inserts, each read in the primary key's order (no sort), appended in seq order.
-        self.conn.execute(
-            f"""INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
-                                   error, traceback, started_at, finished_at, idempotency_key)
-                SELECT :child, seq, name, iteration, agent, parent_seq, status, attempts, options, error, traceback,
-                       started_at, finished_at, idempotency_key
-                FROM steps s WHERE run_id = :parent AND {copied} ORDER BY seq""", values)
-        self.conn.execute(
-            """INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
-                                  idempotency_key)
-               SELECT :child, seq, name, 1, NULL, NULL, :pending, 0, options, :child || '/' || name
-               FROM steps WHERE run_id = :parent AND seq >= :cut AND parent_seq IS NULL AND iteration = 1
-               ORDER BY seq""", values)
-        self.conn.execute(f"INSERT INTO outputs (run_id, seq, value) SELECT :child, o.seq, o.value FROM steps s "
-                          "JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
-                          f"WHERE s.run_id = :parent AND {copied} ORDER BY s.seq", values)
-
-    @translated
-    def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
-        # The decision keeps its original author and time; the comment names where it came from.
-        cur = self.conn.execute(
-            """INSERT INTO checkpoints (run_id, seq, step, kind, created_at, reason, state, decision,
-                                        decided_by, decided_at, comment, value, paused_seq)
-               SELECT :child, seq, step, kind, :at, reason,
-                      json_object('inherited_from', json_object('run_id', run_id, 'checkpoint_id', checkpoint_id)),
-                      decision, decided_by, decided_at,
-                      'inherited from checkpoint ' || checkpoint_id || ' of run ' || run_id
-                          || coalesce(': ' || comment, ''),
-                      value, paused_seq
-               FROM checkpoints WHERE checkpoint_id = :cp""",
-            {"child": child, "at": _text(at), "cp": parent_checkpoint_id})
-        if cur.rowcount != 1:
-            raise StoreError(f"checkpoint {parent_checkpoint_id} is not in {self.path}; nothing was inherited")
-        return int(cur.lastrowid)
-
     # ---- copying between stores
 
     @translated
@@ -806,29 +487,6 @@ class SqliteStore(SqlStore):
         # A rowid table gives max + 1 next: nothing to move, and no room can be kept from another writer.
         column = id_column(table)
         return self._row(f"SELECT coalesce(max({column}), 0) AS id FROM {table}")["id"] if renumber else 0
-
-    @translated
-    def import_runs(self, batch: Sequence[RunRows], shift: Mapping[str, int] | None = None) -> None:
-        if not self._in_transaction:
-            raise RuntimeError("import_runs: call it inside transaction()")
-        if held := self.existing([r.run_id for r in batch]):
-            raise StoreError(f"run {held[0]} is already in {self.path}; nothing was imported")
-        batch = renumbered_batch(batch, shift or {}, self.held_ids, self._allocate, self._checkpoint_ids)
-        for r in batch:
-            if r.run["fingerprint"] is not None and r.definition is not None:
-                self._keep_definition(r.run["fingerprint"], r.definition)
-
-        def into(table: str, columns: tuple[str, ...], values: Iterable[tuple[str, dict[str, Any]]]) -> None:
-            self.conn.executemany(
-                f"INSERT INTO {table} (run_id, {', '.join(columns)}) VALUES (?{', ?' * len(columns)})",
-                [(rid, *(_text(v[c]) if c in ROW_TIMES else v[c] for c in columns)) for rid, v in values])
-
-        into("runs", RUN_ROW[1:], ((r.run_id, r.run) for r in batch))
-        self.conn.executemany("INSERT INTO run_inputs (run_id, input) VALUES (?, ?)",
-                              [(r.run_id, r.input) for r in batch if r.input is not None])
-        for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW), ("checkpoints", CHECKPOINT_ROW),
-                               ("events", EVENT_ROW)):
-            into(table, columns, ((r.run_id, v) for r in batch for v in getattr(r, table)))
 
     def _allocate(self, table: str, count: int) -> list[int]:
         # A rowid table gives max + 1 next: ids above every one there are free.

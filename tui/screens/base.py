@@ -15,10 +15,10 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from relaypoint.display import clean
 from relaypoint.errors import RelaypointError
 from relaypoint.models import Run
 from relaypoint.runtime import Runtime
+from relaypoint.views.display import clean
 
 from .. import changes
 from ..actions import RUN_ACTIONS, help_markdown

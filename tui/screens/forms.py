@@ -20,12 +20,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, TextArea
 
-from relaypoint.display import clean, json_text, literal
 from relaypoint.encoding import parse_json_arg
 from relaypoint.errors import InvalidValue
 from relaypoint.models import Run
-from relaypoint.patterns_view import describe, paused_execution, shown_status, tree
 from relaypoint.status import StepStatus
+from relaypoint.views.display import clean, json_text, literal
+from relaypoint.views.patterns import describe, paused_execution, shown_status, tree
 
 from .. import format as fmt
 from ..output import EDITABLE_CHARS, show_command
@@ -415,7 +415,7 @@ class ForkRequest:
 @dataclass(frozen=True)
 class ForkPoint:
     """An iteration of a pattern to fork from: its ``pattern`` (name), ``iteration`` and ``at``
-    (the iteration in words, see :func:`~relaypoint.patterns_view.fork_point`)."""
+    (the iteration in words, see :func:`~relaypoint.views.patterns.fork_point`)."""
 
     pattern: str
     iteration: int

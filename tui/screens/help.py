@@ -9,7 +9,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown, Static
 
-from relaypoint.display import literal
+from relaypoint.views.display import literal
 
 from ..actions import CLOSE_HELP
 

@@ -28,11 +28,11 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 from textual.worker import Worker, get_current_worker
 
-from relaypoint.display import literal, preview
 from relaypoint.models import Run
-from relaypoint.patterns_view import describe
 from relaypoint.status import CheckpointKind
 from relaypoint.upstream import upstream_of
+from relaypoint.views.display import literal, preview
+from relaypoint.views.patterns import describe
 
 from .. import format as fmt
 from ..actions import GENERAL_BINDINGS, QUEUE_BINDINGS, REVIEW_BINDINGS, RUN_ACTIONS

@@ -22,11 +22,11 @@ from textual.widgets import Button, DataTable, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from relaypoint.background import failure_reason, log_size, resume_log, spawn_resume
-from relaypoint.display import literal
 from relaypoint.errors import RelaypointError
 from relaypoint.models import Run
-from relaypoint.patterns_view import fork_point, paused_execution
 from relaypoint.status import RUN_SYMBOLS, RunStatus
+from relaypoint.views.display import literal
+from relaypoint.views.patterns import fork_point, paused_execution
 
 from .. import changes
 from .. import format as fmt

@@ -19,10 +19,10 @@ from textual.geometry import Size
 from textual.widgets import Button, Static
 from textual.widgets.data_table import ColumnKey
 
-from relaypoint.display import clean, json_text, literal
 from relaypoint.models import Event, Run, StepRecord
-from relaypoint.patterns_view import describe, kind_of, paused_execution, progress, shown_status, tree
 from relaypoint.status import StepStatus
+from relaypoint.views.display import clean, json_text, literal
+from relaypoint.views.patterns import describe, kind_of, paused_execution, progress, shown_status, tree
 
 from .. import format as fmt
 from ..actions import RUN_ACTIONS
@@ -150,7 +150,7 @@ def step_cells(step: StepRecord, now: datetime, name: Text | None = None) -> lis
 def group_cells(group: StepRecord, kind: str, calls: list[StepRecord], state: Any, expanded: bool,
                 now: datetime) -> list[Text]:
     """The cells of a pattern's row: ``▸ name  kind · progress``, the status it shows (see
-    :func:`~relaypoint.patterns_view.shown_status`), its result's attempts, and the time from its
+    :func:`~relaypoint.views.patterns.shown_status`), its result's attempts, and the time from its
     first call to its result (so far, while a call runs)."""
     status = shown_status(group, calls)
     start = calls[0].started_at if calls and calls[0].started_at else group.started_at
@@ -343,7 +343,7 @@ class DetailPane(Vertical):
         return kind_of(group) if group is not None else None
 
     def label(self, step: StepRecord) -> str:
-        """``step`` in words (see :func:`~relaypoint.patterns_view.describe`)."""
+        """``step`` in words (see :func:`~relaypoint.views.patterns.describe`)."""
         return describe(step, self.run.tasks if self.run is not None else ())
 
     def expand(self, key: Hashable | None, expand: bool | None) -> None:

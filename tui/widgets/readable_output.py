@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Markdown, Static
 
-from relaypoint.display import literal
+from relaypoint.views.display import literal
 
 from ..readable import Block, Readable, markdown_parser
 from ..screens.confirm import ConfirmScreen

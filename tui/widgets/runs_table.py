@@ -21,8 +21,8 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.message import Message
 
-from relaypoint.display import literal
 from relaypoint.models import RunSummary
+from relaypoint.views.display import literal
 
 from .. import format as fmt
 from ..data import PageKind, RefreshRead, RefreshRequest, RunKey, RunQuery, RunsPage, Version, run_key

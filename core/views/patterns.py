@@ -1,7 +1,7 @@
-"""What a pattern's records say, for the console: labels, progress and the per-kind summaries
-(rounds, routing decisions and per-agent counts, votes and tally, the judge's decision, the plan as
-a tree), computed from its executions. Pure functions over :class:`~relaypoint.models.StepRecord`
-values and driver state: no I/O, no UI.
+"""What a pattern's records say, for the console and the CLI: labels, progress and the per-kind
+summaries (rounds, routing decisions and per-agent counts, votes and tally, the judge's decision,
+the plan as a tree), computed from its executions. Pure functions over
+:class:`~relaypoint.models.StepRecord` values and driver state: no I/O, no UI.
 
 A pattern is one top-level execution, its **group row**, whose options hold ``"pattern"`` (its
 kind: debate, vote, loop, supervisor or planner) and its parameters; its **children**
@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .models import Checkpoint, StepRecord
-from .patterns import NOUNS
-from .status import StepStatus
+from ..models import Checkpoint, StepRecord
+from ..patterns import NOUNS
+from ..status import StepStatus
 
 JUDGE, TALLY, ROUTE, PLAN, REPLAN = "judge", "tally", "route", "plan", "replan"
 """The agent names of a pattern's own decisions (reserved: no user agent has them)."""
