@@ -168,7 +168,8 @@ class RunsScreen(BaseScreen):
     # ---- live refresh (see the base screen) ---------------------------------------------------------
 
     def look(self) -> LiveRead:
-        """Report the resumes that failed, then re-read what is shown (see :class:`RefreshRequest`)."""
+        """Report the resumes that failed, then re-read what is shown (see
+        :class:`~relaypoint.tui.data.RefreshRequest`)."""
         self._poll_resumes()
         running = bool(self.state.counts.get(RunStatus.RUNNING)) and not self.state.readonly_reason
         request = self.runs.refresh_request(self.query_state, self.selected, running)
