@@ -35,7 +35,7 @@ from tool_pg_workers import process_cpu
 
 from relaypoint import Runtime
 from relaypoint.tui.app import RelaypointConsole
-from relaypoint.tui.runs_table import RunsTable
+from relaypoint.tui.widgets.runs_table import RunsTable
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench import fill  # noqa: E402

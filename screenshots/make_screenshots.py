@@ -36,9 +36,9 @@ from pathlib import Path
 
 from relaypoint import Runtime
 from relaypoint.tui import RelaypointConsole
-from relaypoint.tui.detail import StepsTable
-from relaypoint.tui.review import ReviewScreen
-from relaypoint.tui.runs_table import RunsTable
+from relaypoint.tui.screens.review import ReviewScreen
+from relaypoint.tui.widgets.detail import StepsTable
+from relaypoint.tui.widgets.runs_table import RunsTable
 from relaypoint.views.patterns import kind_of
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,9 +21,9 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.worker import WorkerCancelled
 
-from relaypoint.tui.detail import DetailPane
-from relaypoint.tui.runs_table import RunsTable
-from relaypoint.tui.screen import ConsoleScreen
+from relaypoint.tui.screens.runs import RunsScreen
+from relaypoint.tui.widgets.detail import DetailPane
+from relaypoint.tui.widgets.runs_table import RunsTable
 
 
 def write_apps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **sources: str) -> None:
@@ -55,10 +55,10 @@ async def until(pilot: Pilot, condition: Callable[[], bool], timeout: float = 15
         await pilot.pause(0.05)
 
 
-def main_screen(pilot: Pilot) -> ConsoleScreen:
+def main_screen(pilot: Pilot) -> RunsScreen:
     """The console's main screen (under any modal)."""
     screen = pilot.app.screen_stack[0]
-    assert isinstance(screen, ConsoleScreen)
+    assert isinstance(screen, RunsScreen)
     return screen
 
 

@@ -22,7 +22,9 @@ from relaypoint import Runtime, RunStatus, Workflow
 from relaypoint.background import resume_log
 from relaypoint.store import Lookup
 from relaypoint.tui import RelaypointConsole
-from relaypoint.tui.modals import ApproveScreen, ConfirmScreen, ForkScreen, HelpScreen, RejectScreen, RespondScreen
+from relaypoint.tui.screens.confirm import ConfirmScreen
+from relaypoint.tui.screens.forms import ApproveScreen, ForkScreen, RejectScreen, RespondScreen
+from relaypoint.tui.screens.help import HelpScreen
 
 SIZE = (160, 45)
 
@@ -1006,7 +1008,7 @@ async def test_hostile_stored_text_is_shown_literally(db):
 
 async def test_the_demos_report_reads_as_markdown_in_the_detail_pane(db, tmp_path):
     from relaypoint.examples import audit
-    from relaypoint.tui.readable import SafeMarkdown
+    from relaypoint.tui.widgets.readable_output import SafeMarkdown
 
     source = tmp_path / "src"
     source.mkdir()
@@ -1220,8 +1222,8 @@ def text_length(table: Any) -> int:
 
 
 async def test_a_long_error_is_bounded_in_the_header_the_events_and_the_output_box(db):
+    from relaypoint.tui.widgets.detail import events_view, run_header
     from relaypoint.views.display import PREVIEW_CHARS
-    from relaypoint.tui.detail import events_view, run_header
 
     wf = Workflow("loud")
 

@@ -26,8 +26,8 @@ from relaypoint import Runtime, RunStatus, StepStatus, Workflow, human
 from relaypoint.models import StepRecord
 from relaypoint.store import Lookup
 from relaypoint.tui import RelaypointConsole
-from relaypoint.tui.detail import CallKey
-from relaypoint.tui.modals import ApproveScreen, ForkScreen, RejectScreen, RespondScreen
+from relaypoint.tui.screens.forms import ApproveScreen, ForkScreen, RejectScreen, RespondScreen
+from relaypoint.tui.widgets.detail import CallKey
 from relaypoint.views.patterns import kind_of, plan_tree, progress, summary, wanted_outputs, with_outputs
 
 SIZE = (160, 45)
@@ -537,10 +537,10 @@ async def test_a_persons_turn_with_a_megabyte_prompt_shows_a_page_of_it_in_every
             await until(pilot, lambda: not isinstance(app.screen, form))
     app = RelaypointConsole(db, review=True)
     async with app.run_test(size=SIZE) as pilot:
-        from relaypoint.views.display import PREVIEW_CHARS
-        from relaypoint.tui.detail import HEADER_CHARS
         from relaypoint.tui.readable import READ_PAGES
-        from relaypoint.tui.review import ReviewScreen, header
+        from relaypoint.tui.screens.review import ReviewScreen, header
+        from relaypoint.tui.widgets.detail import HEADER_CHARS
+        from relaypoint.views.display import PREVIEW_CHARS
 
         await until(pilot, lambda: any(isinstance(s, ReviewScreen) and s.loaded for s in app.screen_stack))
         await settle(pilot)

@@ -28,9 +28,9 @@ from relaypoint import Runtime
 from relaypoint.clock import to_text
 from relaypoint.store.sqlite import SqliteStore as Store
 from relaypoint.tui import RelaypointConsole
-from relaypoint.tui import screen as screen_module
 from relaypoint.tui.data import PAGE_SIZE
-from relaypoint.tui.runs_table import MAX_ROWS, WINDOW_MARGIN
+from relaypoint.tui.screens import runs as screen_module
+from relaypoint.tui.widgets.runs_table import MAX_ROWS, WINDOW_MARGIN
 
 SIZE = (160, 45)
 WORKFLOWS = ("ingest-orders", "ingest-users", "report")

@@ -16,7 +16,8 @@ from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
 from relaypoint.tui import RelaypointConsole
-from relaypoint.tui.modals import ApproveScreen, ForkScreen, HelpScreen
+from relaypoint.tui.screens.forms import ApproveScreen, ForkScreen
+from relaypoint.tui.screens.help import HelpScreen
 
 WIDE = (160, 45)
 NARROW = (100, 30)

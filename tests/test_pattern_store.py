@@ -182,7 +182,7 @@ def test_forking_a_fork_from_an_iteration_it_copied_names_the_run_that_recorded_
 def test_a_fork_says_the_iteration_it_was_forked_from(db, tmp_path):
     """``show``, ``show --json`` and the console's header name the round a fork starts at, as
     ``--iteration`` gave it; a fork from a whole step names none."""
-    from relaypoint.tui.detail import run_header
+    from relaypoint.tui.widgets.detail import run_header
 
     with Runtime(debate_store(db), id_factory=ids("f1", "f2")) as rt:
         rt.fork("r1", "argue", iteration=2)

@@ -25,7 +25,7 @@ from relaypoint.pausehook import notice
 from relaypoint.store.migrations.postgres import MIGRATIONS as PG_MIGRATIONS
 from relaypoint.store.url import parse
 from relaypoint.tui import RelaypointConsole
-from relaypoint.tui.modals import ApproveScreen
+from relaypoint.tui.screens.forms import ApproveScreen
 
 from helpers import relaypoint
 from test_mcp import call, server

@@ -22,10 +22,12 @@ from relaypoint import Runtime, RunStatus, Workflow
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.actions import GENERAL_BINDINGS, QUEUE_BINDINGS, REVIEW_BINDINGS, RUN_ACTIONS
 from relaypoint.tui.data import ReviewWant, pick
-from relaypoint.tui.modals import ApproveScreen, ConfirmScreen
 from relaypoint.tui.palette import ConsoleCommands, palette_entries
-from relaypoint.tui.readable import FOLD_ITEMS, MARKDOWN_ELEMENTS, SafeMarkdown, looks_like_markdown, readable
-from relaypoint.tui.review import ReviewScreen
+from relaypoint.tui.readable import FOLD_ITEMS, MARKDOWN_ELEMENTS, looks_like_markdown, readable
+from relaypoint.tui.screens.confirm import ConfirmScreen
+from relaypoint.tui.screens.forms import ApproveScreen
+from relaypoint.tui.screens.review import ReviewScreen
+from relaypoint.tui.widgets.readable_output import SafeMarkdown
 from relaypoint.status import RUN_SYMBOLS, RunStatus as Status
 
 SIZE = (160, 45)
@@ -317,8 +319,8 @@ async def test_no_live_refresh_while_a_form_is_open_over_the_review_screen(db):
         await pilot.press("a")
         await until(pilot, lambda: isinstance(app.screen, ApproveScreen))
         looks: list[int] = []
-        look = screen._look
-        screen._look = lambda: looks.append(1) or look()  # type: ignore[method-assign]
+        look = screen.refresh_now
+        screen.refresh_now = lambda: looks.append(1) or look()  # type: ignore[method-assign]
         approve_elsewhere(db, runs[0])
         looks.clear()
         await until(pilot, lambda: len(looks) >= 2)  # it looked twice since, the form open

@@ -275,9 +275,10 @@ async def test_rendered_markdown_keeps_the_corpus_inert(db: str, tmp_path: Path,
     pane's output box: control characters and escapes appear as visible escapes, markup and HTML
     as text (HTML is shown, never hidden), and clicking a link opens nothing."""
     from relaypoint import Workflow
-    from relaypoint.tui.modals import ApproveScreen, ConfirmScreen
-    from relaypoint.tui.readable import SafeMarkdown
-    from relaypoint.tui.review import ReviewScreen
+    from relaypoint.tui.screens.confirm import ConfirmScreen
+    from relaypoint.tui.screens.forms import ApproveScreen
+    from relaypoint.tui.screens.review import ReviewScreen
+    from relaypoint.tui.widgets.readable_output import SafeMarkdown
     from textual.widgets import Markdown
 
     from console_pilot import until

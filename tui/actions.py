@@ -92,11 +92,10 @@ OUTPUT_BINDINGS: tuple[Binding, ...] = (
 )
 """Keys on the selected step's output (not in the footer: the output says when they apply)."""
 
+_PANES = "Move between the runs table and the step chain"
 PANE_BINDINGS: tuple[Binding, ...] = (
-    Binding("tab", "switch_pane(1)", "Next pane", show=False, id="next-pane",
-            tooltip="Move between the runs table and the step chain"),
-    Binding("shift+tab", "switch_pane(-1)", "Previous pane", show=False, id="previous-pane",
-            tooltip="Move between the runs table and the step chain"),
+    Binding("tab", "switch_pane(1)", "Next pane", show=False, id="next-pane", tooltip=_PANES),
+    Binding("shift+tab", "switch_pane(-1)", "Previous pane", show=False, id="previous-pane", tooltip=_PANES),
 )
 
 PINNED_ACTIONS = frozenset({"help", "quit"})

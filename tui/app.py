@@ -12,8 +12,8 @@ from relaypoint.runtime import Runtime
 from relaypoint.store.url import store_name
 
 from .data import StoreReader
-from .review import ReviewScreen
-from .screen import ConsoleScreen
+from .screens.review import ReviewScreen
+from .screens.runs import RunsScreen
 
 
 class RelaypointConsole(App[None]):
@@ -50,18 +50,18 @@ class RelaypointConsole(App[None]):
         self.store_name = store_name(self.db_url)
         self.reader = StoreReader(self.open_runtime)
 
-    def get_default_screen(self) -> ConsoleScreen:
-        return ConsoleScreen()
+    def get_default_screen(self) -> RunsScreen:
+        return RunsScreen()
 
     def on_mount(self) -> None:
         if self.review:
             self.push_screen(ReviewScreen())
 
     @property
-    def console_screen(self) -> ConsoleScreen:
+    def runs_screen(self) -> RunsScreen:
         """The runs list and detail (the bottom of the screen stack)."""
         screen = self.screen_stack[0]
-        assert isinstance(screen, ConsoleScreen)
+        assert isinstance(screen, RunsScreen)
         return screen
 
     def open_runtime(self) -> Runtime:

@@ -4,16 +4,11 @@ runs it) and returns the one line the console shows; the runtime's refusals prop
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from textual import work
-
-from relaypoint.errors import RelaypointError
 from relaypoint.models import Run
 from relaypoint.runtime import Runtime
 
 from .format import short_id
-from .messages import ActionDone, ActionFailed
-from .modals import Approval, ForkRequest, Response
+from .screens.forms import Approval, ForkRequest, Response
 
 
 def _checkpoint(run: Run) -> int:
@@ -69,24 +64,7 @@ def fork(run: Run, request: ForkRequest, rt: Runtime, *, app_spec: str | None) -
     return f"forked run {short_id(run.run_id)} from {where} with {given} as {short_id(new_id)} ({then})"
 
 
-def cancel(run: Run, confirmed: bool, rt: Runtime, *, by: str | None) -> str:
-    """Cancel the run as ``by`` (``confirmed`` is the answer to the confirmation, always true here)."""
+def cancel(run: Run, rt: Runtime, *, by: str | None) -> str:
+    """Cancel the run as ``by``."""
     was = rt.cancel(run.run_id, by=by)
     return f"cancelled run {short_id(run.run_id)} (it was {was})"
-
-
-class ChangeWorker:
-    """For a screen that asks the runtime for changes: :meth:`_change` makes one in a thread worker
-    (on a runtime of its own) and posts :class:`ActionDone` or, refused, :class:`ActionFailed` to
-    the screen, whose handlers say so and read again."""
-
-    @work(thread=True, exit_on_error=False, group="change")
-    def _change(self, call: Callable[[Runtime], str]) -> None:
-        """Ask the runtime for a change; ``call`` makes it and says what it did."""
-        try:
-            with self.app.open_runtime() as rt:  # type: ignore[attr-defined]
-                summary = call(rt)
-        except RelaypointError as e:
-            self.post_message(ActionFailed(str(e)))  # type: ignore[attr-defined]
-            return
-        self.post_message(ActionDone(summary))  # type: ignore[attr-defined]

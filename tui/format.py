@@ -49,18 +49,17 @@ def step_status(status: StepStatus) -> Text:
     return Text(f"{STEP_SYMBOLS[status]} {status.value}", style=STEP_COLORS[status])
 
 
+AGO_UNITS = ((86400, "d"), (3600, "h"), (60, "m"))
+"""The units of a relative time past a minute, largest first, in seconds (under a minute: ``s``)."""
+
+
 def ago(when: datetime | None, now: datetime) -> str:
     """A past time relative to ``now``: ``12s ago``, ``3m ago``, ``5h ago``, ``4d ago`` (or ``-``)."""
     if when is None:
         return "-"
     seconds = max(0, int((now - when).total_seconds()))
-    if seconds < 60:
-        return f"{seconds}s ago"
-    if seconds < 3600:
-        return f"{seconds // 60}m ago"
-    if seconds < 86400:
-        return f"{seconds // 3600}h ago"
-    return f"{seconds // 86400}d ago"
+    size, unit = next(((size, unit) for size, unit in AGO_UNITS if seconds >= size), (1, "s"))
+    return f"{seconds // size}{unit} ago"
 
 
 def ahead(when: datetime | None, now: datetime) -> str:

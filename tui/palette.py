@@ -82,7 +82,7 @@ class ConsoleCommands(Provider):
         return self.screen  # type: ignore[return-value]
 
     def _entries(self) -> list[PaletteEntry]:
-        from .review import ReviewScreen  # the review screen imports the palette
+        from .screens.review import ReviewScreen  # the review screen imports the palette
 
         return palette_entries(review=isinstance(self.screen, ReviewScreen))
 

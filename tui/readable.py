@@ -13,10 +13,8 @@ pressed.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +22,6 @@ from markdown_it import MarkdownIt
 from rich.console import RenderableType
 from rich.highlighter import JSONHighlighter
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.widgets import Markdown, Static
 
 from relaypoint.views.display import PREVIEW_CHARS, PREVIEW_LINES, clean, human_size, literal, preview
 
@@ -154,7 +149,7 @@ def _json_block(value: Any, fold: int | None, below: set[str], whole: str, chars
 
 def _elements(text: str) -> int:
     """How many block elements (each one widget) the Markdown ``text`` renders as."""
-    return sum(token.nesting == 1 for token in _parser().parse(text))
+    return sum(token.nesting == 1 for token in markdown_parser().parse(text))
 
 
 def _text_block(title: str | None, text: str, whole: str, pages: int) -> tuple[Block, bool]:
@@ -217,89 +212,6 @@ def readable(value: Any, whole: str, expanded: bool = False, pages: int = READ_P
     return Readable(tuple(blocks), folded, cut, _size(value) if cut else 0)
 
 
-def _parser() -> MarkdownIt:
+def markdown_parser() -> MarkdownIt:
     """Textual's GitHub-like parser with HTML off: HTML in stored text is shown, never hidden."""
     return MarkdownIt("gfm-like", {"html": False})
-
-
-class SafeMarkdown(Markdown):
-    """Textual's Markdown widget for cleaned stored text: HTML is shown as text, and a link clicked
-    is not opened: its address is shown, and it opens only when ``y`` answers the question."""
-
-    def __init__(self, markdown: str, **kwargs: Any) -> None:
-        super().__init__(markdown, parser_factory=_parser, open_links=False, **kwargs)
-
-    def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
-        event.stop()
-        from .modals import ConfirmScreen  # modals shows readable outputs too
-
-        href = event.href
-        question = Text.assemble("Open this link in your browser?\n", literal(href, "bold"),
-                                 "\n(it was shown in a stored output: check where it goes)")
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.app.open_url(href)
-
-        self.app.push_screen(ConfirmScreen("Open link", question), answered)
-
-
-def _widgets(blocks: Iterable[Block]) -> Iterator[Static | Markdown]:
-    for block in blocks:
-        if block.title is not None:
-            yield Static(Text.assemble("── ", literal(block.title), " ──"), classes="field-title")
-        if block.markdown is not None:
-            yield SafeMarkdown(block.markdown)
-        else:
-            yield Static(block.text or Text(), classes="field-text")
-
-
-class ReadableOutput(Vertical):
-    """An output as it reads (see :func:`readable`); :meth:`show` replaces what it shows (one
-    replacement at a time, in the order asked, and none when it shows that already)."""
-
-    DEFAULT_CSS = """
-    ReadableOutput {
-        height: auto;
-    }
-    ReadableOutput .field-title {
-        margin-top: 1;
-        color: $text-muted;
-        text-style: bold;
-    }
-    ReadableOutput Markdown {
-        padding: 0;
-        margin: 0;
-    }
-    """
-
-    def __init__(self, shown: Readable | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._initial = shown
-        self._shown: Readable | Text | None = shown
-        self._wanted: Readable | Text | None = shown
-        self._lock = asyncio.Lock()
-
-    def compose(self) -> ComposeResult:
-        if self._initial is not None:
-            yield from _widgets(self._initial.blocks)
-
-    async def show(self, shown: Readable | Text) -> None:
-        """Show ``shown`` (a readable output, or one line such as "loading…") instead."""
-        self._wanted = shown
-        await self._replace(shown)
-
-    def show_soon(self, shown: Readable | Text) -> None:
-        """:meth:`show`, from code that cannot wait for it: the widgets are replaced in a worker,
-        unless a later call asks for something else first."""
-        self._wanted = shown
-        self.run_worker(self._replace(shown), group="show")
-
-    async def _replace(self, shown: Readable | Text) -> None:
-        async with self._lock:
-            if shown is not self._wanted or shown == self._shown:
-                return
-            self._shown = shown
-            with self.app.batch_update():
-                await self.remove_children()
-                await self.mount_all([Static(shown)] if isinstance(shown, Text) else list(_widgets(shown.blocks)))

@@ -1,21 +1,21 @@
-"""The console's main screen: the runs list, the detail pane, the status line, the keys, the live
-refresh, and the workers that read the store and ask the runtime for changes."""
+"""The runs list, the console's main screen: the runs table with its filters, the detail pane, the
+status line, and the workers that read pages, a run's detail and a step's output, and start
+resumes. The live refresh, key greying, the palette's hooks and the decisions are the base
+screen's (:mod:`.base`)."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import subprocess
-from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
-from textual import events, on, work
+from textual import on, work
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Static
@@ -24,53 +24,43 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from relaypoint.background import failure_reason, log_size, resume_log, spawn_resume
 from relaypoint.errors import RelaypointError
 from relaypoint.models import Run
-from relaypoint.runtime import Runtime
 from relaypoint.status import RUN_SYMBOLS, RunStatus
-from relaypoint.views.display import clean, literal
+from relaypoint.views.display import literal
 from relaypoint.views.patterns import fork_point, paused_execution
 
-from . import changes
-from . import format as fmt
-from .actions import (GENERAL_BINDINGS, OUTPUT_BINDINGS, PANE_BINDINGS, QUEUE_BINDINGS, RUN_ACTION_NAMES, RUN_ACTIONS,
-                      help_markdown)
-from .data import (REFRESH_SECONDS, PageKind, RefreshRequest, RunDetail, RunKey, RunQuery, StepOutput, StoreState,
-                   load_detail, load_output, read_page, read_refresh)
-from .detail import DetailPane
-from .footer import ConsoleFooter
-from .messages import (ActionDone, ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded, PagerReady,
-                       RefreshFailed, Refreshed, ResumeStarted)
-from .output import pager_text
-from .palette import ConsoleCommands
-from .modals import ApproveScreen, ConfirmScreen, ForkPoint, ForkScreen, HelpScreen, RejectScreen, RespondScreen
+from .. import changes
+from .. import format as fmt
+from ..actions import GENERAL_BINDINGS, OUTPUT_BINDINGS, PANE_BINDINGS, QUEUE_BINDINGS, RUN_ACTIONS
+from ..data import (PageKind, RunDetail, RunKey, RunQuery, StepOutput, StoreState, load_detail, load_output, read_page,
+                    read_refresh)
+from ..messages import (ActionFailed, ApprovalReady, DetailLoaded, OutputLoaded, PageLoaded, PagerReady, RefreshFailed,
+                        Refreshed, ResumeStarted)
+from ..output import pager_text
+from ..widgets.detail import DetailPane
+from ..widgets.footer import ConsoleFooter
+from ..widgets.runs_table import AGO_PERIOD, RunsTable
+from .base import BaseScreen, LiveRead
+from .confirm import ConfirmScreen
+from .forms import ApproveScreen, ForkPoint, ForkScreen
 from .review import ReviewScreen
-from .runs_table import AGO_PERIOD, RunsTable
-
-if TYPE_CHECKING:
-    from .app import RelaypointConsole
 
 SEARCH_DEBOUNCE_SECONDS = 0.2
 OUTPUT_ACTIONS = frozenset(b.action for b in OUTPUT_BINDINGS)
-GREYABLE_KEYS = {**{a.key: a.name for a in RUN_ACTIONS}, **{b.key: b.action for b in OUTPUT_BINDINGS}}
-"""Keys whose action can be greyed out, and the action (for the reason given when pressed)."""
 STATUS_CYCLE: tuple[str | None, ...] = (None, *(s.value for s in RunStatus))
 
 
-class ConsoleScreen(changes.ChangeWorker, Screen[None]):
+class RunsScreen(BaseScreen):
     """Runs on the left (top when narrow), the selected run on the right (bottom), a status line."""
 
     BINDINGS = [*(a.binding() for a in RUN_ACTIONS), *QUEUE_BINDINGS, *GENERAL_BINDINGS, *OUTPUT_BINDINGS,
                 *PANE_BINDINGS]
-    COMMANDS = {ConsoleCommands}
-    app: RelaypointConsole
+    GREYABLE = {**{a.key: a.name for a in RUN_ACTIONS}, **{b.key: b.action for b in OUTPUT_BINDINGS}}
 
     def __init__(self) -> None:
         super().__init__()
         self.query_state = RunQuery()
         self.selected: str | None = None
         self.state = StoreState({}, None)
-        self._timer: Timer | None = None
-        self._refresh: Worker[None] | None = None
-        self._refresh_again = False
         self._page: Worker[None] | None = None
         self._enabled: set[str] | None = None
         self._search_timer: Timer | None = None
@@ -104,6 +94,14 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
     def search(self) -> Input:
         """The search box (shown by ``/``)."""
         return self.query_one("#search", Input)
+
+    @property
+    def readonly_reason(self) -> str | None:  # type: ignore[override]
+        return self.state.readonly_reason
+
+    @property
+    def shown_run(self) -> Run | None:
+        return self.detail.run
 
     # ---- focus: the runs table and the step chain; moved at once (``set_focus``, not the deferred
     # ``focus()``) so that keys typed right after a move already go to the new place ----------------
@@ -167,53 +165,18 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
                 counts.append(f" {self.state.counts[status]}  ")
         return counts if counts else Text("no runs  ", style="dim")
 
-    # ---- live refresh: a chained one-shot timer, paused while a modal is open ---------------------
+    # ---- live refresh (see the base screen) ---------------------------------------------------------
 
-    def refresh_now(self) -> None:
-        """Re-read the list and the selected run as soon as no read is in flight."""
-        if self._refresh is not None:
-            self._refresh_again = True
-            return
-        if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
-        if self.app.screen is not self:
-            self._schedule(REFRESH_SECONDS)
-            return
+    def look(self) -> LiveRead:
+        """Report the resumes that failed, then re-read what is shown (see
+        :class:`~relaypoint.tui.data.RefreshRequest`)."""
         self._poll_resumes()
         running = bool(self.state.counts.get(RunStatus.RUNNING)) and not self.state.readonly_reason
-        self._refresh = self._read_refresh(self.runs.refresh_request(self.query_state, self.selected, running))
+        request = self.runs.refresh_request(self.query_state, self.selected, running)
+        return lambda rt, connection: Refreshed(read_refresh(rt, connection, request))
 
-    def _schedule(self, delay: float) -> None:
-        self._timer = self.set_timer(delay, self.refresh_now)
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state == WorkerState.ERROR:
-            error = event.worker.error
-            text = str(error) if isinstance(error, RelaypointError) else f"internal error: {error!r}"
-            self.notify(clean(text), severity="error", markup=False)
-        if event.worker is self._page and event.state in (WorkerState.ERROR, WorkerState.CANCELLED):
-            self.runs.page_failed()
-        if event.worker is self._refresh and event.state in (WorkerState.SUCCESS, WorkerState.ERROR,
-                                                            WorkerState.CANCELLED):
-            self._refresh = None
-            if self._refresh_again:
-                self._refresh_again = False
-                self.call_later(self.refresh_now)
-            else:
-                self._schedule(REFRESH_SECONDS)
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="refresh")
-    def _read_refresh(self, request: RefreshRequest) -> None:
-        reader = self.app.reader
-        try:
-            with reader.runtime() as rt:
-                read = read_refresh(rt, reader.connection, request)
-        except RelaypointError as e:  # shown in the status line; the next read retries
-            self.post_message(RefreshFailed(str(e)))
-            return
-        if not get_current_worker().is_cancelled:
-            self.post_message(Refreshed(read))
+    def changed(self) -> None:
+        self.refresh_now()
 
     def on_refreshed(self, message: Refreshed) -> None:
         read = message.read
@@ -237,7 +200,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         self._status_line()
 
     def on_refresh_failed(self, message: RefreshFailed) -> None:
-        self._status_line(message.error)
+        self._status_line(message.error)  # the next look retries
 
     def _poll_resumes(self) -> None:
         """Report each resume process that ended in failure: the reason from its log, one line, and
@@ -256,8 +219,8 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
                 then = "press r on it again to resume allowing the drift (it asks first), or fork it"
             else:
                 then = f"the whole output is in {resume_log(self.app.db_url).name}"
-            self.notify(clean(f"resume of run {run} failed: {reason.rstrip('.')}; {then}"), title="Resume failed",
-                        severity="error", timeout=20, markup=False)
+            self.say(f"resume of run {run} failed: {reason.rstrip('.')}; {then}", title="Resume failed",
+                     severity="error", timeout=20)
 
     # ---- the runs list and the selection ----------------------------------------------------------
 
@@ -288,6 +251,11 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
     @on(DataTable.RowHighlighted, "#runs")
     def _run_highlighted(self) -> None:
         self._follow_cursor()
+
+    @on(Worker.StateChanged)
+    def _page_ended(self, event: Worker.StateChanged) -> None:
+        if event.worker is self._page and event.state in (WorkerState.ERROR, WorkerState.CANCELLED):
+            self.runs.page_failed()
 
     @on(RunsTable.PageWanted)
     def _page_wanted(self, message: RunsTable.PageWanted) -> None:
@@ -320,7 +288,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
     def _show_detail(self, detail: RunDetail) -> None:
         self._shown = (detail, self.app.clock())
         self.detail.show(detail, self._shown[1])
-        self._enable_actions({a.name for a in RUN_ACTIONS if self._actionable(a.name) is not None})
+        self._enable_actions({a.name for a in RUN_ACTIONS if self.actionable(a.name) is not None})
         self._ensure_output()
 
     @on(DataTable.RowHighlighted, "#steps")
@@ -380,12 +348,9 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
             with self.app.suspend():
                 subprocess.run(command, input=message.text, check=False)
         except SuspendNotSupported:
-            self.notify(clean(f"no terminal to open a pager in; "
-                              f"{output.whole} prints the whole output"),
-                        severity="warning", markup=False)
+            self.say(f"no terminal to open a pager in; {output.whole} prints the whole output", severity="warning")
         except OSError as e:
-            self.notify(clean(f"could not start the pager {command[0]!r} ({e.strerror}); set $PAGER"),
-                        severity="error", markup=False)
+            self.say(f"could not start the pager {command[0]!r} ({e.strerror}); set $PAGER", severity="error")
 
     # ---- filters ------------------------------------------------------------------------------------
 
@@ -439,9 +404,6 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
             search.display = False
             self._set_query(RunQuery())
 
-    def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(help_markdown(), readonly_reason=self.state.readonly_reason))
-
     def action_next_pending(self) -> None:
         """``n``: the review queue, at the oldest pending decision of all runs."""
         self.app.push_screen(ReviewScreen())
@@ -450,21 +412,13 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         """``N``: the review queue, at the newest pending decision."""
         self.app.push_screen(ReviewScreen(move=-1))
 
-    def palette_why_not(self, action: str) -> str | None:
-        """Why the palette's ``action`` does not apply now (as its key would say); None when it does."""
-        if action in RUN_ACTION_NAMES or action in OUTPUT_ACTIONS:
-            return self.why_not(action)
-        return None
-
     def palette_run(self, action: str, argument: str | None) -> None:
         """Run the palette's ``action`` (``filter_status``: with status ``argument``, None for all),
         or say in one line why it does not apply."""
-        if (reason := self.palette_why_not(action)) is not None:
-            self.notify(clean(f"{action.replace('_', ' ')}: {reason}"), severity="warning", markup=False)
-        elif action == "filter_status":
+        if action == "filter_status":
             self._set_query(RunQuery(argument, self.query_state.search))
         else:
-            self.call_later(getattr(self, f"action_{action}"))
+            super().palette_run(action, argument)
 
     def open_run(self, run_id: str) -> None:
         """The palette's run by id prefix: show it (see :meth:`show_run`)."""
@@ -477,9 +431,6 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         self._set_query(RunQuery(None, run_id))
         self._focus(self.runs)
 
-    def action_quit(self) -> None:
-        self.app.exit()
-
     # ---- actions on the selected run ------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -487,9 +438,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         and ``/`` while the search box has the focus (so the key is typed into it)."""
         if action == "search":
             return None if self.search.has_focus else True
-        if action in RUN_ACTION_NAMES or action in OUTPUT_ACTIONS:
-            return True if self.why_not(action) is None else None
-        return True
+        return super().check_action(action, parameters)
 
     def why_not(self, action: str) -> str | None:
         """Why ``action`` (a run or output action) does not apply now, in one line; None when it
@@ -499,44 +448,16 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
             return "no run is selected" if self.selected is None else "the run is still being read"
         if action in OUTPUT_ACTIONS:
             return self.detail.why_no_output(action)
-        if self.state.readonly_reason:
-            return f"the store is read-only: {self.state.readonly_reason}"
-        if action == "resume" and not self.app.app_spec:
-            return ("resuming needs the workflow definitions: start the console with "
-                    "`relaypoint console --app MODULE:ATTR`")
-        return next(a for a in RUN_ACTIONS if a.name == action).why_not(run)
-
-    def _actionable(self, name: str) -> Run | None:
-        """The selected run, if action ``name`` applies to it and the store records changes."""
-        return self.detail.run if self.why_not(name) is None else None
-
-    def on_key(self, event: events.Key) -> None:
-        """A key whose action is greyed out: say in one line why it does not apply."""
-        action = GREYABLE_KEYS.get(event.key)
-        if action is not None and (reason := self.why_not(action)) is not None:
-            event.stop()
-            self.notify(clean(f"{action.replace('_', ' ')}: {reason}"), severity="warning", markup=False)
+        return self.refusal(action, run)
 
     @on(Button.Pressed, "#run-actions Button")
     def _button(self, event: Button.Pressed) -> None:
         getattr(self, f"action_{(event.button.id or '').removeprefix('do-')}")()
 
-    def _decide(self, form: ModalScreen[Any], change: Callable[[Any, Runtime], str]) -> None:
-        """Open ``form``; when it returns a result (not closed, not declined), make the change."""
-
-        def done(result: Any) -> None:
-            if result is not None and result is not False:
-                self._change(partial(change, result))
-
-        self.app.push_screen(form, done)
-
-    def action_approve(self) -> None:
-        """Open the approve form at once (keys typed right after ``a`` go to it), with the gated
+    def approve_form(self, run: Run) -> ApproveScreen:
+        """The approve form, opened at once (keys typed right after ``a`` go to it), with the gated
         step's output when the detail pane shows it (the pending step is selected by default),
         else reading it and filling the form when it arrives."""
-        run = self._actionable("approve")
-        if run is None:
-            return
         output = self.detail.output
         step = self.detail.selected_step()
         paused = paused_execution(run.tasks, run.pending) if run.pending is not None else None
@@ -547,7 +468,7 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
             form = ApproveScreen(run)
             self._read_gated_output(run)
         self._approve_form = form
-        self._decide(form, partial(changes.approve, run, app_spec=self.app.app_spec, by=self.app.by))
+        return form
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="prepare")
     def _read_gated_output(self, run: Run) -> None:
@@ -567,39 +488,31 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
         else:
             await form.load(output.value, output.recorded, output.editor, output.readable)
 
-    def action_reject(self) -> None:
-        if (run := self._actionable("reject")) is not None:
-            self._decide(RejectScreen(run), partial(changes.reject, run, by=self.app.by))
-
-    def action_respond(self) -> None:
-        if (run := self._actionable("respond")) is not None:
-            self._decide(RespondScreen(run), partial(changes.respond, run, app_spec=self.app.app_spec, by=self.app.by))
-
     def action_fork(self) -> None:
         """Open the fork form from the highlighted step; from a pattern's call, from that call's
         iteration of the pattern."""
-        run = self._actionable("fork")
+        run = self.actionable("fork")
         step = self.detail.selected_step()
         if run is None or step is None:
             return
         point = None
         if step.parent is not None:
             point = ForkPoint(step.name, step.iteration, fork_point(self.detail.kind_of_group(step), step))
-        self._decide(ForkScreen(run, step.name, point),
+        self.decide(ForkScreen(run, step.name, point),
                      partial(changes.fork, run, app_spec=self.app.app_spec))
 
     def action_cancel(self) -> None:
-        if (run := self._actionable("cancel")) is None:
+        if (run := self.actionable("cancel")) is None:
             return
         question = Text.assemble("Cancel run ", literal(fmt.short_id(run.run_id)), " (", literal(run.workflow, "bold"),
                                  ", ", fmt.run_status(run.status), ")?\nIts remaining steps are cancelled; "
                                  "a step still running will not be recorded. It can be forked later.")
-        self._decide(ConfirmScreen("Cancel run", question), partial(changes.cancel, run, by=self.app.by))
+        self.decide(ConfirmScreen("Cancel run", question), lambda _yes, rt: changes.cancel(run, rt, by=self.app.by))
 
     def action_resume(self) -> None:
         """Resume the run in a separate process. When the last resume started here was refused
         because the workflow changed, ask first, then resume allowing the drift."""
-        run = self._actionable("resume")
+        run = self.actionable("resume")
         if run is None:
             return
         app_spec = self.app.app_spec
@@ -634,15 +547,6 @@ class ConsoleScreen(changes.ChangeWorker, Screen[None]):
 
     def on_resume_started(self, message: ResumeStarted) -> None:
         self._resumes.append(message)
-        self.notify(clean(f"resuming run {fmt.short_id(message.run_id)} in process {message.process.pid}"
-                          + (" allowing drift" if message.allow_drift else "")
-                          + "; it keeps going if the console closes"), markup=False)
-        self.refresh_now()
-
-    def on_action_done(self, message: ActionDone) -> None:
-        self.notify(clean(message.summary), markup=False)
-        self.refresh_now()
-
-    def on_action_failed(self, message: ActionFailed) -> None:
-        self.notify(clean(message.error), severity="error", markup=False)
+        self.say(f"resuming run {fmt.short_id(message.run_id)} in process {message.process.pid}"
+                 + (" allowing drift" if message.allow_drift else "") + "; it keeps going if the console closes")
         self.refresh_now()

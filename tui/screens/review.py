@@ -17,40 +17,34 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.table import Table
 from rich.text import Text
-from textual import events, on, work
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen, Screen
-from textual.timer import Timer
 from textual.widgets import Static
-from textual.worker import Worker, WorkerState, get_current_worker
+from textual.worker import Worker, get_current_worker
 
-from relaypoint.errors import RelaypointError
+from relaypoint.models import Run
 from relaypoint.status import CheckpointKind
 from relaypoint.upstream import upstream_of
-from relaypoint.views.display import clean, literal, preview
+from relaypoint.views.display import literal, preview
 from relaypoint.views.patterns import describe
 
-from . import changes
-from . import format as fmt
-from .actions import GENERAL_BINDINGS, QUEUE_BINDINGS, REVIEW_BINDINGS, RUN_ACTIONS, help_markdown
-from .data import REFRESH_SECONDS, ReviewItem, ReviewRead, ReviewWant, Upstream, Version, read_review, read_upstream
-from .detail import HEADER_CHARS
-from .footer import ConsoleFooter
-from .messages import ActionDone, ActionFailed, RefreshFailed, ReviewLoaded, UpstreamLoaded
-from .modals import ApproveScreen, HelpScreen, RejectScreen, RespondScreen
-from .output import show_command
-from .palette import ConsoleCommands
-from .readable import Block, Readable, ReadableOutput, plain_text
-
-if TYPE_CHECKING:
-    from .app import RelaypointConsole
+from .. import format as fmt
+from ..actions import GENERAL_BINDINGS, QUEUE_BINDINGS, REVIEW_BINDINGS, RUN_ACTIONS
+from ..data import ReviewItem, ReviewRead, ReviewWant, Upstream, Version, read_review, read_upstream
+from ..messages import RefreshFailed, ReviewLoaded, UpstreamLoaded
+from ..output import show_command
+from ..readable import Block, Readable, plain_text
+from ..widgets.detail import HEADER_CHARS
+from ..widgets.footer import ConsoleFooter
+from ..widgets.readable_output import ReadableOutput
+from .base import BaseScreen, LiveRead
+from .forms import ApproveScreen
 
 DECISIONS = ("approve", "reject", "respond")
 """The run actions the review screen offers (the registry's)."""
@@ -66,8 +60,6 @@ REVIEW_SCREEN_BINDINGS: list[Binding] = [
     *(b for b in GENERAL_BINDINGS if b.id in _KEPT_GENERAL),
 ]
 OWN_ACTIONS = frozenset(b.action for b in REVIEW_SCREEN_BINDINGS)
-GREYABLE = {b.key: b.action for b in REVIEW_SCREEN_BINDINGS if b.id not in (*_KEPT_GENERAL, "back")}
-"""Keys whose action can be greyed out on the review screen, and the action."""
 
 
 def waiting_line(item: ReviewItem, now: Any) -> Text:
@@ -136,13 +128,13 @@ def unrecorded(item: ReviewItem, db: str) -> Text:
     return Text.assemble(("No output recorded for this step. ", "dim"), reason, ("\n\na: approve  x: reject", "dim"))
 
 
-class ReviewScreen(changes.ChangeWorker, Screen[None]):
+class ReviewScreen(BaseScreen):
     """The review queue, one pending decision at a time (see the module's doc). ``move``: start
     at the oldest (0, 1) or the newest (-1) pending decision."""
 
     BINDINGS = REVIEW_SCREEN_BINDINGS
-    COMMANDS = {ConsoleCommands}
-    app: RelaypointConsole
+    GREYABLE = {b.key: b.action for b in REVIEW_SCREEN_BINDINGS
+                if b.id not in (*_KEPT_GENERAL, "back") and b.action != "next_pending"}  # n also reads again
 
     def __init__(self, move: int = 0) -> None:
         super().__init__()
@@ -153,11 +145,7 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         self.showing_upstream = False
         self._first = ReviewWant(move=move)
         self._version: Version | None = None  # the store version the queue shown was read at
-        self._generation = 0  # moves on with every read the reviewer asks for and every decision made here
         self._reading: Worker[None] | None = None
-        self._deciding = False  # a decision made here is being recorded
-        self._looking: Worker[None] | None = None
-        self._timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(Text("reading the review queue…", style="dim"), id="review-head")
@@ -169,7 +157,7 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         self._title_head(Text())
         self.query_one("#review-body").border_title = "Output"
         self._ask(self._first)
-        self._schedule()
+        self.schedule()
 
     def _title_head(self, what: Text) -> None:
         """Title the head "Review", then ``what`` is shown, then the name decisions made here are
@@ -192,9 +180,9 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         self._ask(self._want(move, expanded))
 
     def _ask(self, want: ReviewWant) -> None:
-        """Read the queue as the reviewer asked; a live refresh under way is dropped."""
-        self._generation += 1
-        self.workers.cancel_group(self, "review-live")
+        """Read the queue as the reviewer asked; a look under way is dropped."""
+        self.supersede()
+        self.cancel_look()
         self._reading = self._read(want)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="review")
@@ -206,52 +194,28 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         if not get_current_worker().is_cancelled:
             self.post_message(ReviewLoaded(read, version))
 
-    # ---- live refresh: a chained one-shot timer, paused while anything is open over the screen ----
+    # ---- live refresh (see the base screen) ---------------------------------------------------
 
-    def _schedule(self) -> None:
-        self._timer = self.set_timer(REFRESH_SECONDS, self._look)
-
-    def _look(self) -> None:
-        """Look whether the store changed (and if so read the queue again), unless a form or help
-        is open over the screen, or a read or a decision is under way: then look again later."""
-        self._timer = None
+    def look(self) -> LiveRead | None:
+        """Read the store's version and, when it changed, the queue (the decision shown kept in view
+        if it is still pending); not while a read or a decision is under way."""
         reading = self._reading is not None and not self._reading.is_finished
-        if self.app.screen is not self or reading or self._deciding:
-            self._schedule()
-            return
+        if reading or self.deciding:
+            return None
         if self.item is not None:  # how long it has waited goes on, changed or not
             self.query_one("#review-head", Static).update(header(self.item, self.app.clock()))
-        self._looking = self._read_changes(self._version, self._generation, self._want())
+        version, generation, want = self._version, self.generation, self._want()
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="review-live")
-    def _read_changes(self, version: Version | None, generation: int, want: ReviewWant) -> None:
-        """Read the store's version and, when it is not ``version``, the queue (``want``: the
-        decision shown, kept in view if it is still pending)."""
-        reader = self.app.reader
-        try:
-            with reader.runtime() as rt:
-                now = (reader.connection, *rt.data_version())
-                if now == version:
-                    return
-                read = read_review(rt, want)
-        except RelaypointError as e:  # shown under the header; the next look retries
-            self.post_message(RefreshFailed(str(e)))
-            return
-        if not get_current_worker().is_cancelled:
-            self.post_message(ReviewLoaded(read, now, live=generation, shown=want.current))
+        def read(rt: Any, connection: int) -> ReviewLoaded | None:
+            now = (connection, *rt.data_version())
+            if now == version:
+                return None
+            return ReviewLoaded(read_review(rt, want), now, live=generation, shown=want.current)
 
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state == WorkerState.ERROR:  # a read failed (a decision refused is ActionFailed)
-            error = event.worker.error
-            text = str(error) if isinstance(error, RelaypointError) else f"internal error: {error!r}"
-            self.notify(clean(text), severity="error", markup=False)
-            if event.worker.group == "change":
-                self._deciding = False
-                self.read_again()
-        if event.worker is self._looking and event.state in (WorkerState.SUCCESS, WorkerState.ERROR,
-                                                            WorkerState.CANCELLED):
-            self._looking = None
-            self._schedule()
+        return read
+
+    def changed(self) -> None:
+        self.read_again()
 
     def on_refresh_failed(self, message: RefreshFailed) -> None:
         self.query_one("#review-head").border_subtitle = Text.assemble(("refresh failed: ", "bold red"),
@@ -276,15 +240,13 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         step = describe(shown.execution, shown.run.tasks) if shown.execution is not None else cp.step or "?"
         then = "showing the next pending decision" if item is not None else "nothing left to review"
         done = "answered" if cp.kind == CheckpointKind.INPUT else "decided"
-        self.notify(clean(f"run {fmt.short_id(shown.run.run_id)}: its {cp.kind} at step {step} was {done} "
-                          f"elsewhere; {then}"), markup=False)
+        self.say(f"run {fmt.short_id(shown.run.run_id)}: its {cp.kind} at step {step} was {done} elsewhere; {then}")
         return False
 
     async def on_review_loaded(self, message: ReviewLoaded) -> None:
         read = message.read
         if message.live is not None:
-            if message.live != self._generation or self._deciding or self.app.screen is not self \
-                    or message.shown != self._want().current:
+            if self.is_stale(message.live) or message.shown != self._want().current:
                 # superseded (or read for a decision no longer shown: a read the reviewer asked for
                 # landed meanwhile), or something is open over the screen: the next look reads again
                 return
@@ -355,9 +317,7 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
         if item is None:
             return "nothing to review" if self.loaded else "the review queue is still being read"
         if action in DECISIONS:
-            if self.readonly_reason:
-                return f"the store is read-only: {self.readonly_reason}"
-            return next(a for a in DECISION_ACTIONS if a.name == action).why_not(item.run)
+            return self.refusal(action, item.run)
         if action == "next_pending" and item.position == len(item.queue) - 1:
             return "this is the newest pending decision"
         if action == "previous_pending" and item.position == 0:
@@ -372,51 +332,16 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
             return "no list of its output is folded"
         return None
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Grey out (None) what does not apply to the decision shown (see :meth:`why_not`)."""
-        if action in GREYABLE.values() and action != "next_pending":  # n also reads the queue again
-            return True if self.why_not(action) is None else None
-        return True
+    @property
+    def shown_run(self) -> Run | None:
+        return self.item.run if self.item is not None else None
 
-    def on_key(self, event: events.Key) -> None:
-        """A key whose action is greyed out: say in one line why it does not apply."""
-        action = GREYABLE.get(event.key)
-        if action is not None and action != "next_pending" and (reason := self.why_not(action)) is not None:
-            event.stop()
-            self.notify(clean(f"{action.replace('_', ' ')}: {reason}"), severity="warning", markup=False)
-
-    def _decide(self, form: ModalScreen[Any], change: Any) -> None:
-        def done(result: Any) -> None:
-            if result is not None and result is not False:
-                self._deciding = True  # until it is recorded, a live refresh would call it decided elsewhere
-                self._generation += 1
-                self._change(partial(change, result))
-
-        # A live read under way was read before the form, for the decision as it was then: its
-        # answer, landing as the form closes, would call a refusal's decision "decided elsewhere".
-        self._generation += 1
-        self.app.push_screen(form, done)
-
-    def action_approve(self) -> None:
+    def approve_form(self, run: Run) -> ApproveScreen:
         """The approve form on the output shown, its Approve button focused: ``enter`` records."""
-        if self.why_not("approve") is not None or self.item is None:
-            return
-        item, output = self.item, self.item.output
+        output = self.item.output if self.item is not None else None
         if output is None:
-            form = ApproveScreen(item.run, None, False, None, confirm_first=True)
-        else:
-            form = ApproveScreen(item.run, output.value, output.recorded, output.editor, output.readable,
-                                 confirm_first=True)
-        self._decide(form, partial(changes.approve, item.run, app_spec=self.app.app_spec, by=self.app.by))
-
-    def action_reject(self) -> None:
-        if self.why_not("reject") is None and self.item is not None:
-            self._decide(RejectScreen(self.item.run), partial(changes.reject, self.item.run, by=self.app.by))
-
-    def action_respond(self) -> None:
-        if self.why_not("respond") is None and self.item is not None:
-            self._decide(RespondScreen(self.item.run),
-                         partial(changes.respond, self.item.run, app_spec=self.app.app_spec, by=self.app.by))
+            return ApproveScreen(run, None, False, None, confirm_first=True)
+        return ApproveScreen(run, output.value, output.recorded, output.editor, output.readable, confirm_first=True)
 
     def action_next_pending(self) -> None:
         """``n``: the next newer pending decision (read again: with none shown, the oldest)."""
@@ -460,46 +385,19 @@ class ReviewScreen(changes.ChangeWorker, Screen[None]):
             return
         self.open_run(self.item.run.run_id)
 
-    def palette_why_not(self, action: str) -> str | None:
-        """Why the palette's ``action`` does not apply here now; None when it does (the runs
-        list's commands apply there, where they take the reviewer)."""
-        return self.why_not(action) if action in GREYABLE.values() and action != "next_pending" else None
-
     def palette_run(self, action: str, argument: str | None) -> None:
         """Run the palette's ``action``: this screen's own here (or say why not), any other on the
-        runs list, which it returns to."""
+        runs list, which it returns to (the runs list's commands apply there)."""
         if action not in OWN_ACTIONS:
             self.app.pop_screen()
-            self.app.console_screen.palette_run(action, argument)
-        elif (reason := self.palette_why_not(action)) is not None:
-            self.notify(clean(f"{action.replace('_', ' ')}: {reason}"), severity="warning", markup=False)
+            self.app.runs_screen.palette_run(action, argument)
         else:
-            self.call_later(getattr(self, f"action_{action}"))
+            super().palette_run(action, argument)
 
     def open_run(self, run_id: str) -> None:
         """The palette's run by id prefix: the runs list, showing it."""
         self.app.pop_screen()
-        self.app.console_screen.show_run(run_id)
+        self.app.runs_screen.show_run(run_id)
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-    def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(help_markdown(), readonly_reason=self.readonly_reason))
-
-    def action_quit(self) -> None:
-        self.app.exit()
-
-    # ---- what a decision did ------------------------------------------------------------------
-
-    @on(ActionDone)
-    def _done(self, message: ActionDone) -> None:
-        self._deciding = False
-        self.notify(clean(message.summary), markup=False)
-        self.read_again()
-
-    @on(ActionFailed)
-    def _failed(self, message: ActionFailed) -> None:
-        self._deciding = False
-        self.notify(clean(message.error), severity="error", markup=False)
-        self.read_again()

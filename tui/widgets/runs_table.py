@@ -13,6 +13,7 @@ on screen only).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,8 +24,8 @@ from textual.message import Message
 from relaypoint.models import RunSummary
 from relaypoint.views.display import literal
 
-from . import format as fmt
-from .data import PageKind, RefreshRead, RefreshRequest, RunKey, RunQuery, RunsPage, Version, run_key
+from .. import format as fmt
+from ..data import PageKind, RefreshRead, RefreshRequest, RunKey, RunQuery, RunsPage, Version, run_key
 from .tables import KeyedTable, OrderedCell
 
 RUN_COLUMNS = (
@@ -87,13 +88,12 @@ class RunsTable(KeyedTable):
         Binding("end,G", "last", "Last run", show=False),
     ]
 
+    @dataclass
     class PageWanted(Message):
         """The table needs a page of the listing (``anchor``: the loaded position it continues from)."""
 
-        def __init__(self, kind: PageKind, anchor: RunKey | None) -> None:
-            super().__init__()
-            self.kind = kind
-            self.anchor = anchor
+        kind: PageKind
+        anchor: RunKey | None
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(RUN_COLUMNS, **kwargs)

@@ -1,8 +1,8 @@
-"""Modal screens: the decision forms (approve, reject, respond, fork), the cancel confirmation
-and help. Each form checks, before it closes, everything it can know from what it shows (JSON
-parses, a fork input is an object, a reason is given, the steps before a fork point completed) and
-stays open with the problem under the fields; the runtime still decides whether the decision is
-allowed when it is made, and the screen reports what it says.
+"""The decision forms (approve, reject, respond, fork), modal screens. Each checks, before it
+closes, everything it can know from what it shows (JSON parses, a fork input is an object, a reason
+is given, the steps before a fork point completed) and stays open with the problem under the fields;
+the runtime still decides whether the decision is allowed when it is made, and the screen reports
+what it says.
 
 Every dialog fits a 100x30 terminal: its fields scroll inside it, the error line and the buttons
 stay at its bottom, and its bottom border names the keys (``ctrl+s``, ``esc``)."""
@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Markdown, Select, Static, TextArea
+from textual.widgets import Button, Input, Label, Select, Static, TextArea
 
 from relaypoint.encoding import parse_json_arg
 from relaypoint.errors import InvalidValue
@@ -27,10 +27,10 @@ from relaypoint.status import StepStatus
 from relaypoint.views.display import clean, json_text, literal
 from relaypoint.views.patterns import describe, paused_execution, shown_status, tree
 
-from . import format as fmt
-from .actions import CLOSE_HELP
-from .output import EDITABLE_CHARS, show_command
-from .readable import Readable, ReadableOutput, plain_text
+from .. import format as fmt
+from ..output import EDITABLE_CHARS, show_command
+from ..readable import Readable, plain_text
+from ..widgets.readable_output import ReadableOutput
 
 
 def _paused_at(run: Run) -> Text:
@@ -487,59 +487,3 @@ class ForkScreen(_Form):
         if self.point is not None and self._inside(step):
             return ForkRequest(step, new_input, self.point.iteration, self.point.at)
         return ForkRequest(step, new_input)
-
-
-class ConfirmScreen(ModalScreen[bool]):
-    """A yes/no question: ``y`` confirms, ``n`` or ``escape`` declines."""
-
-    BINDINGS = [
-        Binding("y", "answer(True)", "Yes", id="yes"),
-        Binding("n", "answer(False)", "No", id="no"),
-        Binding("escape", "answer(False)", "No", show=False, id="close"),
-    ]
-
-    def __init__(self, title: str, question: Text) -> None:
-        super().__init__()
-        self.confirm_title = title
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog confirm") as dialog:
-            dialog.border_title = self.confirm_title
-            yield Static(self.question)
-            with Horizontal(classes="buttons"):
-                yield Button("Yes (y)", variant="error", id="yes")
-                yield Button("No (n)", id="no")
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        self.dismiss(event.button.id == "yes")
-
-    def action_answer(self, yes: bool) -> None:
-        self.dismiss(yes)
-
-
-class HelpScreen(ModalScreen[None]):
-    """The keys, rendered from Markdown built out of the key registry; first, when the store is
-    read-only, why (``readonly_reason``, shown literally: it names roles and schemas)."""
-
-    BINDINGS = [Binding("escape,q,question_mark", "close", "Close", id="close")]
-
-    def __init__(self, markdown: str, *, readonly_reason: str | None = None) -> None:
-        super().__init__()
-        self.markdown = markdown
-        self.readonly_reason = readonly_reason
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(classes="dialog help") as dialog:
-            dialog.border_title = "Help"
-            dialog.border_subtitle = CLOSE_HELP
-            if self.readonly_reason:
-                yield Static(Text.assemble(("This store is read-only: ", "bold yellow"),
-                                           literal(self.readonly_reason), ". The actions that record (greyed "
-                                           "out) are unavailable; runs and the review queue can be browsed."),
-                             id="help-read-only")
-            yield Markdown(self.markdown)
-
-    def action_close(self) -> None:
-        self.dismiss(None)

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical, VerticalScroll
+from textual.geometry import Size
 from textual.widgets import Button, Static
 from textual.widgets.data_table import ColumnKey
 
@@ -23,11 +24,11 @@ from relaypoint.status import StepStatus
 from relaypoint.views.display import clean, json_text, literal
 from relaypoint.views.patterns import describe, kind_of, paused_execution, progress, shown_status, tree
 
-from . import format as fmt
-from .actions import RUN_ACTIONS
-from .data import RunDetail, StepOutput
-from .patterns import call_name, group_name
-from .readable import ReadableOutput
+from .. import format as fmt
+from ..actions import RUN_ACTIONS
+from ..data import RunDetail, StepOutput
+from ..patterns import call_name, group_name
+from .readable_output import ReadableOutput
 from .tables import KeyedTable
 
 STATUS_WIDTH = max(fmt.step_status(status).cell_len for status in StepStatus)
@@ -271,7 +272,9 @@ class StepsTable(KeyedTable):
         column = self.columns.get(ColumnKey("step"))
         if column is not None and (column.auto_width or column.width != width):
             column.width, column.auto_width = width, False
-            self._require_update_dimensions = True  # Textual's own flag: re-measure on the next idle
+            # DataTable measures its scrollable width only as rows and cells change: say it here.
+            self.virtual_size = Size(sum(c.get_render_width(self) for c in self.columns.values()),
+                                     self.virtual_size.height)
             self.refresh()
 
     def action_scroll_output(self, direction: int) -> None:

@@ -8,7 +8,7 @@ from textual.containers import HorizontalGroup
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from .actions import PINNED_ACTIONS
+from ..actions import PINNED_ACTIONS
 
 
 class ConsoleFooter(Footer):
