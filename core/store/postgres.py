@@ -37,8 +37,8 @@ from .base import (NotAStore, RunLocked, StoreBusy, StoreDamaged, StoreDenied, S
                    StoreReadOnly, StoreUnreachable)
 from .commit import SqlCommit, event_detail
 from .connections import ThreadConnections
-from .migrations.postgres import (CHECKPOINT_ARRAYS, FENCE_REFUSED, INSERTED_ARRAYS, MIGRATIONS, SCHEMA_VERSION,
-                                  channel, lock_key)
+from .migrations.postgres import (CHECKPOINT_ARRAYS, FENCE_REFUSED, INSERTED_ARRAYS, LOCK_CLASS, MIGRATIONS,
+                                  SCHEMA_VERSION, channel, lock_key)
 from .schema import LEASE_COLUMNS
 from .sql import NESTED, PAUSED, UNDECIDED, translated
 from .sql_admin import SqlAdmin, id_column
@@ -60,8 +60,6 @@ retransmissions). By the server, this client inside a transaction
 (``idle_in_transaction_session_timeout``): a host cut off, or a process stopped, while it holds
 the store's write lock does not keep every other writer of the store waiting."""
 
-# The first key of the schema's advisory lock (the second is a hash of the schema name): "RPNT".
-LOCK_CLASS = 0x52504E54
 POOL_MAX_SIZE = 4
 """Connections a process's pool for one store holds at most (heartbeat renewals: one short transaction
 each every lease/3 seconds, serialized by the schema's lock anyway)."""
@@ -777,8 +775,8 @@ class PostgresStore(SqlAdmin, SqlCommit):
         """The arguments of the schema's ``commit_change`` for ``c``: its document, then the values
         that may be long, as text (the new run's input, a definition, the outputs, the checkpoints'
         states)."""
-        doc: dict[str, Any] = {"run": c.run_id, "fence": c.fence, "at": _time(c.at), "lock1": self._lock_keys[0],
-                               "lock2": self._lock_keys[1], "cancel_open": c.cancel_open, "reopen": c.reopened}
+        doc: dict[str, Any] = {"run": c.run_id, "fence": c.fence, "at": _time(c.at), "cancel_open": c.cancel_open,
+                               "reopen": c.reopened}
         definition = None
         if (n := c.new) is not None:
             doc.update(new=True, n_workflow=n.workflow, n_status=str(n.status), n_parent_run=n.parent_run_id,

@@ -16,6 +16,8 @@ from ..commit import NEW_RUN_COLUMNS, OPEN_STEP_STATUSES
 from ..sql import PAUSED, UNANNOUNCED, UNDECIDED
 from . import paused_seq_derived
 
+LOCK_CLASS = 0x52504E54
+"""The first key of a schema's advisory lock ("RPNT"; the second is :func:`lock_key`)."""
 FENCE_REFUSED = "RPF01"
 """The SQLSTATE a refused write raises, rolling back what it wrote (commit_boundary's run update;
 commit_change's refusal after its run insert)."""
@@ -498,7 +500,7 @@ CHECKPOINT_ARRAYS = ("cp_runs", "cp_seqs", "cp_steps", "cp_kinds", "cp_ats", "cp
                       "cp_paused")
 """... and its new checkpoints (their states are an argument of their own)."""
 _CHANGE_TYPE = """
-    run text, fence text, at timestamptz, lock1 integer, lock2 integer,
+    run text, fence text, at timestamptz,
     new boolean, n_workflow text, n_status text, n_parent_run text, n_forked_from text, n_fingerprint text,
     n_created_at timestamptz, n_current_step text, n_steps_done bigint, n_steps_total bigint, n_lease_token text,
     n_lease_pid bigint, n_lease_pid_start text, n_lease_host text, n_lease_expires_at timestamptz,
@@ -530,7 +532,10 @@ def _commit_change_function(schema: str) -> str:
     """The schema's ``commit_change`` function (version 10): a change (see
     :class:`~relaypoint.store.writes.Change`) in the order it gives. A refusal before its first
     write returns it (``o_refused``: 'decided', or the run's status, '' when there is no run) and
-    writes nothing; after its run insert it raises ``FENCE_REFUSED`` with that in the detail."""
+    writes nothing; after its run insert it raises ``FENCE_REFUSED`` with that in the detail.
+
+    Executions, outputs and checkpoints are written one row per statement, each by its key (a join
+    with the arrays would be planned, once per connection, as a hash of every execution of the run)."""
     run_columns = ", ".join(NEW_RUN_COLUMNS)
     lease = ", ".join(f"c.n_{col}" for col in LEASE_COLUMNS)
     run_sets = ",\n                    ".join(
@@ -548,7 +553,7 @@ def _commit_change_function(schema: str) -> str:
                 c {schema}.change := json_populate_record(NULL::{schema}.change, doc);
                 changed bigint;
             BEGIN
-                PERFORM pg_advisory_xact_lock_shared(c.lock1, c.lock2);
+                PERFORM pg_advisory_xact_lock_shared({LOCK_CLASS}, {lock_key(schema)});
                 IF c.new THEN
                     INSERT INTO {schema}.runs ({run_columns})
                         VALUES (c.run, c.n_workflow, c.n_status, c.n_parent_run, c.n_forked_from, c.n_fingerprint,
@@ -556,7 +561,7 @@ def _commit_change_function(schema: str) -> str:
                                 {lease});
                     INSERT INTO {schema}.run_inputs (run_id, input) VALUES (c.run, p_input);
                 END IF;
-                IF cardinality(c.i_seqs) > 0 THEN
+                IF c.i_seqs IS NOT NULL THEN
                     INSERT INTO {schema}.steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts,
                                                 options, idempotency_key)
                         SELECT c.run, s.* FROM unnest(c.i_seqs, c.i_names, c.i_iterations, c.i_agents, c.i_parents,
@@ -587,17 +592,14 @@ def _commit_change_function(schema: str) -> str:
                         VALUES (coalesce(c.n_fingerprint, c.fingerprint), p_definition)
                         ON CONFLICT (fingerprint) DO NOTHING;
                 END IF;
-                IF cardinality(c.e_seqs) > 0 THEN
-                    UPDATE {schema}.steps s SET status = e.status, finished_at = c.at, error = e.error,
-                                                traceback = e.traceback
-                        FROM unnest(c.e_seqs, c.e_statuses, c.e_errors, c.e_tracebacks) AS e(seq, status, error, traceback)
-                        WHERE s.run_id = c.run AND s.seq = e.seq;
-                END IF;
-                IF cardinality(c.m_seqs) > 0 THEN
-                    UPDATE {schema}.steps s SET status = m.status
-                        FROM unnest(c.m_seqs, c.m_statuses) AS m(seq, status)
-                        WHERE s.run_id = c.run AND s.seq = m.seq;
-                END IF;
+                FOR i IN 1 .. coalesce(cardinality(c.e_seqs), 0) LOOP
+                    UPDATE {schema}.steps SET status = c.e_statuses[i], finished_at = c.at, error = c.e_errors[i],
+                                              traceback = c.e_tracebacks[i]
+                        WHERE run_id = c.run AND seq = c.e_seqs[i];
+                END LOOP;
+                FOR i IN 1 .. coalesce(cardinality(c.m_seqs), 0) LOOP
+                    UPDATE {schema}.steps SET status = c.m_statuses[i] WHERE run_id = c.run AND seq = c.m_seqs[i];
+                END LOOP;
                 IF c.cancel_open THEN
                     UPDATE {schema}.steps SET status = '{StepStatus.CANCELLED.value}',
                                               finished_at = coalesce(finished_at, c.at)
@@ -613,11 +615,10 @@ def _commit_change_function(schema: str) -> str:
                                               started_at = c.at, finished_at = NULL, error = NULL, traceback = NULL
                         WHERE run_id = c.run AND seq = c.start_seq;
                 END IF;
-                IF cardinality(c.o_seqs) > 0 THEN
-                    INSERT INTO {schema}.outputs (run_id, seq, value)
-                        SELECT c.run, o.seq, o.value FROM unnest(c.o_seqs, p_outputs) AS o(seq, value)
+                FOR i IN 1 .. coalesce(cardinality(c.o_seqs), 0) LOOP
+                    INSERT INTO {schema}.outputs (run_id, seq, value) VALUES (c.run, c.o_seqs[i], p_outputs[i])
                         ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value;
-                END IF;
+                END LOOP;
                 IF c.x_decision IS NOT NULL THEN
                     UPDATE {schema}.checkpoints SET decision = c.x_decision, decided_by = c.x_by, decided_at = c.at
                         WHERE run_id = c.run AND {PAUSED} AND {UNDECIDED};
@@ -627,19 +628,14 @@ def _commit_change_function(schema: str) -> str:
                                                     announcing_until = NULL
                         WHERE checkpoint_id = c.reopen;
                 END IF;
-                IF cardinality(c.cp_kinds) > 0 THEN
-                    WITH made AS (
-                        INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state,
-                                                          deadline_at, paused_seq)
-                            SELECT k.run_id, k.seq, k.step, k.kind, k.at, k.reason, k.state, k.deadline, k.paused
-                            FROM unnest(c.cp_runs, c.cp_seqs, c.cp_steps, c.cp_kinds, c.cp_ats, c.cp_reasons,
-                                        p_states, c.cp_deadlines, c.cp_paused)
-                                 WITH ORDINALITY AS k(run_id, seq, step, kind, at, reason, state, deadline, paused, n)
-                            ORDER BY k.n
-                            RETURNING checkpoint_id)
-                    SELECT max(made.checkpoint_id) INTO o_checkpoint FROM made;
-                END IF;
-                IF cardinality(c.ev_kinds) > 0 THEN
+                FOR i IN 1 .. coalesce(cardinality(c.cp_kinds), 0) LOOP
+                    INSERT INTO {schema}.checkpoints (run_id, seq, step, kind, created_at, reason, state, deadline_at,
+                                                      paused_seq)
+                        VALUES (c.cp_runs[i], c.cp_seqs[i], c.cp_steps[i], c.cp_kinds[i], c.cp_ats[i], c.cp_reasons[i],
+                                p_states[i], c.cp_deadlines[i], c.cp_paused[i])
+                        RETURNING checkpoint_id INTO o_checkpoint;
+                END LOOP;
+                IF c.ev_kinds IS NOT NULL THEN
                     INSERT INTO {schema}.events (run_id, at, kind, step, actor, detail)
                         SELECT c.run, c.at, e.kind, e.step, e.actor,
                                CASE WHEN e.names THEN '{{"checkpoint_id": ' || o_checkpoint || e.detail ELSE e.detail END
