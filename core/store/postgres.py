@@ -16,7 +16,7 @@ import logging
 import re
 import secrets
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -87,9 +87,9 @@ _LISTENERS_GONE = "DELETE FROM listeners l WHERE NOT EXISTS (SELECT 1 FROM pg_st
 _LISTENING = ("INSERT INTO listeners (pid) VALUES (pg_backend_pid()) "
               "ON CONFLICT (pid) DO UPDATE SET since = excluded.since")
 _NOT_LISTENING = "DELETE FROM listeners WHERE pid = pg_backend_pid()"
-_COMMIT_CHANGE = "SELECT * FROM commit_change(%s::json, %s, %s, %s, %s)"
+_COMMIT_CHANGE = "SELECT * FROM commit_change(%s::json, %s, %s, %s::text[], %s::text[])"
 """A change: its document (the schema's ``change`` type), the run's input and a definition, its
-outputs' and its checkpoints' states (version 10)."""
+outputs' and its checkpoints' states (version 10; the arrays as literals, see :func:`_text_array`)."""
 
 
 # ---- error translation --------------------------------------------------------------------------
@@ -771,7 +771,7 @@ class PostgresStore(SqlAdmin, SqlCommit):
             raise LeaseLost.of(c.run_id, cancelled=refused == RunStatus.CANCELLED)
         return Committed(checkpoint_id=row["o_checkpoint"], dropped=dropped)
 
-    def _change_params(self, c: Change) -> tuple[str, str | None, str | None, list[str], list[str | None]]:
+    def _change_params(self, c: Change) -> tuple[str, str | None, str | None, str | None, str | None]:
         """The arguments of the schema's ``commit_change`` for ``c``: its document, then the values
         that may be long, as text (the new run's input, a definition, the outputs, the checkpoints'
         states)."""
@@ -835,8 +835,8 @@ class PostgresStore(SqlAdmin, SqlCommit):
                 details.append(detail)
                 names.append(names_it)
             doc.update(ev_kinds=kinds, ev_steps=steps, ev_actors=actors, ev_details=details, ev_names=names)
-        return (_document(doc), None if c.new is None else c.new.input, definition, list(c.outputs.values()),
-                [cp.state for cp in c.checkpoints])
+        return (_document(doc), None if c.new is None else c.new.input, definition, _text_array(c.outputs.values()),
+                _text_array([cp.state for cp in c.checkpoints]))
 
 
 # ---- conversions --------------------------------------------------------------------------------
@@ -851,6 +851,13 @@ def _document(fields: dict[str, Any]) -> str:
     """A boundary's or a start's fields as the JSON document the schema's functions read (version 7):
     store times (see :func:`_time`) as ISO 8601 text."""
     return json.dumps(fields, ensure_ascii=False, separators=(",", ":"), default=datetime.isoformat)
+
+
+def _text_array(values: Iterable[str | None]) -> str | None:
+    """``values`` as a PostgreSQL ``text[]`` literal, each element quoted (None when there are none)."""
+    # Built here: psycopg adapts a list element by element, the dearest part of a boundary's arguments.
+    items = ['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' if v is not None else "NULL" for v in values]
+    return "{" + ",".join(items) + "}" if items else None
 
 
 def _time(dt: datetime | None) -> datetime | None:

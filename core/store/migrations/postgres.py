@@ -635,14 +635,12 @@ def _commit_change_function(schema: str) -> str:
                                 p_states[i], c.cp_deadlines[i], c.cp_paused[i])
                         RETURNING checkpoint_id INTO o_checkpoint;
                 END LOOP;
-                IF c.ev_kinds IS NOT NULL THEN
+                FOR i IN 1 .. coalesce(cardinality(c.ev_kinds), 0) LOOP
                     INSERT INTO {schema}.events (run_id, at, kind, step, actor, detail)
-                        SELECT c.run, c.at, e.kind, e.step, e.actor,
-                               CASE WHEN e.names THEN '{{"checkpoint_id": ' || o_checkpoint || e.detail ELSE e.detail END
-                        FROM unnest(c.ev_kinds, c.ev_steps, c.ev_actors, c.ev_details, c.ev_names)
-                             WITH ORDINALITY AS e(kind, step, actor, detail, names, n)
-                        ORDER BY e.n;
-                END IF;{_notification(schema, channel(schema), True)}
+                        VALUES (c.run, c.at, c.ev_kinds[i], c.ev_steps[i], c.ev_actors[i],
+                                CASE WHEN c.ev_names[i] THEN '{{"checkpoint_id": ' || o_checkpoint || c.ev_details[i]
+                                     ELSE c.ev_details[i] END);
+                END LOOP;{_notification(schema, channel(schema), True)}
             END $$"""
 
 
