@@ -105,16 +105,7 @@ class SqlStore(RunStore):
     readonly: bool
     _readonly_reason: str | None
     _threads: ThreadConnections[Any]
-    """Each thread's connection and transaction (see :mod:`.connections`)."""
-
-    @property
-    def _in_transaction(self) -> bool:
-        """Whether this thread is inside a store transaction (each thread has its own)."""
-        return self._threads.in_transaction
-
-    @_in_transaction.setter
-    def _in_transaction(self, value: bool) -> None:
-        self._threads.in_transaction = value
+    """Each thread's connection and whether it is inside a store transaction (see :mod:`.connections`)."""
 
     # ---- dialect hooks
 

@@ -307,11 +307,11 @@ class SqliteStore(SqlAdmin, SqlCommit):
     def _write(self) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` as this process's one writer of the file (see
         :class:`_Writers`), rolled back on any exception (sqlite3 errors raw)."""
-        if self._in_transaction:
+        if self._threads.in_transaction:
             raise RuntimeError(NESTED)
         with self._writers:
             self.conn.execute("BEGIN IMMEDIATE")
-            self._in_transaction = True
+            self._threads.in_transaction = True
             try:
                 yield
                 self.conn.execute("COMMIT")
@@ -320,7 +320,7 @@ class SqliteStore(SqlAdmin, SqlCommit):
                     self.conn.execute("ROLLBACK")
                 raise
             finally:
-                self._in_transaction = False
+                self._threads.in_transaction = False
 
     @contextmanager
     def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
@@ -393,7 +393,7 @@ class SqliteStore(SqlAdmin, SqlCommit):
 
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
-        if self._in_transaction:
+        if self._threads.in_transaction:
             raise RuntimeError(NESTED)
         self.conn.execute("BEGIN")  # in WAL mode, a read transaction sees one snapshot
         try:
