@@ -393,7 +393,7 @@ class PostgresStore(SqlAdmin, SqlCommit):
                 raise self._server.refused(e) from None
 
     @contextmanager
-    def _write(self, run: str | None, skip_locked: bool) -> Iterator[None]:
+    def _write(self, run: str | None = None, skip_locked: bool = False) -> Iterator[None]:
         if self._threads.in_transaction:
             raise RuntimeError(NESTED)
         with self._connection() as conn:
@@ -413,16 +413,6 @@ class PostgresStore(SqlAdmin, SqlCommit):
             finally:
                 self._threads.in_transaction = False
         count_commit(self._key)
-
-    @contextmanager
-    def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
-        if self.readonly:
-            raise self.read_only_error()
-        try:
-            with self._write(run, skip_locked):
-                yield
-        except psycopg.Error as e:
-            raise self.translate(e) from None
 
     def data_version(self) -> tuple[str, int, int]:
         """How the store's changes are learnt (``change_feed``), the commits of this process to the

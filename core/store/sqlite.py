@@ -304,9 +304,10 @@ class SqliteStore(SqlAdmin, SqlCommit):
                             "`sqlite3 FILE 'PRAGMA integrity_check'`")
 
     @contextmanager
-    def _write(self) -> Iterator[None]:
+    def _write(self, run: str | None = None, skip_locked: bool = False) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` as this process's one writer of the file (see
-        :class:`_Writers`), rolled back on any exception (sqlite3 errors raw)."""
+        :class:`_Writers`), rolled back on any exception (sqlite3 errors raw). One writer at a time:
+        ``run`` and ``skip_locked`` change nothing here."""
         if self._threads.in_transaction:
             raise RuntimeError(NESTED)
         with self._writers:
@@ -321,17 +322,6 @@ class SqliteStore(SqlAdmin, SqlCommit):
                 raise
             finally:
                 self._threads.in_transaction = False
-
-    @contextmanager
-    def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
-        # One writer at a time (BEGIN IMMEDIATE): ``run`` and ``skip_locked`` change nothing here.
-        if self.readonly:
-            raise self.read_only_error()
-        try:
-            with self._write():
-                yield
-        except sqlite3.Error as e:
-            raise self.translate(e) from None
 
     @translated
     def data_version(self) -> tuple[int]:
