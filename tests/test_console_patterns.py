@@ -153,7 +153,7 @@ def group_and_calls(path: str, run_id: str, name: str) -> tuple[StepRecord, list
     every = tasks(path, run_id)
     group = next(t for t in every if t.name == name and t.parent is None)
     with Runtime(path, create=False) as rt:
-        calls = [t.model_copy(update={"output": rt.store.step_output(run_id, t.seq)}) for t in every
+        calls = [t.model_copy(update={"output": rt.store.output(run_id, t.seq)[1]}) for t in every
                  if t.parent == group.seq]
     return group, calls
 
@@ -456,7 +456,7 @@ async def test_respond_to_a_persons_turn_then_resume_it_in_another_process(db, t
         calls = [t for t in rt.get(rid).tasks if t.parent is not None]
         assert [(t.iteration, t.agent, t.status.value) for t in calls] == [
             (1, "pro", "completed"), (1, "con", "completed"), (2, "pro", "completed"), (2, "con", "awaiting_input")]
-        assert rt.store.step_output(rid, calls[1].seq) == "F4 is noise"
+        assert rt.store.output(rid, calls[1].seq) == (True, "F4 is noise")
 
 
 async def test_approve_a_persons_approval_turn_with_a_value(store):
