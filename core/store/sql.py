@@ -346,12 +346,14 @@ class SqlStore(RunStore):
     def runs_in(self, statuses: Iterable[str], *, run_ids: Sequence[str] | None = None,
                 workflows: Iterable[str] | None = None, owner: Owner | None = None,
                 updated_before: datetime | None = None, limit: int | None = None) -> list[RunState]:
+        if run_ids is not None and not run_ids:
+            return []
         wanted, values = self._one_of("status", [str(s) for s in statuses])
         where, params = [wanted], [*values]
-        if run_ids is not None:
-            among, ids = self._among("run_id", [i for i in run_ids if matchable(i)])
+        if run_ids is not None:  # listed: the planner reads them by the primary key, not every run of a status
+            among, ids = self._one_of("run_id", [i for i in run_ids if matchable(i)])
             where.append(among)
-            params.append(ids)
+            params += ids
         if workflows is not None:
             names, values = self._one_of("workflow", list(workflows))
             where.append(names)
