@@ -18,7 +18,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stdout
 from datetime import timedelta
 from typing import Any, TextIO
@@ -147,18 +147,26 @@ def cli(ctx: click.Context, db: str, durability: str) -> None:
         ctx.invoke(console, app_spec=os.environ.get("RELAYPOINT_APP"), readonly=False, by=None)
 
 
-@cli.command()
-@APP_OPTION
-@click.option("--read-only", "readonly", is_flag=True, help="Browse without recording anything.")
-@BY_OPTION
-@click.pass_context
-def console(ctx: click.Context, app_spec: str | None, readonly: bool, by: str | None) -> None:
-    """Open the terminal console on the store."""
+def console_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options of the commands that open the console (console, review)."""
+    return APP_OPTION(click.option("--read-only", "readonly", is_flag=True,
+                                   help="Browse without recording anything.")(BY_OPTION(command)))
+
+
+def _open_console(ctx: click.Context, app_spec: str | None, readonly: bool, by: str | None, review: bool) -> None:
     from relaypoint.tui import run_console  # textual is imported only for the console
 
     if app_spec:
         load_workflows(app_spec)  # fail here, with one line, rather than at the first resume
-    run_console(ctx.obj["db"], app_spec, readonly=readonly, durability=ctx.obj["durability"], by=by)
+    run_console(ctx.obj["db"], app_spec, readonly=readonly, durability=ctx.obj["durability"], review=review, by=by)
+
+
+@cli.command()
+@console_options
+@click.pass_context
+def console(ctx: click.Context, app_spec: str | None, readonly: bool, by: str | None) -> None:
+    """Open the terminal console on the store."""
+    _open_console(ctx, app_spec, readonly, by, review=False)
 
 
 @cli.command()
@@ -197,9 +205,7 @@ def serve(ctx: click.Context, app_spec: str | None, readonly: bool, host: str, p
 
 
 @cli.command()
-@APP_OPTION
-@click.option("--read-only", "readonly", is_flag=True, help="Browse without recording anything.")
-@BY_OPTION
+@console_options
 @click.pass_context
 def review(ctx: click.Context, app_spec: str | None, readonly: bool, by: str | None) -> None:
     """Open the console on the review queue: the oldest pending decision of all runs.
@@ -207,11 +213,7 @@ def review(ctx: click.Context, app_spec: str | None, readonly: bool, by: str | N
     a approves (enter records it), x rejects, i answers, n / N move along the queue,
     u shows the upstream outputs, escape goes to the runs list.
     """
-    from relaypoint.tui import run_console
-
-    if app_spec:
-        load_workflows(app_spec)
-    run_console(ctx.obj["db"], app_spec, readonly=readonly, durability=ctx.obj["durability"], review=True, by=by)
+    _open_console(ctx, app_spec, readonly, by, review=True)
 
 
 @cli.command()

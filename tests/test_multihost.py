@@ -381,7 +381,7 @@ def assert_once(c: Cluster, store: RunStore, lost: Host, cut_off: list[Execution
 
 @pytest.mark.parametrize("cluster", [True], indirect=True, ids=["netns"])
 def test_a_host_cut_off_mid_step_is_taken_over_and_refused_when_its_link_is_back(cluster: Cluster) -> None:
-    from relaypoint.store.postgres import SILENT_PEER_SECONDS  # (psycopg is there: the fixture made a store)
+    from relaypoint.store.pg_connect import SILENT_PEER_SECONDS  # (psycopg is there: the fixture made a store)
 
     c = cluster
     lost = c.hosts[0]

@@ -766,7 +766,7 @@ def test_a_user_who_may_only_read_the_tables_browses_a_read_only_store(postgres_
 def test_the_heartbeats_of_a_process_share_a_few_connections(postgres_schema):
     from relaypoint.clock import utcnow
     from relaypoint.lease import LeaseHolder
-    from relaypoint.store.postgres import POOL_MAX_SIZE
+    from relaypoint.store.pg_connect import POOL_MAX_SIZE
 
     role = f"{postgres_schema}_hb"  # counts this test's connections apart from everything else on the server
     server(f"CREATE ROLE {role} LOGIN")

@@ -63,7 +63,7 @@ class SqlCommit(SqlStore):
     def commit(self, change: Change) -> Committed:
         if self.readonly:
             raise self.read_only_error()
-        if self._in_transaction:
+        if self._threads.in_transaction:
             return self._apply(change)
         return self._commit_alone(change)
 

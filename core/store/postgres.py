@@ -1,31 +1,27 @@
 """The PostgreSQL backend of :class:`~relaypoint.store.base.RunStore`: one schema of a database
 (``relaypoint``, or ``?schema=NAME``), psycopg 3.
 
-This module holds what is PostgreSQL's own: connecting (a connection per thread, a pool for
-heartbeats), transactions under the schema's advisory lock (exclusive, or shared plus the run's row
-lock for writes confined to one run), the boundary as one call of the schema's ``commit_boundary``
-function, the change feed (LISTEN/NOTIFY while a console listens, else the server's write counters),
-grants, and translating every psycopg error into a :class:`~relaypoint.errors.StoreError`. The
-README's "Store schema: On PostgreSQL" explains the choices and their measurements.
+This module holds what is PostgreSQL's own: opening and migrating the schema, a connection per
+thread (or one borrowed from the process's pool), transactions under the schema's advisory lock
+(exclusive, or shared plus the run's row lock for writes confined to one run), a change as one call
+of the schema's ``commit_change`` function, grants, and translating every psycopg error into a
+:class:`~relaypoint.errors.StoreError`. Connecting is in :mod:`.pg_connect`, the change feed of
+``data_version`` in :mod:`.pg_changes`. The README's "Store schema: On PostgreSQL" explains the
+choices and their measurements.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-import secrets
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg.sql import SQL, Identifier
-from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..clock import from_text
@@ -39,6 +35,9 @@ from .commit import SqlCommit, event_detail
 from .connections import ThreadConnections
 from .migrations.postgres import (CHECKPOINT_ARRAYS, FENCE_REFUSED, INSERTED_ARRAYS, MIGRATIONS, SCHEMA_VERSION,
                                   channel, lock_key)
+from .pg_changes import NOTIFY_IF_WRITTEN, ChangeFeed, count_commit
+from .pg_connect import (CONNECT_TIMEOUT_SECONDS, POOL_MAX_SIZE, Server, close_quietly, connect_settings, idle,
+                         join_pool, leave_pool, one_line)
 from .schema import LEASE_COLUMNS
 from .sql import NESTED, PAUSED, UNDECIDED, translated
 from .sql_admin import SqlAdmin, id_column
@@ -51,26 +50,8 @@ from .writes import KEEP, Change, Committed, NewStep, Superseded
 logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 APP_ID = "relaypoint"
-CONNECT_TIMEOUT_SECONDS = 10
-SILENT_PEER_SECONDS = 10
-"""A peer silent this long is given up on. By this client, the server (TCP keepalives and
-``tcp_user_timeout``): a worker whose host was cut off from the server gets ``StoreUnreachable``
-and can say so and stop, instead of waiting in a read forever (or for the kernel's 15 minutes of
-retransmissions). By the server, this client inside a transaction
-(``idle_in_transaction_session_timeout``): a host cut off, or a process stopped, while it holds
-the store's write lock does not keep every other writer of the store waiting."""
-
 # The first key of the schema's advisory lock (the second is a hash of the schema name): "RPNT".
 LOCK_CLASS = 0x52504E54
-POOL_MAX_SIZE = 4
-"""Connections a process's pool for one store holds at most (heartbeat renewals: one short transaction
-each every lease/3 seconds, serialized by the schema's lock anyway)."""
-PROBE_SECONDS = 2.0
-"""How long a new listener waits for its own test notification before concluding notifications do not
-reach it (normally they take a millisecond)."""
-_PROBE = "probe "
-
-# Free text a person reads (never matched on): PostgreSQL text cannot hold NUL, so it is shown as U+FFFD.
 _LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 _LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s, %s)"
 # A run's transaction, after the schema's lock (shared; the order every writer takes them in): the
@@ -78,85 +59,9 @@ _LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s, %s)"
 _LOCK_RUN = "SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE"
 _SKIP_LOCKED_RUN = "SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = %(run)s FOR UPDATE SKIP LOCKED) AS taken, " \
                    "EXISTS (SELECT 1 FROM runs WHERE run_id = %(run)s) AS known"
-# At the end of a transaction: notify the schema's channel when it wrote (it then has a transaction id)
-# and a console listens (schema version 8).
-_NOTIFY_IF_WRITTEN = ("SELECT pg_notify(%s, '') WHERE pg_current_xact_id_if_assigned() IS NOT NULL "
-                      "AND EXISTS (SELECT 1 FROM listeners)")
-# A console's listening connection, once its test notification came back: the schema's lock taken
-# exclusively (so every writer under way commits first, and every later one sees the row), the rows
-# of listeners whose connection is gone dropped, its own added.
-_LISTENERS_GONE = "DELETE FROM listeners l WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid)"
-_LISTENING = ("INSERT INTO listeners (pid) VALUES (pg_backend_pid()) "
-              "ON CONFLICT (pid) DO UPDATE SET since = excluded.since")
-_NOT_LISTENING = "DELETE FROM listeners WHERE pid = pg_backend_pid()"
 _COMMIT_CHANGE = "SELECT * FROM commit_change(%s::json, %s, %s, %s, %s)"
 """A change: its document (the schema's ``change`` type), the run's input and a definition, its
 outputs' and its checkpoints' states (version 10)."""
-
-
-# ---- error translation --------------------------------------------------------------------------
-
-
-def _one_line(e: BaseException) -> str:
-    diag = getattr(e, "diag", None)
-    text = (getattr(diag, "message_primary", None) or str(e) or type(e).__name__).strip()
-    return " ".join(text.split())
-
-
-def _close(conn: psycopg.Connection) -> None:
-    try:
-        conn.close()
-    except psycopg.Error:
-        pass
-
-
-def _idle(conn: psycopg.Connection) -> bool:
-    """Whether ``conn`` is usable and outside any transaction (another thread may take it over)."""
-    return not (conn.closed or conn.broken) and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-
-
-_registry_lock = threading.Lock()
-_commits: dict[tuple[str, str], int] = {}
-_pools: dict[tuple[str, str], tuple[ConnectionPool, int]] = {}
-
-
-def _committed(key: tuple[str, str]) -> None:
-    """Count a commit to the store ``key`` (conninfo, schema) made by this process: its stores see it
-    in ``data_version`` at once, before the notification of it comes back from the server."""
-    with _registry_lock:
-        _commits[key] = _commits.get(key, 0) + 1
-
-
-def _commits_here(key: tuple[str, str]) -> int:
-    with _registry_lock:
-        return _commits.get(key, 0)
-
-
-def _join_pool(conninfo: str, settings: dict[str, Any], name: str) -> ConnectionPool:
-    """This process's pool of connections to ``conninfo`` with ``settings`` (psycopg.connect's keyword
-    arguments), made at its first user (connections are opened when first borrowed, at most
-    ``POOL_MAX_SIZE``). Each call must be matched by one :func:`_leave_pool`."""
-    key = (conninfo, repr(sorted(settings.items())))
-    with _registry_lock:
-        pool, users = _pools.get(key, (None, 0))
-        if pool is None:
-            pool = ConnectionPool(conninfo, kwargs=settings, min_size=0, max_size=POOL_MAX_SIZE, open=True,
-                                  name=name, timeout=CONNECT_TIMEOUT_SECONDS, num_workers=1)
-        _pools[key] = (pool, users + 1)
-        return pool
-
-
-def _leave_pool(pool: ConnectionPool) -> None:
-    """One user of ``pool`` is done; the last closes it (and its connections)."""
-    with _registry_lock:
-        for key, (shared, users) in list(_pools.items()):
-            if shared is pool:
-                if users > 1:
-                    _pools[key] = (pool, users - 1)
-                    return
-                del _pools[key]
-                break
-    pool.close()
 
 
 class PostgresStore(SqlAdmin, SqlCommit):
@@ -167,7 +72,7 @@ class PostgresStore(SqlAdmin, SqlCommit):
     otherwise a missing store is ``StoreMissing``. ``readonly``: every transaction read-only.
     ``durability``: "full" or "normal" (``synchronous_commit`` on or off). ``busy_timeout``: seconds
     a write waits for a lock (``lock_timeout``). ``pooled``: hold no connection, borrow one from the
-    process's pool (see :func:`_join_pool`) for each transaction, boundary or read (each thread its own).
+    process's pool (see :func:`.pg_connect.join_pool`) for each transaction, boundary or read (each thread its own).
 
     Raises ``StoreUnreachable`` (no server, connection refused or lost), ``StoreDenied`` (bad
     credentials, missing permission), ``StoreMissing`` (no such database, or no store in the schema),
@@ -191,32 +96,23 @@ class PostgresStore(SqlAdmin, SqlCommit):
         self._lock_keys = (LOCK_CLASS, lock_key(schema))
         self.rows_read = 0
         """Rows this store object has read and returned (a cost guard for tests)."""
-        parts = urlsplit(conninfo)
-        try:
-            self._server = f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
-        except ValueError:  # not one port number (see postgres_where)
-            self._server = parts.netloc.rpartition("@")[2]
-        self._user = parts.username
-        self._dbname = (parts.path or "/").lstrip("/") or None
+        self._server = Server.of(conninfo)
         self._where = postgres_where(conninfo, schema)
-        self._threads: ThreadConnections[psycopg.Connection] = ThreadConnections(_close, _idle, self._where)
+        self._threads: ThreadConnections[psycopg.Connection] = ThreadConnections(close_quietly, idle, self._where)
         self._key = (conninfo, schema)
         self._name = f"{APP_ID}-{schema}"
         """Its connections' ``application_name`` (shown in ``pg_stat_activity``; the server keeps 63
         bytes of it) and its pool's name."""
         self._channel = channel(schema)
-        self._listener: psycopg.Connection | None = None
-        self._feed: str | None = None  # how data_version learns of changes: "notifications" or "statistics"
-        self._notified = 0
-        self._watch_lock = threading.Lock()  # data_version's: the listener and its counts
+        self._feed = ChangeFeed(self._key, self._channel, (_LOCK, self._lock_keys), self._listener, self._connection)
         self._pool: ConnectionPool | None = None
         try:
             if pooled:
-                self._pool = _join_pool(conninfo, self._settings(), self._name)
+                self._pool = join_pool(conninfo, self._settings(), self._name)
             else:
                 self._connect()
         except psycopg.Error as e:
-            raise self._connect_failure(e) from None
+            raise self._server.refused(e) from None
         try:
             with self._connection():
                 self._check_and_migrate(create)
@@ -229,22 +125,16 @@ class PostgresStore(SqlAdmin, SqlCommit):
     def _settings(self, readonly: bool | None = None) -> dict[str, Any]:
         """psycopg.connect's keyword arguments for this store's connections (read-only ones when
         ``readonly``, by default when the store is)."""
-        silent_ms = SILENT_PEER_SECONDS * 1000
-        options = (f"-c search_path={self.schema} -c timezone=UTC "
-                   f"-c lock_timeout={int(self.busy_timeout * 1000)} "
-                   f"-c synchronous_commit={'on' if self.durability == 'full' else 'off'} "
-                   f"-c idle_in_transaction_session_timeout={silent_ms}")
-        if self.readonly if readonly is None else readonly:
-            options += " -c default_transaction_read_only=on"
-        # Keepalives notice a server gone while a statement waits for its answer (nothing unacknowledged);
-        # tcp_user_timeout, one gone while what was sent is unacknowledged (and bounds the keepalives).
-        return {"autocommit": True, "row_factory": dict_row, "options": options,
-                "connect_timeout": CONNECT_TIMEOUT_SECONDS, "application_name": self._name,
-                "keepalives": 1, "keepalives_idle": SILENT_PEER_SECONDS // 2, "keepalives_interval": 1,
-                "keepalives_count": SILENT_PEER_SECONDS // 2, "tcp_user_timeout": silent_ms}
+        return connect_settings(self.schema, self._name, busy_timeout=self.busy_timeout, durability=self.durability,
+                                readonly=self.readonly if readonly is None else readonly)
 
     def _connect(self) -> None:
         self._threads.own(psycopg.connect(self.conninfo, **self._settings()))
+
+    def _listener(self) -> psycopg.Connection:
+        """A new connection for the change feed to listen on: never read-only (``readonly`` stores'
+        too), since its record in ``listeners`` is its one write."""
+        return psycopg.connect(self.conninfo, **self._settings(readonly=False))
 
     @property
     def conn(self) -> psycopg.Connection | None:
@@ -288,39 +178,9 @@ class PostgresStore(SqlAdmin, SqlCommit):
         try:
             psycopg.connect(self.conninfo, **self._settings()).close()
         except psycopg.Error as e:
-            return self._connect_failure(e)
+            return self._server.refused(e)
         return StoreBusy(f"{self._where}: the {POOL_MAX_SIZE} shared connections of this process stayed in use "
                          f"for {CONNECT_TIMEOUT_SECONDS} s; try again")
-
-    def _connect_failure(self, e: psycopg.Error) -> StoreError:
-        """One line for a connection that could not be made (libpq's message is several)."""
-        msg = _one_line(e)
-        detail = re.sub(r"^connection failed: (connection to server at .*?, port \d+ failed: )?", "", msg)
-        detail = detail.replace("FATAL: ", "")
-        server = f"the PostgreSQL server at {self._server}"
-        if re.search(r'database ".*" does not exist', msg):
-            db = self._dbname or self._user or "?"
-            return StoreMissing(f"{server} has no database {db!r}; create it (createdb {db}) or point --db at "
-                                "another database")
-        if re.search(r'role ".*" does not exist', msg):
-            return StoreDenied(f"{server} has no user {self._user or '(default)'!r}; name an existing user in the "
-                               "URL (postgresql://USER@host/dbname)")
-        if any(w in msg for w in ("password", "authentication", "pg_hba.conf")):
-            return StoreDenied(f"{server} refused the credentials ({detail}); check the user and password "
-                               "(PGPASSWORD or ~/.pgpass)")
-        if "Connection refused" in msg:
-            return StoreUnreachable(f"{server} refused the connection (is PostgreSQL running and listening there?)")
-        if "resolve host" in msg or "could not translate host name" in msg:
-            return StoreUnreachable(f"cannot find the host of {server} (check the URL): {detail}")
-        if "timeout" in msg.lower():
-            return StoreUnreachable(f"{server} did not answer within {CONNECT_TIMEOUT_SECONDS} s")
-        return StoreUnreachable(f"cannot connect to {server}: {detail}")
-
-    def _close_quietly(self) -> None:
-        """Close this thread's own connection (a broken one, before reconnecting)."""
-        conn = self._threads.drop()
-        if conn is not None:
-            _close(conn)
 
     def _catalog(self) -> dict[str, Any] | None:
         """What opening needs to know of the schema, in one query of the catalog (each query of a new
@@ -363,7 +223,7 @@ class PostgresStore(SqlAdmin, SqlCommit):
         catalog = self._catalog()
         # A schema this user may not use is left out of its search_path silently: say so instead.
         if catalog is not None and not catalog["usage"]:
-            raise StoreDenied(f"{self._where}: {self._user or 'this user'} may not use schema {self.schema}; "
+            raise StoreDenied(f"{self._where}: {self._server.user or 'this user'} may not use schema {self.schema}; "
                               f"{self._grant_hint()}")
         version = self._schema_version(catalog)
         if version > SCHEMA_VERSION:
@@ -390,13 +250,13 @@ class PostgresStore(SqlAdmin, SqlCommit):
             return
         if not writes:
             self.readonly = True
-            self._readonly_reason = f"{self._user or 'this user'} may only read schema {self.schema}; " \
+            self._readonly_reason = f"{self._server.user or 'this user'} may only read schema {self.schema}; " \
                                     f"{self._grant_hint()}"
 
     def _grant_hint(self) -> str:
         """What to do about a privilege this store's user lacks."""
         return f"the schema's owner can grant what relaypoint needs: `relaypoint --db URL migrate --grant " \
-               f"{self._user or 'USER'}`"
+               f"{self._server.user or 'USER'}`"
 
     def _migrate(self) -> None:
         """Make or upgrade the store under the schema's lock (its name is no SQL keyword: the URL
@@ -425,14 +285,14 @@ class PostgresStore(SqlAdmin, SqlCommit):
                 self.conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
                                   "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
         except pgerrors.InsufficientPrivilege as e:
-            user = self._user or "this user"
+            user = self._server.user or "this user"
             if version == 0:
-                raise StoreDenied(f"no relaypoint store at {self._where}, and {user} may not make one ({_one_line(e)}); "
+                raise StoreDenied(f"no relaypoint store at {self._where}, and {user} may not make one ({one_line(e)}); "
                                   "make it once as a user with CREATE on the database (or on the schema): "
                                   "`relaypoint --db URL migrate`") from None
             who = owner["tableowner"] if owner else "the owner of its tables"
             raise StoreDenied(f"{self._where} has store schema version {version} and needs an upgrade to version "
-                              f"{SCHEMA_VERSION}, which only the owner of its tables may make ({_one_line(e)}): run "
+                              f"{SCHEMA_VERSION}, which only the owner of its tables may make ({one_line(e)}): run "
                               f"`relaypoint --db URL migrate` once as {who}") from None
         if version < SCHEMA_VERSION:
             self.upgraded_from = version
@@ -464,7 +324,7 @@ class PostgresStore(SqlAdmin, SqlCommit):
                     for statement in statements:
                         conn.execute(SQL(statement).format(Identifier(role)))
             except pgerrors.UndefinedObject:
-                raise InvalidValue(f"the server at {self._server} has no role {quoted(role)}; create it first "
+                raise InvalidValue(f"the server at {self._server.address} has no role {quoted(role)}; create it first "
                                    "(CREATE ROLE ... LOGIN)") from None
 
     # ---- properties and lifecycle
@@ -477,21 +337,14 @@ class PostgresStore(SqlAdmin, SqlCommit):
     def close(self) -> None:
         """Close every thread's connection and the listener's, and leave the pool."""
         self._threads.close()
-        with self._watch_lock:
-            if self._listener is not None:
-                try:
-                    self._listener.execute(_NOT_LISTENING)  # else dropped by the next console's _listen
-                except psycopg.Error:
-                    pass
-                self._listener.close()
-                self._listener = None
+        self._feed.close()
         if self._pool is not None:
-            _leave_pool(self._pool)
+            leave_pool(self._pool)
             self._pool = None
 
     def translate(self, e: psycopg.Error) -> StoreError:
         """One line for an error psycopg raised on this store."""
-        msg = _one_line(e)
+        msg = one_line(e)
         w = self._where
         if isinstance(e, (pgerrors.LockNotAvailable, pgerrors.QueryCanceled)):
             return StoreBusy(f"{w} stayed busy for {self.busy_timeout:g} s (another process is writing); try again")
@@ -525,25 +378,26 @@ class PostgresStore(SqlAdmin, SqlCommit):
     def _ensure_connected(self) -> None:
         """Reconnect when the connection broke (server restart, network), outside transactions."""
         if self.conn is None or self.conn.closed or self.conn.broken:
-            if self._in_transaction:
+            if self._threads.in_transaction:
                 raise StoreUnreachable(f"the connection to {self._where} was lost in a transaction; it was not "
                                        "recorded")
             if self._threads.closed:
                 raise self._threads.closed_error()
-            self._close_quietly()
+            if (broken := self._threads.drop()) is not None:
+                close_quietly(broken)
             if self._threads.left_behind() is not None:  # an ended thread's, set up already
                 return
             try:
                 self._connect()
             except psycopg.Error as e:
-                raise self._connect_failure(e) from None
+                raise self._server.refused(e) from None
 
     @contextmanager
-    def _write(self, run: str | None, skip_locked: bool) -> Iterator[None]:
-        if self._in_transaction:
+    def _write(self, run: str | None = None, skip_locked: bool = False) -> Iterator[None]:
+        if self._threads.in_transaction:
             raise RuntimeError(NESTED)
         with self._connection() as conn:
-            self._in_transaction = True
+            self._threads.in_transaction = True
             try:
                 with conn.transaction():
                     conn.execute(_LOCK if run is None else _LOCK_SHARED, self._lock_keys)
@@ -555,94 +409,22 @@ class PostgresStore(SqlAdmin, SqlCommit):
                             raise RunLocked(f"run {run} is held by another process's transaction (a claim or "
                                             "a boundary); nothing was written")
                     yield
-                    conn.execute(_NOTIFY_IF_WRITTEN, (self._channel,))
+                    conn.execute(NOTIFY_IF_WRITTEN, (self._channel,))
             finally:
-                self._in_transaction = False
-        _committed(self._key)
-
-    @contextmanager
-    def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
-        if self.readonly:
-            raise self.read_only_error()
-        try:
-            with self._write(run, skip_locked):
-                yield
-        except psycopg.Error as e:
-            raise self.translate(e) from None
+                self._threads.in_transaction = False
+        count_commit(self._key)
 
     def data_version(self) -> tuple[str, int, int]:
-        """How the store changes are learnt (``change_feed``), the commits of this process to the store,
-        and the notifications received (or, without notifications, the rows the schema's tables had
-        written per the server's statistics). See the module docstring. One thread at a time reads
-        the listener."""
-        with self._watch_lock:
-            return self._version()
-
-    def _version(self) -> tuple[str, int, int]:
-        if self._feed is None:
-            self._listen()
-        here = _commits_here(self._key)
-        if self._feed == "notifications":
-            try:
-                self._drain(0)
-                return "notifications", here, self._notified
-            except psycopg.Error:  # the listener's connection was lost: notifications may have been missed
-                self._listener.close()
-                self._listener, self._feed = None, None
-                self._notified += 1
-                return self._version()
-        with self._connection() as conn:
-            row = conn.execute("SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint AS written "
-                               "FROM pg_stat_user_tables WHERE schemaname = %s", (self.schema,)).fetchone()
-        return "statistics", here, row["written"]
+        """How the store's changes are learnt (``change_feed``), the commits of this process to the
+        store, and the notifications received (or, without notifications, the rows the schema's
+        tables had written per the server's statistics): see :mod:`.pg_changes`."""
+        return self._feed.version()
 
     @property
     def change_feed(self) -> str | None:
-        """How ``data_version`` learns of changes: "notifications" (LISTEN), "statistics" (a query of
-        the server's write counters per check, when notifications are unavailable), None before its
-        first call."""
-        return self._feed
-
-    def _listen(self) -> None:
-        """Open the listening connection and check that a notification sent on another connection
-        reaches it; then record it in ``listeners``, so that writers notify (schema version 8). Else
-        (it cannot connect, LISTEN or the record is refused, or nothing arrives within
-        ``PROBE_SECONDS``: a pooler in transaction mode) use the statistics. The connection is never
-        read-only (``readonly`` stores too): its record is its one write."""
-        self._feed = "statistics"
-        try:
-            # keepalives: a lost server is noticed
-            listener = psycopg.connect(self.conninfo, **self._settings(readonly=False))
-        except psycopg.Error:
-            return
-        self._listener = listener
-        try:
-            listener.execute(f"LISTEN {self._channel}")
-            token = _PROBE + secrets.token_hex(8)
-            with self._connection() as conn:
-                conn.execute("SELECT pg_notify(%s, %s)", (self._channel, token))
-            if self._drain(PROBE_SECONDS, until=token):
-                with listener.transaction():
-                    listener.execute(_LOCK, self._lock_keys)
-                    listener.execute(_LISTENERS_GONE)
-                    listener.execute(_LISTENING)
-                self._feed = "notifications"
-                return
-        except (psycopg.Error, StoreError):  # the store's own connection failing is raised by the check itself
-            pass
-        self._listener = None
-        listener.close()
-
-    def _drain(self, timeout: float, until: str | None = None) -> bool:
-        """Count the notifications that arrived (waiting up to ``timeout`` seconds for more, or for the
-        one whose payload is ``until``): test notifications (probes) are not changes. True when
-        ``until`` came."""
-        for n in self._listener.notifies(timeout=timeout):
-            if n.payload == until:
-                return True
-            if not n.payload.startswith(_PROBE):
-                self._notified += 1
-        return False
+        """How ``data_version`` learns of changes: "notifications" (LISTEN), "statistics" (the
+        server's write counters), None before its first call."""
+        return self._feed.kind
 
     # ---- query helpers
 
@@ -701,7 +483,7 @@ class PostgresStore(SqlAdmin, SqlCommit):
 
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
-        if self._in_transaction:
+        if self._threads.in_transaction:
             raise RuntimeError(NESTED)
         self._ensure_connected()
         with self.conn.transaction():
@@ -710,10 +492,6 @@ class PostgresStore(SqlAdmin, SqlCommit):
 
     def _exported(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
         return row  # timestamptz columns read as aware datetimes already
-
-    # ---- writes
-
-    @translated
 
     # ---- copying between stores
 
@@ -749,7 +527,7 @@ class PostgresStore(SqlAdmin, SqlCommit):
             return super()._commit_alone(change)
         with self._connection() as conn:
             committed = self._call(conn, change, [])
-        _committed(self._key)
+        count_commit(self._key)
         return committed
 
     def _apply(self, c: Change) -> Committed:

@@ -18,7 +18,7 @@ import heapq
 import itertools
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
@@ -105,16 +105,7 @@ class SqlStore(RunStore):
     readonly: bool
     _readonly_reason: str | None
     _threads: ThreadConnections[Any]
-    """Each thread's connection and transaction (see :mod:`.connections`)."""
-
-    @property
-    def _in_transaction(self) -> bool:
-        """Whether this thread is inside a store transaction (each thread has its own)."""
-        return self._threads.in_transaction
-
-    @_in_transaction.setter
-    def _in_transaction(self, value: bool) -> None:
-        self._threads.in_transaction = value
+    """Each thread's connection and whether it is inside a store transaction (see :mod:`.connections`)."""
 
     # ---- dialect hooks
 
@@ -178,6 +169,13 @@ class SqlStore(RunStore):
     @staticmethod
 
     @abstractmethod
+    def _write(self, run: str | None = None, skip_locked: bool = False) -> AbstractContextManager[None]:
+        """A write transaction on this thread's connection (``run``, ``skip_locked``: see
+        :meth:`transaction`), committed when the block ends and rolled back on an exception (driver
+        errors may come out untranslated: :meth:`transaction` translates them). Raises
+        ``RuntimeError`` inside another."""
+
+    @abstractmethod
     def _snapshot(self) -> AbstractContextManager[None]:
         """A read-only transaction in which every query sees the store as of one instant. Raises
         ``RuntimeError`` inside :meth:`transaction`."""
@@ -188,6 +186,16 @@ class SqlStore(RunStore):
         naming the run when one cannot be read."""
 
     # ---- shared helpers
+
+    @contextmanager
+    def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
+        if self.readonly:
+            raise self.read_only_error()
+        try:
+            with self._write(run, skip_locked):
+                yield
+        except self.DRIVER_ERROR as e:
+            raise self.translate(e) from None
 
     @property
     def url(self) -> str:

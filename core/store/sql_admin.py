@@ -170,7 +170,7 @@ class SqlAdmin(SqlStore):
 
     @translated
     def import_runs(self, batch: Sequence[RunRows], shift: Mapping[str, int] | None = None) -> None:
-        if not self._in_transaction:
+        if not self._threads.in_transaction:
             raise RuntimeError("import_runs: call it inside transaction()")
         if held := self.existing([r.run_id for r in batch]):
             raise StoreError(f"run {held[0]} is already in {self.where}; nothing was imported")

@@ -304,14 +304,15 @@ class SqliteStore(SqlAdmin, SqlCommit):
                             "`sqlite3 FILE 'PRAGMA integrity_check'`")
 
     @contextmanager
-    def _write(self) -> Iterator[None]:
+    def _write(self, run: str | None = None, skip_locked: bool = False) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` as this process's one writer of the file (see
-        :class:`_Writers`), rolled back on any exception (sqlite3 errors raw)."""
-        if self._in_transaction:
+        :class:`_Writers`), rolled back on any exception (sqlite3 errors raw). One writer at a time:
+        ``run`` and ``skip_locked`` change nothing here."""
+        if self._threads.in_transaction:
             raise RuntimeError(NESTED)
         with self._writers:
             self.conn.execute("BEGIN IMMEDIATE")
-            self._in_transaction = True
+            self._threads.in_transaction = True
             try:
                 yield
                 self.conn.execute("COMMIT")
@@ -320,18 +321,7 @@ class SqliteStore(SqlAdmin, SqlCommit):
                     self.conn.execute("ROLLBACK")
                 raise
             finally:
-                self._in_transaction = False
-
-    @contextmanager
-    def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
-        # One writer at a time (BEGIN IMMEDIATE): ``run`` and ``skip_locked`` change nothing here.
-        if self.readonly:
-            raise self.read_only_error()
-        try:
-            with self._write():
-                yield
-        except sqlite3.Error as e:
-            raise self.translate(e) from None
+                self._threads.in_transaction = False
 
     @translated
     def data_version(self) -> tuple[int]:
@@ -393,7 +383,7 @@ class SqliteStore(SqlAdmin, SqlCommit):
 
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
-        if self._in_transaction:
+        if self._threads.in_transaction:
             raise RuntimeError(NESTED)
         self.conn.execute("BEGIN")  # in WAL mode, a read transaction sees one snapshot
         try:

@@ -453,7 +453,7 @@ def _migrate_7(schema: str) -> list[str]:
 def _migrate_8(schema: str) -> list[str]:
     """Version 8: a write notifies the schema's channel only while a console listens, as a row of
     ``listeners`` (the server process id of its listening connection; see
-    :meth:`PostgresStore._listen`). PostgreSQL serializes the commits of every transaction that
+    :mod:`..pg_changes`). PostgreSQL serializes the commits of every transaction that
     notifies, on any database of the server, on one lock held until its WAL is on disk (so that
     notifications come in commit order), so notifying when nobody listens costs every writer.
 
