@@ -127,8 +127,8 @@ def copy_runs(source: RunStore, destination: RunStore | None, *, create: Callabl
                           f"({_named(there)}); nothing was copied. Copy into a new store or schema, or pass "
                           "--skip-existing to copy only the others")
     now = utcnow()
-    executing = sorted(o.run_id for owner in source.running_owners() for o in source.owned_runs(owner)
-                       if not owner_gone(owner.host, owner.pid, owner.pid_start, o.expires_at, now))
+    executing = sorted(r.run_id for r in source.runs_in([RunStatus.RUNNING]) if (o := r.owner) is not None
+                       and not owner_gone(o.host, o.pid, o.pid_start, o.expires_at, now))
     if executing:
         raise CopyRefused(f"{len(executing)} run{'s are' if len(executing) > 1 else ' is'} executing in "
                           f"{source.where} ({_named(executing)}); a copy made mid-execution would let both stores "

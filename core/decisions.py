@@ -165,7 +165,7 @@ class Decisions:
         """See :meth:`relaypoint.Runtime.expire_deadlines`."""
         now = now_of(self.clock)
         expired = []
-        for cp in self.store.due_pauses(now):
+        for cp in self.store.checkpoints(due=now):
             gate = "input" if cp.kind == CheckpointKind.INPUT else "approval"
             reason = f"the {gate} deadline ({to_text(cp.deadline_at)}) passed"
             try:

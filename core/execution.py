@@ -126,7 +126,7 @@ class Executor:
                 if row.status != StepStatus.COMPLETED:
                     return state, action, cur
                 # completed while the run waited (an orphan approved with the output it produced)
-                output = self.store.step_output(run_id, row.seq)
+                _, output = self.store.output(run_id, row.seq)
                 state = driver.fold(state, call, output, recorded=True,
                                     ctx=self.context(run_id, driver, state, input, cur).ctx)
                 continue
@@ -139,7 +139,7 @@ class Executor:
                                    "(edited by hand?); fork the run from an earlier step")
             if brief.status != StepStatus.COMPLETED:
                 return state, action, Current(call, seq, brief.attempts + 1, brief.idempotency_key, brief.status)
-            _, output = self.store.output_of(run_id, call.name)
+            _, output = self.store.output(run_id, name=call.name)
             state = driver.fold(state, call, output, recorded=True)
 
     def context(self, run_id: str, driver: Driver, state: State, input: dict[str, Any], cur: Current) -> Views:
@@ -172,7 +172,8 @@ class Executor:
             claim.started(nxt.seq)
             return StepStart(nxt.seq, nxt.attempt), nxt
         if claim.next_seq is None:
-            claim.next_seq = self.store.max_seq(claim.run_id) + 1
+            last = self.store.step(claim.run_id)
+            claim.next_seq = 0 if last is None else last.seq + 1
         nxt = replace(nxt, seq=claim.next_seq)
         claim.next_seq += 1
         return StepStart(self.appended(claim.driver, nxt), nxt.attempt), nxt

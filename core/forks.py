@@ -61,9 +61,12 @@ class Forks:
                 created_at=at, steps_total=parent.steps_total, current_step=step.name,
                 steps_done=step.seq,  # every top-level execution before it completed (else refused above)
                 parent_run_id=rid, forked_from_step=step.name)))
-            self.store.copy_for_fork(rid, new_id, step.seq, None if iteration is None else cut)
+            approved, hold = self._approvals(rid, gates(copied))
+            made = self.store.copy_for_fork(rid, new_id, step.seq, None if iteration is None else cut,
+                                            approvals=[cp.checkpoint_id for _, cp in approved], at=at)
             fork = NewCheckpoint(new_id, CheckpointKind.FORK, cut, step.name, at, state=encoding.dumps(state, "state"))
-            self._carry_gates(rid, gates(copied), fork, input is not None, iteration)
+            inherited = [(s, cp_id, cp) for (s, cp), cp_id in zip(approved, made)]
+            self._carry_gates(rid, inherited, hold, fork, input is not None, iteration)
         return new_id
 
     def _iteration_boundary(self, rid: str, group: StepRecord, iteration: int) -> Checkpoint:
@@ -96,21 +99,28 @@ class Forks:
                                     "began (its earlier iterations were copied from another run); fork that run")
         return boundary
 
-    def _carry_gates(self, parent: str, gates: list[StepRecord], fork: NewCheckpoint, input_replaced: bool,
-                     iteration: int | None) -> None:
-        """Inherit the parent's approvals of the copied gates and record the fork (its checkpoint
-        ``fork`` and events); pause the fork at the first gate the parent did not approve. The
-        fork's checkpoint comes after the inherited ones: a resume goes on from the latest checkpoint."""
-        child, from_step, at = fork.run_id, fork.step, fork.at
-        inherited: list[tuple[StepRecord, int, Any]] = []
-        hold: tuple[StepRecord, str] | None = None
+    def _approvals(self, parent: str, gates: list[StepRecord]) -> tuple[list[tuple[StepRecord, Checkpoint]],
+                                                                         tuple[StepRecord, str] | None]:
+        """The parent's approvals a fork inherits: each copied gate with its approval checkpoint, up
+        to the first gate the parent did not approve, and that gate with why (None when every one
+        was approved)."""
+        approved: list[tuple[StepRecord, Checkpoint]] = []
         for s in gates:
             cp = self.store.checkpoint(parent, Lookup.APPROVAL, s.seq)
-            if cp is not None and cp.decision == Decision.APPROVED:
-                inherited.append((s, self.store.inherit_approval(cp.checkpoint_id, child, at), cp))
-                continue
-            hold = (s, "not yet decided" if cp is None or cp.decision is None else f"{cp.decision} by {cp.decided_by}")
-            break
+            if cp is None or cp.decision != Decision.APPROVED:
+                return approved, (s, "not yet decided" if cp is None or cp.decision is None
+                                  else f"{cp.decision} by {cp.decided_by}")
+            approved.append((s, cp))
+        return approved, None
+
+    def _carry_gates(self, parent: str, inherited: list[tuple[StepRecord, int, Checkpoint]],
+                     hold: tuple[StepRecord, str] | None, fork: NewCheckpoint, input_replaced: bool,
+                     iteration: int | None) -> None:
+        """Record the fork (its checkpoint ``fork`` and events), naming the approvals it inherited
+        (each gate, its new checkpoint's id, the parent's checkpoint); pause the fork at ``hold``,
+        the first gate the parent did not approve. The fork's checkpoint comes after the inherited
+        ones: a resume goes on from the latest checkpoint."""
+        child, from_step, at = fork.run_id, fork.step, fork.at
         checkpoints = [fork]
         made: list[NewEvent] = [events.forked(from_step, parent, input_replaced, iteration)]
         made += [events.approval_inherited(s.name, cp_id, parent, cp.checkpoint_id, cp.decided_by)

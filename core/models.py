@@ -147,14 +147,6 @@ class Owner(_Model):
     expires_at: datetime | None
 
 
-class OwnedRun(_Model):
-    """A running run held by one owner process: its id, its lease token (the fence) and expiry (UTC)."""
-
-    run_id: str
-    token: str | None
-    expires_at: datetime | None
-
-
 class Event(_Model):
     """One entry of a run's audit trail (``kind`` e.g. step_completed, approved, interruption_detected)."""
 

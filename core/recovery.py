@@ -39,8 +39,8 @@ class Recovery:
         if self.store.readonly_reason is not None:
             return []
         now = self.clock()
-        gone = [o for o in self.store.running_owners()
-                if owner_gone(o.host, o.pid, o.pid_start, o.expires_at, now)]
+        owners = dict.fromkeys(r.owner for r in self.store.runs_in([RunStatus.RUNNING]) if r.owner is not None)
+        gone = [o for o in owners if owner_gone(o.host, o.pid, o.pid_start, o.expires_at, now)]
         marked: list[str] = []
         for owner in gone:
             with self.store.transaction():
@@ -51,9 +51,10 @@ class Recovery:
         """Inside a transaction: mark ``interrupted`` every run the gone ``owner`` process was
         executing; returns their ids. Checked again under the write lock, so a run claimed
         meanwhile, or an owner that renewed its lease, is left alone."""
-        runs = self.store.owned_runs(owner)
+        runs = self.store.runs_in([RunStatus.RUNNING], owner=owner)
         now = self.clock()
-        if not any(owner_gone(owner.host, owner.pid, owner.pid_start, r.expires_at, now) for r in runs):
+        if not any(owner_gone(owner.host, owner.pid, owner.pid_start, r.owner.expires_at, now)
+                   for r in runs if r.owner is not None):
             return []
         return [r.run_id for r in runs
                 if self.mark_interrupted(r.run_id, r.token, owner.pid, owner.host, co_executing=len(runs))]

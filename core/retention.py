@@ -27,7 +27,8 @@ class Retention:
         """See :meth:`relaypoint.Runtime.delete`."""
         with self.store.transaction():
             rid = self.store.resolve(run_id)
-            owner = self.store.owner_of(rid)  # status and lease only: a run damaged by hand can still go
+            # status and lease only: a run damaged by hand can still go
+            owner = next((r.owner for r in self.store.runs_in([RunStatus.RUNNING], run_ids=[rid])), None)
             if self._live(owner):
                 raise RefusedTransition(f"run {rid} is being executed by pid {owner.pid} on "
                                         f"{owner.host}; cancel it before deleting it")

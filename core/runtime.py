@@ -114,12 +114,12 @@ class Runtime:
         head = self.store.run(rid)
         tasks = self.store.steps(rid)
         if with_outputs:
-            tasks = [t.model_copy(update={"output": self.store.step_output(rid, t.seq)}) if t.has_output else t
+            tasks = [t.model_copy(update={"output": self.store.output(rid, t.seq)[1]}) if t.has_output else t
                      for t in tasks]
         parent = head.parent_run_id
         return Run(
             **{k: getattr(head, k) for k in RunSummary.model_fields}, input=head.input or {}, tasks=tasks,
-            pending=self.store.checkpoint(rid, Lookup.PENDING), forks=self.store.forks(rid), definition=head.definition,
+            pending=self.store.checkpoint(rid, Lookup.PENDING), forks=[f.run_id for f in self.store.list_runs(parent=rid, oldest_first=True, limit=None)], definition=head.definition,
             forked_from_iteration=self._forked_from_iteration(rid) if parent is not None else None,
             parent_deleted=parent is not None and not self.store.exists(parent),
         )
@@ -235,7 +235,7 @@ class Runtime:
     def step_output(self, run_id: str, step: str) -> Any:
         """One step's output. Raises ``UnknownRun`` or ``UnknownStep``."""
         rid = self.store.resolve(run_id)
-        return self.store.step_output(rid, step_named(self.store, rid, step).seq)
+        return self.store.output(rid, step_named(self.store, rid, step).seq)[1]
 
     # Reads by execution: a pattern's calls share its name, so these take the execution's seq, and
     # the full run id (as :meth:`get` and :meth:`list` give it): the console reads them per step.
@@ -248,7 +248,7 @@ class Runtime:
     def execution_output(self, run_id: str, seq: int) -> Any:
         """The output of execution ``seq`` of run ``run_id`` (a full id), decoded leniently for
         display; None when none is recorded (or there is no such execution)."""
-        return self.store.step_output(run_id, seq)
+        return self.store.output(run_id, seq)[1]
 
     def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
         """The newest checkpoint of run ``run_id`` (a full id), of any kind, or None. Its ``state``

@@ -29,9 +29,9 @@ class _StoreReads:
         self._store, self._run_id = store, run_id
         self.damage: StoreError | None = None
 
-    def _read(self, read: Callable[..., T], *args: Any) -> T:
+    def _read(self, read: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
-            return read(self._run_id, *args)
+            return read(self._run_id, *args, **kwargs)
         except StoreError as e:
             self.damage = e
             raise
@@ -57,7 +57,7 @@ class _LazyList(_StoreReads, Sequence[Any]):
 
 class LazyResults(_StoreReads, Mapping[str, Any]):
     """``name -> output`` of the upstream steps ``names`` of run ``run_id`` (the names the driver
-    offers), each read with :meth:`RunStore.output_of` on first access. Raises ``KeyError`` for a
+    offers), each read with :meth:`RunStore.output` on first access. Raises ``KeyError`` for a
     name not offered, ``StoreDamaged`` for an output that cannot be decoded."""
 
     def __init__(self, store: RunStore, run_id: str, names: Sequence[str]) -> None:
@@ -70,7 +70,7 @@ class LazyResults(_StoreReads, Mapping[str, Any]):
             return self._values[name]
         if name not in self._names:
             raise KeyError(name)
-        found, value = self._read(self._store.output_of, name)
+        found, value = self._read(self._store.output, name=name)
         if not found:
             raise KeyError(name)
         self._values[name] = value

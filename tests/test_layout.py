@@ -112,3 +112,12 @@ def test_the_engine_imports_no_rendering_library():
             "if m.split('.')[0] in {'rich', 'textual'} or m.startswith('relaypoint.views')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"  # nor through another module
+
+
+def test_the_store_contract_is_small_and_documented():
+    from relaypoint.store.base import RunStore
+
+    abstract = sorted(RunStore.__abstractmethods__)
+    assert len(abstract) <= 30, abstract
+    undocumented = [name for name in abstract if not (getattr(RunStore, name).__doc__ or "").strip()]
+    assert undocumented == [], undocumented

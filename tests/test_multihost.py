@@ -244,7 +244,7 @@ def audit(store: RunStore, runs: dict[str, int], execs: list[Execution]) -> list
         assert Counter(e.step for e in events if e.kind == "step_completed") == Counter(STEPS), rid
         assert [e.kind for e in events].count("run_completed") == 1, rid
         for s in steps:
-            out = store.step_output(rid, s.seq)
+            _, out = store.output(rid, s.seq)
             assert out["n"] == n + s.seq, (rid, s.name, out)  # each step read its predecessor's recorded output
             recorded = by_token[out["execution"]]
             assert (recorded.host, recorded.run, recorded.step) == (out["host"], rid, s.name)

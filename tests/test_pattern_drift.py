@@ -114,7 +114,7 @@ def test_rounds_lowered_below_the_round_under_way_cancel_that_round_and_the_judg
             (3, "pro", "cancelled"), (3, "con", "cancelled"), (3, "judge", "completed")]
         run = rt.get(rid)
         pro3 = next(t for t in run.tasks if (t.iteration, t.agent) == (3, "pro"))
-        assert rt.store.step_output(rid, pro3.seq) == "pro 3"  # cancelled, its output still recorded
+        assert rt.store.output(rid, pro3.seq) == (True, "pro 3")  # cancelled, its output still recorded
         (drift,) = [e for e in rt.events(rid) if e.kind == "drift_allowed"]
         assert drift.detail["cancelled"] == [{"seq": pro3.seq, "step": "argue", "iteration": 3, "agent": "pro"}]
         (resumed,) = [e for e in rt.events(rid) if e.kind == "resumed"]

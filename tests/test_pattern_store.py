@@ -166,7 +166,7 @@ def test_a_fork_from_a_round_copies_the_rounds_before_it_and_starts_from_the_sta
         forked = rt.events("f1")[0]
         assert (forked.kind, forked.step, forked.detail) == ("forked", "argue", {
             "parent_run_id": "r1", "input_replaced": True, "iteration": 2})
-        assert rt.store.max_seq("f1") + 1 == fork.seq
+        assert rt.store.step("f1").seq + 1 == fork.seq
 
 
 def test_forking_a_fork_from_an_iteration_it_copied_names_the_run_that_recorded_it(db):
@@ -176,7 +176,7 @@ def test_forking_a_fork_from_an_iteration_it_copied_names_the_run_that_recorded_
                                                     r"began \(its earlier iterations were copied from another run\); "
                                                     "fork that run$"):
             rt.fork("f1", "argue", iteration=1)
-        assert rt.store.forks("f1") == []
+        assert rt.store.list_runs(parent="f1", limit=None) == []
 
 
 def test_a_fork_says_the_iteration_it_was_forked_from(db, tmp_path):

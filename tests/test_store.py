@@ -362,7 +362,7 @@ def test_pause_and_deadline_reads_use_their_partial_indexes(tmp_path):
             store.checkpoint("r", lookup)
         store.checkpoint("r", Lookup.APPROVAL, "a")
         store.responses("r", 0)
-        store.due_pauses(T0)
+        store.checkpoints(due=T0)
         store.trace(None)
         plans = [" | ".join(r[3] for r in store.conn.execute(f"EXPLAIN QUERY PLAN {s}")) for s in trace]
     assert [p.split(" USING ")[1].split()[1] for p in plans] == [

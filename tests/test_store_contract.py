@@ -38,6 +38,11 @@ def stage(store: RunStore, run_id: str, when: float = 0, **parts) -> Committed:
     return store.commit(Change(run_id=run_id, at=at(when), **{"run": None, **parts}))
 
 
+def owner_of(store: RunStore, run_id: str) -> Owner | None:
+    """The process whose lease holds the run while it is running (what deleting a run checks)."""
+    return next((r.owner for r in store.runs_in(["running"], run_ids=[run_id])), None)
+
+
 def add_run(store: RunStore, run_id: str, *, steps: tuple[str, ...] = ("a", "b", "c"), workflow: str = "flow",
             status: RunStatus = RunStatus.RUNNING, created: float = 0, owner: Lease | None = None,
             input: dict | None = None, options: dict[str, str] | None = None) -> str:
@@ -70,7 +75,7 @@ def finish(store: RunStore, run_id: str, seq: int, output, *, fence: str | None 
 
 
 def everything(store: RunStore, run_id: str):
-    return (store.run(run_id), store.steps(run_id), [store.step_output(run_id, s.seq) for s in store.steps(run_id)],
+    return (store.run(run_id), store.steps(run_id), [store.output(run_id, s.seq)[1] for s in store.steps(run_id)],
             store.checkpoints(run_id), store.events(run_id))
 
 
@@ -126,7 +131,7 @@ def test_a_run_reads_back_with_aware_utc_times_and_its_lease(store):
     assert head.definition == [{"name": "a"}, {"name": "b"}, {"name": "c"}] == store.run_document("r1", "definition")
     assert head.fingerprint == fingerprint(head.definition) and head.suspect_deaths == 0
     assert head.lease == lease()
-    assert store.owner_of("r1") == Owner(host=HOST, pid=4242, pid_start="boot:1", expires_at=at(30))
+    assert owner_of(store, "r1") == Owner(host=HOST, pid=4242, pid_start="boot:1", expires_at=at(30))
     with pytest.raises(UnknownRun):
         store.run("nope")
 
@@ -182,7 +187,7 @@ def test_a_run_update_sets_fields_and_clears_the_lease(store):
     head = store.run("r1")
     assert (head.status, head.updated_at, head.lease, head.suspect_deaths, head.current_step, head.error) == (
         RunStatus.INTERRUPTED, at(5), None, 2, "b", "why")
-    assert store.owner_of("r1") is None
+    assert owner_of(store, "r1") is None
     with pytest.raises(TypeError, match="unexpected keyword argument 'output'"):
         RunUpdate(output="x")
     with pytest.raises(TypeError, match="nothing to update"):
@@ -249,10 +254,10 @@ def test_owners_runnable_and_prunable(store):
     add_run(store, "i", status=RunStatus.INTERRUPTED, created=2)
     add_run(store, "other", status=RunStatus.QUEUED, workflow="other")
     add_run(store, "done", status=RunStatus.COMPLETED)
-    owners = store.running_owners()
+    owners = set(r.owner for r in store.runs_in(["running"]))
     assert sorted(o.pid for o in owners) == [1, 2]
     one = next(o for o in owners if o.pid == 1)
-    assert sorted((r.run_id, r.token) for r in store.owned_runs(one)) == [("a", "t1"), ("b", "t2")]
+    assert sorted((r.run_id, r.token) for r in store.runs_in(["running"], owner=one)) == [("a", "t1"), ("b", "t2")]
 
     def runnable(limit):
         return [(r.run_id, r.status) for r in store.runs_in(["queued", "interrupted"], workflows=["flow"], limit=limit)]
@@ -281,9 +286,9 @@ def test_outputs_round_trip_awkward_values(store, value):
     finish(store, "r1", 0, value)
     step = store.step("r1", 0)
     assert step.has_output and step.status == StepStatus.COMPLETED and step.finished_at == at(1)
-    assert store.step_output("r1", 0) == value
-    assert store.output_of("r1", "a") == (True, value)
-    assert store.output_of("r1", "b") == (False, None)
+    assert store.output("r1", 0)[1] == value
+    assert store.output("r1", name="a") == (True, value)
+    assert store.output("r1", name="b") == (False, None)
 
 
 def test_a_boundary_commits_every_part_together(store):
@@ -388,20 +393,20 @@ def test_an_appended_execution_repeats_a_name_in_a_later_iteration(store):
     assert [(s.seq, s.name, s.iteration, s.agent, s.parent) for s in store.steps("r1")] == [
         (0, "plan", 1, None, None), (1, "act", 1, None, None), (2, "plan", 2, None, None), (3, "vote", 1, "critic", 2)]
     assert store.step("r1", name="plan").seq == 2
-    assert store.output_of("r1", "plan") == (True, "plan-2")
+    assert store.output("r1", name="plan") == (True, "plan-2")
     assert store.step("r1", name="vote") is None  # not a top-level execution
-    assert store.max_seq("r1") == 3
+    assert store.step("r1").seq == 3
     add_run(store, "empty", steps=())
-    assert store.max_seq("empty") == -1
+    assert store.step("empty") is None  # no execution: an appended one goes at seq 0
 
 
 def test_a_damaged_output_is_lenient_for_display_and_strict_for_execution(store):
     add_run(store, "r1", owner=lease())
     store.commit(Change(run_id="r1", at=at(1), ended=[StepEnd(seq=0, status=StepStatus.COMPLETED)],
                         outputs={0: "{not json"}))
-    assert store.step_output("r1", 0) == {"unreadable": "{not json"}
+    assert store.output("r1", 0)[1] == {"unreadable": "{not json"}
     with pytest.raises(StoreDamaged, match=r"the output of step 'a' of run r1 in .* is not valid JSON"):
-        store.output_of("r1", "a")
+        store.output("r1", name="a")
 
 
 def test_step_ends_marks_and_outputs(store):
@@ -413,7 +418,7 @@ def test_step_ends_marks_and_outputs(store):
     b = store.step("r1", 1)
     assert (b.status, b.attempts, b.error, b.traceback, b.started_at, b.finished_at) == (
         StepStatus.FAILED, 3, "boom", "tb", at(8), at(9))
-    assert store.step_output("r1", 0) == {"edited": 2}
+    assert store.output("r1", 0)[1] == {"edited": 2}
     c = store.step("r1", 2)
     assert (c.status, c.attempts, c.started_at, c.finished_at) == (StepStatus.AWAITING_INPUT, 0, None, None)
     stage(store, "r1", 11, started=StepStart(1, attempt=4))  # a retry clears what the failure left
@@ -435,7 +440,7 @@ def test_replace_steps_keeps_recorded_steps_and_their_outputs_by_name(store):
     assert [(s.seq, s.name, s.status, s.has_output, s.options) for s in store.steps("r1")] == [
         (0, "b", StepStatus.COMPLETED, True, {"retries": 1}), (1, "new", StepStatus.PENDING, False, {}),
         (2, "c", StepStatus.RUNNING, False, {})]
-    assert store.step_output("r1", 0) == "B" and store.output_of("r1", "a") == (False, None)
+    assert store.output("r1", 0)[1] == "B" and store.output("r1", name="a") == (False, None)
 
 
 def test_cancel_open_steps_leaves_ended_ones(store):
@@ -510,13 +515,13 @@ def test_due_pauses_and_close_pauses(store):
     soon = pause(store, "r1", deadline=at(10))
     pause(store, "r2", deadline=at(100))
     pause(store, "r2", kind="orphan")
-    assert [c.checkpoint_id for c in store.due_pauses(at(10))] == [soon]
-    assert store.due_pauses(at(9)) == []
+    assert [c.checkpoint_id for c in store.checkpoints(due=at(10))] == [soon]
+    assert store.checkpoints(due=at(9)) == []
     stage(store, "r2", 11, closed=ClosePauses("cancelled", "carol"))
     assert [(c.decision, c.decided_by, c.decided_at) for c in store.checkpoints("r2") if c.kind != "start"] == [
         ("cancelled", "carol", at(11))] * 2
     assert store.checkpoint("r2", Lookup.PENDING) is None and store.checkpoint("r2", Lookup.LAST_PAUSE).decision == "cancelled"
-    assert [c.checkpoint_id for c in store.due_pauses(at(1000))] == [soon]
+    assert [c.checkpoint_id for c in store.checkpoints(due=at(1000))] == [soon]
 
 
 def test_pending_decisions_are_each_paused_runs_newest_open_pause_oldest_first(store):
@@ -668,22 +673,22 @@ def test_a_fork_copies_upstream_executions_and_outputs_as_stored(store):
         stage(store, "child", 5, new=NewRun(run_id="child", workflow="flow", status=RunStatus.QUEUED, input="{}",
                                             definition="[]", fingerprint="fp", created_at=at(5), steps_total=3,
                                             parent_run_id="p", forked_from_step="b", steps_done=1))
-        store.copy_for_fork("p", "child", 1)
+        assert store.copy_for_fork("p", "child", 1) == []
     assert [(s.seq, s.name, s.status, s.attempts, s.has_output, s.idempotency_key) for s in store.steps("child")] == [
         (0, "a", StepStatus.COMPLETED, 1, True, "p/a"), (1, "b", StepStatus.PENDING, 0, False, "child/b"),
         (2, "c", StepStatus.PENDING, 0, False, "child/c")]
-    assert store.output_of("child", "a") == (True, AWKWARD[3])
-    assert store.forks("p") == ["child"]
+    assert store.output("child", name="a") == (True, AWKWARD[3])
+    assert [r.run_id for r in store.list_runs(parent="p", limit=None)] == ["child"]
     assert store.run("child").parent_run_id == "p"
 
 
 def test_an_approval_is_inherited_with_its_author_and_origin(store):
     add_run(store, "p")
-    add_run(store, "child", status=RunStatus.QUEUED)
+    add_run(store, "child", status=RunStatus.QUEUED, steps=())
     cp = pause(store, "p")
     with store.transaction():
         stage(store, "p", 2, decided=Decide(cp, "approved", "alice", comment="fine"))
-        new = store.inherit_approval(cp, "child", at(8))
+        [new] = store.copy_for_fork("p", "child", 0, approvals=[cp], at=at(8))
     got = store.checkpoint("child", Lookup.APPROVAL, 0)
     assert got.checkpoint_id == new != cp
     assert (got.decision, got.decided_by, got.decided_at, got.created_at) == ("approved", "alice", at(2), at(8))
@@ -701,7 +706,7 @@ def test_deleting_runs_removes_everything_of_them(store):
     with store.transaction():
         store.delete_runs(["r1"])
     assert not store.exists("r1") and store.steps("r1") == [] and store.checkpoints("r1") == []
-    assert store.events("r1") == [] and store.step_output("r1", 0) is None
+    assert store.events("r1") == [] and store.output("r1", 0)[1] is None
     assert everything(store, "keep") == kept
 
 
@@ -821,7 +826,7 @@ def test_a_fork_after_a_pattern_copies_its_group_with_every_child(store):
     assert [h.idempotency_key for h in store.steps("child", parent=1, outputs=True)] == [f"p/argue#{r}/{a}" for r in (1, 2)
                                                                       for a in ("pro", "con")]
     assert [h.output for h in store.steps("child", parent=1, outputs=True)] == [h.output for h in store.steps("p", parent=1, outputs=True)]
-    assert store.output_of("child", "argue") == (True, "pro wins")
+    assert store.output("child", name="argue") == (True, "pro wins")
     assert store.step("child", 2).idempotency_key == "child/verdict" and not store.step("child", 2).has_output
 
 
@@ -837,8 +842,8 @@ def test_a_fork_inside_a_pattern_copies_the_children_before_the_cut(store):
     assert [h.output for h in store.steps("child", parent=1, outputs=True)] == [{"round": 1, "by": "pro"}, {"round": 1, "by": "con"}]
     group = store.step("child", 1)
     assert (group.has_output, group.attempts, group.idempotency_key) == (False, 0, "child/argue")
-    assert store.max_seq("child") == seqs[2, "pro"] - 1  # round 2 is appended there again
-    assert store.output_of("child", "brief") == (True, "the brief")
+    assert store.step("child").seq == seqs[2, "pro"] - 1  # round 2 is appended there again
+    assert store.output("child", name="brief") == (True, "the brief")
     fork_run(store, "p", "bare", 1)  # without children_before: the group starts afresh
     assert shape(store.steps("bare"))[1:] == [(1, "argue", 1, None, None, "pending"),
                                               (2, "verdict", 1, None, None, "pending")]
@@ -866,7 +871,7 @@ def test_replace_steps_moves_children_with_their_group_and_checkpoints_with_thei
                                         (3, "verdict", 1, None, None, "pending")]
     assert [h.output for h in store.steps("r1", parent=2, outputs=True)] == [{"round": r, "by": a} for r in (1, 2) for a in ("pro", "con")]
     assert store.step("r1", 4).idempotency_key == "r1/argue#1/pro"
-    assert store.output_of("r1", "brief") == (True, "the brief")
+    assert store.output("r1", name="brief") == (True, "the brief")
     assert store.checkpoint("r1", Lookup.STATE_AT, seqs[2, "pro"] + 1).state == {"next": 1, "in": {"round": 2, "spoken": []}}
     assert store.responses("r1", seqs[2, "con"] + 1) == ["my point"]  # the answer stays with the turn that asked
     moved = next(c for c in store.checkpoints("r1") if c.checkpoint_id == asked)
@@ -876,7 +881,7 @@ def test_replace_steps_moves_children_with_their_group_and_checkpoints_with_thei
     assert stage(store, "r1", replaced=[NewStep(seq=0, name="brief", idempotency_key="r1/brief")]).dropped == [
         "argue", "intro", "verdict"]
     assert shape(store.steps("r1")) == [(0, "brief", 1, None, None, "completed")]
-    assert store.step_output("r1", 0) == "the brief" and store.max_seq("r1") == 0
+    assert store.output("r1", 0)[1] == "the brief" and store.step("r1").seq == 0
     assert store.responses("r1", 4) == [] and all(c.seq < 0 for c in store.checkpoints("r1") if c.seq != 0)
     assert next(c for c in store.checkpoints("r1") if c.checkpoint_id == asked).paused_seq < 0
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import InvalidValue
 
-# The state and comment RunStore.inherit_approval writes (both backends write the same text).
+# The state and comment RunStore.copy_for_fork writes for an inherited approval (both backends write the same text).
 _INHERITED_STATE = re.compile(r'\{"inherited_from":\{"run_id":(".*"),"checkpoint_id":(\d+)\}\}')
 _INHERITED_COMMENT = re.compile(r"inherited from checkpoint (\d+) of run ")
 
@@ -159,18 +159,19 @@ class RunAdmin(ABC):
         definition no run uses any more."""
 
     @abstractmethod
-    def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
+    def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None, *,
+                      approvals: Sequence[int] = (), at: datetime | None = None) -> list[int]:
         """Copy the parent's executions into the child (which must exist), keeping their seqs:
         top-level executions before ``cut_seq`` as recorded, with all their children, and their
         outputs as stored text (never decoded); with ``children_before``, also the children of
         execution ``cut_seq`` whose seq is below it (a fork inside a pattern); top-level executions
-        from ``cut_seq`` on pending, attempts 0, no output, with the child's idempotency keys."""
+        from ``cut_seq`` on pending, attempts 0, no output, with the child's idempotency keys.
 
-    @abstractmethod
-    def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
-        """Copy a decided approval checkpoint into ``child`` (created at ``at``, the decision keeping
-        its author and time, the comment naming where it came from, ``state`` naming the origin);
-        returns the new checkpoint's id. Raises ``StoreError`` when there is no such checkpoint."""
+        ``approvals``: ids of decided approval checkpoints (the parent's) the child inherits, each
+        copied into it created at ``at`` (UTC), the decision keeping its author and time, the comment
+        naming where it came from, ``state`` naming the origin. Returns the new checkpoints' ids, in
+        the order of ``approvals``. Raises ``ValueError`` for ``approvals`` without ``at``;
+        ``StoreError`` when one of ``approvals`` is not in the store."""
 
     # ---- copying between stores
 

@@ -92,22 +92,14 @@ class RunStore(RunReads, RunWrites, RunAdmin):
     """The schema version this store had before opening it migrated it (0: opening made it); None
     when it was at ``schema_version`` already."""
 
-    # ---- properties and lifecycle
+    url: str
+    """The URL the store was opened with, as given (to hand to another process)."""
+    where: str
+    """What messages name the store by (for SQLite: the file's path)."""
+    readonly_reason: str | None
+    """Why writes are unavailable (opened read-only, file not writable...), or None."""
 
-    @property
-    @abstractmethod
-    def url(self) -> str:
-        """The URL the store was opened with, as given (to hand to another process)."""
-
-    @property
-    @abstractmethod
-    def where(self) -> str:
-        """What messages name the store by (for SQLite: the file's path)."""
-
-    @property
-    @abstractmethod
-    def readonly_reason(self) -> str | None:
-        """Why writes are unavailable (opened read-only, file not writable...), or None."""
+    # ---- lifecycle
 
     @abstractmethod
     def close(self) -> None:

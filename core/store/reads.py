@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple
 
-from ..models import Checkpoint, Event, OwnedRun, Owner, PendingDecision, RunHead, RunSummary, StepRecord
+from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import RunStatus, StepStatus
 
 
@@ -50,11 +50,12 @@ class StepBrief(NamedTuple):
 
 class RunState(NamedTuple):
     """A run as :meth:`RunReads.runs_in` lists it: its id, status and, when it is running, the
-    process its lease names (else None)."""
+    process its lease names and the lease's token (the fence), else None for both."""
 
     run_id: str
     status: RunStatus
     owner: Owner | None
+    token: str | None = None
 
 
 class RunReads(ABC):
@@ -92,22 +93,18 @@ class RunReads(ABC):
         another ``name``."""
 
     @abstractmethod
-    def owner_of(self, run_id: str) -> Owner | None:
-        """The process whose lease holds the run when its status is running, else None. Reads only
-        the status and lease columns, so a run damaged elsewhere can still be checked (and deleted).
-        Raises ``UnknownRun``."""
-
-    @abstractmethod
-    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
+    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int | None = 100,
                   before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
                   within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
-                  search: str | None = None) -> list[RunSummary]:
-        """A page of runs, newest first (``oldest_first``: oldest first), at most ``limit``.
+                  search: str | None = None, parent: str | None = None) -> list[RunSummary]:
+        """A page of runs, newest first (``oldest_first``: oldest first), at most ``limit`` (None:
+        every one).
 
         Positions are (created_at store text, run_id). ``before``/``after``: only runs older/newer
         than that position (keyset paging: cost independent of the offset); ``within``: between two
         positions (newest, oldest), both included. ``search``: a run id prefix or a workflow name
-        prefix. Reads the runs alone (never an output); a row damaged by hand is skipped."""
+        prefix. ``parent``: only the runs forked from that run (read through its forks' index).
+        Reads the runs alone (never an output); a row damaged by hand is skipped."""
 
     @abstractmethod
     def count_by_status(self) -> dict[str, int]:
@@ -115,24 +112,15 @@ class RunReads(ABC):
         number of runs."""
 
     @abstractmethod
-    def forks(self, run_id: str) -> list[str]:
-        """Ids of the runs forked from this one, oldest first."""
-
-    @abstractmethod
-    def runs_in(self, statuses: Iterable[str], *, workflows: Iterable[str] | None = None,
+    def runs_in(self, statuses: Iterable[str], *, run_ids: Sequence[str] | None = None,
+                workflows: Iterable[str] | None = None, owner: Owner | None = None,
                 updated_before: datetime | None = None, limit: int | None = None) -> list[RunState]:
-        """The runs in ``statuses``, of ``workflows`` (None: any), last updated before
-        ``updated_before`` (UTC; None: whenever): with ``limit``, at most that many, least recently
-        updated first (a worker's candidates); without, all of them in no particular order (what
-        retention prunes)."""
-
-    @abstractmethod
-    def running_owners(self) -> list[Owner]:
-        """The distinct owner processes named by the leases of running runs."""
-
-    @abstractmethod
-    def owned_runs(self, owner: Owner) -> list[OwnedRun]:
-        """The running runs whose lease names this owner process (host, pid, pid_start)."""
+        """The runs in ``statuses``, among ``run_ids`` (exact ids; None: any), of ``workflows``
+        (None: any), whose lease names ``owner`` (host, pid, pid_start; None: any), last updated
+        before ``updated_before`` (UTC; None: whenever): with ``limit``, at most that many, least
+        recently updated first (a worker's candidates); without, all of them in no particular
+        order (what retention prunes, what recovery sweeps). Reads the status and lease columns
+        alone, so a run damaged elsewhere is still listed."""
 
     # ---- executions and outputs
 
@@ -152,8 +140,9 @@ class RunReads(ABC):
     @abstractmethod
     def step(self, run_id: str, seq: int | None = None, *, name: str | None = None) -> StepRecord | None:
         """One execution without output, or None: execution ``seq``, or the top-level execution
-        (no parent) named ``name`` with the highest iteration. Raises ``ValueError`` unless exactly
-        one of ``seq`` and ``name`` is given."""
+        (no parent) named ``name`` with the highest iteration, or with neither the run's last
+        execution (the highest ``seq``: where a driver's appended execution goes after it). Raises
+        ``ValueError`` when both ``seq`` and ``name`` are given."""
 
     @abstractmethod
     def step_brief(self, run_id: str, seq: int) -> StepBrief | None:
@@ -162,18 +151,11 @@ class RunReads(ABC):
         a status outside the vocabulary."""
 
     @abstractmethod
-    def max_seq(self, run_id: str) -> int:
-        """The highest ``seq`` of the run's executions (-1 when it has none): where a driver's
-        appended execution goes. Read once per claim, and only when an execution is appended."""
-
-    @abstractmethod
-    def step_output(self, run_id: str, seq: int) -> Any:
-        """The execution's output decoded leniently for display (None when it has none)."""
-
-    @abstractmethod
-    def output_of(self, run_id: str, name: str) -> tuple[bool, Any]:
-        """(True, output) of the latest completed top-level execution named ``name``, strictly
-        decoded; (False, None) when there is none. Raises :class:`StoreDamaged`."""
+    def output(self, run_id: str, seq: int | None = None, *, name: str | None = None) -> tuple[bool, Any]:
+        """(True, output) of one execution, (False, None) when it has none: execution ``seq``'s,
+        decoded leniently for display; or, by ``name``, the latest completed top-level execution's
+        of that name, strictly decoded (what a step consumes: raises :class:`StoreDamaged`). Raises
+        ``ValueError`` unless exactly one of ``seq`` and ``name`` is given."""
 
     # ---- checkpoints and events
 
@@ -184,17 +166,15 @@ class RunReads(ABC):
         checkpoint whose state cannot be read; ``ValueError`` when ``seq`` is missing or not wanted."""
 
     @abstractmethod
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        """All of the run's checkpoints, oldest first."""
+    def checkpoints(self, run_id: str | None = None, *, due: datetime | None = None) -> list[Checkpoint]:
+        """All of the run's checkpoints, oldest first; or with ``due`` (UTC) instead of a run, the
+        undecided checkpoints of every run whose deadline is at or before it, oldest first (read
+        through the deadlines' index). Raises ``ValueError`` unless exactly one is given."""
 
     @abstractmethod
     def responses(self, run_id: str, seq: int) -> list[Any]:
         """The answers recorded to execution ``seq``'s input requests (the input pauses whose
         ``paused_seq`` is ``seq``), in the order asked, strictly decoded. Raises :class:`StoreDamaged`."""
-
-    @abstractmethod
-    def due_pauses(self, now: datetime) -> list[Checkpoint]:
-        """Undecided checkpoints whose deadline is at or before ``now`` (UTC)."""
 
     @abstractmethod
     def pending_decisions(self, limit: int) -> list[PendingDecision]:

@@ -24,14 +24,14 @@ from typing import Any, ClassVar, Literal
 
 from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun, quoted
-from ..models import Checkpoint, Event, OwnedRun, Owner, PendingDecision, RunHead, RunSummary, StepRecord
+from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import PAUSED as PAUSED_RUNS
 from ..status import AnnouncementOutcome, Decision, RunStatus, StepStatus
 from ..status import PAUSE_KINDS as PAUSING
 from .base import RunStore, StoreDamaged
 from .connections import ThreadConnections
 from .reads import Lookup, RunState, StepBrief
-from .rows import (_execution, _lenient_time, _owner, _position, _summary_fields, _summary_or_none, _time, _vocabulary,
+from .rows import (_execution, _owner, _position, _summary_fields, _summary_or_none, _time, _vocabulary,
                    checkpoint_from_row, readable, step_from_row)
 
 # Columns of ``runs`` a listing reads (no input, no definition).
@@ -281,14 +281,14 @@ class SqlStore(RunStore):
         return value or {}
 
     @translated
-    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
+    def list_runs(self, *, status: str | None = None, workflow: str | None = None, limit: int | None = 100,
                   before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
                   within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
-                  search: str | None = None) -> list[RunSummary]:
+                  search: str | None = None, parent: str | None = None) -> list[RunSummary]:
         # Each matching workflow name of a search (found by a loose index scan) is read in its
         # index's order and the streams are merged, so no match is sorted and at most about
         # ``limit`` rows per name are read.
-        if not all(matchable(key) for key in (workflow, search) if key):
+        if not all(matchable(key) for key in (workflow, search, parent) if key):
             return []
         where: list[str] = []
         params: list[Any] = []
@@ -298,6 +298,9 @@ class SqlStore(RunStore):
         if workflow:
             where.append("workflow = ?")
             params.append(workflow)
+        if parent is not None:
+            where.append("parent_run_id = ?")
+            params.append(parent)
         if before:
             where.append("(created_at, run_id) < (?, ?)")
             params.extend(self._position_values(before))
@@ -314,8 +317,10 @@ class SqlStore(RunStore):
             sql = f"SELECT {SUMMARY_COLUMNS} FROM runs"
             if clauses:
                 sql += " WHERE " + " AND ".join(clauses)
-            sql += f" ORDER BY created_at {order}, run_id {order} LIMIT ?"
-            return self._rows(sql, [*params, *values, limit])
+            sql += f" ORDER BY created_at {order}, run_id {order}"
+            if limit is None:
+                return self._rows(sql, [*params, *values])
+            return self._rows(sql + " LIMIT ?", [*params, *values, limit])
 
         if not search:
             rows: Iterator[dict[str, Any]] = iter(runs())
@@ -339,11 +344,6 @@ class SqlStore(RunStore):
                SELECT name FROM names WHERE name IS NOT NULL""", (low, high, high))]
 
     @translated
-    def owner_of(self, run_id: str) -> Owner | None:
-        r = self._head_row(run_id, "status, lease_host, lease_pid, lease_pid_start, lease_expires_at")
-        return _owner(r) if r["status"] == RunStatus.RUNNING else None
-
-    @translated
     def count_by_status(self) -> dict[str, int]:
         # From the run_counts table its triggers keep: a few rows, whatever the number of runs (on
         # PostgreSQL a few per status, summed).
@@ -351,41 +351,34 @@ class SqlStore(RunStore):
             "SELECT status, CAST(sum(runs) AS BIGINT) AS runs FROM run_counts GROUP BY status HAVING sum(runs) > 0")}
 
     @translated
-    def forks(self, run_id: str) -> list[str]:
-        return [r["run_id"] for r in self._rows(
-            "SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY created_at", (run_id,))]
-
-    @translated
-    def running_owners(self) -> list[Owner]:
-        rows = self._rows("SELECT DISTINCT lease_host, lease_pid, lease_pid_start, lease_expires_at FROM runs "
-                          "WHERE status = ?", (RunStatus.RUNNING.value,))
-        return list(dict.fromkeys(_owner(r) for r in rows))
-
-    @translated
-    def runs_in(self, statuses: Iterable[str], *, workflows: Iterable[str] | None = None,
+    def runs_in(self, statuses: Iterable[str], *, run_ids: Sequence[str] | None = None,
+                workflows: Iterable[str] | None = None, owner: Owner | None = None,
                 updated_before: datetime | None = None, limit: int | None = None) -> list[RunState]:
+        if run_ids is not None and not run_ids:
+            return []
         wanted, values = self._one_of("status", [str(s) for s in statuses])
         where, params = [wanted], [*values]
+        if run_ids is not None:  # listed: the planner reads them by the primary key, not every run of a status
+            among, ids = self._one_of("run_id", [i for i in run_ids if matchable(i)])
+            where.append(among)
+            params += ids
         if workflows is not None:
             names, values = self._one_of("workflow", list(workflows))
             where.append(names)
             params += values
+        if owner is not None:
+            where.append(f"{self._same('lease_host')} AND {self._same('lease_pid', 'bigint')} AND "
+                         f"{self._same('lease_pid_start')}")
+            params += [owner.host, owner.pid, owner.pid_start]
         if updated_before is not None:
             where.append("updated_at < ?")
             params.append(self._stamp(updated_before))
         order = "" if limit is None else " ORDER BY updated_at LIMIT ?"
-        rows = self._rows("SELECT run_id, status, lease_host, lease_pid, lease_pid_start, lease_expires_at FROM runs "
-                          f"WHERE {' AND '.join(where)}{order}", (*params, *(() if limit is None else (limit,))))
-        return [RunState(r["run_id"], RunStatus(r["status"]), _owner(r) if r["status"] == RunStatus.RUNNING else None)
-                for r in rows]
-
-    @translated
-    def owned_runs(self, owner: Owner) -> list[OwnedRun]:
-        rows = self._rows(f"SELECT run_id, lease_token, lease_expires_at FROM runs WHERE status = ? AND "
-                          f"{self._same('lease_host')} AND {self._same('lease_pid', 'bigint')} AND "
-                          f"{self._same('lease_pid_start')}", (RunStatus.RUNNING.value, owner.host, owner.pid,
-                                                               owner.pid_start))
-        return [OwnedRun(run_id=r["run_id"], token=r["lease_token"], expires_at=_lenient_time(r["lease_expires_at"]))
+        rows = self._rows("SELECT run_id, status, lease_token, lease_host, lease_pid, lease_pid_start, lease_expires_at "
+                          f"FROM runs WHERE {' AND '.join(where)}{order}",
+                          (*params, *(() if limit is None else (limit,))))
+        return [RunState(r["run_id"], RunStatus(r["status"]), _owner(r), r["lease_token"])
+                if r["status"] == RunStatus.RUNNING else RunState(r["run_id"], RunStatus(r["status"]), None)
                 for r in rows]
 
     # ---- reads: steps and outputs
@@ -430,10 +423,13 @@ class SqlStore(RunStore):
 
     @translated
     def step(self, run_id: str, seq: int | None = None, *, name: str | None = None) -> StepRecord | None:
-        if (seq is None) == (name is None):
-            raise ValueError("step: a seq or a name")
-        if name is None:
+        if seq is not None and name is not None:
+            raise ValueError("step: a seq or a name, not both")
+        if seq is not None:
             r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq = ?", (run_id, seq))
+        elif name is None:
+            r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? ORDER BY s.seq DESC LIMIT 1",
+                          (run_id,))
         elif not matchable(name):
             return None
         else:
@@ -442,12 +438,12 @@ class SqlStore(RunStore):
         return None if r is None else step_from_row(r)
 
     @translated
-    def step_output(self, run_id: str, seq: int) -> Any:
-        r = self._row("SELECT value FROM outputs WHERE run_id = ? AND seq = ?", (run_id, seq))
-        return None if r is None else readable(r["value"])
-
-    @translated
-    def output_of(self, run_id: str, name: str) -> tuple[bool, Any]:
+    def output(self, run_id: str, seq: int | None = None, *, name: str | None = None) -> tuple[bool, Any]:
+        if (seq is None) == (name is None):
+            raise ValueError("output: a seq or a name")
+        if name is None:
+            r = self._row("SELECT value FROM outputs WHERE run_id = ? AND seq = ?", (run_id, seq))
+            return (False, None) if r is None else (True, readable(r["value"]))
         r = self._row(
             "SELECT s.seq, (SELECT value FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS value "
             "FROM steps s WHERE s.run_id = ? AND s.name = ? AND s.parent_seq IS NULL AND s.status = ? "
@@ -455,10 +451,6 @@ class SqlStore(RunStore):
         if r is None:
             return False, None
         return True, self._strict(r["value"], f"the output of step '{name}' of run {run_id}")
-
-    @translated
-    def max_seq(self, run_id: str) -> int:
-        return self._row("SELECT coalesce(max(seq), -1) AS seq FROM steps WHERE run_id = ?", (run_id,))["seq"]
 
     # ---- reads: checkpoints and events
 
@@ -479,21 +471,21 @@ class SqlStore(RunStore):
         return None if r is None else checkpoint_from_row(r)
 
     @translated
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        return [checkpoint_from_row(r) for r in self._rows(
-            "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id", (run_id,))]
+    def checkpoints(self, run_id: str | None = None, *, due: datetime | None = None) -> list[Checkpoint]:
+        if (run_id is None) == (due is None):
+            raise ValueError("checkpoints: a run or a due time")
+        if due is not None:  # the condition of the partial index checkpoints_due
+            rows = self._rows(f"SELECT * FROM checkpoints WHERE deadline_at IS NOT NULL AND deadline_at <= ? AND "
+                              f"{UNDECIDED} ORDER BY checkpoint_id", (self._stamp(due),))
+        else:
+            rows = self._rows("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY checkpoint_id", (run_id,))
+        return [checkpoint_from_row(r) for r in rows]
 
     @translated
     def responses(self, run_id: str, seq: int) -> list[Any]:
         rows = self._rows(f"SELECT step, value FROM checkpoints WHERE run_id = ? AND {PAUSED} AND kind = 'input' "
                           "AND paused_seq = ? AND decision = 'responded' ORDER BY checkpoint_id", (run_id, seq))
         return [self._strict(r["value"], f"a response to step '{r['step']}' of run {run_id}") for r in rows]
-
-    @translated
-    def due_pauses(self, now: datetime) -> list[Checkpoint]:
-        return [checkpoint_from_row(r) for r in self._rows(
-            f"SELECT * FROM checkpoints WHERE deadline_at IS NOT NULL AND deadline_at <= ? AND {UNDECIDED} "
-            "ORDER BY checkpoint_id", (self._stamp(now),))]
 
     @translated
     def pending_decisions(self, limit: int) -> list[PendingDecision]:

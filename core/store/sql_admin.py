@@ -72,7 +72,10 @@ class SqlAdmin(SqlStore):
                       "(SELECT 1 FROM runs r WHERE r.fingerprint = definitions.fingerprint)", (prints,))
 
     @translated
-    def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None) -> None:
+    def copy_for_fork(self, parent: str, child: str, cut_seq: int, children_before: int | None = None, *,
+                      approvals: Sequence[int] = (), at: datetime | None = None) -> list[int]:
+        if approvals and at is None:
+            raise ValueError("copy_for_fork: inherited approvals need their time (at)")
         # In SQL: upstream outputs move as stored text, never decoded or re-run. Three inserts, each
         # read in the primary key's order (no sort), appended in seq order.
         copied = (cut_seq, cut_seq, children_before)
@@ -92,9 +95,10 @@ class SqlAdmin(SqlStore):
         self._execute(f"INSERT INTO outputs (run_id, seq, value) SELECT CAST(? AS text), o.seq, o.value FROM steps s "
                       "JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
                       f"WHERE s.run_id = ? AND {_FORK_COPIED} ORDER BY s.seq", (child, parent, *copied))
+        return [self._inherit_approval(cp, child, at) for cp in approvals]
 
-    @translated
-    def inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
+    def _inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
+        """Copy one decided approval checkpoint into ``child``; its new id (see :meth:`copy_for_fork`)."""
         # The decision keeps its original author and time; the comment names where it came from, the
         # state the origin: {"inherited_from":{"run_id":..,"checkpoint_id":..}}.
         new_id = self._insert_one(

@@ -1,8 +1,9 @@
-"""The SQLite backend of :class:`~relaypoint.store.base.RunStore`: one file, schema, migrations, queries.
+"""The SQLite backend of :class:`~relaypoint.store.base.RunStore`: one file; opening it (checks, migrations
+from :mod:`.migrations.sqlite`), its connections and transactions, and its dialect hooks.
 
 WAL mode, a busy timeout, owner-only permissions on a new file, ``synchronous=FULL`` by default
 (``durability="normal"``: ``NORMAL``). Every write happens in a ``BEGIN IMMEDIATE`` transaction, so
-a step boundary commits as one unit. Each thread using a store has a connection of its own (see
+a change (:meth:`RunStore.commit`) commits as one unit. Each thread using a store has a connection of its own (see
 :mod:`.connections`), and the writers of one process take turns on a lock (:class:`_Writers`).
 Listing reads only the ``runs`` table (progress is kept there); step outputs live in their own
 append-only table and are read one at a time, when asked for.
