@@ -67,22 +67,7 @@ def _commit_boundary_function(schema: str, notify: str | None, document: bool = 
             BEGIN
                 PERFORM pg_advisory_xact_lock_shared({p}lock1, {p}lock2);
                 UPDATE {schema}.runs SET
-                    status = CASE WHEN 'status' = ANY({p}fields) THEN {p}status ELSE status END,
-                    updated_at = CASE WHEN 'updated_at' = ANY({p}fields) THEN {p}updated_at ELSE updated_at END,
-                    current_step = CASE WHEN 'current_step' = ANY({p}fields) THEN {p}current_step ELSE current_step END,
-                    steps_done = CASE WHEN 'steps_done' = ANY({p}fields) THEN {p}steps_done ELSE steps_done END,
-                    steps_total = CASE WHEN 'steps_total' = ANY({p}fields) THEN {p}steps_total ELSE steps_total END,
-                    error = CASE WHEN 'error' = ANY({p}fields) THEN {p}error ELSE error END,
-                    fingerprint = CASE WHEN 'fingerprint' = ANY({p}fields) THEN {p}fingerprint ELSE fingerprint END,
-                    suspect_deaths = CASE WHEN 'suspect_deaths' = ANY({p}fields) THEN {p}suspect_deaths
-                                          ELSE suspect_deaths END,
-                    lease_token = CASE WHEN 'lease' = ANY({p}fields) THEN {p}lease_token ELSE lease_token END,
-                    lease_pid = CASE WHEN 'lease' = ANY({p}fields) THEN {p}lease_pid ELSE lease_pid END,
-                    lease_pid_start = CASE WHEN 'lease' = ANY({p}fields) THEN {p}lease_pid_start ELSE lease_pid_start END,
-                    lease_host = CASE WHEN 'lease' = ANY({p}fields) THEN {p}lease_host ELSE lease_host END,
-                    lease_expires_at = CASE WHEN 'lease' = ANY({p}fields) THEN {p}lease_expires_at
-                                            ELSE lease_expires_at END,
-                    heartbeat_at = CASE WHEN 'lease' = ANY({p}fields) THEN {p}heartbeat_at ELSE heartbeat_at END
+                    {_kept_unless_given(p)}
                 WHERE run_id = {p}run AND ({p}fence IS NULL OR lease_token = {p}fence);
                 GET DIAGNOSTICS updated = ROW_COUNT;
                 IF updated <> 1 THEN
@@ -124,6 +109,15 @@ def _commit_boundary_function(schema: str, notify: str | None, document: bool = 
                 END IF;
                 RETURN cp;
             END $$""")
+
+
+def _kept_unless_given(p: str) -> str:
+    """The SET list of version 1 to 9's ``commit_boundary``: each run column takes the argument's value
+    when its field is named in ``fields`` (the lease columns all together, as ``lease``), else keeps its own."""
+    given = [(c, c) for c in ("status", "updated_at", "current_step", "steps_done", "steps_total", "error",
+                              "fingerprint", "suspect_deaths")] + [(c, "lease") for c in LEASE_COLUMNS]
+    return ",\n                    ".join(f"{c} = CASE WHEN '{f}' = ANY({p}fields) THEN {p}{c} ELSE {c} END"
+                                         for c, f in given)
 
 
 def _notification(schema: str, notify: str | None, listened: bool) -> str:
