@@ -22,7 +22,7 @@ from relaypoint import encoding
 from relaypoint import RefusedTransition, RunStatus, Runtime, StepStatus
 from relaypoint.store import StoreReadOnly
 from relaypoint.store.migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
-from relaypoint.store.sqlite import APP_ID
+from relaypoint.store.migrations import APP_ID
 
 DATA = Path(__file__).resolve().parent / "data"
 sys.path.insert(0, str(DATA))

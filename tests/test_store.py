@@ -19,7 +19,8 @@ from relaypoint import RunStatus, Runtime, StepStatus, StoreError
 from relaypoint.store import (Change, Lookup, NewCheckpoint, NewEvent, NewRun, NewStep, RunUpdate, StepEnd, StepStart, StoreMissing,
                               open_store)
 from relaypoint.store.migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
-from relaypoint.store.sqlite import APP_ID, SqliteStore
+from relaypoint.store.migrations import APP_ID
+from relaypoint.store.sqlite import SqliteStore
 
 
 def test_a_new_store_is_owner_only_in_wal_mode_with_its_schema_version(tmp_path):

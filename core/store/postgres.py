@@ -33,13 +33,14 @@ from .base import (NotAStore, RunLocked, StoreBusy, StoreDamaged, StoreDenied, S
                    StoreReadOnly, StoreUnreachable)
 from .commit import SqlCommit, event_detail
 from .connections import ThreadConnections
+from .migrations import APP_ID, stored_version
 from .migrations.postgres import (CHECKPOINT_ARRAYS, FENCE_REFUSED, INSERTED_ARRAYS, LOCK_CLASS, MIGRATIONS,
                                   SCHEMA_VERSION, channel, lock_key)
 from .pg_changes import NOTIFY_IF_WRITTEN, ChangeFeed, count_commit
 from .pg_connect import (CONNECT_TIMEOUT_SECONDS, POOL_MAX_SIZE, Server, close_quietly, connect_settings, idle,
                          join_pool, leave_pool, one_line)
 from .schema import LEASE_COLUMNS
-from .sql import NESTED, PAUSED, UNDECIDED, translated
+from .sql import PAUSED, UNDECIDED, translated
 from .sql_admin import SqlAdmin, id_column
 from .url import postgres_where
 from .writes import KEEP, Change, Committed, NewStep, Superseded
@@ -49,7 +50,6 @@ from .writes import KEEP, Change, Committed, NewStep, Superseded
 # (and, in the console, over its screen).
 logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
-APP_ID = "relaypoint"
 _LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 _LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s, %s)"
 # A run's transaction, after the schema's lock (shared; the order every writer takes them in): the
@@ -202,17 +202,8 @@ class PostgresStore(SqlAdmin, SqlCommit):
         if "meta" not in catalog["tables"]:
             raise NotAStore(f"schema {self.schema} of {self._database()} holds tables but is not a relaypoint "
                             "store (no meta table); name another schema with ?schema=NAME")
-        meta = {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
-        if meta.get("app") != APP_ID:
-            raise NotAStore(f"schema {self.schema} of {self._database()} is not a relaypoint store")
-        text = meta.get("schema_version")
-        try:
-            version = int(text)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            version = 0
-        if version < 1:
-            raise StoreDamaged(f"{self._where} has an unreadable schema version {text!r}; it cannot be opened safely")
-        return version
+        return stored_version({r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")},
+                              self._where, f"schema {self.schema} of {self._database()} is not a relaypoint store")
 
     def _database(self) -> str:
         return self._where.rsplit("/", 1)[0]
@@ -392,8 +383,6 @@ class PostgresStore(SqlAdmin, SqlCommit):
 
     @contextmanager
     def _write(self, run: str | None = None, skip_locked: bool = False) -> Iterator[None]:
-        if self._threads.in_transaction:
-            raise RuntimeError(NESTED)
         with self._connection() as conn:
             self._threads.in_transaction = True
             try:
@@ -481,8 +470,6 @@ class PostgresStore(SqlAdmin, SqlCommit):
 
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
-        if self._threads.in_transaction:
-            raise RuntimeError(NESTED)
         self._ensure_connected()
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")

@@ -172,13 +172,13 @@ class SqlStore(RunStore):
     def _write(self, run: str | None = None, skip_locked: bool = False) -> AbstractContextManager[None]:
         """A write transaction on this thread's connection (``run``, ``skip_locked``: see
         :meth:`transaction`), committed when the block ends and rolled back on an exception (driver
-        errors may come out untranslated: :meth:`transaction` translates them). Raises
-        ``RuntimeError`` inside another."""
+        errors may come out untranslated: :meth:`transaction` translates them). Called outside any
+        other (see :meth:`_outside_transaction`)."""
 
     @abstractmethod
     def _snapshot(self) -> AbstractContextManager[None]:
-        """A read-only transaction in which every query sees the store as of one instant. Raises
-        ``RuntimeError`` inside :meth:`transaction`."""
+        """A read-only transaction in which every query sees the store as of one instant. Called
+        outside any other (see :meth:`_outside_transaction`)."""
 
     @abstractmethod
     def _exported(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
@@ -191,6 +191,7 @@ class SqlStore(RunStore):
     def transaction(self, run: str | None = None, *, skip_locked: bool = False) -> Iterator[None]:
         if self.readonly:
             raise self.read_only_error()
+        self._outside_transaction()
         try:
             with self._write(run, skip_locked):
                 yield
@@ -204,6 +205,12 @@ class SqlStore(RunStore):
     @property
     def readonly_reason(self) -> str | None:
         return self._readonly_reason if self.readonly else None
+
+    def _outside_transaction(self) -> None:
+        """Raise ``RuntimeError`` when this thread already holds a store transaction (they do not nest:
+        its connection is in use)."""
+        if self._threads.in_transaction:
+            raise RuntimeError(NESTED)
 
     def _row(self, sql: str, params: Any = ()) -> dict[str, Any] | None:
         rows = self._rows(sql, params)

@@ -122,6 +122,7 @@ class SqlAdmin(SqlStore):
     @translated
     def export_runs(self, run_ids: Sequence[str]) -> list[RunRows]:
         among, ids = self._among("run_id", run_ids)
+        self._outside_transaction()
         with self._snapshot():  # a boundary committed meanwhile is not half seen
             runs = self._rows(f"SELECT {', '.join(RUN_ROW)}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS "
                               f"definition FROM runs WHERE {among} ORDER BY created_at, run_id", (ids,))

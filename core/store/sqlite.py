@@ -30,12 +30,12 @@ from ..errors import InvalidValue, StoreError
 from .base import NotAStore, StoreBusy, StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly
 from .commit import SqlCommit
 from .connections import ThreadConnections
+from .migrations import APP_ID, stored_version
 from .migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
 from .schema import ROW_TIMES
-from .sql import NESTED, translated
+from .sql import translated
 from .sql_admin import SqlAdmin, id_column
 
-APP_ID = "relaypoint"
 SQLITE_HEADER_BYTES = 100
 
 
@@ -209,17 +209,8 @@ class SqliteStore(SqlAdmin, SqlCommit):
                             "point --db at a relaypoint store")
 
     def _schema_version(self) -> int:
-        meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
-        if meta.get("app") != APP_ID:
-            raise NotAStore(f"{self.path} is an SQLite file but not a relaypoint store")
-        text = meta.get("schema_version")
-        try:
-            version = int(text)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            version = 0
-        if version < 1:  # meta and the first schema are written in one transaction: this is damage
-            raise StoreDamaged(f"{self.path} has an unreadable schema version {text!r}; it cannot be opened safely")
-        return version
+        return stored_version(dict(self.conn.execute("SELECT key, value FROM meta").fetchall()), str(self.path),
+                              f"{self.path} is an SQLite file but not a relaypoint store")
 
     def _check_and_migrate(self) -> None:
         # Read before writing anything: a foreign or corrupt file must come out untouched.
@@ -309,8 +300,6 @@ class SqliteStore(SqlAdmin, SqlCommit):
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` as this process's one writer of the file (see
         :class:`_Writers`), rolled back on any exception (sqlite3 errors raw). One writer at a time:
         ``run`` and ``skip_locked`` change nothing here."""
-        if self._threads.in_transaction:
-            raise RuntimeError(NESTED)
         with self._writers:
             self.conn.execute("BEGIN IMMEDIATE")
             self._threads.in_transaction = True
@@ -384,8 +373,6 @@ class SqliteStore(SqlAdmin, SqlCommit):
 
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
-        if self._threads.in_transaction:
-            raise RuntimeError(NESTED)
         self.conn.execute("BEGIN")  # in WAL mode, a read transaction sees one snapshot
         try:
             yield

@@ -161,7 +161,7 @@ class StepEnd:
     seq: int
     status: StepStatus
     error: str | None = None
-    traceback: str | None = None
+    traceback: str | None = field(default=None, repr=False)  # long: a Change's repr stays readable
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,29 @@ tables they arrive at are :mod:`relaypoint.store.schema`'s.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from ..base import NotAStore, StoreDamaged
+
+APP_ID = "relaypoint"  # the meta table's "app": what says a database is a relaypoint store
+
+
+def stored_version(meta: Mapping[str, str], where: str, foreign: str) -> int:
+    """The schema version a store's meta table (``meta``: key -> value) records. Raises
+    ``NotAStore`` (message ``foreign``) when it is not relaypoint's, ``StoreDamaged`` naming
+    ``where`` when the version is unreadable (meta and the first schema are written in one
+    transaction: this is damage)."""
+    if meta.get("app") != APP_ID:
+        raise NotAStore(foreign)
+    text = meta.get("schema_version")
+    try:
+        version = int(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        version = 0
+    if version < 1:
+        raise StoreDamaged(f"{where} has an unreadable schema version {text!r}; it cannot be opened safely")
+    return version
+
 
 def paused_seq_derived(prefix: str) -> list[str]:
     """The statements that give existing pauses their ``paused_seq`` (SQLite's version 5,
