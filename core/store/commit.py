@@ -68,8 +68,9 @@ class SqlCommit(SqlStore):
         return self._commit_alone(change)
 
     def _commit_alone(self, change: Change) -> Committed:
-        """``change`` in a transaction of its own (a backend with a one-call commit overrides it)."""
-        with self.transaction(change.run_id):
+        """``change`` in a transaction of its own (a backend with a one-call commit overrides it);
+        :meth:`commit` has checked what :meth:`transaction` would."""
+        with self._write(change.run_id):
             return self._apply(change)
 
     def _apply(self, c: Change) -> Committed:
@@ -109,9 +110,9 @@ class SqlCommit(SqlStore):
             self._execute(_REOPEN, (c.reopened,))
         checkpoint_id = None
         for cp in c.checkpoints:
-            checkpoint_id = self._inserted_id(_CHECKPOINT_INSERT, (
+            checkpoint_id = self._insert_one(_CHECKPOINT_INSERT, (
                 cp.run_id, cp.seq, cp.step, cp.kind, at if cp.at == c.at else self._stamp(cp.at), self._free(cp.reason),
-                cp.state, self._stamp(cp.deadline_at), cp.paused_seq))
+                cp.state, self._stamp(cp.deadline_at), cp.paused_seq), "checkpoint_id")
         if c.events:
             self._execute_many(_EVENT_INSERT, [
                 (rid, at, ev.kind, ev.step, self._free(ev.actor),
@@ -159,10 +160,6 @@ class SqlCommit(SqlStore):
             raise self._refused(rid)
         if u.definition is not KEEP:  # after the fence: a refused change writes nothing
             self._keep_definition(u.fingerprint, u.definition)
-
-    def _inserted_id(self, sql: str, params: Sequence[Any]) -> int:
-        """Run an INSERT of one row; the id it was given."""
-        return self._row(sql + " RETURNING checkpoint_id", params)["checkpoint_id"]
 
     def _replace(self, run_id: str, steps: Sequence[NewStep]) -> list[str]:
         """A ``replaced`` chain (see :class:`Change`); returns the names of the dropped steps."""

@@ -160,6 +160,11 @@ class SqlStore(RunStore):
     def _same(column: str, sql_type: str = "text") -> str:
         """A condition "``column`` equals the ``?`` parameter", NULL matching NULL."""
 
+    @abstractmethod
+    def _insert_one(self, sql: str, params: Any, id_column: str) -> int | None:
+        """Run an ``INSERT`` (``?`` placeholders) of at most one row on the open connection; the
+        ``id_column`` of the row it inserted, or None when it inserted none."""
+
     @staticmethod
     def _indexed_by(index: str) -> str:
         """The hint, after a table's name, that a query reads it through ``index`` ("" where the

@@ -29,15 +29,10 @@ _FORK_COPIED = ("(coalesce(s.parent_seq, s.seq) < CAST(? AS bigint) "
 
 class SqlAdmin(SqlStore):
     """The administration methods of a :class:`~.sql.SqlStore`. A backend provides, besides the
-    dialect hooks of :class:`~.sql.SqlStore`: :meth:`_insert_one`, :meth:`_json_text`,
+    dialect hooks of :class:`~.sql.SqlStore`: :meth:`_json_text`,
     :meth:`_reserve` (when its ids come from a sequence), :meth:`make_room` and :meth:`_allocate`."""
 
     # ---- dialect hooks
-
-    @abstractmethod
-    def _insert_one(self, sql: str, params: Any, id_column: str) -> int | None:
-        """Run an ``INSERT ... SELECT`` (``?`` placeholders) of at most one row on the open connection;
-        the ``id_column`` of the row it inserted, or None when it inserted none."""
 
     @staticmethod
     @abstractmethod

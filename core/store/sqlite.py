@@ -340,7 +340,10 @@ class SqliteStore(SqlAdmin, SqlCommit):
         return self.conn.execute(sql, tuple(params)).rowcount
 
     def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        self.conn.executemany(sql, rows)
+        if len(rows) == 1:  # most parts of a boundary are one row: execute costs less than executemany
+            self.conn.execute(sql, rows[0])
+        else:
+            self.conn.executemany(sql, rows)
 
     @staticmethod
     def _stamp(dt: datetime | None) -> str | None:
@@ -385,11 +388,6 @@ class SqliteStore(SqlAdmin, SqlCommit):
         except (ValueError, TypeError, AttributeError):
             raise StoreDamaged(f"run {run_id} in {self.path} has an unreadable time (edited by hand?); fix the row "
                                "or delete the run, then copy again") from None
-
-    # ---- writes
-
-    def _inserted_id(self, sql: str, params: Sequence[Any]) -> int:
-        return int(self.conn.execute(sql, params).lastrowid)
 
     # ---- copying between stores
 

@@ -5,6 +5,9 @@ A change is what one event in a run's life writes (its start, a step boundary, a
 decision, a fork, a cancel, a recovery, a lease renewal), committed at once by
 :meth:`RunWrites.commit`: all of it, or nothing. Values are as the read contract says: times aware
 UTC, JSON values as already-encoded JSON text.
+
+The parts are slotted dataclasses, values by convention and not frozen: every boundary builds
+several, and a frozen dataclass's ``__init__`` costs several times a plain one's.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ KEEP: Final = _Keep()
 """A :class:`RunUpdate` field left as it is (None, for the fields that may hold it, clears them)."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NewRun:
     """A run to insert, with its input and definition (JSON text; the definition is kept once per
     fingerprint). ``lease``: the claiming process's lease (None for a queued run, e.g. a fork).
@@ -65,7 +68,7 @@ class NewRun:
     lease: Lease | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NewStep:
     """A step execution to insert at ``seq``. ``options``: JSON text of the step's options.
     ``parent``: the ``seq`` of the execution that spawned it (None at top level). ``status`` and
@@ -82,7 +85,7 @@ class NewStep:
     attempts: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NewCheckpoint:
     """A checkpoint to insert. ``kind``: start, boundary, approval, input, orphan or fork.
     ``seq``: the execution the run continues with from here. ``state``: the driver state as JSON
@@ -100,7 +103,7 @@ class NewCheckpoint:
     paused_seq: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NewEvent:
     """An audit event (its run and time are the change's); build one with :mod:`relaypoint.events`.
     ``detail``: JSON-able. ``names_checkpoint``: the detail starts with ``checkpoint_id``, the id of
@@ -113,7 +116,7 @@ class NewEvent:
     names_checkpoint: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RunUpdate:
     """Fields of the run's row to set; each left :data:`KEEP` is kept. ``lease``: a :class:`Lease`
     sets the lease columns, None clears them. ``definition``: JSON text, kept under ``fingerprint``
@@ -139,11 +142,13 @@ class RunUpdate:
 
     def given(self) -> dict[str, Any]:
         """The fields set (``touch`` and ``definition`` aside), by name, in declaration order."""
-        return {f.name: v for f in fields(self) if f.name not in ("touch", "definition")
-                and (v := getattr(self, f.name)) is not KEEP}
+        return {name: v for name in _UPDATABLE if (v := getattr(self, name)) is not KEEP}
 
 
-@dataclass(frozen=True)
+_UPDATABLE = tuple(f.name for f in fields(RunUpdate) if f.name not in ("touch", "definition"))
+
+
+@dataclass(slots=True)
 class StepStart:
     """The execution a change starts: ``step`` is the ``seq`` of an existing row, or a
     :class:`NewStep` to append. It becomes running with ``attempts = attempt``, ``started_at`` the
@@ -153,7 +158,7 @@ class StepStart:
     attempt: int = 1
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StepEnd:
     """Execution ``seq`` ends in ``status`` at the change's time (``finished_at``); ``error`` and
     ``traceback`` (a failure's) are set, or cleared when None."""
@@ -164,7 +169,7 @@ class StepEnd:
     traceback: str | None = field(default=None, repr=False)  # long: a Change's repr stays readable
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Decide:
     """Record the decision of checkpoint ``checkpoint_id``, decided at the change's time: only while
     it is undecided (else the change raises :class:`Superseded`). ``value_json``: an approved
@@ -177,7 +182,7 @@ class Decide:
     value_json: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ClosePauses:
     """Decide every undecided pausing checkpoint of the run as ``decision`` (e.g. cancelled), by ``by``."""
 
@@ -185,7 +190,7 @@ class ClosePauses:
     by: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Change:
     """Everything one event in a run's life writes, committed by :meth:`RunWrites.commit` in this
     order: ``new`` (the run inserted), ``inserted`` (executions appended as given), ``replaced``
@@ -214,7 +219,7 @@ class Change:
     inserted: Sequence[NewStep] = ()
     replaced: Sequence[NewStep] | None = None
     decided: Decide | None = None
-    run: RunUpdate | None = RunUpdate()
+    run: RunUpdate | None = field(default_factory=RunUpdate)
     ended: Sequence[StepEnd] = ()
     marked: Mapping[int, StepStatus] = field(default_factory=dict)
     cancel_open: bool = False
@@ -232,7 +237,7 @@ class Change:
             raise ValueError(f"Change: the new run is {self.new.run_id}, not {self.run_id}")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Committed:
     """What :meth:`RunWrites.commit` made: the id of the last checkpoint inserted (None without
     one), and the top-level steps a ``replaced`` chain dropped."""
