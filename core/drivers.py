@@ -143,6 +143,11 @@ class Driver(ABC):
         (the default: the run fails)."""
         return f"step '{call.name}'{where(call)} failed: {error}"
 
+    def max_concurrency(self, call: Call) -> int | None:
+        """At most how many of the independent calls ``call`` is one of (a :class:`RunSteps`) may
+        be in flight at once; None: all of them (the default)."""
+        return None
+
     def view(self, state: State) -> Mapping[str, Any]:
         """What ``ctx.state`` shows an execution asked for in ``state`` (default: the state)."""
         return state
