@@ -39,8 +39,9 @@ class Forks:
             rid = self.store.resolve(run_id)
             parent = self.store.run(rid, documents=False)
             step = step_named(self.store, rid, from_step)
-            copied = self.store.steps(rid, before=step.seq)  # the top-level executions the fork reuses
-            missing = next((s for s in copied if s.status != StepStatus.COMPLETED), None)
+            # of the top-level executions the fork reuses, those not completed and the gates
+            looked_at = self.store.steps(rid, before=step.seq)
+            missing = next((s for s in looked_at if s.status != StepStatus.COMPLETED), None)
             if missing is not None:
                 raise RefusedTransition(f"step '{missing.name}' of run {rid} has not completed, so there is no "
                                         f"output to reuse; fork from '{missing.name}' or earlier")
@@ -61,7 +62,7 @@ class Forks:
                 created_at=at, steps_total=parent.steps_total, current_step=step.name,
                 steps_done=step.seq,  # every top-level execution before it completed (else refused above)
                 parent_run_id=rid, forked_from_step=step.name)))
-            approved, hold = self._approvals(rid, gates(copied))
+            approved, hold = self._approvals(rid, looked_at)
             made = self.store.copy_for_fork(rid, new_id, step.seq, None if iteration is None else cut,
                                             approvals=[cp.checkpoint_id for _, cp in approved], at=at)
             fork = NewCheckpoint(new_id, CheckpointKind.FORK, cut, step.name, at, state=encoding.dumps(state, "state"))
@@ -135,9 +136,3 @@ class Forks:
             run = RunUpdate(status=RunStatus.AWAITING_APPROVAL, current_step=s.name, lease=None)
             made.append(events.paused(CheckpointKind.APPROVAL, s.name, reason, deadline))
         self.store.commit(Change(child, at, run=run, checkpoints=checkpoints, events=made))
-
-
-def gates(executions: list[StepRecord]) -> list[StepRecord]:
-    """Of ``executions``, those whose options ask for approval (``"approval"`` true, 1 or 1.0, never
-    "1"): the gates a fork carries over."""
-    return [s for s in executions if not isinstance(flag := s.options.get("approval"), str) and flag == 1]

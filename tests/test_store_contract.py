@@ -12,7 +12,6 @@ import pytest
 
 from relaypoint import encoding
 from relaypoint.errors import InvalidValue, LeaseLost, StoreError, UnknownRun
-from relaypoint.forks import gates
 from relaypoint.models import Lease, Owner
 from relaypoint.status import AnnouncementOutcome, RunStatus, StepStatus
 from relaypoint.workflow import fingerprint
@@ -161,23 +160,31 @@ def test_runs_of_one_definition_share_it_and_a_drift_records_the_new_one(store):
         store.run_document("nope", "definition", text=True)
 
 
-def test_the_top_level_chain_before_a_seq_gives_a_forks_open_step_and_gates(store):
+def test_the_top_level_chain_before_a_seq_gives_what_a_fork_looks_at_its_open_steps_and_gates(store):
     add_run(store, "r1", owner=lease(), steps=())
     gate = '{"approval": true}'
-    stage(store, "r1", inserted=[NewStep(seq=0, name="a", idempotency_key="r1/a", status=StepStatus.COMPLETED),
+    done = StepStatus.COMPLETED
+    stage(store, "r1", inserted=[NewStep(seq=0, name="a", idempotency_key="r1/a", status=done),
                                  NewStep(seq=1, name="b", idempotency_key="r1/b", options=gate),
                                  NewStep(seq=2, name="c", idempotency_key="r1/c", status=StepStatus.FAILED),
-                                 NewStep(seq=3, name="d", idempotency_key="r1/d", options=gate),
-                                 NewStep(seq=4, name="sub", idempotency_key="r1/sub#1", parent=1, options=gate)])
+                                 NewStep(seq=3, name="d", idempotency_key="r1/d", options=gate, status=done),
+                                 NewStep(seq=4, name="sub", idempotency_key="r1/sub#1", parent=1, options=gate),
+                                 NewStep(seq=5, name="e", idempotency_key="r1/e", options='{"approval": "1"}',
+                                         status=done),
+                                 NewStep(seq=6, name="f", idempotency_key="r1/f", options='{"approval": 1.0}',
+                                         status=done),
+                                 NewStep(seq=7, name="g", idempotency_key="r1/g", options="not json", status=done),
+                                 # the last of two keys is the one JSON readers take
+                                 NewStep(seq=8, name="h", idempotency_key="r1/h", status=done,
+                                         options='{"approval":false,"approval":true}')])
 
-    def open_before(seq):
-        return next((s for s in store.steps("r1", before=seq) if s.status != StepStatus.COMPLETED), None)
+    def looked_at(seq):
+        return [s.name for s in store.steps("r1", before=seq)]
 
-    assert open_before(1) is None and open_before(2).name == "b"
-    assert open_before(5).name == "b"
-    assert [s.name for s in gates(store.steps("r1", before=3))] == ["b"]
-    assert [s.name for s in gates(store.steps("r1", before=9))] == ["b", "d"]  # never the appended "sub"
-    assert gates(store.steps("r1", before=0)) == []
+    # completed rows that ask for no approval are left out ("1" is no flag, nor unreadable options),
+    # and never a pattern's appended call
+    assert looked_at(9) == ["b", "c", "d", "f", "h"]
+    assert looked_at(1) == [] and looked_at(2) == ["b"] and looked_at(0) == []
 
 
 def test_a_run_update_sets_fields_and_clears_the_lease(store):

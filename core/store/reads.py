@@ -133,8 +133,9 @@ class RunReads(ABC):
         decisions, which carry its name) in ``seq`` order, read by the group's name; with
         ``outputs`` as well, only the completed ones, each with its ``output`` strictly decoded
         (what a pattern's next call and its finisher consume: :class:`StoreDamaged` names an
-        execution whose output cannot be read). With ``before``: the top-level executions before
-        that ``seq``, in order (what a fork copies). Raises ``ValueError`` for ``parent`` with
+        execution whose output cannot be read). With ``before``: of the top-level executions before
+        that ``seq``, in order, those a fork looks at: each not completed, and each whose options
+        ask for approval (:func:`~relaypoint.store.rows.asks_approval`: the gates). Raises ``ValueError`` for ``parent`` with
         ``before``, or ``outputs`` without ``parent``."""
 
     @abstractmethod

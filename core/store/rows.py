@@ -93,6 +93,21 @@ def _summary_fields(r: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def asks_approval(options: dict[str, Any]) -> bool:
+    """Whether a step's stored options ask for approval (``"approval"`` true, 1 or 1.0, never
+    "1"): the gates a fork carries over."""
+    return not isinstance(flag := options.get("approval"), str) and flag == 1
+
+
+def options_ask_approval(text: str | None) -> bool:
+    """:func:`asks_approval` of a row's stored options text (unreadable options ask for nothing).
+    Options as relaypoint writes them, one ``"approval":false`` key, are answered without
+    decoding (a fork over a long chain reads every row's)."""
+    if text is not None and '"approval":false' in text and text.count('"approval"') == 1:
+        return False
+    return asks_approval(readable(text, dict) or {})
+
+
 def step_from_row(r: dict[str, Any]) -> StepRecord:
     """Build a :class:`StepRecord` (without output) from a ``steps`` row."""
     what = f"step {r['name']!r}"

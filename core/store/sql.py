@@ -31,7 +31,7 @@ from ..status import PAUSE_KINDS as PAUSING
 from .base import RunStore, StoreDamaged
 from .connections import ThreadConnections
 from .reads import Lookup, RunState, StepBrief
-from .rows import (_execution, _owner, _position, _summary_fields, _summary_or_none, _time, _vocabulary,
+from .rows import (_execution, options_ask_approval, _owner, _position, _summary_fields, _summary_or_none, _time, _vocabulary,
                    checkpoint_from_row, readable, step_from_row)
 
 # Columns of ``runs`` a listing reads (no input, no definition).
@@ -425,9 +425,13 @@ class SqlStore(RunStore):
                     for r in rows if r["status"] == StepStatus.COMPLETED]
         if parent is not None:
             rows = self._children(STEP_COLUMNS, run_id, parent)
-        elif before is not None:
-            rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.seq < ? "
-                              "AND s.parent_seq IS NULL ORDER BY s.seq", (run_id, before))
+        elif before is not None:  # whole rows only for those a fork looks at: cheap over a long chain
+            seqs = [r["seq"] for r in self._rows("SELECT seq, status, options FROM steps WHERE run_id = ? AND seq < ? "
+                                                 "AND parent_seq IS NULL", (run_id, before))
+                    if r["status"] != StepStatus.COMPLETED or options_ask_approval(r["options"])]
+            among, ids = self._among("s.seq", seqs, "bigint")
+            rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND {among} ORDER BY s.seq",
+                              (run_id, ids)) if seqs else []
         else:  # tree order: each group's children (appended after every top-level row) right after it
             rows = self._rows(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? "
                               "ORDER BY coalesce(s.parent_seq, s.seq), s.seq", (run_id,))
