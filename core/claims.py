@@ -17,7 +17,7 @@ from typing import Any
 
 from . import encoding, events
 from .clock import Clock
-from .drivers import Call, Driver, State, idempotency_key, located, where
+from .drivers import Call, Driver, State, call_key, idempotency_key, located, where
 from .errors import DriftError, RefusedTransition
 from .execution import Claim, Current, Executor, state_json
 from .lease import HOST, LeaseHolder, owner_gone
@@ -178,12 +178,20 @@ class Claims:
                 ended=[*ended, *([] if step is None else [StepEnd(step.seq, StepStatus.FAILED, error=reason)])],
                 events=[*made, events.run_failed(step.call if step else None, reason, poison_pill=True)]))
             return RunStatus.FAILED
+        # independent calls that never finished run again in their own rows
+        open_calls = self.executor.open_calls(rid, action)
+        if cur is not None and (row := open_calls.pop(call_key(cur.call), None)) is not None and cur.seq is None:
+            cur = Current(cur.call, row.seq, row.attempts + 1, row.idempotency_key, row.status)
         if cur is not None and cur.seq is not None:
             self.store.responses(rid, cur.seq)  # fail closed before claiming: answers it will consume
-        if cur is not None and cur.status == StepStatus.INTERRUPTED and driver.spec(cur.call).on_orphan == "hold":
-            self._hold(rid, cur, state, at, ended, made)
+        orphans = [] if cur is None else [cur]
+        orphans += [Current(Call.of(r), r.seq, r.attempts + 1, r.idempotency_key, r.status) for r in open_calls.values()]
+        held = next((o for o in orphans if o.status == StepStatus.INTERRUPTED
+                     and driver.spec(o.call).on_orphan == "hold"), None)
+        if held is not None:
+            self._hold(rid, held, state, at, ended, made)
             return RunStatus.AWAITING_APPROVAL
-        claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done)
+        claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done, open_calls=open_calls)
         started, checkpoints, starting = self._begin(claim, at)
         self.store.commit(Change(
             rid, at, run=RunUpdate(status=RunStatus.RUNNING, error=None, lease=lease.lease(),

@@ -197,6 +197,15 @@ def where(call: Call) -> str:
     return f" ({', '.join(parts)})"
 
 
+CallKey = tuple[str, int, str | None, str | None]
+
+
+def call_key(call: Call) -> CallKey:
+    """What tells a call apart from the others of its run (its name, iteration, agent and task),
+    hashable: a driver asks for the same call again, with the same key, until it is folded."""
+    return call.name, call.iteration, call.agent, call.task
+
+
 def idempotency_key(run_id: str, call: Call) -> str:
     """The key a step execution hands to external services: ``run/name`` at top level (so chain
     runs keep their keys), ``run/name#iteration`` and ``/agent`` inside a pattern (a planner's

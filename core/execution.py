@@ -1,7 +1,9 @@
-"""The run loop: executes a claimed run's steps while this process holds its lease.
+"""The run loop's decisions and records: what a claimed run does next, the context each execution
+runs with, and each boundary, while this process holds the run's lease.
 
-Each turn asks the run's driver what to do (:mod:`relaypoint.drivers`), runs the step, and commits
-the boundary as one change (:meth:`RunStore.commit`): the finished execution and its output, the
+Each turn asks the run's driver what to do (:mod:`relaypoint.drivers`); a step's call runs (see
+:mod:`relaypoint.runner`, and :mod:`relaypoint.flights` for calls in flight at once) and its
+boundary commits as one change (:meth:`RunStore.commit`): the finished execution and its output, the
 driver's new state in the checkpoint, the next execution's start, the run's progress and the
 events, fenced on the lease token. Between boundaries the run's state lives in memory
 (:class:`Claim`), so a boundary costs the same at step 10 as at step 10,000: it reads the next
@@ -10,23 +12,23 @@ execution's row and, when the step asks, the upstream outputs it uses.
 
 from __future__ import annotations
 
-import traceback as tb
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
 from . import encoding, events
 from .clock import Clock
-from .drivers import Action, Call, Driver, Finish, Pause, RunStep, RunSteps, State, idempotency_key, where
-from .errors import DriftError, InvalidValue, LeaseLost, StoreError
-from .lease import HOST, LeaseHolder
+from .drivers import (Action, Call, CallKey, Driver, Finish, Pause, RunStep, RunSteps, State, call_key, idempotency_key,
+                      where)
+from .errors import DriftError, LeaseLost
+from .lease import LeaseHolder
 from .recovery import Recovery, now_of
 from .status import CheckpointKind, RunStatus, StepStatus
-from .store import (Change, NewCheckpoint, NewEvent, NewStep, RunStore, RunUpdate, StepEnd, StepStart, StoreDamaged,
-                    StoreUnreachable)
+from .models import StepRecord
+from .store import Change, NewCheckpoint, NewEvent, NewStep, RunStore, RunUpdate, StepEnd, StepStart, StoreDamaged
 from .upstream import LazyHistory, LazyResponses, LazyResults, LazyState
-from .workflow import Context, InputRequested
+from .workflow import Context
 
 Stop = Callable[[], bool | str]
 
@@ -47,10 +49,12 @@ class Current:
 class Claim:
     """What the executor keeps in memory while it holds a run's lease: the input, the driver and
     its state, the execution under way (None when the driver's next action is not a step), the
-    completed-step count, the next seq for appended executions (read once, when needed), and
+    completed-step count, the next seq for appended executions (read once, when needed),
     ``fresh_from``: planned executions from this seq on are known to be as this claim recorded
     them (pending, never started, keyed by :func:`idempotency_key`), so starting one reads nothing
-    (None: unknown, read each row; a claim that inserted the rows knows them)."""
+    (None: unknown, read each row; a claim that inserted the rows knows them), and ``open_calls``:
+    on resume, the recorded rows of the pattern's independent calls that never finished, by
+    :func:`~relaypoint.drivers.call_key` (each runs again in its own row, not in a new one)."""
 
     run_id: str
     driver: Driver
@@ -62,6 +66,7 @@ class Claim:
     steps_done: int
     next_seq: int | None = field(default=None)
     fresh_from: int | None = field(default=None)
+    open_calls: dict[CallKey, StepRecord] = field(default_factory=dict)
 
     def started(self, seq: int) -> None:
         """Planned execution ``seq`` was started: it, and the planned rows before it, are no longer
@@ -155,6 +160,28 @@ class Executor:
                       history=history if history is not None else (), _approved=responses.approval)
         return Views(ctx, (results, responses) + ((history,) if history is not None else ()))
 
+    def open_calls(self, run_id: str, action: Action) -> dict[CallKey, StepRecord]:
+        """On resume: the recorded rows of ``action``'s independent calls (a :class:`RunSteps` of a
+        pattern) that never finished (interrupted, failed, waiting, or never started), the latest
+        row of each call by its key; {} for any other action."""
+        if not isinstance(action, RunSteps) or action.calls[0].parent is None:
+            return {}
+        wanted = {call_key(c) for c in action.calls}
+        rows = {call_key(Call.of(r)): r for r in self.store.steps(run_id, parent=action.calls[0].parent)}
+        return {k: r for k, r in rows.items() if k in wanted and r.status != StepStatus.COMPLETED}
+
+    def free_call(self, claim: Claim, action: Action, flying: Collection[CallKey]) -> Current | None:
+        """The next of ``action``'s independent calls to start beside the calls ``flying`` (their
+        keys), within the driver's :meth:`~relaypoint.drivers.Driver.max_concurrency`; None when
+        none may start (another action waits until nothing is in flight)."""
+        if not isinstance(action, RunSteps):
+            return None
+        limit = claim.driver.max_concurrency(action.calls[0])
+        if limit is not None and len(flying) >= limit:
+            return None
+        call = next((c for c in action.calls if call_key(c) not in flying), None)
+        return None if call is None else Current(call, None, 1, idempotency_key(claim.run_id, call))
+
     @staticmethod
     def appended(driver: Driver, cur: Current) -> NewStep:
         """The row of an execution the driver appends (``cur.seq`` assigned)."""
@@ -168,6 +195,8 @@ class Executor:
 
     def start_of(self, claim: Claim, nxt: Current) -> tuple[StepStart, Current]:
         """How a boundary starts ``nxt``: its planned row, or a row appended at the next seq."""
+        if nxt.seq is None and (row := claim.open_calls.pop(call_key(nxt.call), None)) is not None:
+            nxt = Current(nxt.call, row.seq, row.attempts + 1, row.idempotency_key, row.status)
         if nxt.seq is not None:
             claim.started(nxt.seq)
             return StepStart(nxt.seq, nxt.attempt), nxt
@@ -178,81 +207,21 @@ class Executor:
         claim.next_seq += 1
         return StepStart(self.appended(claim.driver, nxt), nxt.attempt), nxt
 
-    # ---- the loop
-
-    def drive(self, claim: Claim, should_stop: Stop | None = None) -> RunStatus:
-        """Execute steps while this process holds the lease. Returns the status the run ends in.
-
-        Whatever a step raises fails that step (retried per its ``retries``, except an unstorable
-        output): ``SystemExit`` and other ``BaseException`` subclasses included, so ``sys.exit()``
-        in a step never ends the process with the run left behind. Three exceptions: the
-        executor's own ``InputRequested`` pauses the run; ``KeyboardInterrupt`` (Ctrl-C) and a
-        stored value that cannot be read (``StoreDamaged``, even when the step caught it) release
-        the run ``interrupted`` and propagate.
-        """
-        lease = claim.lease
-        lease.start_heartbeat()
-        failures: dict[int, int] = {}
-        try:
-            while True:
-                cur = claim.current
-                if cur is None:
-                    return self._boundary(claim, None, [], claim.state, False)
-                spec = claim.driver.spec(cur.call)
-                views = self.context(claim.run_id, claim.driver, claim.state, claim.input, cur)
-                try:
-                    value = spec.fn(views.ctx)
-                    views.check()
-                    output = encoding.dumps(value, "output")
-                    state = claim.driver.fold(claim.state, cur.call, value, ctx=views.ctx)
-                    views.check()
-                except InputRequested as ask:
-                    views.check()
-                    return self._ask(claim, cur, ask.prompt, ask.kind, spec.timeout)
-                except KeyboardInterrupt:
-                    raise  # the operator's Ctrl-C: release the run (below), not a failed step
-                except StoreError:
-                    raise  # a damaged upstream value: release the run (below), nothing charged
-                except BaseException as exc:  # sys.exit() and any other raise in a step fail the step
-                    views.check()
-                    failures[cur.seq] = failures.get(cur.seq, 0) + 1
-                    retry = not isinstance(exc, InvalidValue) and failures[cur.seq] <= spec.retries
-                    status = self._failed(claim, cur, exc, retry, should_stop)
-                    if status is None:
-                        continue
-                    return status
-                if lease.lost.is_set():
-                    raise lease_lost(self.store, claim.run_id)
-                stop = should_stop is not None and should_stop()
-                completed = [events.step_completed(cur.call, cur.attempt)]
-                ended = StepEnd(cur.seq, StepStatus.COMPLETED)
-                status = self._boundary(claim, ended, completed, state, stop, top=cur.call.parent is None,
-                                        output=output)
-                if status is not None:
-                    return status
-        except LeaseLost:
-            raise
-        except StoreUnreachable as e:  # the server went away: say where the run stands, not "try again"
-            released = self.recovery.release(claim.run_id, lease.token, lease.pid, HOST)
-            stands = "is interrupted" if released else "shows interrupted once its lease expires"
-            raise StoreUnreachable(f"{e}; run {claim.run_id} {stands}: `relaypoint resume {claim.run_id}` "
-                                   "continues it") from None
-        except (Exception, KeyboardInterrupt, SystemExit):  # the store failed, or Ctrl-C / exit
-            self.recovery.release(claim.run_id, lease.token, lease.pid, HOST)
-            raise
-        finally:
-            lease.stop_heartbeat()
-
     # ---- boundaries
 
-    def _boundary(self, claim: Claim, ended: StepEnd | None, made: list[NewEvent], state: State,
-                  stop: bool | str, *, top: bool = False, output: str | None = None) -> RunStatus | None:
+    def boundary(self, claim: Claim, ended: StepEnd | None, made: list[NewEvent], state: State,
+                 stop: bool | str, *, top: bool = False, output: str | None = None,
+                 flying: Mapping[CallKey, int] | None = None, start: bool = True) -> RunStatus | None:
         """Commit one boundary: ``ended`` (the execution that ended, if any; ``output``: its output
         as JSON text, for a completed one) with the events ``made``,
         then what the driver asks for from ``state``: start the next execution, or pause, or
         finish. ``top``: ``ended`` is a top-level row that completed (counted in the run's
         progress). ``stop`` (true, or the reason as text) releases the run ``queued`` instead of
-        starting the next execution. Returns the status the run stopped in, or None to go on."""
+        starting the next execution. ``flying``: the calls still in flight (key -> seq); while
+        there are some, only another of their independent calls may start (:meth:`free_call`), and
+        the checkpoint names the first of them. ``start``: False when nothing may start (a failure
+        or a person's turn waits for the calls in flight). Returns the status the run stopped in,
+        or None to go on; ``claim.current`` is the execution it started (None: none)."""
         run_id = claim.run_id
         at = now_of(self.clock)
         state, action, nxt = self.resolve(run_id, claim.driver, state, claim.input, fresh_from=claim.fresh_from)
@@ -261,6 +230,17 @@ class Executor:
         started = None
         status: RunStatus | None = None
         made = list(made)
+        if flying or not start:
+            nxt = self.free_call(claim, action, flying) if flying and start and not stop else None
+            if nxt is None:  # the calls in flight land first
+                seq, step = min((s, k[0]) for k, s in flying.items()) if flying else (after, None)
+                self.store.commit(Change(
+                    run_id, at, fence=claim.lease.token, run=RunUpdate(steps_done=done),
+                    ended=() if ended is None else (ended,), outputs={} if output is None else {ended.seq: output},
+                    checkpoints=(NewCheckpoint(run_id, CheckpointKind.BOUNDARY, seq, step, at,
+                                               state=state_json(state)),), events=made))
+                claim.state, claim.action, claim.current, claim.steps_done = state, action, None, done
+                return None
         if nxt is not None:
             run = RunUpdate(steps_done=done, current_step=nxt.call.name)
             if stop:
@@ -291,13 +271,17 @@ class Executor:
         self.store.commit(Change(run_id, at, fence=claim.lease.token, run=run, ended=() if ended is None else (ended,),
                                  started=started, outputs={} if output is None else {ended.seq: output},
                                  checkpoints=() if checkpoint is None else (checkpoint,), events=made))
-        claim.state, claim.action, claim.current, claim.steps_done = state, action, nxt, done
+        claim.state, claim.action, claim.steps_done = state, action, done
+        claim.current = nxt if started is not None else None
         return status
 
-    def _ask(self, claim: Claim, cur: Current, prompt: str, kind: CheckpointKind, timeout: float | None) -> RunStatus:
+    def ask(self, claim: Claim, cur: Current, prompt: str, kind: CheckpointKind, timeout: float | None,
+            waiting: Collection[int] = ()) -> RunStatus:
         """Pause the run on the step's ``request_input`` (``kind`` input: ``awaiting_input``) or a
         person's turn of kind approval (``awaiting_approval``): the step waits unfinished (re-run
-        from its top once decided), the state stays as it was."""
+        from its top once decided), the state stays as it was. ``waiting``: the executions of
+        other persons' turns that asked meanwhile, back to ``pending`` (asked once this one is
+        decided: a run waits on one person at a time)."""
         at = now_of(self.clock)
         deadline = deadline_of(self.clock, timeout)
         approval = kind == CheckpointKind.APPROVAL
@@ -305,36 +289,12 @@ class Executor:
         self.store.commit(Change(
             claim.run_id, at, fence=claim.lease.token,
             run=RunUpdate(status=status, current_step=cur.call.name, lease=None),
-            marked={cur.seq: StepStatus.AWAITING_APPROVAL if approval else StepStatus.AWAITING_INPUT},
+            marked={**{seq: StepStatus.PENDING for seq in waiting},
+                    cur.seq: StepStatus.AWAITING_APPROVAL if approval else StepStatus.AWAITING_INPUT},
             checkpoints=[NewCheckpoint(claim.run_id, kind, cur.seq, cur.call.name, at, reason=prompt,
                                        state=state_json(claim.state), deadline_at=deadline, paused_seq=cur.seq)],
             events=[events.paused(kind, cur.call.name, prompt, deadline, cur.call)]))
         return status
-
-    def _failed(self, claim: Claim, cur: Current, exc: BaseException, retry: bool,
-                should_stop: Stop | None) -> RunStatus | None:
-        """Record a failed attempt: start the next attempt (``retry``), or ask the driver (a
-        planner re-plans: the run goes on), or fail the run. Returns None to go on, else the
-        status the run stopped in."""
-        message = encoding.readable(str(exc) if isinstance(exc, InvalidValue) else (
-            f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__))
-        at = now_of(self.clock)
-        failed = events.step_failed(cur.call, cur.attempt, message, retry)
-        if retry:
-            cur.attempt += 1
-            self.store.commit(Change(claim.run_id, at, fence=claim.lease.token, started=StepStart(cur.seq, cur.attempt),
-                                     events=[failed, events.step_started(cur.call, cur.attempt)]))
-            return None
-        ended = StepEnd(cur.seq, StepStatus.FAILED, error=message, traceback=encoding.readable("".join(tb.format_exception(exc))))
-        outcome = claim.driver.failed(claim.state, cur.call, message)
-        if not isinstance(outcome, str):
-            if claim.lease.lost.is_set():
-                raise lease_lost(self.store, claim.run_id)
-            return self._boundary(claim, ended, [failed], outcome, should_stop is not None and should_stop())
-        self.store.commit(Change(claim.run_id, at, fence=claim.lease.token, ended=[ended],
-                                 run=RunUpdate(status=RunStatus.FAILED, error=outcome, lease=None),
-                                 events=[failed, events.run_failed(cur.call, message)]))
-        return RunStatus.FAILED
 
 
 @dataclass(frozen=True)

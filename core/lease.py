@@ -17,6 +17,7 @@ import os
 import secrets
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -101,7 +102,8 @@ class LeaseHolder:
     """This process's lease on one run, and the heartbeat that renews it.
 
     ``seconds``: lease length; the heartbeat renews every ``seconds / 3``. ``lost`` is set when a
-    renewal finds the token no longer owns the run (taken over, cancelled, released).
+    renewal finds the token no longer owns the run (taken over, cancelled, released), and then
+    ``on_lost`` is called, on the heartbeat's thread (the executor cancels the calls in flight).
     """
 
     store_url: str
@@ -112,6 +114,7 @@ class LeaseHolder:
     pid: int = field(default_factory=os.getpid)
     pid_start: str | None = field(default_factory=lambda: process_start(os.getpid()))
     lost: threading.Event = field(default_factory=threading.Event)
+    on_lost: Callable[[], None] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -149,6 +152,8 @@ class LeaseHolder:
                     continue
                 if not renewed:
                     self.lost.set()
+                    if self.on_lost is not None:
+                        self.on_lost()
                     return
         finally:
             if store is not None:

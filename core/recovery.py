@@ -73,30 +73,35 @@ class Recovery:
             head = self.store.run(run_id, documents=False)
         except UnknownRun:
             return False
-        step = self.running_step(run_id, head.current_step)
+        running = self.running_steps(run_id, head.current_step)
         # suspect: the poison-pill count, read by one column at resume
         run = RunUpdate(status=RunStatus.INTERRUPTED, lease=None,
-                        **({"suspect_deaths": head.suspect_deaths + 1} if step is not None and suspect else {}))
+                        **({"suspect_deaths": head.suspect_deaths + 1} if running and suspect else {}))
         try:
             self.store.commit(Change(
-                run_id, at, fence=token, run=run, marked={} if step is None else {step.seq: StepStatus.INTERRUPTED},
-                events=[] if step is None else [
-                    events.interruption_detected(Call.of(step), step.attempts, pid, host, cause)]))
+                run_id, at, fence=token, run=run, marked={step.seq: StepStatus.INTERRUPTED for step in running},
+                events=[events.interruption_detected(Call.of(step), step.attempts, pid, host, cause)
+                        for step in running]))
         except (LeaseLost, UnknownRun):
             return False
         return True
 
-    def running_step(self, run_id: str, current_step: str | None) -> StepRecord | None:
-        """The execution that was running: the one the latest checkpoint names (an execution is
-        started with the boundary that checkpoints it, and a pattern's executions share its name),
-        else the top-level step ``current_step`` (a resume that went past copied steps); None when
-        neither is running."""
+    def running_steps(self, run_id: str, current_step: str | None) -> list[StepRecord]:
+        """The executions that were running: the one the latest checkpoint names (an execution is
+        started with the boundary that checkpoints it, and a pattern's executions share its name)
+        with, when it is a pattern's row or call, every running call of that pattern (independent
+        calls run at once), else the top-level step ``current_step`` (a resume that went past
+        copied steps); [] when none is running."""
         checkpoint = self.store.checkpoint(run_id, Lookup.LATEST)
-        for step in (self.store.step(run_id, checkpoint.seq) if checkpoint is not None else None,
-                     self.store.step(run_id, name=current_step) if current_step else None):
+        named = self.store.step(run_id, checkpoint.seq) if checkpoint is not None else None
+        group = named if named is None or named.parent is None else self.store.step(run_id, named.parent)
+        if named is not None and group is not None and "pattern" in group.options:
+            calls = [c for c in self.store.steps(run_id, parent=group.seq) if c.status == StepStatus.RUNNING]
+            return ([group] if group.status == StepStatus.RUNNING else []) + calls
+        for step in (named, self.store.step(run_id, name=current_step) if current_step else None):
             if step is not None and step.status == StepStatus.RUNNING:
-                return step
-        return None
+                return [step]
+        return []
 
     def release(self, run_id: str, token: str, pid: int, host: str) -> bool:
         """Show a run interrupted now rather than when its lease expires: something outside the

@@ -9,6 +9,7 @@ owners), :mod:`~relaypoint.decisions`, :mod:`~relaypoint.forks` and :mod:`~relay
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import os
 from collections.abc import Callable, Iterable
@@ -21,12 +22,13 @@ from .clock import Clock, IdFactory, new_run_id, utcnow
 from .decisions import Decisions, step_named
 from .defaults import DURABILITY, LEASE_SECONDS
 from .errors import DefinitionError, InvalidValue, RefusedTransition, UnknownWorkflow
-from .execution import Executor
+from .execution import Claim, Executor
 from .forks import Forks
 from .models import Checkpoint, Event, PendingDecision, Run, RunSummary, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import announce_refusal, resume_refusal
 from .retention import Retention
+from .runner import Runner
 from .status import TERMINAL, AnnouncementOutcome, RunStatus
 from .store import Change, Lookup, StoreReadOnly, open_store
 from .workflow import Workflow, find_workflow
@@ -62,8 +64,8 @@ class Runtime:
 
     One runtime may be shared between threads: every operation may be called from many at once
     (a web app's ``asyncio.to_thread``), each thread working on a store connection of its own, opened
-    at its first call (on PostgreSQL, one server connection per thread); a step runs on the thread
-    that called ``start`` or ``resume``.
+    at its first call (on PostgreSQL, one server connection per thread). From a coroutine, use the
+    ``a``-twins (:meth:`astart`, :meth:`aresume`), which never block its event loop.
 
     Raises ``StoreError`` when the store cannot be used, ``DefinitionError`` for two workflows with
     one name.
@@ -85,6 +87,7 @@ class Runtime:
         self.max_recoveries = max_recoveries
         self._recovery = Recovery(self.store, clock)
         self._executor = Executor(self.store, clock, self._recovery)
+        self._runner = Runner(self._executor, self._recovery)
         self._claims = Claims(self.store, clock, self._recovery, self._executor, lease_seconds=lease_seconds,
                               max_recoveries=max_recoveries)
         self._decisions = Decisions(self.store, clock, self._recovery)
@@ -94,6 +97,7 @@ class Runtime:
     def close(self) -> None:
         """Close the store's connections, every thread's; call it once the threads using the
         runtime are done. Its operations raise ``StoreError`` afterwards."""
+        self._runner.close()
         self.store.close()
 
     def __enter__(self) -> Runtime:
@@ -269,7 +273,9 @@ class Runtime:
               on_created: Callable[[str], None] | None = None) -> str:
         """Create a run of ``workflow`` and execute it in this process until it completes, pauses or
         fails. Returns the run id (check ``get(run_id).status``). ``on_created`` is called with the
-        id once the run is recorded, before its first step runs.
+        id once the run is recorded, before its first step runs. Async functions run on the
+        runtime's own event loop, sync ones in this thread or, beside others, in worker threads (see
+        :mod:`relaypoint.runner`); from a coroutine, use :meth:`astart`.
 
         Raises ``UnknownWorkflow``, ``InvalidValue`` (input not a JSON object), ``LeaseLost``.
         """
@@ -277,7 +283,20 @@ class Runtime:
         claim = self._claims.start(self.id_factory(), wf, _input_text(input))
         if on_created is not None:
             on_created(claim.run_id)
-        self._executor.drive(claim)
+        self._runner.drive(claim)
+        return claim.run_id
+
+    async def astart(self, workflow: str, input: dict[str, Any] | None = None, *,
+                     on_created: Callable[[str], None] | None = None) -> str:
+        """:meth:`start` from a running event loop, without blocking it: the run's async functions
+        run on this loop, its sync ones in worker threads, and the store is written from worker
+        threads. Cancelling the awaiting task releases the run ``interrupted`` (``resume`` goes on
+        from its last boundary)."""
+        wf = find_workflow(self.workflows, workflow)
+        claim = await asyncio.to_thread(self._claims.start, self.id_factory(), wf, _input_text(input))
+        if on_created is not None:
+            on_created(claim.run_id)
+        await self._runner.adrive(claim)
         return claim.run_id
 
     def enqueue(self, name: str, input: dict[str, Any] | None = None) -> str:
@@ -333,13 +352,27 @@ class Runtime:
         ``UnknownWorkflow``, ``DriftError``, ``LeaseLost``, ``StoreDamaged`` (a value the run needs
         cannot be read).
         """
-        self.sweep()
-        rid = self.store.resolve(run_id)
-        claim = self._claims.resume(rid, self._workflow_of, allow_drift, replan=replan, only_if=only_if,
-                                    skip_locked=skip_locked)
+        claim = self._claim(run_id, allow_drift, replan, only_if, skip_locked)
         if isinstance(claim, RunStatus):
             return claim
-        return self._executor.drive(claim, should_stop)
+        return self._runner.drive(claim, should_stop)
+
+    async def aresume(self, run_id: str, *, allow_drift: bool = False, replan: bool = False,
+                      should_stop: Callable[[], bool | str] | None = None, only_if: RunStatus | None = None,
+                      skip_locked: bool = False) -> RunStatus:
+        """:meth:`resume` from a running event loop, without blocking it (see :meth:`astart`); the
+        same arguments, refusals and result."""
+        claim = await asyncio.to_thread(self._claim, run_id, allow_drift, replan, only_if, skip_locked)
+        if isinstance(claim, RunStatus):
+            return claim
+        return await self._runner.adrive(claim, should_stop)
+
+    def _claim(self, run_id: str, allow_drift: bool, replan: bool, only_if: RunStatus | None,
+               skip_locked: bool) -> Claim | RunStatus:
+        self.sweep()
+        rid = self.store.resolve(run_id)
+        return self._claims.resume(rid, self._workflow_of, allow_drift, replan=replan, only_if=only_if,
+                                   skip_locked=skip_locked)
 
     def _workflow_of(self, name: str) -> Workflow:
         if name not in self.workflows:

@@ -1,0 +1,353 @@
+"""Independent calls at once (issue 21): a vote's voters run concurrently, sync ones in threads and
+async ones on the loop, each recorded at its own boundary as it finishes; a failure, a person's
+turn, a timeout and a lost lease wait for, or cancel, the calls in flight; a kill -9 mid-fan-out
+re-runs only the calls that had not finished. On both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import stores
+from relaypoint import Runtime, Workflow
+from relaypoint.errors import LeaseLost
+from relaypoint.status import RunStatus, StepStatus
+
+VOTERS = ("a", "b", "c", "d", "e")
+
+
+def votes(rt: Runtime, run_id: str) -> dict:
+    return rt.get(run_id).tasks[0].output["votes"]
+
+
+def calls(rt: Runtime, run_id: str) -> list:
+    return [t for t in rt.get(run_id).tasks if t.parent is not None]
+
+
+def test_sync_voters_run_at_once_in_threads(db):
+    # each voter waits for all five: run one after another, the barrier would break
+    barrier = threading.Barrier(len(VOTERS), timeout=20)
+    threads = set()
+
+    def voter(ctx):
+        threads.add(threading.get_ident())
+        barrier.wait()
+        return ctx.agent
+
+    wf = Workflow("v")
+    wf.vote("pick", voters={v: voter for v in VOTERS})
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("v")
+        assert rt.get(rid).status == RunStatus.COMPLETED
+        assert votes(rt, rid) == {v: v for v in VOTERS}
+        assert len(threads) == len(VOTERS)
+        assert [c.agent for c in calls(rt, rid)] == list(VOTERS)  # rows in the order the calls started
+
+
+def test_async_voters_run_at_once_on_one_loop_from_the_sync_api(db):
+    loops = set()
+    box = {}
+
+    async def voter(ctx):
+        loops.add(id(asyncio.get_running_loop()))
+        await box["barrier"].wait()  # all five at once, or this never returns
+        return ctx.agent
+
+    wf = Workflow("v")
+    wf.vote("pick", voters={v: voter for v in VOTERS}, timeout=20)
+    with Runtime(db, [wf]) as rt:
+        box["barrier"] = asyncio.Barrier(len(VOTERS))
+        rid = rt.start("v")
+        assert votes(rt, rid) == {v: v for v in VOTERS}
+        box["barrier"] = asyncio.Barrier(len(VOTERS))
+        second = rt.start("v")
+        assert rt.get(second).status == RunStatus.COMPLETED
+        assert len(loops) == 1, "every run of a runtime awaits on the same loop (an async client stays usable)"
+
+
+def test_each_call_lands_at_its_own_boundary_in_the_order_the_calls_finish(db):
+    order = ["c", "a", "e", "b", "d"]
+    turn = {v: asyncio.Event() for v in VOTERS}
+    turn[order[0]].set()
+
+    async def voter(ctx):
+        await turn[ctx.agent].wait()
+        nxt = order.index(ctx.agent) + 1
+        if nxt < len(order):
+            turn[order[nxt]].set()
+        return ctx.agent
+
+    wf = Workflow("v")
+    wf.vote("pick", voters={v: voter for v in VOTERS})
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("v")
+        finished = sorted(calls(rt, rid), key=lambda c: c.finished_at)
+        assert [c.agent for c in finished] == order
+        # each call's boundary folds one more voter, whatever the order: the state is a set
+        states = stores.query(db, "SELECT state FROM checkpoints WHERE run_id = ? AND kind = 'boundary' "
+                                  "ORDER BY checkpoint_id", (rid,))
+        voted = [json.loads(s["state"]).get("in", {}).get("voted") for s in states]
+        grown = [set(v) for v in voted if v]
+        assert grown == [set(order[:i]) for i in range(1, len(order) + 1)]
+
+
+def test_a_voter_failing_for_good_fails_the_vote_once_the_others_land_and_a_resume_runs_only_it(db):
+    ran: list[str] = []
+    gate = threading.Event()
+
+    def voter(ctx):
+        ran.append(ctx.agent)
+        if ctx.agent == "a" and not gate.is_set():
+            raise RuntimeError("model unavailable")
+        time.sleep(0.2)  # the others are still in flight when a fails
+        return ctx.agent
+
+    wf = Workflow("v")
+    wf.vote("pick", voters={v: voter for v in VOTERS}, retries=0)
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("v")
+        run = rt.get(rid)
+        assert run.status == RunStatus.FAILED and "model unavailable" in run.error
+        status = {c.agent: c.status for c in calls(rt, rid)}
+        assert status == {"a": StepStatus.FAILED, **{v: StepStatus.COMPLETED for v in VOTERS[1:]}}
+        ran.clear()
+        gate.set()
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert ran == ["a"], "the calls that had landed are not repeated"
+        assert votes(rt, rid) == {v: v for v in VOTERS}
+
+
+def test_a_timeout_cancels_an_async_call_and_fails_a_sync_one_discarding_its_late_result(db):
+    cancelled = threading.Event()
+    late = threading.Event()
+
+    async def slow_async(ctx):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    def slow_sync(ctx):
+        time.sleep(1.0)
+        late.set()
+        return "late"
+
+    wf = Workflow("t")
+    wf.vote("pick", voters={"x": slow_async, "y": slow_sync}, retries=0, timeout=0.3)
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("t")
+        run = rt.get(rid)
+        assert run.status == RunStatus.FAILED
+        assert cancelled.is_set()
+        failed = {c.agent: c.error for c in calls(rt, rid)}
+        assert all("ran longer than its timeout of 0.3 s" in e for e in failed.values()), failed
+        late.wait(5)
+        time.sleep(0.1)
+        assert all(c.status == StepStatus.FAILED for c in calls(rt, rid)), "a late sync result is discarded"
+
+
+def test_cancelling_the_run_elsewhere_cancels_its_calls_in_flight(db):
+    cancelled = threading.Event()
+    started = threading.Event()
+
+    async def voter(ctx):
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    wf = Workflow("v")
+    wf.vote("pick", voters={v: voter for v in VOTERS})
+    with Runtime(db, [wf], lease_seconds=0.6) as rt:
+        def cancel_when_started():
+            started.wait(20)
+            with Runtime(db) as other:
+                other.cancel(rt.list()[0].run_id)
+        t = threading.Thread(target=cancel_when_started)
+        t.start()
+        with pytest.raises(LeaseLost):
+            rt.start("v")
+        t.join()
+        assert cancelled.is_set()
+        assert rt.list()[0].status == RunStatus.CANCELLED
+
+
+def test_a_persons_turn_in_a_concurrent_vote_pauses_once_the_others_land(db):
+    from relaypoint import human
+
+    async def voter(ctx):
+        await asyncio.sleep(0.1)
+        return "yes"
+
+    wf = Workflow("v")
+    wf.vote("pick", voters={"a": voter, "me": human("Your vote?"), "b": voter})
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("v")
+        assert rt.get(rid).status == RunStatus.AWAITING_INPUT
+        assert {c.agent: c.status for c in calls(rt, rid)} == {
+            "a": StepStatus.COMPLETED, "me": StepStatus.AWAITING_INPUT, "b": StepStatus.COMPLETED}
+        rt.respond(rid, "no")
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert votes(rt, rid) == {"a": "yes", "me": "no", "b": "yes"}
+
+
+def test_astart_keeps_the_callers_loop_responsive_and_runs_async_steps_on_it(db):
+    wf = Workflow("w")
+    seen = {}
+
+    @wf.step
+    async def waits(ctx):
+        seen["loop"] = id(asyncio.get_running_loop())
+        await asyncio.sleep(0.5)
+        return 1
+
+    @wf.step
+    def sleeps(ctx):
+        time.sleep(0.5)  # a sync step: in a worker thread, never on the caller's loop
+        return asyncio.run(asyncio.sleep(0, result=2))  # and free to run a loop of its own
+
+    async def main(rt):
+        ticks = []
+
+        async def ticker():
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.01)
+
+        task = asyncio.ensure_future(ticker())
+        rid = await rt.astart("w")
+        task.cancel()
+        gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+        return rid, id(asyncio.get_running_loop()), len(ticks), max(gaps)
+
+    with Runtime(db, [wf]) as rt:
+        rid, loop, ticks, longest = asyncio.run(main(rt))
+        assert rt.get(rid).status == RunStatus.COMPLETED and seen["loop"] == loop
+        assert [t.output for t in rt.get(rid).tasks] == [1, 2]
+        assert ticks > 40 and longest < 0.25, (ticks, longest)
+
+
+def test_the_sync_api_called_inside_a_running_loop_runs_a_step_that_runs_a_loop(db):
+    wf = Workflow("w")
+
+    @wf.step
+    def nested(ctx):
+        return asyncio.run(asyncio.sleep(0, result="ok"))
+
+    async def main(rt):
+        return rt.start("w")
+
+    with Runtime(db, [wf]) as rt:
+        rid = asyncio.run(main(rt))
+        assert rt.get(rid).tasks[0].output == "ok"
+
+
+def test_one_runtime_runs_fan_outs_from_threads_and_a_loop_at_once(db):
+    async def voter(ctx):
+        await asyncio.sleep(0.05)
+        return ctx.agent
+
+    def sync_voter(ctx):
+        time.sleep(0.05)
+        return ctx.agent
+
+    wf = Workflow("v")
+    wf.vote("pick", voters={"a": voter, "b": sync_voter, "c": voter})
+    with Runtime(db, [wf]) as rt:
+        ids: list[str] = []
+        errors: list[BaseException] = []
+
+        def from_thread():
+            try:
+                for _ in range(3):
+                    ids.append(rt.start("v"))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        async def from_loop():
+            return await asyncio.gather(*(rt.astart("v") for _ in range(3)))
+
+        threads = [threading.Thread(target=from_thread) for _ in range(4)]
+        for t in threads:
+            t.start()
+        ids.extend(asyncio.run(from_loop()))
+        for t in threads:
+            t.join()
+        assert not errors
+        assert len(ids) == 15
+        for rid in ids:
+            assert rt.get(rid).status == RunStatus.COMPLETED and votes(rt, rid) == {"a": "a", "b": "b", "c": "c"}
+
+
+APP = """
+import asyncio, os, sys, time
+from relaypoint import Runtime, Workflow
+
+LOG = os.environ["FANOUT_LOG"]
+DELAYS = {"a": 0.3, "b": 0.6, "c": 0.9, "d": 1.2, "e": 1.5}
+
+def log(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\\n")
+
+async def voter(ctx):
+    log("start " + ctx.agent)
+    await asyncio.sleep(DELAYS[ctx.agent] * float(os.environ.get("FANOUT_SCALE", "1")))
+    log("end " + ctx.agent)
+    return ctx.agent
+
+wf = Workflow("fan")
+wf.vote("pick", voters={v: voter for v in DELAYS})
+
+if __name__ == "__main__":
+    with Runtime(sys.argv[1], [wf]) as rt:
+        if sys.argv[2] == "start":
+            rt.start("fan")
+        else:
+            async def main():
+                return await rt.aresume(rt.list()[0].run_id)
+            print(asyncio.run(main()))
+"""
+
+
+def test_a_kill_during_a_fan_out_reruns_only_the_calls_that_had_not_finished(db, tmp_path):
+    app = tmp_path / "fanapp.py"
+    app.write_text(textwrap.dedent(APP))
+    log = tmp_path / "calls.log"
+    env = {**os.environ, "FANOUT_LOG": str(log)}
+    proc = subprocess.Popen([sys.executable, str(app), str(db), "start"], env=env, cwd=tmp_path)
+    limit = time.monotonic() + 60
+    while time.monotonic() < limit:  # kill once three calls have finished and two are in flight
+        lines = log.read_text().splitlines() if log.exists() else []
+        if sum(line.startswith("end") for line in lines) >= 3:
+            break
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = log.read_text().splitlines()
+    finished = {line.split()[1] for line in before if line.startswith("end")}
+    assert len(finished) >= 3 and len(finished) < 5, before
+    done = subprocess.run([sys.executable, str(app), str(db), "resume"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "completed"
+    rerun = [line.split()[1] for line in log.read_text().splitlines()[len(before):] if line.startswith("start")]
+    assert sorted(rerun) == sorted(set(VOTERS) - finished), (before, rerun)
+    with Runtime(db, []) as rt:
+        run = rt.list()[0]
+        assert votes(rt, run.run_id) == {v: v for v in VOTERS}
+        resumed = {c.agent: c.attempts for c in calls(rt, run.run_id)}
+        assert all(resumed[v] == 1 for v in finished) and all(resumed[v] == 2 for v in rerun)
