@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
+from .calls import check_callable
 from .defaults import RETRIES
 from .drivers import ChainDriver, Driver
 from .encoding import is_unicode, readable
@@ -121,14 +122,25 @@ class Workflow:
         """
 
         def register(f: StepFn) -> StepFn:
-            step_name = f.__name__ if name is None else name
+            step_name = self._name_of(f, name, "step")
             self._check_new(step_name)
+            check_callable(f, f"step {step_name!r}")
             check_options(f"step {step_name!r}", approval=approval, retries=retries, on_orphan=on_orphan,
                           timeout=timeout)
             self.steps.append(StepSpec(step_name, f, approval, retries, on_orphan, timeout))
             return f
 
         return register(fn) if fn is not None else register
+
+    def _name_of(self, fn: Any, name: str | None, what: str) -> Any:
+        """``name``, else ``fn``'s own; ``DefinitionError`` when neither is given (a callable object
+        or a ``functools.partial`` has no name of its own)."""
+        given = getattr(fn, "__name__", None) if name is None else name
+        if given is None:
+            check_callable(fn, f"workflow {self.name!r}: a {what}")  # a value that is no function at all: say so
+            raise DefinitionError(f"workflow {self.name!r}: a {what} of {type(fn).__name__} needs name=..., "
+                                  "it has no __name__")
+        return given
 
     def _check_new(self, name: Any) -> None:
         """Refuse a node name that is not text or is taken, with ``DefinitionError``."""
@@ -154,7 +166,7 @@ class Workflow:
         from .patterns import Loop
 
         def register(f: StepFn) -> StepFn:
-            self._add_pattern(Loop(f.__name__ if name is None else name, f, max_iterations=max_iterations,
+            self._add_pattern(Loop(self._name_of(f, name, "loop"), f, max_iterations=max_iterations,
                                    until=until, retries=retries, on_orphan=on_orphan, timeout=timeout))
             return f
 
@@ -291,6 +303,7 @@ class Context:
     output: Any = None
     failed: dict[str, Any] | None = None
     _asked: int = 0
+    _until: bool | None = field(default=None, repr=False)  # a loop's verdict on this pass, once asked
     _approved: Callable[[], dict[str, Any] | None] = field(default=lambda: None, repr=False)
 
     def request_input(self, prompt: str) -> Any:
