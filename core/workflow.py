@@ -117,8 +117,10 @@ class Workflow:
     ) -> Any:
         """Register a step; usable as ``@wf.step``, ``@wf.step(...)`` or ``wf.step(name=...)(fn)``.
 
-        ``name``: the step's name (default: the function's name); the other options are those of
-        :class:`StepSpec`. Raises ``DefinitionError`` for a duplicate name or an invalid option.
+        ``fn``: a function of ctx, ``def`` or ``async def``. ``name``: the step's name (default: the
+        function's name); the other options are those of :class:`StepSpec`. Raises
+        ``DefinitionError`` for a duplicate name, an invalid option, a function that yields (see
+        :func:`relaypoint.calls.check_callable`) or one without a name of its own and no ``name``.
         """
 
         def register(f: StepFn) -> StepFn:
@@ -162,7 +164,8 @@ class Workflow:
         function (``ctx.iteration`` 1-based, ``ctx.history`` the earlier passes) and is recorded
         on its own; after each pass ``until(ctx)`` is called with ``ctx.output`` set to that pass's
         output, and a true answer (or ``max_iterations`` passes) ends the loop. The loop's result
-        is the last pass's output. Raises ``DefinitionError`` for invalid parameters."""
+        is the last pass's output. The body and ``until`` may each be ``def`` or ``async def``.
+        Raises ``DefinitionError`` for invalid parameters."""
         from .patterns import Loop
 
         def register(f: StepFn) -> StepFn:
@@ -190,8 +193,8 @@ class Workflow:
         function of one vote returning what is counted (a JSON value), e.g. ``key=lambda v:
         v["score"]``; the tally then names the winning key and adds ``"keys": {voter: key}`` (see
         :func:`relaypoint.patterns.majority`). The definition records the key by its qualified
-        name. Raises ``DefinitionError`` for a key that is not a function, or given with a tally
-        function."""
+        name. Raises ``DefinitionError`` for a key that is not a plain ``def`` (it runs when the
+        result is recorded, where nothing is awaited), or given with a tally function."""
         from .patterns import Vote
         self._add_pattern(Vote(name, voters, tally=tally, key=key, retries=retries, on_orphan=on_orphan,
                                timeout=timeout))
