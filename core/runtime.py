@@ -64,8 +64,11 @@ class Runtime:
 
     One runtime may be shared between threads: every operation may be called from many at once
     (a web app's ``asyncio.to_thread``), each thread working on a store connection of its own, opened
-    at its first call (on PostgreSQL, one server connection per thread). From a coroutine, use the
-    ``a``-twins (:meth:`astart`, :meth:`aresume`), which never block its event loop.
+    at its first call (on PostgreSQL, one server connection per thread). From a running event loop,
+    use the ``a``-twins, which never block it: :meth:`astart` and :meth:`aresume` run the calls on
+    that loop (sync ones in worker threads); :meth:`aget`, :meth:`alist`, :meth:`aapprove`,
+    :meth:`areject`, :meth:`arespond`, :meth:`acancel` and :meth:`afork` run the operation in a
+    worker thread.
 
     Raises ``StoreError`` when the store cannot be used, ``DefinitionError`` for two workflows with
     one name.
@@ -476,3 +479,48 @@ class Runtime:
         iteration), ``InvalidValue``.
         """
         return self._forks.fork(run_id, from_step, input, iteration)
+
+
+    # ---- async twins ----------------------------------------------------------------------------
+    # Each runs its sync operation in a worker thread (asyncio.to_thread): usable from a running event
+    # loop without blocking it, as the runtime is thread-safe. Same arguments, result and errors.
+
+    async def aget(self, run_id: str, *, with_outputs: bool = True) -> Run:
+        """``await asyncio.to_thread(self.get, ...)``: :meth:`get` from an event loop, not blocking it."""
+        return await asyncio.to_thread(self.get, run_id, with_outputs=with_outputs)
+
+    async def alist(self, status: str | None = None, workflow: str | None = None, limit: int = 100, *,
+                    before: tuple[str, str] | None = None, after: tuple[str, str] | None = None,
+                    within: tuple[tuple[str, str], tuple[str, str]] | None = None, oldest_first: bool = False,
+                    search: str | None = None) -> list[RunSummary]:
+        """``await asyncio.to_thread(self.list, ...)``: :meth:`list` from an event loop, not blocking it."""
+        return await asyncio.to_thread(self.list, status, workflow, limit, before=before, after=after,
+                                       within=within, oldest_first=oldest_first, search=search)
+
+    async def aapprove(self, run_id: str, by: str | None = None, comment: str | None = None, output: Any = None,
+                       *, checkpoint_id: int | None = None) -> Checkpoint:
+        """``await asyncio.to_thread(self.approve, ...)``: :meth:`approve` from an event loop, not
+        blocking it."""
+        return await asyncio.to_thread(self.approve, run_id, by, comment, output, checkpoint_id=checkpoint_id)
+
+    async def areject(self, run_id: str, comment: str, by: str | None = None, *,
+                      checkpoint_id: int | None = None) -> Checkpoint:
+        """``await asyncio.to_thread(self.reject, ...)``: :meth:`reject` from an event loop, not
+        blocking it."""
+        return await asyncio.to_thread(self.reject, run_id, comment, by, checkpoint_id=checkpoint_id)
+
+    async def arespond(self, run_id: str, value: Any, by: str | None = None, *,
+                       checkpoint_id: int | None = None) -> Checkpoint:
+        """``await asyncio.to_thread(self.respond, ...)``: :meth:`respond` from an event loop, not
+        blocking it."""
+        return await asyncio.to_thread(self.respond, run_id, value, by, checkpoint_id=checkpoint_id)
+
+    async def acancel(self, run_id: str, by: str | None = None) -> RunStatus:
+        """``await asyncio.to_thread(self.cancel, ...)``: :meth:`cancel` from an event loop, not
+        blocking it."""
+        return await asyncio.to_thread(self.cancel, run_id, by)
+
+    async def afork(self, run_id: str, from_step: str, input: dict[str, Any] | None = None, *,
+                    iteration: int | None = None) -> str:
+        """``await asyncio.to_thread(self.fork, ...)``: :meth:`fork` from an event loop, not blocking it."""
+        return await asyncio.to_thread(self.fork, run_id, from_step, input, iteration=iteration)

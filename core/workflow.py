@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
+from .calls import check_callable
 from .defaults import RETRIES
 from .drivers import ChainDriver, Driver
 from .encoding import is_unicode, readable
@@ -116,19 +117,32 @@ class Workflow:
     ) -> Any:
         """Register a step; usable as ``@wf.step``, ``@wf.step(...)`` or ``wf.step(name=...)(fn)``.
 
-        ``name``: the step's name (default: the function's name); the other options are those of
-        :class:`StepSpec`. Raises ``DefinitionError`` for a duplicate name or an invalid option.
+        ``fn``: a function of ctx, ``def`` or ``async def``. ``name``: the step's name (default: the
+        function's name); the other options are those of :class:`StepSpec`. Raises
+        ``DefinitionError`` for a duplicate name, an invalid option, a function that yields (see
+        :func:`relaypoint.calls.check_callable`) or one without a name of its own and no ``name``.
         """
 
         def register(f: StepFn) -> StepFn:
-            step_name = f.__name__ if name is None else name
+            step_name = self._name_of(f, name, "step")
             self._check_new(step_name)
+            check_callable(f, f"step {step_name!r}")
             check_options(f"step {step_name!r}", approval=approval, retries=retries, on_orphan=on_orphan,
                           timeout=timeout)
             self.steps.append(StepSpec(step_name, f, approval, retries, on_orphan, timeout))
             return f
 
         return register(fn) if fn is not None else register
+
+    def _name_of(self, fn: Any, name: str | None, what: str) -> Any:
+        """``name``, else ``fn``'s own; ``DefinitionError`` when neither is given (a callable object
+        or a ``functools.partial`` has no name of its own)."""
+        given = getattr(fn, "__name__", None) if name is None else name
+        if given is None:
+            check_callable(fn, f"workflow {self.name!r}: a {what}")  # a value that is no function at all: say so
+            raise DefinitionError(f"workflow {self.name!r}: a {what} of {type(fn).__name__} needs name=..., "
+                                  "it has no __name__")
+        return given
 
     def _check_new(self, name: Any) -> None:
         """Refuse a node name that is not text or is taken, with ``DefinitionError``."""
@@ -150,11 +164,12 @@ class Workflow:
         function (``ctx.iteration`` 1-based, ``ctx.history`` the earlier passes) and is recorded
         on its own; after each pass ``until(ctx)`` is called with ``ctx.output`` set to that pass's
         output, and a true answer (or ``max_iterations`` passes) ends the loop. The loop's result
-        is the last pass's output. Raises ``DefinitionError`` for invalid parameters."""
+        is the last pass's output. The body and ``until`` may each be ``def`` or ``async def``.
+        Raises ``DefinitionError`` for invalid parameters."""
         from .patterns import Loop
 
         def register(f: StepFn) -> StepFn:
-            self._add_pattern(Loop(f.__name__ if name is None else name, f, max_iterations=max_iterations,
+            self._add_pattern(Loop(self._name_of(f, name, "loop"), f, max_iterations=max_iterations,
                                    until=until, retries=retries, on_orphan=on_orphan, timeout=timeout))
             return f
 
@@ -178,8 +193,8 @@ class Workflow:
         function of one vote returning what is counted (a JSON value), e.g. ``key=lambda v:
         v["score"]``; the tally then names the winning key and adds ``"keys": {voter: key}`` (see
         :func:`relaypoint.patterns.majority`). The definition records the key by its qualified
-        name. Raises ``DefinitionError`` for a key that is not a function, or given with a tally
-        function."""
+        name. Raises ``DefinitionError`` for a key that is not a plain ``def`` (it runs when the
+        result is recorded, where nothing is awaited), or given with a tally function."""
         from .patterns import Vote
         self._add_pattern(Vote(name, voters, tally=tally, key=key, retries=retries, on_orphan=on_orphan,
                                timeout=timeout))
@@ -291,6 +306,7 @@ class Context:
     output: Any = None
     failed: dict[str, Any] | None = None
     _asked: int = 0
+    _until: bool | None = field(default=None, repr=False)  # a loop's verdict on this pass, once asked
     _approved: Callable[[], dict[str, Any] | None] = field(default=lambda: None, repr=False)
 
     def request_input(self, prompt: str) -> Any:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from ..calls import check_callable
 from ..defaults import RETRIES
 from ..drivers import Turn
 from ..errors import DefinitionError, RefusedTransition
@@ -106,9 +107,7 @@ class Pattern(ABC):
             if label in self.roles:
                 raise DefinitionError(f"{owner}: the agent name {label!r} is reserved for the {self.kind}'s own "
                                       "decisions; rename the agent")
-            if not callable(fn):
-                raise DefinitionError(f"{owner}: agent {label!r} must be a function of ctx or human(...), "
-                                      f"not {type(fn).__name__}")
+            check_callable(fn, f"{owner}: agent {label!r}")
         self.agents = dict(agents)
         self._specs: dict[str | None, StepSpec] = {label: self._spec(fn) for label, fn in self.agents.items()}
 

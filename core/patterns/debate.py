@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..calls import check_callable
 from ..drivers import Turn
-from ..errors import DefinitionError
 from .base import Pattern, Sub, outputs_by_agent, whole
 
 if TYPE_CHECKING:
@@ -34,8 +34,8 @@ class Debate(Pattern):
                  retries: int, on_orphan: str, timeout: float | None) -> None:
         super().__init__(name, agents, retries=retries, on_orphan=on_orphan, timeout=timeout)
         self.rounds = whole(rounds, f"debate {name!r}: rounds", least=1)
-        if judge is not None and not callable(judge):
-            raise DefinitionError(f"debate {name!r}: judge must be a function of ctx, not {type(judge).__name__}")
+        if judge is not None:
+            check_callable(judge, f"debate {name!r}: judge")
         self.judge = judge
         if judge is not None:
             self._add("judge", judge)

@@ -9,11 +9,13 @@ loop ends at the new limit; one that raises it goes on, unless ``until`` ended t
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..calls import check_callable, is_async, loop_running, wrap
 from ..drivers import Turn
-from ..errors import DefinitionError
 from .base import Pattern, Sub, whole
 
 if TYPE_CHECKING:
@@ -23,7 +25,12 @@ if TYPE_CHECKING:
 
 class Loop(Pattern):
     """``@wf.loop(max_iterations=5, until=lambda ctx: ctx.output["score"] >= 0.9)``: see
-    :meth:`relaypoint.Workflow.loop`."""
+    :meth:`relaypoint.Workflow.loop`.
+
+    ``until`` (def or async def) is asked inside the pass's own execution, right after the body
+    (with ``ctx.output`` set to the pass's output), so the executor awaits it as it awaits the
+    body; its verdict is kept on the context and folded at the pass's boundary. A sync ``until``
+    after an async body runs in a worker thread, never on the event loop."""
 
     kind = "loop"
     noun = "pass"
@@ -32,13 +39,23 @@ class Loop(Pattern):
                  until: Callable[[Context], Any] | None, retries: int, on_orphan: str,
                  timeout: float | None) -> None:
         super().__init__(name, {}, retries=retries, on_orphan=on_orphan, timeout=timeout, noun=None)
-        if not callable(fn):
-            raise DefinitionError(f"loop {name!r}: the loop's body must be a function of ctx")
+        check_callable(fn, f"loop {name!r}: the body")
         self.max_iterations = whole(max_iterations, f"loop {name!r}: max_iterations", least=1)
-        if until is not None and not callable(until):
-            raise DefinitionError(f"loop {name!r}: until must be a function of ctx, not {type(until).__name__}")
+        if until is not None:
+            check_callable(until, f"loop {name!r}: until")
         self.until = until
-        self._add(None, fn)  # a pass runs as no agent: it is the loop's own function
+        # a pass runs as no agent: it is the loop's own function, followed by until's verdict
+        self._add(None, fn if until is None else wrap(fn, after=self._judged))
+        self._verdict = None if until is None else wrap(until, before=_given, after=_kept)
+
+    def _judged(self, output: Any, ctx: Context) -> Any:
+        """``output``, once ``until`` has judged it (not on the last pass: the limit ends the loop)."""
+        if ctx.iteration >= self.max_iterations:
+            return output
+        assert self._verdict is not None
+        if loop_running() and not is_async(self._verdict):
+            return asyncio.to_thread(self._verdict, output, ctx)  # a sync until never blocks the event loop
+        return self._verdict(output, ctx)
 
     def settings(self) -> dict[str, Any]:
         return {"max_iterations": self.max_iterations, "until": self.until is not None}
@@ -54,10 +71,25 @@ class Loop(Pattern):
             return {"pass": turn.iteration, "done": True}
         if self.until is not None:
             assert ctx is not None, "until is evaluated on the pass's context"
-            ctx.output = output
-            if self.until(ctx):
+            if ctx._until is None:  # a pass recorded before this claim (no execution here asked until)
+                self._recorded_verdict(output, ctx)
+            if ctx._until:
                 return {"pass": turn.iteration, "done": True, "stopped": "until"}
         return {"pass": turn.iteration, "done": False}
+
+    def _recorded_verdict(self, output: Any, ctx: Context) -> None:
+        """Ask ``until`` about a recorded pass from :meth:`fold` (sync): an async ``until`` (or one
+        returning an awaitable) is run to completion with ``asyncio.run``, which needs a thread
+        where no event loop runs; ``RuntimeError`` in a thread where one does (fold it from a
+        worker thread)."""
+        assert self._verdict is not None
+        pending = self._verdict(output, ctx)
+        if inspect.isawaitable(pending):  # a coroutine (see relaypoint.calls.wrap)
+            if loop_running():
+                pending.close()
+                raise RuntimeError(f"loop '{self.name}': an async until of a recorded pass is asked from a thread "
+                                   "whose event loop runs; fold it from a worker thread")
+            asyncio.run(pending)
 
     def carry(self, sub: Sub) -> Sub:
         n = sub["pass"]
@@ -74,3 +106,15 @@ class Loop(Pattern):
 
     def result(self, records: list[StepRecord]) -> Any:
         return records[-1].output if records else None
+
+
+def _given(output: Any, ctx: Context) -> Context:
+    """The context ``until`` sees: the pass's, with ``ctx.output`` = the pass's output."""
+    ctx.output = output
+    return ctx
+
+
+def _kept(verdict: Any, output: Any, ctx: Context) -> Any:
+    """The pass's ``output``, ``until``'s ``verdict`` kept on ``ctx`` for :meth:`Loop.fold`."""
+    ctx._until = bool(verdict)
+    return output

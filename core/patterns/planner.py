@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..calls import check_callable, wrap
 from ..drivers import Turn
-from ..errors import DefinitionError, InvalidValue, quoted
+from ..errors import InvalidValue, quoted
 from .base import Pattern, Sub, whole
 
 if TYPE_CHECKING:
@@ -49,13 +50,13 @@ class Planner(Pattern):
                  timeout: float | None) -> None:
         super().__init__(name, agents, retries=retries, on_orphan=on_orphan, timeout=timeout)
         for what, fn in (("plan", plan), ("replan", replan)):
-            if fn is not None and not callable(fn):
-                raise DefinitionError(f"planner {name!r}: {what} must be a function of ctx, not {type(fn).__name__}")
+            if fn is not None:
+                check_callable(fn, f"planner {name!r}: {what}")
         self.max_replans = whole(max_replans, f"planner {name!r}: max_replans", least=0)
         self.replans = replan is not None
         self._add("plan", plan)
         if replan is not None:
-            self._add("replan", lambda ctx: replan(_with_failed(ctx)))
+            self._add("replan", wrap(replan, before=_with_failed))
 
     def settings(self) -> dict[str, Any]:
         return {"max_replans": self.max_replans, "replan": self.replans}

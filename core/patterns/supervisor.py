@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..calls import check_callable, wrap
 from ..drivers import Turn
-from ..errors import DefinitionError, InvalidValue
+from ..errors import InvalidValue
 from .base import Pattern, Sub, whole
 
 if TYPE_CHECKING:
@@ -43,16 +44,14 @@ class Supervisor(Pattern):
     def __init__(self, name: str, agents: Mapping[str, Any], *, route: Callable[[Context], Any], max_turns: int,
                  max_idle: int, retries: int, on_orphan: str, timeout: float | None) -> None:
         super().__init__(name, agents, retries=retries, on_orphan=on_orphan, timeout=timeout)
-        if not callable(route):
-            raise DefinitionError(f"supervisor {name!r}: route must be a function of ctx, not {type(route).__name__}")
+        check_callable(route, f"supervisor {name!r}: route")
         self.max_turns = whole(max_turns, f"supervisor {name!r}: max_turns", least=1)
         self.max_idle = whole(max_idle, f"supervisor {name!r}: max_idle", least=1)
         self.order = list(self.agents)
-        self._add("route", lambda ctx: self._decide(route, ctx))
+        self._add("route", wrap(route, after=self._decided))
 
-    def _decide(self, route: Callable[[Context], Any], ctx: Context) -> dict[str, Any]:
-        """Run the router for turn ``ctx.iteration``: the decision as recorded."""
-        choice = route(ctx)
+    def _decided(self, choice: Any, ctx: Context) -> dict[str, Any]:
+        """The decision of turn ``ctx.iteration`` as recorded, from the router's answer ``choice``."""
         if choice is not None and (not isinstance(choice, str) or choice not in self.agents):
             raise InvalidValue(f"the router of '{self.name}' returned {choice!r} for turn {ctx.iteration}, not one "
                                f"of its agents ({', '.join(self.order)}) or None to stop")

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..calls import check_callable, check_plain, wrap
 from ..drivers import Turn
 from ..errors import DefinitionError, InvalidValue
 from .base import Pattern, Sub, outputs_by_agent, qualified_name
@@ -63,14 +64,16 @@ class Vote(Pattern):
         super().__init__(name, voters, retries=retries, on_orphan=on_orphan, timeout=timeout, noun="voters")
         if tally != "majority" and not callable(tally):
             raise DefinitionError(f"vote {name!r}: tally must be 'majority' or a function of the votes, not {tally!r}")
-        if key is not None and not callable(key):
-            raise DefinitionError(f"vote {name!r}: key must be a function of a vote, not {type(key).__name__}")
+        if callable(tally):
+            check_callable(tally, f"vote {name!r}: tally")
+        if key is not None:
+            check_plain(key, f"vote {name!r}: key", "a vote")
         if key is not None and tally != "majority":
             raise DefinitionError(f"vote {name!r}: key picks what tally='majority' counts; a tally function is "
                                   "given the whole votes, so pick inside it")
         self.tally, self.key = tally, key
         if callable(tally):
-            self._add("tally", lambda ctx: tally({h["agent"]: h["output"] for h in ctx.history}))
+            self._add("tally", wrap(tally, before=_votes))
         self.order = list(self.agents)
 
     def settings(self) -> dict[str, Any]:
@@ -107,3 +110,8 @@ class Vote(Pattern):
         votes = outputs_by_agent(records, self.roles)
         tallied = next((r.output for r in reversed(records) if r.agent == "tally"), None)
         return {"result": majority(votes, self.key) if self.tally == "majority" else tallied, "votes": votes}
+
+
+def _votes(ctx: Context) -> dict[str, Any]:
+    """What a tally function is given: ``{voter: vote}`` from the votes recorded so far."""
+    return {h["agent"]: h["output"] for h in ctx.history}
