@@ -297,6 +297,24 @@ def test_a_router_that_raises_fails_the_run_in_one_line_and_a_resume_asks_only_t
     assert [t["attempts"] for t in run["tasks"] if t["agent"] == "route"] == [1, 1, 2, 1, 1]
 
 
+# ---- the nodes whose calls run side by side ----------------------------------------------------
+
+@pytest.mark.parametrize("label", ["gather#1/b", "each#3", "chorus#1/con"])
+def test_a_fan_out_node_killed_mid_call_re_runs_only_that_call(box, label):
+    """A parallel branch, a map's item and a concurrent debate's speaker, each SIGKILLed in its
+    call: the resume runs that call again and no other, the map's items are never listed again,
+    and the results are an uninterrupted run's."""
+    run_id = started(box, "fanout", label)
+    done = resume(box, run_id)
+    assert done.code == 0, done.text
+    run = assert_same_as_uninterrupted(box, run_id, "fanout", again=Counter({label: 1}))
+    assert [c.label for c in calls(box)].count("each#1/items") == 1
+    results = {t["name"]: t["output"] for t in run["tasks"] if t["parent"] is None}
+    assert list(results["gather"]) == ["a", "b", "c"]
+    assert [o.split(":")[0] for o in results["each"]] == ["each#1", "each#2", "each#3", "each#4"]
+    assert results["chorus"]["heard"] == 6  # the judge hears both rounds of three
+
+
 # ---- the planner --------------------------------------------------------------------------------
 
 def test_a_planner_killed_mid_subtask_resumes_its_recorded_plan(box):

@@ -14,7 +14,8 @@ given, which never changes while it is in flight; folding one marks it completed
 state after a set of subtasks does not depend on the order they finished in. A state recorded
 before ordinals were given (subtasks without ``n``, ``ordinal`` the last subtask run) is numbered
 on reading, the ready subtasks first in plan order from ``ordinal + 1``: the one its run had in
-flight gets the ordinal that run gave it.
+flight gets the ordinal that run gave it, and the others, in the order they can run, those the
+sequential planner would have given them.
 """
 
 from __future__ import annotations
@@ -179,14 +180,20 @@ def runnable(plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def numbered(sub: Sub) -> Sub:
     """``sub`` with an ordinal ``n`` given to each pending subtask that has none, from
-    ``sub["ordinal"] + 1``: the ready ones first, then the others, each group in plan order
-    (``ordinal`` becomes the highest given). A subtask keeps its ordinal once given."""
+    ``sub["ordinal"] + 1`` in the order they can run: the ready ones first, then those ready once
+    those are done, and so on, each wave in plan order (``ordinal`` becomes the highest given). A
+    subtask keeps its ordinal once given."""
     plan = sub["plan"]
-    fresh = [t for t in plan if t["status"] == PENDING and "n" not in t]
-    if not fresh:
+    left = [t for t in plan if t["status"] == PENDING and "n" not in t]
+    if not left:
         return sub
-    first = [t["id"] for t in runnable(plan) if "n" not in t]
-    order = first + [t["id"] for t in fresh if t["id"] not in first]
+    known = {t["id"] for t in plan if t["status"] == COMPLETED or (t["status"] == PENDING and "n" in t)}
+    order: list[str] = []
+    while left:
+        wave = [t for t in left if set(t["after"]) <= known] or left  # waiting on a failed subtask: last
+        order += [t["id"] for t in wave]
+        known |= {t["id"] for t in wave}
+        left = [t for t in left if t["id"] not in known]
     k = sub["ordinal"]
     given = {task: k + 1 + j for j, task in enumerate(order)}
     return {**sub, "plan": [{**t, "n": given[t["id"]]} if t["id"] in given else t for t in plan],
