@@ -318,3 +318,60 @@ def test_a_run_whose_planner_state_was_recorded_before_ordinals_resumes_the_subt
         assert rt.step_output(rid, "b") == {"t1": "code 1", "t2": "yes", "t3": "code 3", "t4": "code 4"}
         keys = [t.idempotency_key.split("/", 1)[1] for t in rt.get(rid).tasks if t.parent is not None]
         assert len(set(keys)) == len(keys)
+
+
+# ---- how the console and `show` describe them ------------------------------------------------------
+
+
+def test_parallel_and_map_rows_progress_and_summaries_come_from_their_records(db):
+    from relaypoint.views.patterns import call_label, fork_point, progress, summary, tree
+
+    wf = Workflow("w")
+    wf.parallel("gather", branches={"web": lambda c: 1, "docs": lambda c: 2})
+    wf.map("each", lambda c: c.input * 10, items=lambda c: [1, 2, 3])
+    fresh = Workflow("fresh")
+    fresh.parallel("gather", branches={"web": lambda c: 1, "docs": lambda c: 2, "x": lambda c: 3})
+    fresh.map("each", print, items=print)
+    with Runtime(db, [wf, fresh]) as rt:
+        rid = rt.start("w")
+        groups = {top.name: (top, calls) for top, calls in tree(rt.get(rid).tasks)}
+        (top, calls), (mtop, mcalls) = groups["gather"], groups["each"]
+        assert [call_label("parallel", c) for c in calls] == ["branch · web", "branch · docs"]
+        assert [call_label("map", c) for c in mcalls] == ["items", "item 1", "item 2", "item 3"]
+        assert [fork_point("map", c) for c in mcalls[:2]] == ["the items", "item 1"]
+        assert fork_point("parallel", calls[1]) == "the branches"
+        assert progress(top, calls) == "2/2 branches" and progress(mtop, mcalls) == "3/3 items"
+        assert [(it.label, [c.agent for c in it.calls]) for it in summary(top, calls).iterations] == [
+            ("branches", ["web", "docs"])]
+        assert [it.label for it in summary(mtop, mcalls).iterations] == ["item 1", "item 2", "item 3"]
+        assert rt.step_output(rid, "each") == [10, 20, 30]
+        # before they run: what they will do
+        (gtop, _), (etop, _) = tree(rt.get(rt.enqueue("fresh")).tasks)
+        assert (progress(gtop, []), progress(etop, [])) == ("3 branches", "not listed yet")
+
+
+def test_a_pattern_row_with_several_calls_running_says_how_many_of_its_calls_run():
+    from relaypoint import StepStatus
+    from relaypoint.models import StepRecord
+    from relaypoint.views.patterns import progress, shown_status
+
+    def row(seq, status, agent=None, iteration=1, parent=0, **options):
+        return StepRecord(seq=seq, name="n", iteration=iteration, agent=agent, parent=parent, status=status,
+                          attempts=1, options=options, idempotency_key=f"k{seq}")
+
+    run, done, failed = StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.FAILED
+    vote = row(0, StepStatus.PENDING, parent=None, pattern="vote", agents=["a", "b", "c", "d", "e"])
+    calls = [row(1, done, "a"), row(2, run, "b"), row(3, run, "c"), row(4, run, "d")]
+    assert progress(vote, calls) == "3 of 5 running" and shown_status(vote, calls) == run
+    # the last call finished, one beside it is still running: the pattern is running
+    assert shown_status(vote, calls[:2] + [row(5, done, "e")]) == run
+    assert progress(vote, calls[:2]) == "1/5 votes"  # one call running: the usual words
+    mapped = row(0, StepStatus.PENDING, parent=None, pattern="map")
+    items = [row(1, done, "items")] + [row(1 + i, run, None, i) for i in (1, 2)]
+    assert progress(mapped, items, {"next": 0, "in": {"items": list(range(7)), "below": 0, "done": []}}) == (
+        "2 of 7 running")
+    planner = row(0, StepStatus.PENDING, parent=None, pattern="planner", agents=["x"])
+    plan = [{"id": i, "status": s} for i, s in (("t1", "pending"), ("t2", "pending"), ("t3", "failed"))]
+    subtasks = [row(1, done, "plan"), row(2, run, "x", 1), row(3, run, "x", 2), row(4, failed, "x", 3)]
+    assert progress(planner, subtasks, {"next": 0, "in": {"plan": plan}}) == "2 of 2 running"
+    assert shown_status(planner, subtasks) == run
