@@ -78,8 +78,8 @@ class Planner(Pattern):
             return (Turn(k, "replan"),)
         if sub["plan"] is None or sub.get("decompose"):
             return (Turn(k, "plan"),)
-        sub = numbered(sub)
-        return tuple(Turn(t["n"], t["agent"], t["id"], t["input"]) for t in runnable(sub["plan"]))
+        ready = sorted(runnable(numbered(sub)["plan"]), key=lambda t: t["n"])  # by ordinal: the order they can run
+        return tuple(Turn(t["n"], t["agent"], t["id"], t["input"]) for t in ready)
 
     def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
         if turn.agent in self.roles:
