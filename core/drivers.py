@@ -301,7 +301,8 @@ class ChainDriver(Driver):
         node = self.steps[i]
         if node.pattern is None:
             return RunStep(Call(node.name))
-        turns = node.pattern.next(self._sub(state, node.pattern))
+        bound = node.pattern.max_concurrency if node.pattern.max_concurrency is not None else self._max_concurrency
+        turns = node.pattern.asked(self._sub(state, node.pattern), bound)
         calls = tuple(Call(node.name, t.iteration, t.agent, t.input, parent=i, task=t.task) for t in turns)
         if not calls:
             return RunStep(Call(node.name))  # the pattern's result, recorded in its own row

@@ -260,6 +260,18 @@ def test_vote_parallel_map_and_a_concurrent_debate_fold_a_set_of_calls_to_one_st
     assert {(c.iteration, c.agent) for c in asked(wf, round_two)} == {(2, "pro"), (2, "con"), (2, "mid")}
 
 
+def test_a_bounded_map_asks_for_its_first_items_not_done_so_every_call_in_flight_comes_back():
+    wf = Workflow("w", max_concurrency=3)
+    wf.map("m", print, items=print)
+    state = {"next": 0, "in": {"items": list("abcdefg"), "below": 0, "done": []}}
+    assert [c.iteration for c in asked(wf, state)] == [1, 2, 3]  # the executor starts 1, 2, 3
+    state = folded(wf, [Call("m", 2, input="b", parent=0)], state)
+    assert [c.iteration for c in asked(wf, state)] == [1, 3, 4]  # 1 and 3 still in flight: asked again
+    state = folded(wf, [Call("m", 1, input="a", parent=0), Call("m", 4, input="d", parent=0)], state)
+    assert state["in"]["below"] == 2 and state["in"]["done"] == [4]
+    assert [(c.iteration, c.input) for c in asked(wf, state)] == [(3, "c"), (5, "e"), (6, "f")]
+
+
 def test_a_planner_asks_for_every_ready_subtask_at_once_under_ordinals_that_do_not_change():
     wf = Workflow("w")
     wf.planner("b", plan=print, agents={"code": print, "test": print})

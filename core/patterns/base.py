@@ -146,6 +146,13 @@ class Pattern(ABC):
         """The executions to run now (several: independent calls, each recorded on its own), or
         ``()`` when the pattern is done and its result is to be recorded."""
 
+    def asked(self, sub: Sub, limit: int | None) -> tuple[Turn, ...]:
+        """:meth:`next`, cut to its first ``limit`` turns by a pattern whose independent calls keep
+        their order from one state to the next (a map's items): those calls are started in that
+        order, at most ``limit`` at once, so the first ``limit`` hold every call in flight (a
+        1,000-item map asks for 50 calls at a boundary, not 1,000). Default: every turn."""
+        return self.next(sub)
+
     @abstractmethod
     def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
         """The sub-state after ``turn`` completed with ``output`` (``ctx``: its context, when it

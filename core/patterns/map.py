@@ -5,13 +5,15 @@ Children: ``items`` (iteration 1; its recorded output is the list), then one cal
 ``{"items": [...] | None, "below": k, "done": [i, ...]}``: items 1..k are completed, and ``done``
 lists the completed ones past k, sorted (so the state is the same whatever order the calls
 finished in, and stays small while calls finish roughly in order). The list commits with the
-``items`` record, so a resumed map never asks ``items`` again. An item call sees no other item in
+``items`` record, so a resumed map never asks ``items`` again. Bounded by ``max_concurrency``, it
+asks for the first that many items not completed (see :meth:`Pattern.asked`). An item call sees no other item in
 ``ctx.history``. No parameter of a map changes what it runs, so an allowed drift carries its state
 as it is (the recorded list stands).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -64,12 +66,15 @@ class Map(Pattern):
         return {"items": None, "below": 0, "done": []}
 
     def next(self, sub: Sub) -> tuple[Turn, ...]:
+        return self.asked(sub, None)
+
+    def asked(self, sub: Sub, limit: int | None) -> tuple[Turn, ...]:
         items = sub["items"]
         if items is None:
             return (Turn(1, ITEMS),)
         done = set(sub["done"])
-        return tuple(Turn(i, None, input=items[i - 1]) for i in range(sub["below"] + 1, len(items) + 1)
-                     if i not in done)
+        left = (i for i in range(sub["below"] + 1, len(items) + 1) if i not in done)  # in index order
+        return tuple(Turn(i, None, input=items[i - 1]) for i in itertools.islice(left, limit))
 
     def seen(self, turn: Turn) -> int | None:
         return None if turn.agent == ITEMS else 1  # independent items: none sees another
