@@ -357,6 +357,14 @@ def test_parallel_and_map_rows_progress_and_summaries_come_from_their_records(db
             ("branches", ["web", "docs"])]
         assert [it.label for it in summary(mtop, mcalls).iterations] == ["item 1", "item 2", "item 3"]
         assert rt.step_output(rid, "each") == [10, 20, 30]
+        from rich.console import Console
+
+        from relaypoint.tui.patterns import summary_view
+        console = Console(width=60, record=True)
+        console.print(summary_view(summary(top, calls)), summary_view(summary(mtop, mcalls)))
+        text = [line.split() for line in console.export_text().splitlines()]
+        assert text == [["branches"], ["branches", "web", "✔", "1"], ["docs", "✔", "2"], ["items"],
+                        ["item", "1", "✔", "10"], ["item", "2", "✔", "20"], ["item", "3", "✔", "30"]]
         # before they run: what they will do
         (gtop, _), (etop, _) = tree(rt.get(rt.enqueue("fresh")).tasks)
         assert (progress(gtop, []), progress(etop, [])) == ("3 branches", "not listed yet")
