@@ -152,9 +152,11 @@ class Driver(ABC):
         """What ``ctx.state`` shows an execution asked for in ``state`` (default: the state)."""
         return state
 
-    def history_of(self, call: Call) -> tuple[int, frozenset[str]] | None:
+    def history_of(self, call: Call) -> tuple[int, frozenset[str]] | tuple[int, frozenset[str], int] | None:
         """Whose recorded results ``ctx.history`` lists for ``call``: the seq of a pattern's group
-        row and the agent labels to leave out (the pattern's own decisions), or None (no history)."""
+        row, the agent labels to leave out (the pattern's own decisions) and, when given, an
+        iteration bound (only calls of lower iterations are listed, so a call running beside
+        others never sees one of them that finishes while it runs), or None (no history)."""
         return None
 
     def replan(self, state: State) -> State:
@@ -269,6 +271,7 @@ class ChainDriver(Driver):
 
     def __init__(self, workflow: Workflow) -> None:
         self.steps = list(workflow.steps)
+        self._max_concurrency = workflow.max_concurrency
         self._names = [s.name for s in self.steps]
         self._index = {name: i for i, name in enumerate(self._names)}
 
@@ -307,7 +310,8 @@ class ChainDriver(Driver):
         node = self.steps[i]
         if node.pattern is None:
             return RunStep(Call(node.name))
-        turns = node.pattern.next(self._sub(state, node.pattern))
+        bound = node.pattern.max_concurrency if node.pattern.max_concurrency is not None else self._max_concurrency
+        turns = node.pattern.asked(self._sub(state, node.pattern), bound)
         calls = tuple(Call(node.name, t.iteration, t.agent, t.input, parent=i, task=t.task) for t in turns)
         if not calls:
             return RunStep(Call(node.name))  # the pattern's result, recorded in its own row
@@ -358,10 +362,19 @@ class ChainDriver(Driver):
         """Pattern ``pattern``'s sub-state in ``state`` (its start before its first execution)."""
         return state["in"] if "in" in state else pattern.start()
 
-    def history_of(self, call: Call) -> tuple[int, frozenset[str]] | None:
+    def history_of(self, call: Call) -> tuple[int, frozenset[str]] | tuple[int, frozenset[str], int] | None:
         i = self._index[call.name]
         pattern = self.steps[i].pattern
-        return None if pattern is None else (i, frozenset(pattern.roles))
+        if pattern is None:
+            return None
+        bound = None if call.parent is None else pattern.seen(Turn.of(call))  # the finisher reads every call
+        return (i, frozenset(pattern.roles)) if bound is None else (i, frozenset(pattern.roles), bound)
+
+    def max_concurrency(self, call: Call) -> int | None:
+        """The pattern's own ``max_concurrency``, else the workflow's, else None (all at once)."""
+        pattern = self._pattern(call) if call.parent is not None else None
+        own = pattern.max_concurrency if pattern is not None else None
+        return own if own is not None else self._max_concurrency
 
     def replan(self, state: State) -> State:
         i = state.get("next")

@@ -118,18 +118,23 @@ class LazyHistory(_LazyList):
     """``ctx.history``: the recorded results of a pattern (the completed children of group row
     ``parent`` of run ``run_id``, in order) as ``{"iteration", "agent", "output"}`` dicts, plus
     ``"task"`` for a planner's subtask; the pattern's own decisions (agent labels ``roles``) left
-    out. Read with :meth:`RunStore.history` on first use; a damaged output raises ``StoreDamaged``."""
+    out; with ``before``, only the calls of iterations below it (a call running beside others of its
+    iteration must not see those that finish while it runs). Read with :meth:`RunStore.history` on
+    first use; a damaged output raises ``StoreDamaged``."""
 
-    def __init__(self, store: RunStore, run_id: str, parent: int, roles: frozenset[str]) -> None:
+    def __init__(self, store: RunStore, run_id: str, parent: int, roles: frozenset[str],
+                 before: int | None = None) -> None:
         super().__init__(store, run_id)
-        self._parent, self._roles = parent, roles
+        self._parent, self._roles, self._before = parent, roles, before
         self._records: list[StepRecord] | None = None
         self._entries: list[dict[str, Any]] | None = None
 
     def records(self) -> list[StepRecord]:
         """Every completed child, decisions included, as recorded (read once)."""
         if self._records is None:
-            self._records = self._read(lambda rid: self._store.steps(rid, parent=self._parent, outputs=True))
+            records = self._read(lambda rid: self._store.steps(rid, parent=self._parent, outputs=True))
+            before = self._before
+            self._records = records if before is None else [r for r in records if r.iteration < before]
         return self._records
 
     def _load(self) -> list[dict[str, Any]]:

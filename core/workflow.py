@@ -1,5 +1,6 @@
 """Workflow definitions: an ordered chain of named steps (``@wf.step``) and patterns (``@wf.loop``,
-``wf.debate``, ``wf.vote``, ``wf.supervisor``, ``wf.planner``; see :mod:`relaypoint.patterns`)."""
+``wf.debate``, ``wf.vote``, ``wf.supervisor``, ``wf.planner``, ``wf.parallel``, ``wf.map``; see
+:mod:`relaypoint.patterns`)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,13 @@ class StepSpec:
         return options
 
 
+def whole(value: Any, what: str, *, least: int) -> int:
+    """``value`` if it is a whole number >= ``least``; ``DefinitionError`` naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise DefinitionError(f"{what} must be a whole number >= {least}, not {value!r}")
+    return value
+
+
 def check_options(owner: str, *, approval: bool = False, retries: int = RETRIES, on_orphan: str = "retry",
                   timeout: float | None = None) -> None:
     """Refuse invalid step options of ``owner`` (words like "step 'draft'") with ``DefinitionError``."""
@@ -93,17 +101,24 @@ class Workflow:
     >>> @wf.step(approval=True)
     ... def review(ctx): return ctx.results["draft"]
 
+    ``max_concurrency``: at most how many independent calls of a pattern (a vote's voters, a
+    parallel's branches, a map's items...) are in flight at once, for the patterns that set none
+    of their own (None: all of them). It bounds how calls run, not what runs, so it is not part of
+    the definition (nor of its fingerprint).
+
     Raises ``DefinitionError`` for an empty workflow name, a duplicate step name or an invalid option.
     """
 
     name: str
     steps: list[StepSpec] = field(default_factory=list)
-    _driver: tuple[tuple[StepSpec, ...], Driver, str] | None = field(default=None, init=False, repr=False,
-                                                                           compare=False)
+    max_concurrency: int | None = None
+    _driver: tuple[tuple[Any, ...], Driver, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not is_name(self.name):
             raise DefinitionError(f"a workflow name must be {NAME_RULE}, not {self.name!r}")
+        if self.max_concurrency is not None:
+            whole(self.max_concurrency, f"workflow {self.name!r}: max_concurrency", least=1)
 
     def step(
         self,
@@ -176,28 +191,34 @@ class Workflow:
         return register(fn) if fn is not None else register
 
     def debate(self, name: str, *, agents: Mapping[str, Any], rounds: int, judge: StepFn | None = None,
-               retries: int = RETRIES, on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
+               concurrent: bool = False, max_concurrency: int | None = None, retries: int = RETRIES,
+               on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
         """Register a debate: every agent (``name -> function`` or :func:`relaypoint.human`) speaks
         once per round, in the given order, for ``rounds`` rounds, then ``judge(ctx)`` decides;
-        the result is the judge's output (without a judge: the last round's outputs by agent)."""
+        the result is the judge's output (without a judge: the last round's outputs by agent).
+        ``concurrent=True``: the speakers of a round speak at once (at most ``max_concurrency``),
+        each seeing only the rounds before in ``ctx.history``; by default each sees the earlier
+        speakers of its round too."""
         from .patterns import Debate
-        self._add_pattern(Debate(name, agents, rounds=rounds, judge=judge, retries=retries, on_orphan=on_orphan,
+        self._add_pattern(Debate(name, agents, rounds=rounds, judge=judge, concurrent=concurrent,
+                                 max_concurrency=max_concurrency, retries=retries, on_orphan=on_orphan,
                                  timeout=timeout))
 
     def vote(self, name: str, *, voters: Mapping[str, Any], tally: Any = "majority",
-             key: Callable[[Any], Any] | None = None, retries: int = RETRIES, on_orphan: OnOrphan = "retry",
-             timeout: float | None = None) -> None:
+             key: Callable[[Any], Any] | None = None, max_concurrency: int | None = None, retries: int = RETRIES,
+             on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
         """Register a vote: each voter runs once (independent calls, each recorded on its own),
         then ``tally`` ("majority", or a function of ``{voter: vote}``) decides; the result is
         ``{"result": <the tally's output>, "votes": {voter: vote}}``. ``key``: with the majority, a
         function of one vote returning what is counted (a JSON value), e.g. ``key=lambda v:
         v["score"]``; the tally then names the winning key and adds ``"keys": {voter: key}`` (see
         :func:`relaypoint.patterns.majority`). The definition records the key by its qualified
-        name. Raises ``DefinitionError`` for a key that is not a plain ``def`` (it runs when the
-        result is recorded, where nothing is awaited), or given with a tally function."""
+        name. The voters run at once (at most ``max_concurrency``), none seeing another's vote.
+        Raises ``DefinitionError`` for a key that is not a plain ``def`` (it runs when the result is
+        recorded, where nothing is awaited), or given with a tally function."""
         from .patterns import Vote
-        self._add_pattern(Vote(name, voters, tally=tally, key=key, retries=retries, on_orphan=on_orphan,
-                               timeout=timeout))
+        self._add_pattern(Vote(name, voters, tally=tally, key=key, max_concurrency=max_concurrency, retries=retries,
+                               on_orphan=on_orphan, timeout=timeout))
 
     def supervisor(self, name: str, *, agents: Mapping[str, Any], route: StepFn, max_turns: int = 20,
                    max_idle: int = 3, retries: int = RETRIES, on_orphan: OnOrphan = "retry",
@@ -210,16 +231,40 @@ class Workflow:
                                      retries=retries, on_orphan=on_orphan, timeout=timeout))
 
     def planner(self, name: str, *, plan: StepFn, agents: Mapping[str, Any], replan: StepFn | None = None,
-                max_replans: int = 2, retries: int = RETRIES, on_orphan: OnOrphan = "retry",
-                timeout: float | None = None) -> None:
+                max_replans: int = 2, max_concurrency: int | None = None, retries: int = RETRIES,
+                on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
         """Register a planner: ``plan(ctx)`` returns subtasks ``[{"id", "agent", "input", "after"}]``
         run in dependency order; a subtask that fails (after its retries) calls ``replan(ctx)``
         (``ctx.failed`` set), whose answer replaces the unfinished part of the plan, at most
-        ``max_replans`` times. The result is ``{task id: output}``. See
+        ``max_replans`` times. The subtasks whose dependencies are done run at once (at most
+        ``max_concurrency``). The result is ``{task id: output}``. See
         :class:`relaypoint.patterns.Planner`."""
         from .patterns import Planner
-        self._add_pattern(Planner(name, plan, agents, replan=replan, max_replans=max_replans, retries=retries,
-                                  on_orphan=on_orphan, timeout=timeout))
+        self._add_pattern(Planner(name, plan, agents, replan=replan, max_replans=max_replans,
+                                  max_concurrency=max_concurrency, retries=retries, on_orphan=on_orphan,
+                                  timeout=timeout))
+
+    def parallel(self, name: str, *, branches: Mapping[str, Any], max_concurrency: int | None = None,
+                 retries: int = RETRIES, on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
+        """Register a parallel node: every branch (``name -> function`` or :func:`relaypoint.human`)
+        runs once, all at once (at most ``max_concurrency``), each recorded as it finishes and
+        seeing none of the others; the result is ``{branch: output}`` in the given order. Raises
+        ``DefinitionError`` for invalid branches or options."""
+        from .patterns import Parallel
+        self._add_pattern(Parallel(name, branches, max_concurrency=max_concurrency, retries=retries,
+                                   on_orphan=on_orphan, timeout=timeout))
+
+    def map(self, name: str, fn: StepFn, *, items: StepFn, max_concurrency: int | None = None,
+            retries: int = RETRIES, on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
+        """Register a map: ``items(ctx)`` returns a list, recorded once (the ``items`` call); then
+        ``fn(ctx)`` runs once per item, all at once (at most ``max_concurrency``), with
+        ``ctx.input`` the item and ``ctx.iteration`` its 1-based index (``ctx.results`` as any
+        step). The result is the list of outputs in item order. An ``items`` answer that is not a
+        list fails the items call (``InvalidValue``, not retried). Raises ``DefinitionError`` for
+        a ``fn`` or ``items`` that is not a function, or an invalid option."""
+        from .patterns import Map
+        self._add_pattern(Map(name, fn, items=items, max_concurrency=max_concurrency, retries=retries,
+                              on_orphan=on_orphan, timeout=timeout))
 
     def get(self, step_name: str) -> StepSpec | None:
         """The step named ``step_name``, or None."""
@@ -228,7 +273,7 @@ class Workflow:
     def _built(self) -> tuple[Driver, str]:
         # Built once per set of steps: a resume compares fingerprints, which must not cost a pass
         # over a 10,000-step definition each time.
-        steps = tuple(self.steps)
+        steps = (*self.steps, self.max_concurrency)
         if self._driver is None or self._driver[0] != steps:
             driver = self.make_driver()
             self._driver = (steps, driver, fingerprint(driver.definition()))

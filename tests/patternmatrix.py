@@ -13,7 +13,10 @@ The app (:data:`APP`, written as ``patternapp.py`` into a test's directory) defi
 - ``supervise``: the supervisor alone; ``plan``: a planner with a re-plan function and
   ``max_replans=1`` (a subtask fails when its id is in the input's ``fail`` list);
 - ``person``, ``consent``, ``hurry``: debates in which ``con`` is a person (:func:`relaypoint.human`):
-  answering (kind input), approving (kind approval), and with a 1-second deadline.
+  answering (kind input), approving (kind approval), and with a 1-second deadline;
+- ``fanout``: the nodes whose calls run side by side: a parallel of three branches, a map over
+  the topic's words (``max_concurrency=2``), a 2-round ``concurrent`` debate of three speakers
+  and a judge, then a step digesting their results.
 
 Every execution of user code appends one line to the executions log (``EXEC_LOG``): ``label attempt
 pid run_id state``, the label being the execution's idempotency key without the run id
@@ -174,7 +177,34 @@ _debate(consent, 1, con=human("Do you concede?", kind="approval"))
 hurry = Workflow("hurry")
 _debate(hurry, 1, con=human("Quick, your rebuttal?", timeout=1))
 
-workflows = [patterns, debate, careful, supervise, plan, person, consent, hurry]
+
+
+def alone(ctx):
+    """A call made beside others (a branch, an item, a concurrent speaker): its label and a digest
+    of what it saw, its driver state left out (under concurrency that depends on timing)."""
+    _call(ctx)
+    return f"{label(ctx)}:{_digest(ctx.input, list(ctx.history), ctx.agent, ctx.iteration)}"
+
+
+def listed(ctx):
+    """A map's items: one per word of the topic, and a fixed tail."""
+    _call(ctx)
+    return [{"word": w} for w in ctx.input["topic"].split("-")] + [{"word": "x"}, {"word": "y"}]
+
+
+fanout = Workflow("fanout")
+fanout.parallel("gather", branches={"a": alone, "b": alone, "c": alone})
+fanout.map("each", alone, items=listed, max_concurrency=2)
+fanout.debate("chorus", agents={"pro": alone, "con": alone, "mid": alone}, rounds=2, judge=judged, concurrent=True)
+
+
+@fanout.step
+def summed(ctx):
+    _call(ctx)
+    return _digest({name: ctx.results[name] for name in ("gather", "each", "chorus")})
+
+
+workflows = [patterns, debate, careful, supervise, plan, person, consent, hurry, fanout]
 '''
 
 APP = crashmatrix.App("patternapp", APP_SOURCE)

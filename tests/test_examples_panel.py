@@ -104,16 +104,17 @@ def test_the_panel_runs_every_pattern_end_to_end_on_a_real_store(db, project):
         assert out["triage"]["fixes"][2]["span"] == [4, 133]
         assert out["triage"]["says"] == "3 fixes proposed: F1, F2, F3"
 
-        # fixes: the 130-line edit fails (more than 40 lines), the re-plan splits it into 4 chunks
+        # fixes: the three edits are independent (subtasks 1-3, the checks 4-6); the 130-line edit
+        # fails (more than 40 lines), the re-plan (past ordinal 6) splits it into 4 chunks
         sub = children(rt, rid, "fixes")
         assert [(t.iteration, t.agent, t.options.get("task"), t.status) for t in sub] == [
-            (1, "plan", None, "completed"), (1, "edit", "edit-F1", "completed"), (2, "check", "check-F1", "completed"),
-            (3, "edit", "edit-F2", "completed"), (4, "check", "check-F2", "completed"),
-            (5, "edit", "edit-F3", "failed"), (6, "replan", None, "completed"),
-            (6, "edit", "edit-F3.1", "completed"), (7, "edit", "edit-F3.2", "completed"),
-            (8, "edit", "edit-F3.3", "completed"), (9, "edit", "edit-F3.4", "completed"),
-            (10, "check", "check-F3", "completed")]
-        assert sub[5].error == ("ValueError: pkg/engine.py:4: lines 4-133 are more than one edit rewrites (40); "
+            (1, "plan", None, "completed"), (1, "edit", "edit-F1", "completed"), (2, "edit", "edit-F2", "completed"),
+            (3, "edit", "edit-F3", "failed"), (7, "replan", None, "completed"),
+            (7, "check", "check-F1", "completed"), (8, "check", "check-F2", "completed"),
+            (9, "edit", "edit-F3.1", "completed"), (10, "edit", "edit-F3.2", "completed"),
+            (11, "edit", "edit-F3.3", "completed"), (12, "edit", "edit-F3.4", "completed"),
+            (13, "check", "check-F3", "completed")]
+        assert sub[3].error == ("ValueError: pkg/engine.py:4: lines 4-133 are more than one edit rewrites (40); "
                                 "split the edit")
         assert out["fixes"]["check-F3"]["edits"] == ["pkg/engine.py lines 4-43", "pkg/engine.py lines 44-83",
                                                      "pkg/engine.py lines 84-123", "pkg/engine.py lines 124-133"]

@@ -251,6 +251,51 @@ def test_a_key_added_mid_vote_picks_what_the_majority_counts(db):
         assert rt.step_output(rid, "decide")["result"]["winner"] == 4
 
 
+# ---- parallel and map -----------------------------------------------------------------------------
+
+
+def parallel(branches: dict[str, Any], **options: Any) -> Workflow:
+    wf = Workflow("par")
+    wf.parallel("gather", branches=branches, **options)
+    return wf
+
+
+def test_branches_removed_from_a_parallel_under_way_are_cancelled_and_out_of_its_result(db):
+    # a ran, b asked a person (answered), c had not run: b and a removed, d added
+    old = parallel({"a": said, "b": asks(1), "c": said})
+    new = parallel({"c": said, "d": said})
+    rt, rid = stopped_then_drifted(db, old, new)
+    with rt:
+        assert rt.resume(rid, allow_drift=True) == "completed"
+        assert rt.step_output(rid, "gather") == {"c": "c 1", "d": "d 1"}
+        assert calls(rt, rid, "gather") == [(1, "a", "cancelled"), (1, "b", "cancelled"), (1, "c", "completed"),
+                                            (1, "d", "completed")]
+
+
+def test_a_branch_added_or_the_branches_reordered_runs_what_is_left_and_the_result_follows_the_new_order(db):
+    old = parallel({"a": said, "b": asks(1)})
+    new = parallel({"b": asks(1), "c": said, "a": said}, max_concurrency=2)  # the bound changed too
+    rt, rid = stopped_then_drifted(db, old, new)
+    with rt:
+        assert rt.resume(rid, allow_drift=True) == "completed"
+        assert list(rt.step_output(rid, "gather").items()) == [("b", "answer"), ("c", "c 1"), ("a", "a 1")]
+        assert calls(rt, rid, "gather") == [(1, "a", "completed"), (1, "b", "completed"), (1, "c", "completed")]
+
+
+def test_a_map_s_recorded_items_stand_when_its_items_function_changes(db):
+    def mapped(items: list[Any], **options: Any) -> Workflow:
+        wf = Workflow("m")
+        wf.map("each", asks(2), items=lambda c: items, **options)
+        return wf
+
+    rt, rid = stopped_then_drifted(db, mapped(["x", "y", "z"]), mapped(["other"], max_concurrency=3))
+    with rt:
+        assert rt.resume(rid, allow_drift=True) == "completed"
+        assert rt.step_output(rid, "each") == ["pass 1", "answer", "pass 3"]
+        assert calls(rt, rid, "each") == [(1, "items", "completed"), (1, None, "completed"), (2, None, "completed"),
+                                          (3, None, "completed")]
+
+
 # ---- loop -----------------------------------------------------------------------------------------
 
 
@@ -435,7 +480,8 @@ def test_an_agent_removed_that_the_plan_needs_is_planned_around_with_replan(db):
     rt, rid = stopped_then_drifted(db, old, new)
     with rt:
         assert rt.resume(rid, allow_drift=True, replan=True) == "completed"
-        assert rt.step_output(rid, "build") == {"t1": "answer", "t2": "code 2"}
+        # the new plan's t2 is subtask 4: the first plan gave ordinals 1-3, never given again
+        assert rt.step_output(rid, "build") == {"t1": "answer", "t2": "code 4"}
 
 
 def test_max_replans_lowered_mid_plan_applies_at_the_next_failed_subtask(db):

@@ -297,6 +297,24 @@ def test_a_router_that_raises_fails_the_run_in_one_line_and_a_resume_asks_only_t
     assert [t["attempts"] for t in run["tasks"] if t["agent"] == "route"] == [1, 1, 2, 1, 1]
 
 
+# ---- the nodes whose calls run side by side ----------------------------------------------------
+
+@pytest.mark.parametrize("label", ["gather#1/b", "each#3", "chorus#1/con"])
+def test_a_fan_out_node_killed_mid_call_re_runs_only_that_call(box, label):
+    """A parallel branch, a map's item and a concurrent debate's speaker, each SIGKILLed in its
+    call: the resume runs that call again and no other, the map's items are never listed again,
+    and the results are an uninterrupted run's."""
+    run_id = started(box, "fanout", label)
+    done = resume(box, run_id)
+    assert done.code == 0, done.text
+    run = assert_same_as_uninterrupted(box, run_id, "fanout", again=Counter({label: 1}))
+    assert [c.label for c in calls(box)].count("each#1/items") == 1
+    results = {t["name"]: t["output"] for t in run["tasks"] if t["parent"] is None}
+    assert list(results["gather"]) == ["a", "b", "c"]
+    assert [o.split(":")[0] for o in results["each"]] == ["each#1", "each#2", "each#3", "each#4"]
+    assert results["chorus"]["heard"] == 6  # the judge hears both rounds of three
+
+
 # ---- the planner --------------------------------------------------------------------------------
 
 def test_a_planner_killed_mid_subtask_resumes_its_recorded_plan(box):
@@ -309,15 +327,16 @@ def test_a_planner_killed_mid_subtask_resumes_its_recorded_plan(box):
 
 
 def test_a_failed_subtask_replans_once_recorded_and_resumable(box):
-    """Subtask t2 fails: the re-plan (recorded, as the execution ``build#3/replan``) replaces it
-    with t2r; killed inside t2r, the run resumes at t2r with the new plan, asking nothing again."""
+    """Subtask t2 fails: the re-plan (recorded, as the execution ``build#4/replan``: past the
+    ordinals 1-3 the plan gave) replaces it with t2r (subtask 4); killed inside t2r, the run
+    resumes at t2r with the new plan, asking nothing again."""
     failing = {**INPUT, "fail": ["t2"]}
-    run_id = started(box, "plan", "build#3/code", failing)
+    run_id = started(box, "plan", "build#4/code", failing)
     at_kill = shown(box, run_id)
     assert [(label_of(t), t["status"]) for t in at_kill["tasks"][:-1]] == [
         ("build", "pending"), ("build#1/plan", "completed"), ("build#1/code", "completed"),
-        ("build#2/test", "failed"), ("build#3/replan", "completed")]
-    assert cut_open(at_kill["tasks"][-1]) == "build#3/code"
+        ("build#2/test", "failed"), ("build#4/replan", "completed")]
+    assert cut_open(at_kill["tasks"][-1]) == "build#4/code"
     assert at_kill["tasks"][3]["error"] == "RuntimeError: subtask t2 cannot be done"
     assert [t["id"] for t in at_kill["tasks"][4]["output"]] == ["t2r", "t3"]
 
@@ -329,8 +348,8 @@ def test_a_failed_subtask_replans_once_recorded_and_resumable(box):
         (label, "failed" if label == "build#2/test" else "completed", output) for label, output in ref.outputs.items()]
     assert list(run["tasks"][0]["output"]) == ["t1", "t2r", "t3"]
     logged = Counter(c.label for c in calls(box))
-    assert logged == Counter(line[0] for line in ref.logged) + Counter({"build#3/code": 1})
-    assert (logged["build#1/plan"], logged["build#3/replan"], logged["build#2/test"]) == (1, 1, 1)
+    assert logged == Counter(line[0] for line in ref.logged) + Counter({"build#4/code": 1})
+    assert (logged["build#1/plan"], logged["build#4/replan"], logged["build#2/test"]) == (1, 1, 1)
 
 
 def test_max_replans_fails_the_run_with_the_reason(box):
@@ -339,8 +358,8 @@ def test_max_replans_fails_the_run_with_the_reason(box):
     assert done.code == 1 and done.one_line_error() == (
         f"Error: run {run_id} failed: subtask 't2r' of 'build' failed: RuntimeError: subtask t2r cannot be done; "
         "the plan was already re-planned 1 times (max_replans=1)"), done.text
-    assert [c.label for c in calls(box)] == ["build#1/plan", "build#1/code", "build#2/test", "build#3/replan",
-                                             "build#3/code"]
+    assert [c.label for c in calls(box)] == ["build#1/plan", "build#1/code", "build#2/test", "build#4/replan",
+                                             "build#4/code"]
     assert shown(box, run_id)["status"] == "failed"
 
 
@@ -349,18 +368,18 @@ def test_resume_replan_decomposes_again_once(box):
     the plan function again (its answer repeats completed t1 and t2, which are kept, not run
     again); killed again inside t3, a plain resume keeps the new plan."""
     run_id = started(box, "plan", "build#2/test")
-    assert killed_in(box, "build#3/code", "resume", run_id, "--app", APP.spec, "--replan") == run_id
+    assert killed_in(box, "build#4/code", "resume", run_id, "--app", APP.spec, "--replan") == run_id
     done = resume(box, run_id)
     assert done.code == 0, done.text
     run = shown(box, run_id)
     assert run["status"] == "completed"
     plans = [c for c in calls(box) if c.label.endswith("/plan")]
-    assert [c.label for c in plans] == ["build#1/plan", "build#3/plan"]
+    assert [c.label for c in plans] == ["build#1/plan", "build#4/plan"]
     assert plans[1].state["decompose"] is True
     assert [c.label for c in calls(box) if c.label.startswith("build#2/")] == ["build#2/test", "build#2/test"]
     done_calls = {label_of(t): t["output"] for t in run["tasks"] if t["status"] == "completed"}
     assert run["tasks"][0]["output"] == {"t1": done_calls["build#1/code"], "t2": done_calls["build#2/test"],
-                                         "t3": done_calls["build#3/code"]}
+                                         "t3": done_calls["build#4/code"]}
     assert [e["kind"] for e in procs.events(box.db, run_id)].count("replan_requested") == 1
 
 
@@ -371,8 +390,8 @@ def test_the_call_a_run_stopped_in_finishes_before_resume_replan_decomposes(box)
     run = shown(box, run_id)
     assert run["status"] == "completed"
     assert [(label_of(t), t["status"]) for t in run["tasks"] if t["status"] != "completed"] == []
-    assert [label_of(t) for t in run["tasks"][1:]] == ["build#1/plan", "build#1/code", "build#2/test", "build#3/plan",
-                                                       "build#3/code"]
+    assert [label_of(t) for t in run["tasks"][1:]] == ["build#1/plan", "build#1/code", "build#2/test", "build#4/plan",
+                                                       "build#4/code"]
 
 
 def test_a_decomposition_asked_by_resume_replan_has_its_own_idempotency_key(box):

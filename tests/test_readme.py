@@ -34,16 +34,20 @@ def test_the_python_examples_run_as_written(tmp_path, monkeypatch):
 
 def test_the_pattern_examples_run_as_written(tmp_path, monkeypatch):
     """The Patterns section's blocks, in order in one namespace: every pattern in one workflow, whose
-    report is the JSON the section shows, then a debate with a person answering two rounds."""
+    report is the JSON the section shows, then the nodes of independent calls, whose results are
+    the comment under them, then a debate with a person answering two rounds."""
     text = section("Patterns")
     blocks = python_blocks(text)
-    assert len(blocks) == 2, "expected the patterns tour and a person as an agent"
+    assert len(blocks) == 3, "expected the patterns tour, independent calls and a person as an agent"
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     exec(compile(blocks[0], str(README), "exec"), namespace)
     (shown,) = re.findall(r"```json\n(.*?)```", text, flags=re.S)
     assert namespace["result"] == json.loads(shown)
     exec(compile(blocks[1], str(README), "exec"), namespace)
+    commented = re.search(r"fanned = .*?\n((?:# .*\n)+)", blocks[1]).group(1)
+    assert namespace["fanned"] == json.loads(re.sub(r"^# ?", "", commented, flags=re.M))
+    exec(compile(blocks[2], str(README), "exec"), namespace)
     run = namespace["rt"].get(namespace["run_id"])
     assert run.status == "completed"
     assert [t.output for t in run.tasks if t.agent == "con"] == ["Caching hides bugs.", "Still not convinced."]

@@ -105,7 +105,8 @@ def _heading(text: str) -> Text:
 
 
 def _iterations(s: PatternSummary) -> list[RenderableType]:
-    word = {"debate": "rounds", "loop": "passes", "supervisor": "turns"}.get(s.kind, "calls")
+    word = {"debate": "rounds", "loop": "passes", "supervisor": "turns", "parallel": "branches",
+            "map": "items"}.get(s.kind, "calls")
     calls = [(n, it, call) for it in s.iterations for n, call in enumerate(it.calls)]
     agents = any(call.agent for _, _, call in calls)  # a loop's passes have none
     persons = s.parameters.get("humans")

@@ -22,7 +22,7 @@ from ..calls import check_callable
 from ..defaults import RETRIES
 from ..drivers import Turn
 from ..errors import DefinitionError, RefusedTransition
-from ..workflow import NAME_RULE, StepSpec, check_options, is_name
+from ..workflow import NAME_RULE, StepSpec, check_options, is_name, whole
 
 if TYPE_CHECKING:
     from ..models import StepRecord
@@ -71,17 +71,13 @@ class AgentOptions:
     timeout: float | None = None
 
 
-def whole(value: Any, what: str, *, least: int) -> int:
-    """``value`` if it is a whole number >= ``least``; ``DefinitionError`` naming ``what`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise DefinitionError(f"{what} must be a whole number >= {least}, not {value!r}")
-    return value
-
-
 class Pattern(ABC):
     """A multi-agent pattern driven by :class:`relaypoint.drivers.ChainDriver` (see the module
     docstring). Subclasses set ``kind`` and their ``roles`` (agent labels of the pattern's own
     decisions, reserved: a user agent may not take one) and implement the state machine.
+
+    ``max_concurrency``: at most how many of the pattern's independent calls are in flight at
+    once (None: the workflow's bound, else all); recorded in the parameters only when set.
 
     Raises ``DefinitionError`` for an invalid name, agents or option.
     """
@@ -92,12 +88,14 @@ class Pattern(ABC):
     roles: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, name: str, agents: Mapping[str, Any], *, retries: int, on_orphan: str,
-                 timeout: float | None, noun: str | None = "agents") -> None:
+                 timeout: float | None, noun: str | None = "agents", max_concurrency: int | None = None) -> None:
         if not is_name(name):
             raise DefinitionError(f"a {self.kind}'s name must be {NAME_RULE}, not {name!r}")
         self.name = name
         owner = f"{self.kind} {name!r}"
         check_options(owner, retries=retries, on_orphan=on_orphan, timeout=timeout)
+        self.max_concurrency = None if max_concurrency is None else whole(max_concurrency, f"{owner}: max_concurrency",
+                                                                           least=1)
         self.options = AgentOptions(retries, on_orphan, timeout)  # type: ignore[arg-type]
         if noun is not None and (not isinstance(agents, Mapping) or not agents):
             raise DefinitionError(f"{owner}: {noun} must be a non-empty dict of name -> function")
@@ -131,7 +129,8 @@ class Pattern(ABC):
         its agents in order (persons with their kind and timeout) and its own parameters."""
         humans = {a: {"kind": fn.kind, "timeout": fn.timeout} for a, fn in self.agents.items()
                   if isinstance(fn, Human)}
-        return {"agents": list(self.agents), **({"humans": humans} if humans else {}), **self.settings()}
+        bound = {"max_concurrency": self.max_concurrency} if self.max_concurrency is not None else {}
+        return {"agents": list(self.agents), **({"humans": humans} if humans else {}), **self.settings(), **bound}
 
     @abstractmethod
     def settings(self) -> dict[str, Any]:
@@ -146,10 +145,23 @@ class Pattern(ABC):
         """The executions to run now (several: independent calls, each recorded on its own), or
         ``()`` when the pattern is done and its result is to be recorded."""
 
+    def asked(self, sub: Sub, limit: int | None) -> tuple[Turn, ...]:
+        """:meth:`next`, cut to its first ``limit`` turns by a pattern whose independent calls keep
+        their order from one state to the next (a map's items): those calls are started in that
+        order, at most ``limit`` at once, so the first ``limit`` hold every call in flight (a
+        1,000-item map asks for 50 calls at a boundary, not 1,000). Default: every turn."""
+        return self.next(sub)
+
     @abstractmethod
     def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
         """The sub-state after ``turn`` completed with ``output`` (``ctx``: its context, when it
         just ran here). May raise: the execution then fails as if it had raised."""
+
+    def seen(self, turn: Turn) -> int | None:
+        """The iteration bound of ``ctx.history`` for ``turn``: only calls of lower iterations are
+        listed (1: none), so calls that run at once never see each other; None (the default):
+        every call recorded so far."""
+        return None
 
     def failed(self, sub: Sub, turn: Turn, error: str) -> Sub | str | None:
         """After ``turn`` failed for good: a sub-state to go on from, the run's failure reason, or

@@ -1,7 +1,9 @@
 """The debate: every agent speaks once per round, in order, for ``rounds`` rounds; then a judge.
+With ``concurrent=True`` the speakers of a round speak at once, each hearing only the rounds before.
 
 Children: the agents' turns (iteration = round), then ``judge`` (iteration = rounds + 1).
-Sub-state: ``{"round": r, "spoken": [agents who spoke in round r]}`` (by name, so a run resumed
+Sub-state: ``{"round": r, "spoken": [agents who spoke in round r]}`` (by name, in definition
+order whatever order they finished in, so a run resumed
 after an allowed drift that removed or reordered agents still gives each agent one turn a round)
 plus ``{"judged": true}`` once the judge has spoken. After an allowed drift a round is whole or
 not at all: rounds past a lowered ``rounds`` are withdrawn (cancelled), so the judge hears rounds
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..calls import check_callable
 from ..drivers import Turn
+from ..errors import DefinitionError
 from .base import Pattern, Sub, outputs_by_agent, whole
 
 if TYPE_CHECKING:
@@ -31,9 +34,14 @@ class Debate(Pattern):
     roles = ("judge",)
 
     def __init__(self, name: str, agents: Mapping[str, Any], *, rounds: int, judge: Callable[[Context], Any] | None,
-                 retries: int, on_orphan: str, timeout: float | None) -> None:
-        super().__init__(name, agents, retries=retries, on_orphan=on_orphan, timeout=timeout)
+                 retries: int, on_orphan: str, timeout: float | None, concurrent: bool = False,
+                 max_concurrency: int | None = None) -> None:
+        super().__init__(name, agents, retries=retries, on_orphan=on_orphan, timeout=timeout,
+                         max_concurrency=max_concurrency)
         self.rounds = whole(rounds, f"debate {name!r}: rounds", least=1)
+        if not isinstance(concurrent, bool):
+            raise DefinitionError(f"debate {name!r}: concurrent must be True or False, not {concurrent!r}")
+        self.concurrent = concurrent
         if judge is not None:
             check_callable(judge, f"debate {name!r}: judge")
         self.judge = judge
@@ -42,7 +50,8 @@ class Debate(Pattern):
         self.order = list(self.agents)
 
     def settings(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "judge": self.judge is not None}
+        # recorded only when set, so the definitions (and fingerprints) of in-order debates stay as they were
+        return {"rounds": self.rounds, "judge": self.judge is not None, **({"concurrent": True} if self.concurrent else {})}
 
     def start(self) -> Sub:
         return {"round": 1, "spoken": []}
@@ -53,7 +62,7 @@ class Debate(Pattern):
         if not left:  # every agent spoke (an allowed drift may have removed the one still to speak)
             r, spoken, left = r + 1, [], self.order
         if r <= self.rounds:
-            return (Turn(r, left[0]),)
+            return tuple(Turn(r, a) for a in left) if self.concurrent else (Turn(r, left[0]),)
         if self.judge is not None and not sub.get("judged"):
             return (Turn(r + 1 if spoken else r, "judge"),)  # after every round spoken, even a cut one
         return ()
@@ -70,10 +79,16 @@ class Debate(Pattern):
     def kept(self, sub: Sub, turn: Turn) -> bool:
         return bool(sub.get("judged")) if turn.agent == "judge" else turn.iteration <= self.rounds
 
+    def seen(self, turn: Turn) -> int | None:
+        # a concurrent round's speakers hear the rounds before, never a speech of their own round
+        return turn.iteration if self.concurrent and turn.agent != "judge" else None
+
     def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
         if turn.agent == "judge":
             return {**sub, "judged": True}
-        spoken = [*(sub["spoken"] if sub["round"] == turn.iteration else []), turn.agent]
+        before = sub["spoken"] if sub["round"] == turn.iteration else []
+        heard = {*before, turn.agent}
+        spoken = [a for a in before if a not in self.agents] + [a for a in self.order if a in heard]
         if all(a in spoken for a in self.order):
             return {"round": turn.iteration + 1, "spoken": []}
         return {"round": turn.iteration, "spoken": spoken}

@@ -1,13 +1,21 @@
 """The planner: a plan of subtasks run in dependency order, re-planned when one fails.
 
 Children: ``plan`` (its recorded output is the plan), the subtasks (agent = the subtask's agent,
-iteration = the subtask's ordinal: the k-th subtask run by this planner; ``task`` in its options),
-and ``replan`` after a subtask failed for good (iteration = the ordinal of the subtask it
-precedes). Sub-state: ``{"plan": [{"id", "agent", "input", "after", "status"}], "replans": n,
-"ordinal": k}`` plus ``{"failed": {"task", "error"}}`` until the re-plan is recorded, and
-``{"decompose": true}`` when the operator asked for a new plan (``resume --replan``). The plan
-commits with the ``plan`` record, so a resumed planner never decomposes its goal again unless
-asked.
+iteration = the subtask's ordinal ``n``, given when the plan is folded; ``task`` in its options),
+and ``replan`` after a subtask failed for good (iteration = one past the highest ordinal given).
+Sub-state: ``{"plan": [{"id", "agent", "input", "after", "status", "n"}], "replans": n,
+"ordinal": k}`` (k: the highest ordinal given) plus ``{"failed": {"task", "error"}}`` until the
+re-plan is recorded, and ``{"decompose": true}`` when the operator asked for a new plan (``resume
+--replan``). The plan commits with the ``plan`` record, so a resumed planner never decomposes its
+goal again unless asked.
+
+Every subtask whose dependencies are completed is asked for at once, under the ordinal it was
+given, which never changes while it is in flight; folding one marks it completed by id, so the
+state after a set of subtasks does not depend on the order they finished in. A state recorded
+before ordinals were given (subtasks without ``n``, ``ordinal`` the last subtask run) is numbered
+on reading, the ready subtasks first in plan order from ``ordinal + 1``: the one its run had in
+flight gets the ordinal that run gave it, and the others, in the order they can run, those the
+sequential planner would have given them.
 """
 
 from __future__ import annotations
@@ -47,8 +55,9 @@ class Planner(Pattern):
 
     def __init__(self, name: str, plan: Callable[[Context], Any], agents: Mapping[str, Any], *,
                  replan: Callable[[Context], Any] | None, max_replans: int, retries: int, on_orphan: str,
-                 timeout: float | None) -> None:
-        super().__init__(name, agents, retries=retries, on_orphan=on_orphan, timeout=timeout)
+                 timeout: float | None, max_concurrency: int | None = None) -> None:
+        super().__init__(name, agents, retries=retries, on_orphan=on_orphan, timeout=timeout,
+                         max_concurrency=max_concurrency)
         for what, fn in (("plan", plan), ("replan", replan)):
             if fn is not None:
                 check_callable(fn, f"planner {name!r}: {what}")
@@ -70,18 +79,17 @@ class Planner(Pattern):
             return (Turn(k, "replan"),)
         if sub["plan"] is None or sub.get("decompose"):
             return (Turn(k, "plan"),)
-        done = {t["id"] for t in sub["plan"] if t["status"] == COMPLETED}
-        ready = next((t for t in sub["plan"] if t["status"] == PENDING and set(t["after"]) <= done), None)
-        return () if ready is None else (Turn(k, ready["agent"], ready["id"], ready["input"]),)
+        ready = sorted(runnable(numbered(sub)["plan"]), key=lambda t: t["n"])  # by ordinal: the order they can run
+        return tuple(Turn(t["n"], t["agent"], t["id"], t["input"]) for t in ready)
 
     def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
         if turn.agent in self.roles:
             kept = [t for t in sub["plan"] or [] if t["status"] == COMPLETED]
             counted = turn.agent == "replan"
             rest = {k: v for k, v in sub.items() if k not in ("failed", "decompose")}
-            return {**rest, "plan": kept + self._checked(output, kept), "replans": sub["replans"] + counted}
-        plan = [{**t, "status": COMPLETED} if t["id"] == turn.task else t for t in sub["plan"]]
-        return {**sub, "plan": plan, "ordinal": turn.iteration}
+            return numbered({**rest, "plan": kept + self._checked(output, kept), "replans": sub["replans"] + counted})
+        sub = numbered(sub)
+        return {**sub, "plan": [{**t, "status": COMPLETED} if t["id"] == turn.task else t for t in sub["plan"]]}
 
     def failed(self, sub: Sub, turn: Turn, error: str) -> Sub | str | None:
         if turn.task is None:
@@ -91,15 +99,18 @@ class Planner(Pattern):
         if sub["replans"] >= self.max_replans:
             return (f"subtask '{turn.task}' of '{self.name}' failed: {error}; the plan was already re-planned "
                     f"{sub['replans']} times (max_replans={self.max_replans})")
+        sub = numbered(sub)
         task = next(t for t in sub["plan"] if t["id"] == turn.task)
         plan = [{**t, "status": FAILED} if t is task else t for t in sub["plan"]]
         failed = {"task": {k: task[k] for k in ("id", "agent", "input", "after")}, "error": error}
-        return {**sub, "plan": plan, "ordinal": turn.iteration, "failed": failed}
+        return {**sub, "plan": plan, "ordinal": max(sub["ordinal"], turn.iteration), "failed": failed}
 
     def replan(self, sub: Sub) -> Sub:
-        # past the execution the run stopped at (started, maybe failed for good): its ordinal, and
-        # so its idempotency key, is never given to another subtask
-        return {**sub, "decompose": True, "failed": None, "ordinal": sub["ordinal"] + 1}
+        if sub["plan"] is None or sub.get("decompose"):
+            # stopped at a plan never recorded: past it, so its ordinal (and key) is not given again
+            return {**sub, "decompose": True, "failed": None, "ordinal": sub["ordinal"] + 1}
+        # every subtask the run may have started has an ordinal <= "ordinal" once numbered
+        return {**numbered(sub), "decompose": True, "failed": None}
 
     def lacking(self, sub: Sub) -> str | None:
         if sub["plan"] is None or sub.get("decompose") or sub.get("failed") is not None:
@@ -160,6 +171,34 @@ class Planner(Pattern):
 
     def result(self, records: list[StepRecord]) -> Any:
         return {r.options["task"]: r.output for r in records if r.options.get("task") is not None}
+
+
+def runnable(plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pending subtasks of ``plan`` whose dependencies are all completed, in plan order."""
+    done = {t["id"] for t in plan if t["status"] == COMPLETED}
+    return [t for t in plan if t["status"] == PENDING and set(t["after"]) <= done]
+
+
+def numbered(sub: Sub) -> Sub:
+    """``sub`` with an ordinal ``n`` given to each pending subtask that has none, from
+    ``sub["ordinal"] + 1`` in the order they can run: the ready ones first, then those ready once
+    those are done, and so on, each wave in plan order (``ordinal`` becomes the highest given). A
+    subtask keeps its ordinal once given."""
+    plan = sub["plan"]
+    left = [t for t in plan if t["status"] == PENDING and "n" not in t]
+    if not left:
+        return sub
+    known = {t["id"] for t in plan if t["status"] == COMPLETED or (t["status"] == PENDING and "n" in t)}
+    order: list[str] = []
+    while left:
+        wave = [t for t in left if set(t["after"]) <= known] or left  # waiting on a failed subtask: last
+        order += [t["id"] for t in wave]
+        known |= {t["id"] for t in wave}
+        left = [t for t in left if t["id"] not in known]
+    k = sub["ordinal"]
+    given = {task: k + 1 + j for j, task in enumerate(order)}
+    return {**sub, "plan": [{**t, "n": given[t["id"]]} if t["id"] in given else t for t in plan],
+            "ordinal": k + len(order)}
 
 
 def _with_failed(ctx: Context) -> Context:

@@ -3,7 +3,9 @@ the tally. ``tally="majority"`` is computed when the result is recorded (over ``
 ``key`` is given); a function tally runs as the ``tally`` child over ``{voter: vote}``.
 
 Children: the voters (iteration 1), then ``tally`` (iteration 1) for a function tally.
-Sub-state: ``{"voted": [voters done]}`` (by name) plus ``{"tallied": true}``. After an allowed
+Sub-state: ``{"voted": [voters done]}`` (by name, in definition order: the voters run at once, and
+the state must not depend on which finished first) plus ``{"tallied": true}``. A voter sees no
+other vote in ``ctx.history``; the tally function sees them all. After an allowed
 drift only the defined voters' votes count: a removed voter's vote is withdrawn (cancelled), and
 a tally already run on other votes than the defined voters' is run again.
 """
@@ -60,8 +62,10 @@ class Vote(Pattern):
     roles = ("tally",)
 
     def __init__(self, name: str, voters: Mapping[str, Any], *, tally: str | Callable[[dict[str, Any]], Any],
-                 key: Callable[[Any], Any] | None, retries: int, on_orphan: str, timeout: float | None) -> None:
-        super().__init__(name, voters, retries=retries, on_orphan=on_orphan, timeout=timeout, noun="voters")
+                 key: Callable[[Any], Any] | None, retries: int, on_orphan: str, timeout: float | None,
+                 max_concurrency: int | None = None) -> None:
+        super().__init__(name, voters, retries=retries, on_orphan=on_orphan, timeout=timeout, noun="voters",
+                         max_concurrency=max_concurrency)
         if tally != "majority" and not callable(tally):
             raise DefinitionError(f"vote {name!r}: tally must be 'majority' or a function of the votes, not {tally!r}")
         if callable(tally):
@@ -101,10 +105,16 @@ class Vote(Pattern):
     def kept(self, sub: Sub, turn: Turn) -> bool:
         return bool(sub.get("tallied")) if turn.agent == "tally" else turn.agent in self.agents
 
+    def seen(self, turn: Turn) -> int | None:
+        return None if turn.agent == "tally" else 1  # a voter sees no other vote
+
     def fold(self, sub: Sub, turn: Turn, output: Any, ctx: Context | None) -> Sub:
         if turn.agent == "tally":
             return {**sub, "tallied": True}
-        return {**sub, "voted": [*sub["voted"], turn.agent]}
+        voted = {*sub["voted"], turn.agent}
+        # definition order, whatever order the votes came in; a vote recorded before a drift removed its voter stays
+        rest = [v for v in sub["voted"] if v not in self.agents]
+        return {**sub, "voted": rest + [v for v in self.order if v in voted]}
 
     def result(self, records: list[StepRecord]) -> Any:
         votes = outputs_by_agent(records, self.roles)

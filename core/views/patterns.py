@@ -4,9 +4,10 @@ the plan as a tree), computed from its executions. Pure functions over
 :class:`~relaypoint.models.StepRecord` values and driver state: no I/O, no UI.
 
 A pattern is one top-level execution, its **group row**, whose options hold ``"pattern"`` (its
-kind: debate, vote, loop, supervisor or planner) and its parameters; its **children**
+kind: debate, vote, loop, supervisor, planner, parallel or map) and its parameters; its **children**
 (``parent`` = the group's seq, in seq order) are its agent calls and its own decisions (agents
-``judge``, ``tally``, ``route``, ``plan``, ``replan``). The group row's output is the pattern's
+``judge``, ``tally``, ``route``, ``plan``, ``replan``, ``items``). The calls of a vote, a parallel, a
+map, a concurrent debate's round and a planner's ready subtasks may be running at once. The group row's output is the pattern's
 result. While the run is inside the pattern, the driver state of its latest checkpoint is
 ``{"next": <group seq>, "in": <the pattern's state>}``.
 """
@@ -22,7 +23,7 @@ from ..models import Checkpoint, StepRecord
 from ..patterns import NOUNS
 from ..status import StepStatus
 
-JUDGE, TALLY, ROUTE, PLAN, REPLAN = "judge", "tally", "route", "plan", "replan"
+JUDGE, TALLY, ROUTE, PLAN, REPLAN, ITEMS = "judge", "tally", "route", "plan", "replan", "items"
 """The agent names of a pattern's own decisions (reserved: no user agent has them)."""
 
 
@@ -81,16 +82,16 @@ def _task(child: StepRecord) -> str | None:
 
 def call_label(kind: str | None, child: StepRecord) -> str:
     """A child's row label in the step chain: ``round 2 · pro``, ``judge``, ``turn 4 · route``,
-    ``pass 3``, ``vote · a``, ``tally``, ``plan``, ``subtask 3 · t3 · code``, ``re-plan after
-    subtask 2``."""
+    ``pass 3``, ``vote · a``, ``tally``, ``plan``, ``subtask 3 · t3 · code``, ``re-plan before
+    subtask 3``, ``branch · web``, ``items``, ``item 7``."""
     agent = child.agent or ""
-    if agent in (JUDGE, TALLY, PLAN):
+    if agent in (JUDGE, TALLY, PLAN, ITEMS):
         return agent
-    if agent == REPLAN:
-        return f"re-plan after subtask {child.iteration - 1}"
+    if agent == REPLAN:  # the re-planned subtasks are numbered from its iteration on
+        return f"re-plan before subtask {child.iteration}"
     word = NOUNS.get(kind or "", "iteration")
-    if kind == "vote":
-        return f"vote · {agent}"
+    if kind in ("vote", "parallel"):
+        return f"{word} · {agent}"
     if kind == "planner":
         return " · ".join(p for p in (f"subtask {child.iteration}", _task(child), agent) if p)
     return f"{word} {child.iteration}" + (f" · {agent}" if agent else "")
@@ -107,17 +108,21 @@ def describe(step: StepRecord, tasks: Iterable[StepRecord]) -> str:
 
 def fork_point(kind: str | None, child: StepRecord) -> str:
     """Where a fork from ``child``'s iteration starts, in words: ``round 3``, ``the judge``,
-    ``turn 4``, ``pass 2``, ``subtask 3 (t3)``, ``the plan``, ``the re-plan after subtask 2``,
-    ``the vote``."""
+    ``turn 4``, ``pass 2``, ``subtask 3 (t3)``, ``the plan``, ``the re-plan before subtask 3``,
+    ``the vote``, ``the branches``, ``the items``, ``item 7``."""
     agent = child.agent or ""
     if agent == JUDGE:
         return "the judge"
     if agent == PLAN:
         return "the plan"
     if agent == REPLAN:
-        return f"the re-plan after subtask {child.iteration - 1}"
+        return f"the re-plan before subtask {child.iteration}"
     if kind == "vote":
         return "the vote"
+    if kind == "parallel":
+        return "the branches"
+    if agent == ITEMS:
+        return "the items"
     word = NOUNS.get(kind or "", "iteration")
     task = _task(child) if kind == "planner" else None
     return f"{word} {child.iteration}" + (f" ({task})" if task else "")
@@ -125,9 +130,13 @@ def fork_point(kind: str | None, child: StepRecord) -> str:
 
 def shown_status(group: StepRecord, children: Sequence[StepRecord]) -> StepStatus:
     """The status a pattern shows: its group row's, except while the row is pending with a call
-    under way or stopped (running, awaiting a person, failed, interrupted): that call's status."""
-    if group.status == StepStatus.PENDING and children and children[-1].status != StepStatus.COMPLETED:
-        return children[-1].status
+    under way or stopped (running, awaiting a person, failed, interrupted): that call's status,
+    and running while any of its calls runs (calls beside it may have stopped already)."""
+    if group.status == StepStatus.PENDING and children:
+        if any(c.status == StepStatus.RUNNING for c in children):
+            return StepStatus.RUNNING
+        if children[-1].status != StepStatus.COMPLETED:
+            return children[-1].status
     return group.status
 
 
@@ -147,12 +156,16 @@ def progress(group: StepRecord, children: Sequence[StepRecord], state: Any = Non
     votes``, ``tallying``, ``4/6 subtasks``; before its first call, what it will do: ``3
     rounds``, ``up to 20 turns``... ``state``: the driver state of the run's latest checkpoint (a
     planner's current plan is in it while the run is inside the planner). Parameters missing from
-    the row's options are left out."""
+    the row's options are left out. Several calls running at once: ``3 of 5 running`` (of the
+    node's calls: its voters, branches, items, a round's speakers, the subtasks planned)."""
     kind = kind_of(group)
     options = group.options
     done = [c for c in children if c.status == StepStatus.COMPLETED]
     if not children and group.status != StepStatus.COMPLETED:
         return _not_started(kind, options)
+    running = sum(1 for c in children if c.status == StepStatus.RUNNING)
+    if running > 1:
+        return f"{running} of {_width(kind, group, children, state, running)} running"
     decision = next((c for c in reversed(children) if c.agent in (JUDGE, TALLY)), None)
     if decision is not None and decision.status != StepStatus.COMPLETED:
         return "judging" if decision.agent == JUDGE else "tallying"
@@ -169,6 +182,15 @@ def progress(group: StepRecord, children: Sequence[StepRecord], state: Any = Non
     if kind == "vote":
         voters = _size(options.get("agents"))
         return f"{sum(1 for c in done if c.agent != TALLY)}/{voters if voters is not None else len(calls)} votes"
+    if kind == "parallel":
+        branches = _size(options.get("agents"))
+        return f"{len([c for c in done if c.agent])}/{branches if branches is not None else len(calls)} branches"
+    if kind == "map":
+        listing = next((c for c in children if c.agent == ITEMS), None)
+        if listing is not None and listing.status != StepStatus.COMPLETED:
+            return "listing items"
+        items = _items(group, children, state)
+        return f"{len([c for c in done if c.agent is None])}/{items} items"
     if kind == "planner":
         finished = {_task(c) for c in calls if c.status == StepStatus.COMPLETED}
         inner = inner_state(group, state)
@@ -183,16 +205,44 @@ def progress(group: StepRecord, children: Sequence[StepRecord], state: Any = Non
     return f"{len(done)}/{len(children)} calls"
 
 
+def _items(group: StepRecord, children: Sequence[StepRecord], state: Any) -> int:
+    """How many items a map listed: its state's list while the run is inside it, else the item
+    calls recorded (every item has one once the map completed)."""
+    inner = inner_state(group, state)
+    listed = inner.get("items") if inner is not None else None
+    calls = len({c.iteration for c in children if c.agent is None})
+    return max(len(listed), calls) if isinstance(listed, list) else calls
+
+
+def _width(kind: str | None, group: StepRecord, children: Sequence[StepRecord], state: Any, running: int) -> int:
+    """How many calls a node runs side by side, for ``3 of 5 running``: a vote's voters, a
+    parallel's branches, a map's items, a debate's speakers, a planner's subtasks planned (at
+    least those ``running``)."""
+    options = group.options
+    if kind in ("vote", "parallel", "debate"):
+        size = _size(options.get("agents"))
+    elif kind == "map":
+        size = _items(group, children, state)
+    elif kind == "planner":
+        inner = inner_state(group, state)
+        plan = inner.get("plan") if inner is not None else None
+        size = sum(1 for t in plan if isinstance(t, Mapping) and t.get("status") != "failed") if isinstance(
+            plan, list) else None
+    else:
+        size = None
+    return max(size if size is not None else len(children), running)
+
+
 def _not_started(kind: str | None, options: Mapping[str, Any]) -> str:
     """What a pattern that has not started will do: ``3 rounds``, ``3 voters``, ``up to 5
-    passes``, ``up to 20 turns``, ``not planned yet``."""
-    sizes = {"debate": ("rounds", "{} rounds"), "vote": ("agents", "{} voters"),
+    passes``, ``up to 20 turns``, ``not planned yet``, ``3 branches``, ``not listed yet``."""
+    sizes = {"debate": ("rounds", "{} rounds"), "vote": ("agents", "{} voters"), "parallel": ("agents", "{} branches"),
              "loop": ("max_iterations", "up to {} passes"), "supervisor": ("max_turns", "up to {} turns")}
     key, words = sizes.get(kind or "", ("", ""))
     size = _size(options.get(key)) if key else None
     if size is not None:
         return words.format(size)
-    return "not planned yet" if kind == "planner" else "not started"
+    return {"planner": "not planned yet", "map": "not listed yet"}.get(kind or "", "not started")
 
 
 # ---- the summary shown for a selected pattern --------------------------------------------------
@@ -292,7 +342,7 @@ class PatternSummary:
     parameters: Mapping[str, Any] = field(default_factory=dict)
 
 
-_DECISIONS = frozenset({JUDGE, TALLY, ROUTE, PLAN, REPLAN})
+_DECISIONS = frozenset({JUDGE, TALLY, ROUTE, PLAN, REPLAN, ITEMS})
 
 
 def _iterations(kind: str, children: Sequence[StepRecord]) -> list[Iteration]:
@@ -301,8 +351,8 @@ def _iterations(kind: str, children: Sequence[StepRecord]) -> list[Iteration]:
         if child.agent not in _DECISIONS:
             by_number[child.iteration].append(child)
     word = NOUNS.get(kind, "iteration")
-    if kind == "vote":
-        return [Iteration(1, "votes", by_number[1])] if by_number else []
+    if kind in ("vote", "parallel"):
+        return [Iteration(1, "votes" if kind == "vote" else "branches", by_number[1])] if by_number else []
     if kind == "planner":  # one iteration per subtask, labelled with its task
         return [Iteration(n, call_label(kind, calls[0]), calls) for n, calls in sorted(by_number.items())]
     return [Iteration(n, f"{word} {n}", calls) for n, calls in sorted(by_number.items())]
