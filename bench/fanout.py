@@ -190,7 +190,7 @@ def show(info, versions, rounds, kills, width, ticks, goals, repeat, before) -> 
         for s in series:
             v = rounds[kind][s.label]
             t.add_row(before_label(s, before, v), fmt(v, ".3f") if measured(v) else shown(v),
-                      fmt(ratio(v, FLOOR), ".2f"), fmt(ratio(v, min(peers, default=None)), ".2f"))
+                      *(fmt(x, ".2f") if x is not None else "" for x in (ratio(v, FLOOR), ratio(v, min(peers, default=None)))))
         console.print(t)
 
     t = Table(title=f"kill -9 {KILL_AT} s into a fan-out of calls of {', '.join(map(str, STAGGER))} s, then resume "
