@@ -189,8 +189,9 @@ def show(info, versions, rounds, kills, width, ticks, goals, repeat, before) -> 
         peers = [v for s in series if s.tool != RP and isinstance(v := rounds[kind][s.label], float)]
         for s in series:
             v = rounds[kind][s.label]
+            ratios = (ratio(v, FLOOR), ratio(v, min(peers, default=None)))
             t.add_row(before_label(s, before, v), fmt(v, ".3f") if measured(v) else shown(v),
-                      *(fmt(x, ".2f") if x is not None else "" for x in (ratio(v, FLOOR), ratio(v, min(peers, default=None)))))
+                      *("" if x is None else f"{x:.2f}" for x in ratios))
         console.print(t)
 
     t = Table(title=f"kill -9 {KILL_AT} s into a fan-out of calls of {', '.join(map(str, STAGGER))} s, then resume "
