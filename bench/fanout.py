@@ -70,6 +70,7 @@ KILL_SERIES = [
     Series("relaypoint wf.vote, sync voters, rt.start", RP, ("vote", "sync")),
     Series("relaypoint wf.vote, async voters, await rt.astart", RP, ("vote", "async")),
     Series("relaypoint wf.parallel, async, await rt.astart", RP, ("parallel", "async")),
+    Series("relaypoint wf.parallel, sync branches, rt.start", RP, ("parallel", "sync")),
     Series("relaypoint wf.map, async, await rt.astart", RP, ("map", "async")),
     Series("relaypoint wf.debate(concurrent=True), async, await rt.astart", RP, ("debate", "async")),
     Series("relaypoint, one step gathering the 5 async calls", RP, ("gather", "async")),
