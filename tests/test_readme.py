@@ -38,7 +38,7 @@ def test_the_pattern_examples_run_as_written(tmp_path, monkeypatch):
     the comment under them, then a debate with a person answering two rounds."""
     text = section("Patterns")
     blocks = python_blocks(text)
-    assert len(blocks) == 3, "expected the patterns tour, independent calls and a person as an agent"
+    assert len(blocks) == 4, "expected the patterns tour, independent calls, async functions and a person as an agent"
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     exec(compile(blocks[0], str(README), "exec"), namespace)
@@ -48,6 +48,11 @@ def test_the_pattern_examples_run_as_written(tmp_path, monkeypatch):
     commented = re.search(r"fanned = .*?\n((?:# .*\n)+)", blocks[1]).group(1)
     assert namespace["fanned"] == json.loads(re.sub(r"^# ?", "", commented, flags=re.M))
     exec(compile(blocks[2], str(README), "exec"), namespace)
+    assert namespace["published"] == "published: ship"
+    with namespace["Runtime"]("agents.db") as rt:
+        voters = [t for t in rt.get(rt.list()[0].run_id).tasks if t.agent is not None]
+    assert max(t.started_at for t in voters) < min(t.finished_at for t in voters), "the voters run at once"
+    exec(compile(blocks[3], str(README), "exec"), namespace)
     run = namespace["rt"].get(namespace["run_id"])
     assert run.status == "completed"
     assert [t.output for t in run.tasks if t.agent == "con"] == ["Caching hides bugs.", "Still not convinced."]
