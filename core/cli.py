@@ -44,7 +44,7 @@ from .store import RunStore, StoreMissing, open_store
 from .store.url import shown
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
 from .views.display import Preview, clean, error_line, literal, preview, preview_json
-from .views.patterns import paused_execution
+from .views.patterns import kind_of, paused_execution, progress
 
 LIST_PAGE = 1_000
 """Runs read per store query while ``list`` streams its rows."""
@@ -406,11 +406,16 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
     if run.error:
         _bounded(out, preview(f"error: {run.error}"), whole_run, "red")
     _bounded(out, preview(f"input: {json.dumps(run.input, ensure_ascii=False)}"), whole_run)
+    latest = None
     for t in run.tasks:  # in tree order: a pattern's executions, indented, follow its row
         out.print()
         inside = where(Call.of(t))
+        how_far = ""
+        if not inside and kind_of(t) is not None:  # a pattern's row: how far it got (3 of 5 running)
+            latest = latest or rt.latest_checkpoint(run.run_id)
+            how_far = "  · " + progress(t, [c for c in run.tasks if c.parent == t.seq], latest and latest.state)
         out.print(literal(f"{'  ' if inside else ''}{STEP_SYMBOLS[t.status]} {t.name}{inside}  {t.status}  "
-                          f"attempts {t.attempts}", "bold"))
+                          f"attempts {t.attempts}{how_far}", "bold"))
         if t.has_output:
             whole = whole_run if inside else f"relaypoint show {run.run_id} --output {shlex.quote(t.name)}"
             _bounded(out, preview_json(t.output), whole)

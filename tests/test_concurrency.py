@@ -351,3 +351,36 @@ def test_a_kill_during_a_fan_out_reruns_only_the_calls_that_had_not_finished(db,
         assert votes(rt, run.run_id) == {v: v for v in VOTERS}
         resumed = {c.agent: c.attempts for c in calls(rt, run.run_id)}
         assert all(resumed[v] == 1 for v in finished) and all(resumed[v] == 2 for v in rerun)
+
+
+def test_show_says_how_many_calls_of_a_pattern_are_running(db):
+    from click.testing import CliRunner
+
+    from relaypoint import cli
+
+    release = threading.Event()
+
+    def voter(ctx):
+        if ctx.agent != "a":
+            release.wait(30)
+        return ctx.agent
+
+    wf = Workflow("v")
+    wf.vote("pick", voters={"a": voter, "b": voter, "c": voter})
+    with Runtime(db, [wf]) as rt:
+        runner = threading.Thread(target=rt.start, args=("v",))
+        runner.start()
+        try:
+            limit = time.monotonic() + 30
+            while time.monotonic() < limit and not (
+                    rt.list() and sum(c.status == StepStatus.RUNNING for c in calls(rt, rt.list()[0].run_id)) == 2
+                    and any(c.status == StepStatus.COMPLETED for c in calls(rt, rt.list()[0].run_id))):
+                time.sleep(0.02)
+            shown = CliRunner().invoke(cli.cli, ["--db", str(db), "show", rt.list()[0].run_id])
+            assert shown.exit_code == 0, shown.output
+            assert "pick  pending  attempts 0  · 2 of 3 running" in shown.output
+        finally:
+            release.set()
+            runner.join()
+        shown = CliRunner().invoke(cli.cli, ["--db", str(db), "show", rt.list()[0].run_id])
+        assert "pick  completed  attempts 1  · 3/3 votes" in shown.output
