@@ -384,3 +384,113 @@ def test_show_says_how_many_calls_of_a_pattern_are_running(db):
             runner.join()
         shown = CliRunner().invoke(cli.cli, ["--db", str(db), "show", rt.list()[0].run_id])
         assert "pick  completed  attempts 1  · 3/3 votes" in shown.output
+
+
+def test_async_functions_run_end_to_end_in_every_pattern(db):
+    """Every place a user's function goes, async, in one real run: a step, a loop's body and until,
+    a debate's agents and judge, a vote's voters and tally, a supervisor's route and agents, a
+    planner's plan, agents and replan, a parallel's branches and a map's items and function."""
+    failed_once = []
+
+    async def step(ctx):
+        await asyncio.sleep(0)
+        return {"topic": "cache"}
+
+    async def body(ctx):
+        await asyncio.sleep(0)
+        return ctx.iteration
+
+    async def until(ctx):
+        await asyncio.sleep(0)
+        return ctx.output >= 2
+
+    async def speaker(ctx):
+        await asyncio.sleep(0)
+        return f"{ctx.agent}{ctx.iteration}"
+
+    async def judge(ctx):
+        return len(ctx.history)
+
+    async def voter(ctx):
+        return "yes"
+
+    async def tally(votes):
+        await asyncio.sleep(0)
+        return sorted(votes)
+
+    async def route(ctx):
+        return "worker" if ctx.state["turn"] <= 1 else None
+
+    async def plan(ctx):
+        return [{"id": "t1", "agent": "worker"}, {"id": "t2", "agent": "flaky", "after": ["t1"]}]
+
+    async def flaky(ctx):
+        if not failed_once:
+            failed_once.append(1)
+            raise RuntimeError("first try fails")
+        return "fixed"
+
+    async def replan(ctx):
+        return [{"id": "t3", "agent": "flaky"}]
+
+    async def items(ctx):
+        return [1, 2, 3]
+
+    async def double(ctx):
+        return ctx.input * 2
+
+    wf = Workflow("all")
+    wf.step(step)
+    wf.loop(body, name="refine", max_iterations=5, until=until)
+    wf.debate("argue", agents={"pro": speaker, "con": speaker}, rounds=2, judge=judge, concurrent=True)
+    wf.vote("decide", voters={"a": voter, "b": voter}, tally=tally)
+    wf.supervisor("triage", agents={"worker": voter}, route=route)
+    wf.planner("build", plan=plan, agents={"worker": voter, "flaky": flaky}, replan=replan, retries=0)
+    wf.parallel("gather", branches={"x": voter, "y": speaker})
+    wf.map("doubled", double, items=items)
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("all")
+        run = rt.get(rid)
+        assert run.status == RunStatus.COMPLETED, run.error
+        out = {t.name: t.output for t in run.tasks if t.parent is None}
+        assert out["step"] == {"topic": "cache"}
+        assert out["refine"] == 2  # until said stop after pass 2
+        assert out["argue"] == 4  # the judge heard both rounds of both speakers
+        assert out["decide"]["result"] == ["a", "b"]
+        assert out["triage"] == "yes"
+        assert out["build"] == {"t1": "yes", "t3": "fixed"}
+        assert out["gather"] == {"x": "yes", "y": "y1"}
+        assert out["doubled"] == [2, 4, 6]
+
+
+def test_an_async_router_naming_an_unknown_agent_fails_its_turn_in_one_line(db):
+    async def route(ctx):
+        return "nobody"
+
+    async def worker(ctx):
+        return 1
+
+    wf = Workflow("s")
+    wf.supervisor("triage", agents={"worker": worker}, route=route, retries=0)
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("s")
+        run = rt.get(rid)
+        assert run.status == RunStatus.FAILED and "returned 'nobody'" in run.error and "\n" not in run.error
+
+
+def test_a_sync_until_after_an_async_body_in_a_real_run(db):
+    threads = set()
+
+    async def body(ctx):
+        return ctx.iteration
+
+    def until(ctx):
+        threads.add(threading.current_thread().name)
+        return ctx.output >= 3
+
+    wf = Workflow("l")
+    wf.loop(body, name="refine", max_iterations=9, until=until)
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("l")
+        assert rt.get(rid).tasks[0].output == 3
+        assert "relaypoint-loop" not in threads, "a sync until never runs on the event loop"
