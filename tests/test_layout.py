@@ -21,9 +21,9 @@ RELAYPOINT_BENCH = ["bench.py", "console_idle.py", "tool_relaypoint.py", "tool_f
 # The engine: the runtime and the modules behind it, the drivers, the patterns and the store. Every
 # other module of relaypoint and the console is a front end (the CLI, the worker, MCP, the browser,
 # the pause hook, the views, the console...), checked by default.
-ENGINE = [CORE / name for name in ("runtime.py", "claims.py", "decisions.py", "execution.py", "flights.py", "runner.py", "recovery.py", "forks.py",
-                                   "retention.py", "upstream.py", "lease.py", "drivers.py", "workflow.py", "patterns",
-                                   "store")]
+ENGINE = [CORE / name for name in ("runtime.py", "claims.py", "decisions.py", "execution.py", "flights.py", "runner.py",
+                                   "recovery.py", "forks.py", "retention.py", "upstream.py", "lease.py", "drivers.py",
+                                   "workflow.py", "patterns", "store")]
 RENDERING = {"rich", "textual"}
 # Where text is rendered for people: the views (relaypoint.views), the CLI and the console.
 RENDERERS = [CORE / "views", CORE / "cli.py", ROOT / "tui"]
