@@ -1,6 +1,14 @@
 """``relaypoint worker``: executes queued runs (approved, answered, forked, enqueued) and recovers
 interrupted ones, claiming each by lease so any number of workers never execute one run twice.
 
+A worker keeps up to ``concurrency`` runs in flight on one event loop, each a task awaiting
+:meth:`~relaypoint.Runtime.aresume`: their async calls are awaited on that loop, their sync calls
+run in the runtime's worker threads, and their store work in the loop's store threads, so 64 runs
+awaiting I/O cost one thread, not 64. The tasks share one :class:`~relaypoint.Runtime`: it is
+thread-safe, each store thread has a connection of its own (so the store connections are the
+store threads', not one a run), and one runtime means one pool of call threads for the sync calls
+of every run instead of one pool a run.
+
 A worker also enforces pause deadlines, and with a :class:`~relaypoint.pausehook.PauseHook` tells a
 person of each pause in the store no one has announced yet, on a thread of its own, until an
 attempt succeeds. SIGINT/SIGTERM stop it gracefully: the step under way finishes and is recorded,
@@ -14,11 +22,12 @@ alone and charged, and the healthy runs that shared its worker are never suspect
 
 from __future__ import annotations
 
+import asyncio
 import random
 import signal
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from datetime import datetime, timedelta
 
@@ -31,17 +40,20 @@ from .pausehook import PauseHook
 from .recovery import now_of
 from .runtime import Runtime
 from .status import AnnouncementOutcome, RunStatus
-from .store import StoreUnreachable
 from .workflow import Workflow
 
 CANDIDATES = 50
-"""Runnable runs one poll looks at."""
+"""Runnable runs one poll looks at, besides those already in flight here."""
+STORE_THREADS = 8
+"""At most this many threads (each with its own store connection) do the store work of the runs
+in flight: claims and boundaries are short, and on SQLite they take turns anyway."""
 
 
 class Worker:
-    """``concurrency`` threads, each with its own store connection to ``url``, polling every ``poll_seconds``
-    for runnable runs of the workflows given (others are left for a worker that defines them). The
-    heartbeats of the runs under way share a few connections (see :func:`~relaypoint.lease.heartbeat_store`).
+    """Up to ``concurrency`` runs in flight at once (see the module docstring) on a store connection
+    ``url``, polling every ``poll_seconds`` for runnable runs of the workflows given (others are
+    left for a worker that defines them). The heartbeats of the runs under way share a few
+    connections (see :func:`~relaypoint.lease.heartbeat_store`).
 
     ``max_recoveries``: an interrupted run whose executor died more than this many times while
     executing it alone is marked failed with the reason instead of being recovered again.
@@ -55,11 +67,10 @@ class Worker:
     :meth:`run` waits for the attempts under way before it returns. Without ``on_pause`` nothing is
     claimed or marked.
 
-    Isolation: a thread about to recover an interrupted run first makes the others stop claiming and
-    release their runs ``queued`` at their next boundary (a ``released`` event with the reason),
-    waits until no other run is executing in this process, then executes the recovered run alone
-    until its first boundary, where it too is released ``queued``; then normal concurrency resumes.
-    One recovery is isolated at a time.
+    Isolation: before recovering an interrupted run, the worker stops claiming and has the runs in
+    flight released ``queued`` at their next boundary (a ``released`` event with the reason), waits
+    until none is left, then executes the recovered run alone until its first boundary, where it
+    too is released ``queued``; then normal concurrency resumes. One recovery is isolated at a time.
     """
 
     def __init__(self, url: str, workflows: Iterable[Workflow], *, concurrency: int = 1,
@@ -76,80 +87,101 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.log = log
         self.stopping = threading.Event()
-        self._turns = threading.Condition()
-        self._executing = 0                  # runs this process's threads are claiming or executing
+        self._flying: dict[str, asyncio.Task[bool]] = {}  # the runs this process is claiming or executing
         self._isolating: str | None = None   # the recovered run being executed alone, if any
+        self._executed = 0                   # runs claimed so far
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None  # set by a run that ended, and by stop(): poll again now
 
     def _runtime(self) -> Runtime:
         return Runtime(self.url, self.workflows, create=False, lease_seconds=self.lease_seconds,
                        max_recoveries=self.max_recoveries, durability=self.durability)
 
     def candidates(self, rt: Runtime) -> list[tuple[str, RunStatus]]:
-        """The oldest ``CANDIDATES`` runnable runs of known workflows with their status (queued, and
-        interrupted after a sweep), in random order."""
+        """The oldest runnable runs of known workflows with their status (queued, and interrupted
+        after a sweep), in random order: ``CANDIDATES`` more than the runs in flight here (listed
+        still queued while they are being claimed)."""
         rt.sweep()
-        listed = rt.runnable([w.name for w in self.workflows], CANDIDATES)
-        # Workers (and threads) that listed the same oldest runs would all go for the first one: in
-        # a random order they mostly reach different runs, instead of queuing on one claim after another.
+        listed = rt.runnable([w.name for w in self.workflows], CANDIDATES + len(self._flying))
+        # Workers that listed the same oldest runs would all go for the first one: in a random
+        # order they mostly reach different runs, instead of queuing on one claim after another.
         random.shuffle(listed)
         return listed
 
     def run_once(self, rt: Runtime) -> int:
-        """One poll: expire deadlines, then execute the first candidate that can be claimed (an
-        interrupted run alone, see the class docstring); a store found unreachable ends the poll.
-        Returns the runs executed: 1, or 0 when none could be claimed (the caller then waits)."""
-        for rid in rt.expire_deadlines():
+        """One :meth:`poll` on an event loop of its own, and the runs it started executed to their next
+        stop; returns how many were executed (claimed), 0 when none could be claimed."""
+        async def once() -> None:
+            await self.poll(rt)
+            await self.drain()
+
+        before = self._executed
+        asyncio.run(once())
+        return self._executed - before
+
+    async def poll(self, rt: Runtime) -> None:
+        """One poll: expire deadlines, then go down the candidates while fewer than ``concurrency``
+        runs are in flight, starting each queued one as a task of its own and recovering an
+        interrupted one alone (see the class docstring), after which the list is stale and the poll
+        ends; it returns without waiting for the runs it started (see :meth:`drain`). Raises what
+        :meth:`candidates` raises."""
+        for rid in await asyncio.to_thread(rt.expire_deadlines):
             self._say(f"run {rid}: pause deadline passed; rejected")
-        for rid, status in self.candidates(rt):
-            alone = status == RunStatus.INTERRUPTED
-            if self.stopping.is_set() or not self._enter(rid if alone else None):
-                break  # stopping, or a recovery is isolated: nothing is claimed until it is done
-            try:
-                if alone:
-                    self._say(f"run {rid}: recovering it alone up to its next boundary")
-                # only as listed: a run listed interrupted may have failed as a poison pill since
-                # (a failed run is resumable), one listed queued may need recovering alone
-                ended = rt.resume(rid, should_stop=self._alone_until_boundary if alone else self._should_release,
-                                  only_if=status, skip_locked=True)
-            except RefusedTransition:  # another worker is claiming it or claimed it first, or it changed state
-                if alone:
-                    self._say(f"run {rid}: not recovered here (another worker took it, or it changed meanwhile)")
+        for rid, status in await asyncio.to_thread(self.candidates, rt):
+            if self.stopping.is_set() or len(self._flying) >= self.concurrency:
+                break
+            if rid in self._flying:
                 continue
-            except RelaypointError as e:  # LeaseLost, drift, a failing definition: say it, go on
-                self._say(str(e) if str(e).startswith(f"run {rid}") else f"run {rid}: {e}")
-                if isinstance(e, StoreUnreachable):
-                    break  # the server, not the run: the other candidates wait for the next poll
+            if status == RunStatus.INTERRUPTED:
+                if await self._recover_alone(rt, rid):
+                    return  # the rest of the list went stale while the run executed
                 continue
-            finally:
-                self._leave(alone)
-            self._say(f"run {rid}: {ended}")
-            return 1  # the rest of the list went stale while the run executed: the next poll lists again
-        return 0
+            self._flying[rid] = asyncio.ensure_future(self._execute(rt, rid, status))
+            self._flying[rid].add_done_callback(lambda task, rid=rid: self._landed(rid, task))
 
-    def _enter(self, isolate: str | None) -> bool:
-        """Take a turn to claim a run; with ``isolate`` (a recovered run's id), the only turn: wait
-        until the other threads have released theirs. False while another recovery is isolated, or
-        once stopping."""
-        with self._turns:
-            if self._isolating is not None:
+    def _landed(self, rid: str, task: asyncio.Task[bool]) -> None:
+        del self._flying[rid]
+        if task.cancelled():
+            return
+        if (exc := task.exception()) is not None:  # a defect, not the run's doing: its traceback, and go on
+            task.get_loop().call_exception_handler({"message": f"run {rid}: the worker's task broke",
+                                                    "exception": exc, "task": task})
+        elif task.result() and self._wake is not None:
+            self._wake.set()  # a slot is free, and the run's end may have made others runnable
+
+    async def _recover_alone(self, rt: Runtime, rid: str) -> bool:
+        """Execute interrupted run ``rid`` alone up to its first boundary, once the runs in flight
+        have been released; False when stopping first, or when it could not be claimed."""
+        self._isolating = rid
+        try:
+            while self._flying and not self.stopping.is_set():
+                await asyncio.wait(list(self._flying.values()), timeout=0.2)
+            if self.stopping.is_set():
                 return False
-            if isolate is not None:
-                self._isolating = isolate
-                while self._executing and not self.stopping.is_set():
-                    self._turns.wait(0.2)
-                if self.stopping.is_set():
-                    self._isolating = None
-                    self._turns.notify_all()
-                    return False
-            self._executing += 1
-            return True
+            self._say(f"run {rid}: recovering it alone up to its next boundary")
+            return await self._execute(rt, rid, RunStatus.INTERRUPTED)
+        finally:
+            self._isolating = None
 
-    def _leave(self, isolated: bool) -> None:
-        with self._turns:
-            self._executing -= 1
-            if isolated:
-                self._isolating = None
-            self._turns.notify_all()
+    async def _execute(self, rt: Runtime, rid: str, status: RunStatus) -> bool:
+        """Claim ``rid`` if it is still in ``status`` and execute it to its next stop, saying how it
+        ended; True when it was claimed (or failed as a poison pill), False when refused or broken."""
+        alone = status == RunStatus.INTERRUPTED
+        try:
+            # only as listed: a run listed interrupted may have failed as a poison pill since
+            # (a failed run is resumable), one listed queued may need recovering alone
+            ended = await rt.aresume(rid, should_stop=self._alone_until_boundary if alone else self._should_release,
+                                     only_if=status, skip_locked=True)
+        except RefusedTransition:  # another worker is claiming it or claimed it first, or it changed state
+            if alone:
+                self._say(f"run {rid}: not recovered here (another worker took it, or it changed meanwhile)")
+            return False
+        except RelaypointError as e:  # LeaseLost, drift, a failing definition, the server gone: say it, go on
+            self._say(str(e) if str(e).startswith(f"run {rid}") else f"run {rid}: {e}")
+            return False
+        self._executed += 1
+        self._say(f"run {rid}: {ended}")
+        return True
 
     def _should_release(self) -> bool | str:
         """At a boundary of an ordinary run: release it when stopping, or to let a recovery run alone."""
@@ -206,33 +238,61 @@ class Worker:
                 self._say(f"run {pause.run_id}: the announcement of checkpoint {pause.checkpoint_id} ({outcome}) "
                           f"was not recorded: {e}; it is claimed again after {to_text(until)}")
 
-    def _loop(self) -> None:
-        with self._runtime() as rt:
+    async def _serve(self, rt: Runtime) -> None:
+        """The event loop's work: poll until stopping, then wait for the runs in flight to be released."""
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(min(self.concurrency, STORE_THREADS) + 1,
+                                                     thread_name_prefix="worker-store"))
+        self._wake = asyncio.Event()
+        self._loop = loop
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):  # a wakeup fd: heard whichever thread the signal reaches
+                loop.add_signal_handler(sig, self.stop)
+        try:
             while not self.stopping.is_set():
                 try:
-                    busy = self.run_once(rt)
-                except RelaypointError as e:  # e.g. the store stayed busy: say so, poll again
+                    await self.poll(rt)
+                except RelaypointError as e:  # e.g. the store stayed busy or unreachable: say so, poll again
                     self._say(str(e))
-                    busy = 0
-                if not busy:
-                    self.stopping.wait(self.poll_seconds)
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
+                self._wake.clear()
+            await self.drain()
+        finally:
+            self._loop = None
+
+    async def drain(self) -> None:
+        """Wait until the runs in flight have stopped (released ``queued`` at their next boundary once
+        stopping)."""
+        while self._flying:
+            await asyncio.wait(list(self._flying.values()))
 
     def run(self) -> None:
         """Run until SIGINT/SIGTERM (when called from the main thread) or :meth:`stop`. Raises what
-        :meth:`check_store` raises before any thread starts."""
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, lambda *_: self.stop())
+        :meth:`check_store` raises before anything starts."""
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            self._catch_signals()
         self.check_store()
         with heartbeat_store(self.url):  # keeps the heartbeats' shared connections open between runs
-            threads = [threading.Thread(target=self._loop, name=f"worker-{i}") for i in range(self.concurrency)]
+            announcer = None
             if self.on_pause is not None:
-                threads.append(threading.Thread(target=self._announce, args=(self.on_pause,), name="on-pause"))
-            for t in threads:
-                t.start()
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)  # short joins keep the main thread able to take signals
+                announcer = threading.Thread(target=self._announce, args=(self.on_pause,), name="on-pause")
+                announcer.start()
+            try:
+                with self._runtime() as rt:
+                    asyncio.run(self._serve(rt))
+            finally:
+                if main:
+                    self._catch_signals()  # the loop's handlers went with it; a signal now is a stop too
+                self.stopping.set()  # the announcer stops with the runs, whatever ended them
+                if announcer is not None:
+                    while announcer.is_alive():
+                        announcer.join(0.2)  # short joins keep the main thread able to take signals
+
+    def _catch_signals(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stop())
 
     def check_store(self) -> None:
         """Raise ``StoreError`` (one line) when the store is missing, unusable, or read-only: a worker
@@ -242,15 +302,19 @@ class Worker:
                 raise rt.read_only_error("a worker records what it executes, so it needs a store it can write")
 
     def stop(self) -> None:
-        """Finish the step under way, release its run, and stop polling (also as a signal handler:
-        stopping is decided before anything is written)."""
+        """Finish the steps under way, release their runs, and stop polling (from any thread, and as
+        a signal handler: stopping is decided before anything is written)."""
         stopped = self.stopping.is_set()
         self.stopping.set()
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with suppress(RuntimeError):  # the loop closed meanwhile: nothing to wake
+                loop.call_soon_threadsafe(wake.set)
         if not stopped:
             self._say("stopping: finishing the steps under way")
 
     def _say(self, line: str) -> None:
         """Give ``line`` to ``log``; an ``OSError`` writing it (a closed pipe, a terminal gone) loses
-        the line: it must neither end a thread between two runs nor escape a signal handler."""
+        the line: it must neither end a task between two runs nor escape a signal handler."""
         with suppress(OSError):
             self.log(line)
