@@ -576,7 +576,7 @@ def announce(ctx: click.Context, run_id: str) -> None:
 @cli.command()
 @APP_OPTION
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Runs executed at once (threads).")
+              help="Runs in flight at once (their async calls on one event loop, sync ones in threads).")
 @click.option("--max-recoveries", default=3, show_default=True, type=click.IntRange(0),
               help="Mark a run failed once its process has died more than this many times executing it alone.")
 @click.option("--poll", default=1.0, show_default=True, type=click.FloatRange(0.05), help="Seconds between polls.")

@@ -43,7 +43,7 @@ from .status import AnnouncementOutcome, RunStatus
 from .workflow import Workflow
 
 CANDIDATES = 50
-"""Runnable runs one poll looks at, besides those already in flight here."""
+"""Runnable runs one poll looks at at least, besides those already in flight here."""
 STORE_THREADS = 8
 """At most this many threads (each with its own store connection) do the store work of the runs
 in flight: claims and boundaries are short, and on SQLite they take turns anyway."""
@@ -99,10 +99,10 @@ class Worker:
 
     def candidates(self, rt: Runtime) -> list[tuple[str, RunStatus]]:
         """The oldest runnable runs of known workflows with their status (queued, and interrupted
-        after a sweep), in random order: ``CANDIDATES`` more than the runs in flight here (listed
-        still queued while they are being claimed)."""
+        after a sweep), in random order: ``CANDIDATES`` (or ``concurrency`` if more) besides the runs
+        in flight here, which are listed still queued while they are being claimed."""
         rt.sweep()
-        listed = rt.runnable([w.name for w in self.workflows], CANDIDATES + len(self._flying))
+        listed = rt.runnable([w.name for w in self.workflows], max(CANDIDATES, self.concurrency) + len(self._flying))
         # Workers that listed the same oldest runs would all go for the first one: in a random
         # order they mostly reach different runs, instead of queuing on one claim after another.
         random.shuffle(listed)
