@@ -151,3 +151,36 @@ def test_sigterm_finishes_the_async_steps_in_flight_and_releases_their_runs(box)
     for i, rid in enumerate(runs):
         assert [(s, a) for r, s, a, *_ in starts(box) if r == rid] == [("wait", "1"), ("after", "1")]
         assert {k: json.loads(v) for k, v in procs.outputs(box.db, rid).items()} == {"wait": i, "after": i + 1}
+
+
+def test_a_recovery_among_async_runs_in_flight_waits_for_their_release_then_executes_alone(box):
+    runs = queue(box, "pair", [{"n": i, "sleep": 5.0} for i in range(3)])
+    worker = box.spawn("worker", "--app", APP, "--concurrency", "4", "--poll", "0.1")
+    try:
+        wait_until(lambda: len(starts(box)) == 3, 60, "the three async steps to be in flight")
+        # meanwhile a `start` process dies in its step: the worker's next sweep finds that run interrupted
+        dying = box.spawn("start", "pair", "--app", APP, "--input", json.dumps({"n": 9, "sleep": 60}))
+        (orphan,) = wait_until(lambda: [r for r, *_ in starts(box) if r not in runs], 60, "the orphan's step")
+        procs.kill(dying)
+        finish(dying)
+        wait_until(lambda: all(procs.run_status(box.db, r) == "completed" for r in (*runs, orphan)), 60,
+                   "every run to complete")
+    finally:
+        done = stop(worker)
+    def at(rid: str, kind: str) -> list:
+        return [procs.parse_utc(e["at"]) for e in procs.events(box.db, rid) if e["kind"] == kind]
+
+    reason = f"making way for the recovery of run {orphan}, executed alone"
+    for rid in runs:
+        released = [json.loads(e["detail"])["reason"] for e in procs.events(box.db, rid) if e["kind"] == "released"]
+        assert released == [reason], (rid, released)  # at the boundary after its 5 s step, which was kept
+        assert [(s, a) for r, s, a, *_ in starts(box) if r == rid] == [("wait", "1"), ("after", "1")]
+    # the orphan was claimed once the three were released, and executed alone up to its boundary
+    (recovered, continued), (alone_until,) = at(orphan, "resumed"), at(orphan, "released")
+    assert recovered < alone_until < continued
+    assert max(t for rid in runs for t in at(rid, "released")) <= recovered
+    assert all(at(rid, "resumed")[1] >= alone_until for rid in runs)
+    [alone] = [e for e in procs.events(box.db, orphan) if e["kind"] == "released"]
+    assert json.loads(alone["detail"])["reason"].startswith("recovered alone up to this boundary")
+    assert [(s, a) for r, s, a, *_ in starts(box) if r == orphan] == [("wait", "1"), ("wait", "2"), ("after", "1")]
+    assert f"run {orphan}: recovering it alone up to its next boundary" in done.err
