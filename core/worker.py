@@ -3,11 +3,12 @@ interrupted ones, claiming each by lease so any number of workers never execute 
 
 A worker keeps up to ``concurrency`` runs in flight on one event loop, each a task awaiting
 :meth:`~relaypoint.Runtime.aresume`: their async calls are awaited on that loop, their sync calls
-run in the runtime's worker threads, and their store work in the loop's store threads, so 64 runs
-awaiting I/O cost one thread, not 64. The tasks share one :class:`~relaypoint.Runtime`: it is
-thread-safe, each store thread has a connection of its own (so the store connections are the
-store threads', not one a run), and one runtime means one pool of call threads for the sync calls
-of every run instead of one pool a run.
+run in the runtime's call threads, and their store work in the loop's ``STORE_THREADS``, so a run
+awaiting I/O holds no thread but its lease's heartbeat. The tasks share one
+:class:`~relaypoint.Runtime`: it is thread-safe, each store thread has a connection of its own (so
+the store connections are the store threads', not one a run, as a runtime a run would need), and
+one runtime means one pool of call threads for the sync calls of every run (``CALL_THREADS`` of
+:mod:`relaypoint.runner` at once, which ``--concurrency``'s limit of 64 matches).
 
 A worker also enforces pause deadlines, and with a :class:`~relaypoint.pausehook.PauseHook` tells a
 person of each pause in the store no one has announced yet, on a thread of its own, until an
@@ -281,10 +282,12 @@ class Worker:
                 announcer.start()
             try:
                 with self._runtime() as rt:
-                    asyncio.run(self._serve(rt))
+                    try:
+                        asyncio.run(self._serve(rt))
+                    finally:
+                        if main:
+                            self._catch_signals()  # the loop's handlers went with it; a signal now is a stop too
             finally:
-                if main:
-                    self._catch_signals()  # the loop's handlers went with it; a signal now is a stop too
                 self.stopping.set()  # the announcer stops with the runs, whatever ended them
                 if announcer is not None:
                     while announcer.is_alive():
