@@ -242,6 +242,7 @@ class Worker:
     async def _serve(self, rt: Runtime) -> None:
         """The event loop's work: poll until stopping, then wait for the runs in flight to be released."""
         loop = asyncio.get_running_loop()
+        # one more than the runs may use: the polls' sweep and listing never wait behind their claims
         loop.set_default_executor(ThreadPoolExecutor(min(self.concurrency, STORE_THREADS) + 1,
                                                      thread_name_prefix="worker-store"))
         self._wake = asyncio.Event()
