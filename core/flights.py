@@ -171,18 +171,26 @@ class Flights:
         return started + self._more() if self.flying else self._settled()
 
     def _more(self) -> list[Flight]:
-        """Start the independent calls that may start beside those in flight, each by a change of
-        its own."""
-        claim, started = self.claim, []
+        """Start the independent calls that may start beside those in flight: a change each, all in
+        one transaction (one durable write for a round of calls)."""
+        claim, starts = self.claim, []
+        busy = set(self.flying)
         while self._open() and not self.stop:
-            nxt = self.x.free_call(claim, claim.action, self.flying)
+            nxt = self.x.free_call(claim, claim.action, busy)
             if nxt is None:
                 break
-            start, nxt = self.x.start_of(claim, nxt)
-            self.x.store.commit(Change(claim.run_id, now_of(self.x.clock), fence=claim.lease.token, started=start,
-                                       events=[events.step_started(nxt.call, nxt.attempt)]))
-            started.append(self._fly(nxt))
-        return started
+            busy.add(call_key(nxt.call))
+            starts.append(self.x.start_of(claim, nxt))
+        at = now_of(self.x.clock)
+        changes = [Change(claim.run_id, at, fence=claim.lease.token, started=start,
+                          events=[events.step_started(nxt.call, nxt.attempt)]) for start, nxt in starts]
+        if len(changes) > 1:
+            with self.x.store.transaction(claim.run_id):
+                for change in changes:
+                    self.x.store.commit(change)
+        elif changes:
+            self.x.store.commit(changes[0])
+        return [self._fly(nxt) for _, nxt in starts]
 
     def _settled(self) -> list[Flight] | RunStatus:
         """Once nothing is in flight: the held failure or pause, recorded ([] before)."""
