@@ -45,6 +45,7 @@ import crashmatrix  # (tests/ is not a package)
 import procs
 
 APP_SOURCE = '"""The pattern test app (written by tests/patternmatrix.py)."""\n' + crashmatrix.INSTRUMENTATION + r'''
+import asyncio
 from relaypoint import human
 
 HOLD = os.environ.get("PATTERNAPP_HOLD")
@@ -204,7 +205,93 @@ def summed(ctx):
     return _digest({name: ctx.results[name] for name in ("gather", "each", "chorus")})
 
 
-workflows = [patterns, debate, careful, supervise, plan, person, consent, hurry, fanout]
+async def _acall(ctx):
+    """:func:`_call` for an async agent: its nap awaited, so the loop runs the others meanwhile."""
+    _begin(ctx, ctx.run_id, json.dumps(dict(ctx.state), separators=(",", ":"), sort_keys=True))
+    if label(ctx) == HOLD:
+        await asyncio.sleep(300)
+    if label(ctx) == FAIL:
+        raise RuntimeError(f"{label(ctx)} failed as asked")
+    if not NO_SLEEP:
+        await asyncio.sleep(float(ctx.input.get("sleeps", {}).get(label(ctx), 0)))
+
+
+async def aloof(ctx):
+    """:func:`alone`, async."""
+    await _acall(ctx)
+    return f"{label(ctx)}:{_digest(ctx.input, list(ctx.history), ctx.agent, ctx.iteration)}"
+
+
+def ballot(ctx):
+    """A voter beside four others: a vote from what it saw (sync, or async: :func:`aballot`)."""
+    _call(ctx)
+    return "yes" if int(_digest(ctx.results["opening"], ctx.agent), 16) % 3 else "no"
+
+
+async def aballot(ctx):
+    await _acall(ctx)
+    return "yes" if int(_digest(ctx.results["opening"], ctx.agent), 16) % 3 else "no"
+
+
+def dealt(ctx):
+    """A map's six items, from the input."""
+    _call(ctx)
+    return [{"k": k, "n": ctx.input["n"] % (k + 7)} for k in range(6)]
+
+
+def _after(ctx):
+    """What a subtask digests of its history: its dependencies' outputs (the subtasks beside it
+    are timing's, see test_concurrent_history.py)."""
+    after = next(t["after"] for t in ctx.state["plan"] if t["id"] == ctx.input["task"])
+    return [h["output"] for h in ctx.history if h.get("task") in after]
+
+
+def built(ctx):
+    """A planner's subtask beside others: its label and a digest of its input and dependencies
+    (sync, or async: :func:`abuilt`)."""
+    _call(ctx)
+    return f"{label(ctx)}:{_digest(ctx.input, _after(ctx), ctx.agent, ctx.iteration)}"
+
+
+async def abuilt(ctx):
+    await _acall(ctx)
+    return f"{label(ctx)}:{_digest(ctx.input, _after(ctx), ctx.agent, ctx.iteration)}"
+
+
+def split_work(ctx):
+    """Three independent subtasks, and a fourth after two of them."""
+    _call(ctx)
+    return [{"id": "t1", "agent": "code", "input": {"task": "t1"}},
+            {"id": "t2", "agent": "test", "input": {"task": "t2"}},
+            {"id": "t3", "agent": "code", "input": {"task": "t3"}},
+            {"id": "t4", "agent": "test", "input": {"task": "t4"}, "after": ["t1", "t2"]}]
+
+
+# the fan-out nodes with calls of staggered latencies (the input's ``sleeps``), sync ones in
+# threads and async ones on the loop: the crash matrix's concurrent scenario
+spread = Workflow("spread")
+
+
+@spread.step
+def opening(ctx):
+    _call(ctx)
+    return {"words": ctx.input["text"].split(), "n": ctx.input["n"]}
+
+
+spread.vote("poll", voters={"a": aballot, "b": ballot, "c": aballot, "d": ballot, "e": aballot})
+spread.parallel("gather", branches={"a": aloof, "b": alone, "c": aloof, "d": alone})
+spread.map("each", aloof, items=dealt, max_concurrency=3)
+spread.debate("chorus", agents={"pro": aloof, "con": alone, "mid": aloof}, rounds=2, judge=judged, concurrent=True)
+spread.planner("build", plan=split_work, agents={"code": abuilt, "test": built})
+
+
+@spread.step
+def closing(ctx):
+    _call(ctx)
+    return _digest({name: ctx.results[name] for name in ("opening", "poll", "gather", "each", "chorus", "build")})
+
+
+workflows = [patterns, debate, careful, supervise, plan, person, consent, hurry, fanout, spread]
 '''
 
 APP = crashmatrix.App("patternapp", APP_SOURCE)
@@ -281,6 +368,93 @@ def check_round(row: dict[str, Any], steps: list[dict[str, Any]], rnd: int, resu
 
 PATTERNS = crashmatrix.Scenario(APP, WORKFLOW, make_input, work_left, check_round)
 """The ``patterns`` workflow of :data:`APP` in the crash matrix."""
+
+
+# ---- the concurrent scenario: fan-outs killed while several calls are in flight ----------------------
+
+SPREAD_NODES = ("opening", "poll", "gather", "each", "chorus", "build", "closing")
+# every call that runs beside others, each napping a seeded 0.02-0.3 s (staggered: calls in flight
+# land one by one, so a kill finds some landed, some in flight, some not started)
+SPREAD_CALLS = (*(f"poll#1/{v}" for v in "abcde"), *(f"gather#1/{b}" for b in "abcd"),
+                *(f"each#{i}" for i in range(1, 7)),
+                *(f"chorus#{r}/{a}" for r in (1, 2) for a in ("pro", "con", "mid")),
+                "build#1/code", "build#2/test", "build#3/code", "build#4/test")
+SPREAD_LIMITS = {"each": 3}  # the nodes' max_concurrency
+
+
+def make_spread_input(rng: random.Random) -> dict[str, Any]:
+    return {"text": " ".join(rng.choice(crashmatrix.WORDS) for _ in range(rng.randint(2, 6))),
+            "n": rng.randint(0, 10**6), "sleeps": {c: round(rng.uniform(0.02, 0.3), 3) for c in SPREAD_CALLS}}
+
+
+def spread_work_left(db: Path, run_id: str | None, run_input: dict[str, Any],
+                     dwell: float) -> tuple[float, int, bool]:
+    """The work left of :data:`SPREAD`: the calls of a wave run at once, so a wave (a node's calls,
+    a debate's round, a map's items by three) costs its longest nap; boundaries: each call's, and
+    the start of each call beside another."""
+    ref = crashmatrix.reference(APP, "spread", run_input)
+    done = {crashmatrix.row_label(s["idempotency_key"]) for s in procs.steps(db, run_id)
+            if s["status"] == "completed"} if run_id else set()
+    left = [label for label in ref.outputs if label not in done]
+    waves: dict[str, list[float]] = {}
+    for label in left:
+        if label in run_input["sleeps"]:
+            node, _, rest = label.partition("#")
+            wave = label.split("/")[0] if node == "chorus" else node
+            waves.setdefault(wave, []).append(run_input["sleeps"][label])
+    naps = sum(sum(w) / SPREAD_LIMITS[k] if k in SPREAD_LIMITS else max(w) for k, w in waves.items())
+    boundaries = len(left) + sum(len(w) - 1 for w in waves.values())
+    return 0.02 + naps + (0.003 + 2 * dwell) * (boundaries + 2), boundaries, bool(waves)
+
+
+def check_spread_round(row: dict[str, Any], steps: list[dict[str, Any]], rnd: int,
+                       result: crashmatrix.TrialResult) -> None:
+    """The store's shape after a round of :data:`SPREAD`: the nodes read completed* open? pending*;
+    the executions follow the planned rows group by group, every group but the one under way
+    completed; the open ones (running or interrupted: several at once) all in that group, at most
+    its ``max_concurrency`` running; a running run has some open, an interrupted one none
+    running, a completed one none open; ``steps_done`` counts the completed nodes."""
+    v = result.violations
+    code = {"completed": "c", "running": "r", "interrupted": "i", "pending": "p"}
+    top = [s for s in steps if s["parent_seq"] is None]
+    children = [s for s in steps if s["parent_seq"] is not None]
+    nodes = "".join(code.get(s["status"], "?") for s in top)
+    inner = "".join(code.get(s["status"], "?") for s in children)
+    if [s["name"] for s in top] != list(SPREAD_NODES) or not re.fullmatch(r"c*[ri]?p*", nodes):
+        v.append(f"round {rnd}: the nodes read {nodes!r} ({[s['name'] for s in top]})")
+    if [s["seq"] for s in children] != list(range(len(SPREAD_NODES), len(SPREAD_NODES) + len(children))) \
+            or not re.fullmatch(r"[cri]*", inner):
+        v.append(f"round {rnd}: the pattern executions read {inner!r} at seqs {[s['seq'] for s in children]}")
+    groups = [s["parent_seq"] for s in children]
+    under_way = next((s["seq"] for s in top if s["status"] != "completed"), None)
+    open_ = [s for s in steps if s["status"] in ("running", "interrupted")]
+    if groups != sorted(groups) or any(s["parent_seq"] not in (None, under_way) for s in open_):
+        v.append(f"round {rnd}: open executions {[(s['seq'], s['parent_seq']) for s in open_]} of groups "
+                 f"{groups} while node {under_way} is under way")
+    running = [s for s in children if s["status"] == "running"]
+    limit = SPREAD_LIMITS.get(top[under_way]["name"]) if under_way is not None and under_way < len(top) else None
+    if limit is not None and len(running) > limit:
+        v.append(f"round {rnd}: {len(running)} calls of {top[under_way]['name']} running, beyond its "
+                 f"max_concurrency {limit}")
+    if row["steps_done"] != nodes.count("c"):
+        v.append(f"round {rnd}: steps_done is {row['steps_done']} but {nodes.count('c')} nodes are completed")
+    statuses = {s["status"] for s in open_}
+    if {"completed": not statuses, "running": bool(statuses), "interrupted": statuses == {"interrupted"}}.get(
+            row["status"]) is not True or (row["status"] == "completed" and (nodes + inner).strip("c")):
+        v.append(f"round {rnd}: run status {row['status']} with nodes {nodes!r} and executions {inner!r}")
+
+
+def progress(kind: str, seq: int, state: Any) -> Any:
+    """What of a :data:`SPREAD` checkpoint is the same whatever order its calls landed in: its
+    kind, the node it is in, and, at a node's end, the whole state."""
+    return kind, (state or {}).get("next"), None if state is None or "in" in state else state
+
+
+SPREAD = crashmatrix.Scenario(APP, "spread", make_spread_input, spread_work_left, check_spread_round,
+                              checkpoint=progress)
+"""The ``spread`` workflow of :data:`APP` in the crash matrix: a vote of five, a parallel of four,
+a map of six by three, a concurrent debate and a planner of independent subtasks, sync and async
+calls with staggered naps, killed while several are in flight and inside their boundaries."""
 
 
 if __name__ == "__main__":
