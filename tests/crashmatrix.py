@@ -48,15 +48,22 @@ Invariants (each breach is one line in :attr:`TrialResult.violations`):
   (the scenario's ``check_round``);
 - one executor at a time: the executions log reads as blocks of one process each, and every
   process but the last stopped executing because it was killed;
-- executions(step) >= 1 and <= 1 + kills that landed while that step was running;
+- executions(step) >= 1 and <= 1 + kills that landed while that step was running (independent
+  calls in flight at once each count the kill);
+- the executions run again after a kill are exactly those it cut short: none recorded completed
+  before a round runs in it, and each that a killed owner had begun and not recorded (its row
+  running: started before it ran) runs again in a later round;
+- racing resumers: one process per round executes, and at most one says it completed the run;
 - a live owner is never declared interrupted, even with the short lease (every process runs on
   this host, where only a dead owner process frees a run);
 - each step's recorded attempts >= its executions, and no attempt number executed twice;
-- ``interruption_detected`` events match the kills of the owner one for one (pid and step);
+- ``interruption_detected`` events match the kills of the owner one for one (pid and step; one per
+  call in flight);
 - per step the events read started(1), interrupted(1), ..., started(n), completed(n) with
   n = attempts; the run has one ``run_started`` first and one ``run_completed`` last, a ``resumed``
-  per interruption, and the checkpoints (kind, seq) of the reference run (for the chain: a
-  ``start`` checkpoint and one ``boundary`` checkpoint per step);
+  per kill of the owner, and the checkpoints of the reference run (for the chain, kind and seq: a
+  ``start`` checkpoint and one ``boundary`` checkpoint per step; where calls land in the order they
+  finish, what does not depend on that order, see :attr:`Scenario.checkpoint`);
 - no process ever prints "Traceback", "locked" or "stayed busy"; ``start`` prints the run id;
   a resumer that exits normally either completed the run (exit 0) or lost the race (exit 1, one
   line: the run is being executed by another process, or is already completed).
@@ -80,7 +87,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -494,13 +501,15 @@ class Scenario:
 
 def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None, db: str | None = None,
               lease_seconds: float | None | str = "seeded", dwell: float | str = "seeded", max_rounds: int = 10,
-              round_timeout: float = 60.0) -> TrialResult:
+              round_timeout: float = 60.0, aims: Sequence[tuple] = ()) -> TrialResult:
     """Run one seeded trial of ``scenario`` (default :data:`CHAIN`) in ``tmpdir`` (created), on the
     store ``db`` (a URL of either backend naming no store yet; None: ``runs.db`` in ``tmpdir``).
 
     ``lease_seconds``: the lease of every process (None: the default 30 s), or ``"seeded"``: a
     0.6 s lease in about a third of the trials. ``dwell``: seconds each transaction holds the write
     lock (test instrumentation), or ``"seeded"``: 0 in a quarter of the trials, else 3-20 ms.
+    ``aims``: the kill triggers of the first rounds (as :func:`_trigger` gives them: ``("txn",
+    "_boundary", 7)`` kills inside the round's 7th boundary), the seeded ones after them.
 
     The seed fixes the input, the sleeps, the number of racers and every kill trigger; where the
     kills land still depends on the machine's timing, and the result says where they landed.
@@ -543,7 +552,7 @@ def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None
             group = launch(box, [("start", sc.workflow, "--app", sc.app.spec, "--input", json.dumps(run_input))])
         else:
             group = ahead or launch(box, _resumers(rng, sc, run_id))
-        trigger = None if rnd > max_rounds else _trigger(
+        trigger = None if rnd > max_rounds else aims[rnd - 1] if rnd <= len(aims) else _trigger(
             rng, role, sc.work_left(box.db, run_id, run_input, float(dwell)), lease_seconds, float(dwell))
         # While this round runs, the next round's racers start (imports take a quarter of a second).
         prepare = (lambda rid=run_id: launch(box, _resumers(rng, sc, rid))) if role == "resume" else None
@@ -915,16 +924,16 @@ def trial_store(db: str | None, seed: int) -> str | None:
 
 def run_trials(directory: Path, seeds: Iterable[int], *, db: str | None = None, scenario: Scenario | None = None,
                keep: Callable[[TrialResult], bool] = lambda r: False,
-               echo: Callable[[TrialResult], None] = lambda r: None) -> list[TrialResult]:
+               echo: Callable[[TrialResult], None] = lambda r: None, **options: Any) -> list[TrialResult]:
     """Run a trial per seed in ``directory``/trial-SEED, each on a store of its own on the backend of
     ``db`` (see :func:`trial_store`); ``echo`` is called with each result. A trial's PostgreSQL
-    schema is dropped after it unless ``keep(result)``."""
+    schema is dropped after it unless ``keep(result)``. ``options``: more of :func:`run_trial`'s."""
     results = []
     for seed in seeds:
         store = trial_store(db, seed)
         result = None
         try:
-            result = run_trial(directory / f"trial-{seed}", seed, scenario=scenario, db=store)
+            result = run_trial(directory / f"trial-{seed}", seed, scenario=scenario, db=store, **options)
             results.append(result)
             echo(result)
         finally:

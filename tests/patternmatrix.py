@@ -17,17 +17,22 @@ The app (:data:`APP`, written as ``patternapp.py`` into a test's directory) defi
 - ``fanout``: the nodes whose calls run side by side: a parallel of three branches, a map over
   the topic's words (``max_concurrency=2``), a 2-round ``concurrent`` debate of three speakers
   and a judge, then a step digesting their results.
+- ``spread``: the crash matrix's concurrent scenario (:data:`SPREAD`): a vote of five, a parallel of
+  four, a map of six items by three, a concurrent debate and a planner of independent subtasks,
+  sync calls and async ones (awaiting their naps), each napping a seeded, staggered time.
 
 Every execution of user code appends one line to the executions log (``EXEC_LOG``): ``label attempt
 pid run_id state``, the label being the execution's idempotency key without the run id
 (``argue#3/con``: debate ``argue``, round 3, agent ``con``; a step's label is its name) and state
 what ``ctx.state`` showed it (compact JSON). Each agent's output is a digest of everything it saw
-(input, history, state, iteration), so a resume that restored anything wrongly changes every output
-after it. Two environment variables aim a process at one execution: ``PATTERNAPP_HOLD=label`` makes
-it wait there (to be killed), ``PATTERNAPP_FAIL=label`` makes it raise there.
+(input, history, state, iteration; a call beside others leaves out what depends on timing), so a
+resume that restored anything wrongly changes every output after it. Two environment variables aim
+a process at one execution: ``PATTERNAPP_HOLD=label`` makes it wait there (to be killed),
+``PATTERNAPP_FAIL=label`` makes it raise there.
 
 Soak: ``RELAYPOINT_PATTERN_TRIALS=100 python -m pytest tests/test_pattern_crash_matrix.py -q -s``, or
-``python tests/patternmatrix.py --trials 100 [--seed N] [--db postgresql://...]`` for a line per trial.
+``python tests/patternmatrix.py [--spread] --trials 100 [--seed N] [--db postgresql://...]`` for a line
+per trial.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -337,36 +343,58 @@ def work_left(db: Path, run_id: str | None, run_input: dict[str, Any], dwell: fl
     return 0.02 + sum(naps) + (0.003 + 2 * dwell) * (len(left) + 2), len(left), bool(naps)
 
 
-def check_round(row: dict[str, Any], steps: list[dict[str, Any]], rnd: int, result: crashmatrix.TrialResult) -> None:
-    """The store's shape after a round: the nodes read completed* open? pending* (a pattern under
-    way is pending while its executions run), its executions follow the planned rows in the order
-    they ran, all completed but the last, group by group; at most one execution is open
-    (running or interrupted), and it agrees with the run's status; ``steps_done`` counts the
-    completed nodes."""
-    v = result.violations
-    code = {"completed": "c", "running": "r", "interrupted": "i", "pending": "p"}
-    top = [s for s in steps if s["parent_seq"] is None]
-    children = [s for s in steps if s["parent_seq"] is not None]
-    nodes = "".join(code.get(s["status"], "?") for s in top)
-    inner = "".join(code.get(s["status"], "?") for s in children)
-    if [s["name"] for s in top] != list(NODES) or not re.fullmatch(r"c*[ri]?p*", nodes):
-        v.append(f"round {rnd}: the nodes read {nodes!r} ({[s['name'] for s in top]})")
-    if [s["seq"] for s in children] != list(range(len(NODES), len(NODES) + len(children))) \
-            or not re.fullmatch(r"c*[ri]?", inner):
-        v.append(f"round {rnd}: the pattern executions read {inner!r} at seqs {[s['seq'] for s in children]}")
-    groups = [s["parent_seq"] for s in children]
-    under_way = next((s["seq"] for s in top if s["status"] != "completed"), None)
-    if groups != sorted(groups) or any(top[g]["status"] != "completed" for g in groups if g != under_way):
-        v.append(f"round {rnd}: executions of groups {groups} while node {under_way} is under way")
-    if row["steps_done"] != nodes.count("c"):
-        v.append(f"round {rnd}: steps_done is {row['steps_done']} but {nodes.count('c')} nodes are completed")
-    statuses = sorted(s["status"] for s in steps if s["status"] in ("running", "interrupted"))
-    expected = {"completed": [], "running": ["running"], "interrupted": ["interrupted"]}.get(row["status"])
-    if statuses != expected or (row["status"] == "completed" and (nodes + inner).strip("c")):
-        v.append(f"round {rnd}: run status {row['status']} with nodes {nodes!r} and executions {inner!r}")
+def shape_check(nodes: tuple[str, ...], limits: dict[str, int] | None = None) -> Callable[..., None]:
+    """The ``check_round`` of a workflow of ``nodes`` (``limits``: the nodes' ``max_concurrency``):
+    the store's shape after a round. The nodes read completed* open? pending* (a pattern under way
+    is pending while its executions run); the executions follow the planned rows group by group,
+    every group but the one under way completed; the open ones (running or interrupted: several at
+    once where calls are independent) all in that group, at most its ``max_concurrency`` running;
+    a running run has some open, an interrupted one none running, a completed one none open;
+    ``steps_done`` counts the completed nodes."""
+    limits = limits or {}
+
+    def check(row: dict[str, Any], steps: list[dict[str, Any]], rnd: int, result: crashmatrix.TrialResult) -> None:
+        v = result.violations
+        code = {"completed": "c", "running": "r", "interrupted": "i", "pending": "p"}
+        top = [s for s in steps if s["parent_seq"] is None]
+        children = [s for s in steps if s["parent_seq"] is not None]
+        shape = "".join(code.get(s["status"], "?") for s in top)
+        inner = "".join(code.get(s["status"], "?") for s in children)
+        if [s["name"] for s in top] != list(nodes) or not re.fullmatch(r"c*[ri]?p*", shape):
+            v.append(f"round {rnd}: the nodes read {shape!r} ({[s['name'] for s in top]})")
+        if [s["seq"] for s in children] != list(range(len(nodes), len(nodes) + len(children))) \
+                or not re.fullmatch(r"[cri]*", inner):
+            v.append(f"round {rnd}: the pattern executions read {inner!r} at seqs {[s['seq'] for s in children]}")
+        groups = [s["parent_seq"] for s in children]
+        under_way = next((s["seq"] for s in top if s["status"] != "completed"), None)
+        open_ = [s for s in steps if s["status"] in ("running", "interrupted")]
+        if groups != sorted(groups) or any(s["parent_seq"] not in (None, under_way) for s in open_):
+            v.append(f"round {rnd}: open executions {[(s['seq'], s['parent_seq']) for s in open_]} of groups "
+                     f"{groups} while node {under_way} is under way")
+        running = [s for s in children if s["status"] == "running"]
+        limit = limits.get(top[under_way]["name"]) if under_way is not None and under_way < len(top) else None
+        if limit is not None and len(running) > limit:
+            v.append(f"round {rnd}: {len(running)} calls of {top[under_way]['name']} running, beyond its "
+                     f"max_concurrency {limit}")
+        if row["steps_done"] != shape.count("c"):
+            v.append(f"round {rnd}: steps_done is {row['steps_done']} but {shape.count('c')} nodes are completed")
+        statuses = {s["status"] for s in open_}
+        if {"completed": not statuses, "running": bool(statuses), "interrupted": statuses == {"interrupted"}}.get(
+                row["status"]) is not True or (row["status"] == "completed" and (shape + inner).strip("c")):
+            v.append(f"round {rnd}: run status {row['status']} with nodes {shape!r} and executions {inner!r}")
+
+    return check
 
 
-PATTERNS = crashmatrix.Scenario(APP, WORKFLOW, make_input, work_left, check_round)
+def progress(kind: str, seq: int, state: Any) -> Any:
+    """What of a checkpoint is the same whatever order independent calls landed in (the row it
+    names is the first still in flight, which depends on timing): its kind, the node it is in,
+    and, at a node's end, the whole state."""
+    return kind, (state or {}).get("next"), None if state is None or "in" in state else state
+
+
+# the vote's voters run at once (so its checkpoints name rows in the order they land)
+PATTERNS = crashmatrix.Scenario(APP, WORKFLOW, make_input, work_left, shape_check(NODES), checkpoint=progress)
 """The ``patterns`` workflow of :data:`APP` in the crash matrix."""
 
 
@@ -407,55 +435,13 @@ def spread_work_left(db: Path, run_id: str | None, run_input: dict[str, Any],
     return 0.02 + naps + (0.003 + 2 * dwell) * (boundaries + 2), boundaries, bool(waves)
 
 
-def check_spread_round(row: dict[str, Any], steps: list[dict[str, Any]], rnd: int,
-                       result: crashmatrix.TrialResult) -> None:
-    """The store's shape after a round of :data:`SPREAD`: the nodes read completed* open? pending*;
-    the executions follow the planned rows group by group, every group but the one under way
-    completed; the open ones (running or interrupted: several at once) all in that group, at most
-    its ``max_concurrency`` running; a running run has some open, an interrupted one none
-    running, a completed one none open; ``steps_done`` counts the completed nodes."""
-    v = result.violations
-    code = {"completed": "c", "running": "r", "interrupted": "i", "pending": "p"}
-    top = [s for s in steps if s["parent_seq"] is None]
-    children = [s for s in steps if s["parent_seq"] is not None]
-    nodes = "".join(code.get(s["status"], "?") for s in top)
-    inner = "".join(code.get(s["status"], "?") for s in children)
-    if [s["name"] for s in top] != list(SPREAD_NODES) or not re.fullmatch(r"c*[ri]?p*", nodes):
-        v.append(f"round {rnd}: the nodes read {nodes!r} ({[s['name'] for s in top]})")
-    if [s["seq"] for s in children] != list(range(len(SPREAD_NODES), len(SPREAD_NODES) + len(children))) \
-            or not re.fullmatch(r"[cri]*", inner):
-        v.append(f"round {rnd}: the pattern executions read {inner!r} at seqs {[s['seq'] for s in children]}")
-    groups = [s["parent_seq"] for s in children]
-    under_way = next((s["seq"] for s in top if s["status"] != "completed"), None)
-    open_ = [s for s in steps if s["status"] in ("running", "interrupted")]
-    if groups != sorted(groups) or any(s["parent_seq"] not in (None, under_way) for s in open_):
-        v.append(f"round {rnd}: open executions {[(s['seq'], s['parent_seq']) for s in open_]} of groups "
-                 f"{groups} while node {under_way} is under way")
-    running = [s for s in children if s["status"] == "running"]
-    limit = SPREAD_LIMITS.get(top[under_way]["name"]) if under_way is not None and under_way < len(top) else None
-    if limit is not None and len(running) > limit:
-        v.append(f"round {rnd}: {len(running)} calls of {top[under_way]['name']} running, beyond its "
-                 f"max_concurrency {limit}")
-    if row["steps_done"] != nodes.count("c"):
-        v.append(f"round {rnd}: steps_done is {row['steps_done']} but {nodes.count('c')} nodes are completed")
-    statuses = {s["status"] for s in open_}
-    if {"completed": not statuses, "running": bool(statuses), "interrupted": statuses == {"interrupted"}}.get(
-            row["status"]) is not True or (row["status"] == "completed" and (nodes + inner).strip("c")):
-        v.append(f"round {rnd}: run status {row['status']} with nodes {nodes!r} and executions {inner!r}")
-
-
-def progress(kind: str, seq: int, state: Any) -> Any:
-    """What of a :data:`SPREAD` checkpoint is the same whatever order its calls landed in: its
-    kind, the node it is in, and, at a node's end, the whole state."""
-    return kind, (state or {}).get("next"), None if state is None or "in" in state else state
-
-
-SPREAD = crashmatrix.Scenario(APP, "spread", make_spread_input, spread_work_left, check_spread_round,
-                              checkpoint=progress)
+SPREAD = crashmatrix.Scenario(APP, "spread", make_spread_input, spread_work_left,
+                              shape_check(SPREAD_NODES, SPREAD_LIMITS), checkpoint=progress)
 """The ``spread`` workflow of :data:`APP` in the crash matrix: a vote of five, a parallel of four,
 a map of six by three, a concurrent debate and a planner of independent subtasks, sync and async
 calls with staggered naps, killed while several are in flight and inside their boundaries."""
 
 
 if __name__ == "__main__":
-    sys.exit(crashmatrix.main(scenario=PATTERNS))
+    spread = "--spread" in sys.argv
+    sys.exit(crashmatrix.main([a for a in sys.argv[1:] if a != "--spread"], scenario=SPREAD if spread else PATTERNS))
