@@ -41,9 +41,10 @@ import json
 import random
 import re
 import sys
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -350,7 +351,7 @@ def shape_check(nodes: tuple[str, ...], limits: dict[str, int] | None = None) ->
     every group but the one under way completed; the open ones (running or interrupted: several at
     once where calls are independent) all in that group, at most its ``max_concurrency`` running;
     a running run has some open, an interrupted one none running, a completed one none open;
-    ``steps_done`` counts the completed nodes."""
+    ``steps_done`` counts the completed nodes; no execution has two rows."""
     limits = limits or {}
 
     def check(row: dict[str, Any], steps: list[dict[str, Any]], rnd: int, result: crashmatrix.TrialResult) -> None:
@@ -365,6 +366,10 @@ def shape_check(nodes: tuple[str, ...], limits: dict[str, int] | None = None) ->
         if [s["seq"] for s in children] != list(range(len(nodes), len(nodes) + len(children))) \
                 or not re.fullmatch(r"[cri]*", inner):
             v.append(f"round {rnd}: the pattern executions read {inner!r} at seqs {[s['seq'] for s in children]}")
+        labels = [crashmatrix.row_label(s["idempotency_key"]) for s in steps]
+        if len(labels) != len(set(labels)):
+            v.append(f"round {rnd}: executions recorded in more than one row: "
+                     f"{sorted(k for k, n in Counter(labels).items() if n > 1)}")
         groups = [s["parent_seq"] for s in children]
         under_way = next((s["seq"] for s in top if s["status"] != "completed"), None)
         open_ = [s for s in steps if s["status"] in ("running", "interrupted")]
