@@ -48,15 +48,22 @@ Invariants (each breach is one line in :attr:`TrialResult.violations`):
   (the scenario's ``check_round``);
 - one executor at a time: the executions log reads as blocks of one process each, and every
   process but the last stopped executing because it was killed;
-- executions(step) >= 1 and <= 1 + kills that landed while that step was running;
+- executions(step) >= 1 and <= 1 + kills that landed while that step was running (independent
+  calls in flight at once each count the kill);
+- the executions run again after a kill are exactly those it cut short: none recorded completed
+  before a round runs in it, and each that a killed owner had begun and not recorded (its row
+  running: started before it ran) runs again in a later round;
+- racing resumers: one process per round executes, and at most one says it completed the run;
 - a live owner is never declared interrupted, even with the short lease (every process runs on
   this host, where only a dead owner process frees a run);
 - each step's recorded attempts >= its executions, and no attempt number executed twice;
-- ``interruption_detected`` events match the kills of the owner one for one (pid and step);
+- ``interruption_detected`` events match the kills of the owner one for one (pid and step; one per
+  call in flight);
 - per step the events read started(1), interrupted(1), ..., started(n), completed(n) with
   n = attempts; the run has one ``run_started`` first and one ``run_completed`` last, a ``resumed``
-  per interruption, and the checkpoints (kind, seq) of the reference run (for the chain: a
-  ``start`` checkpoint and one ``boundary`` checkpoint per step);
+  per kill of the owner, and the checkpoints of the reference run (for the chain, kind and seq: a
+  ``start`` checkpoint and one ``boundary`` checkpoint per step; where calls land in the order they
+  finish, what does not depend on that order, see :attr:`Scenario.checkpoint`);
 - no process ever prints "Traceback", "locked" or "stayed busy"; ``start`` prints the run id;
   a resumer that exits normally either completed the run (exit 0) or lost the race (exit 1, one
   line: the run is being executed by another process, or is already completed).
@@ -80,7 +87,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -330,8 +337,13 @@ class Kill:
     trigger: str                # "at 0.123 s" after the round's release, or "txn _boundary #2"
     instant: float              # seconds after the release when the kill was sent
     owner: bool = False         # the process held the run's lease when it died
-    step: str | None = None     # the step running under its lease (owner only; None: between steps)
+    steps: tuple[str, ...] = ()  # the executions running under its lease (owner only; none: between steps)
     txns: tuple[str, ...] = ()  # transactions it was inside ("main:_boundary", "hb:_beat", ...)
+
+    @property
+    def step(self) -> str | None:
+        """The one execution running under its lease (None: none, or several calls at once)."""
+        return self.steps[0] if len(self.steps) == 1 else None
 
 
 @dataclass
@@ -407,6 +419,11 @@ class Reference:
     logged: list[tuple[str, ...]]
 
 
+def by_seq(kind: str, seq: int, state: Any) -> Any:
+    """A checkpoint as the reference run's must match it: its kind and the row it names."""
+    return kind, seq
+
+
 def row_label(key: str) -> str:
     """An execution's label from its idempotency key: the key without the run id (a chain step's
     name; ``name#iteration/agent`` inside a pattern), as the apps' ``label(ctx)``."""
@@ -467,26 +484,32 @@ class Scenario:
     """What a trial runs: ``workflow`` of ``app``, with an input from ``make_input(rng)``.
     ``work_left(db, run_id, input, dwell)`` estimates what is left for the kill triggers (seconds
     of work, boundaries to commit, whether a nap is left); ``check_round(run_row, step_rows, round,
-    result)`` checks the store's shape after each round (rows in seq order, with their outputs)."""
+    result)`` checks the store's shape after each round (rows in seq order, with their outputs).
+    ``checkpoint(kind, seq, state)``: what of each checkpoint must equal the reference run's, in
+    order (where independent calls land in the order they finish, the row a checkpoint names
+    depends on timing; the driver's progress does not)."""
 
     app: App
     workflow: str
     make_input: Callable[[random.Random], dict[str, Any]]
     work_left: Callable[[Path, str | None, dict[str, Any], float], tuple[float, int, bool]]
     check_round: Callable[[dict[str, Any], list[dict[str, Any]], int, TrialResult], None]
+    checkpoint: Callable[[str, int, Any], Any] = by_seq
 
 
 # ---- one trial -----------------------------------------------------------------------------------
 
 def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None, db: str | None = None,
               lease_seconds: float | None | str = "seeded", dwell: float | str = "seeded", max_rounds: int = 10,
-              round_timeout: float = 60.0) -> TrialResult:
+              round_timeout: float = 60.0, aims: Sequence[tuple] = ()) -> TrialResult:
     """Run one seeded trial of ``scenario`` (default :data:`CHAIN`) in ``tmpdir`` (created), on the
     store ``db`` (a URL of either backend naming no store yet; None: ``runs.db`` in ``tmpdir``).
 
     ``lease_seconds``: the lease of every process (None: the default 30 s), or ``"seeded"``: a
     0.6 s lease in about a third of the trials. ``dwell``: seconds each transaction holds the write
     lock (test instrumentation), or ``"seeded"``: 0 in a quarter of the trials, else 3-20 ms.
+    ``aims``: the kill triggers of the first rounds (as :func:`_trigger` gives them: ``("txn",
+    "_boundary", 7)`` kills inside the round's 7th boundary), the seeded ones after them.
 
     The seed fixes the input, the sleeps, the number of racers and every kill trigger; where the
     kills land still depends on the machine's timing, and the result says where they landed.
@@ -510,7 +533,9 @@ def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None
     result = TrialResult(seed=seed, lease_seconds=lease_seconds, dwell=float(dwell))  # type: ignore[arg-type]
     first_seen: dict[str, str] = {}
     killed_pids: set[int] = set()
-    owner_kills: Counter = Counter()  # (pid, step) of each kill of the executing owner
+    owner_kills: Counter = Counter()  # (pid, execution) of each kill of the executing owner, per execution running
+    owners = 0  # kills of the executing owner
+    cut: dict[str, int] = {}  # executions a kill cut short (logged, not recorded completed) -> the round
     run_id: str | None = None
     status: str | None = None
 
@@ -527,13 +552,15 @@ def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None
             group = launch(box, [("start", sc.workflow, "--app", sc.app.spec, "--input", json.dumps(run_input))])
         else:
             group = ahead or launch(box, _resumers(rng, sc, run_id))
-        trigger = None if rnd > max_rounds else _trigger(
+        trigger = None if rnd > max_rounds else aims[rnd - 1] if rnd <= len(aims) else _trigger(
             rng, role, sc.work_left(box.db, run_id, run_input, float(dwell)), lease_seconds, float(dwell))
         # While this round runs, the next round's racers start (imports take a quarter of a second).
         prepare = (lambda rid=run_id: launch(box, _resumers(rng, sc, rid))) if role == "resume" else None
+        logged_before = len(box.executions())
         done, killed, instant, ahead = play(group, trigger, round_timeout, txn_log, prepare)
         result.processes += len(done)
         settle(box.db, txn_log, {d.pid for d in done})
+        ran = [line for line in box.executions()[logged_before:] if len(line) >= 3]
 
         # -- what each process said
         for d in done:
@@ -542,6 +569,10 @@ def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None
                                          f"{d.text.strip()[-300:]!r}")
             if d.pid not in killed:
                 _check_exit(d, role, run_id, rnd, result.violations)
+        # racing resumers: exactly one executes, and at most one says it completed the run
+        if len({line[2] for line in ran}) > 1 or sum(d.code == 0 for d in done if role == "resume") > 1:
+            result.violations.append(f"round {rnd}: processes {sorted({line[2] for line in ran})} executed and "
+                                     f"{[d.code for d in done]} exited")
 
         # -- the store after the round
         snap = _snapshot(box.db)
@@ -559,6 +590,7 @@ def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None
                 if completed.get(name, "(not completed)") != output:
                     result.violations.append(f"round {rnd}: the completed output of {name} changed from "
                                              f"{output!r} to {completed.get(name, '(not completed)')!r}")
+            _check_reruns(ran, set(first_seen), completed, chain, cut, killed, rnd, result)
             first_seen.update({name: output for name, output in completed.items() if name not in first_seen})
 
         # -- where each kill landed
@@ -570,9 +602,10 @@ def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None
             k = Kill(rnd, d.pid, role, _describe(trigger), instant, txns=tuple(inside.get(d.pid, ())))
             if row is not None and row["status"] == "running" and row["lease_pid"] == d.pid:
                 k.owner = True
-                running = [row_label(s["idempotency_key"]) for s in chain if s["status"] == "running"]
-                k.step = running[0] if len(running) == 1 else None
-                owner_kills[(d.pid, k.step)] += 1
+                k.steps = tuple(row_label(s["idempotency_key"]) for s in chain if s["status"] == "running")
+                owners += 1
+                for label in k.steps or (None,):
+                    owner_kills[(d.pid, label)] += 1
             result.kills.append(k)
 
     if ahead is not None:  # racers started for a round that was not needed: released late, refused
@@ -586,9 +619,32 @@ def run_trial(tmpdir: Path | str, seed: int, *, scenario: Scenario | None = None
 
     result.run_id = run_id
     if status == "completed" and run_id is not None:
-        _final_checks(box, sc, run_id, run_input, killed_pids, owner_kills, result)
+        if cut:
+            result.violations.append(f"executions cut short by a kill never ran again: {cut}")
+        _final_checks(box, sc, run_id, run_input, killed_pids, owner_kills, owners, result)
     result.seconds = time.monotonic() - began
     return result
+
+
+def _check_reruns(ran: list[tuple[str, ...]], recorded: set[str], completed: dict[str, Any],
+                  chain: list[dict[str, Any]], cut: dict[str, int], killed: set[int], rnd: int,
+                  result: TrialResult) -> None:
+    """The executions of round ``rnd`` (``ran``: its lines of the executions log): none of one
+    recorded completed before the round (``recorded``), each one run again being one a kill cut
+    short (``cut``: updated with the round's, whose rows must show them started, running, when
+    their process died). So the calls run again after a kill are exactly those not finished."""
+    v = result.violations
+    again = [line[0] for line in ran if line[0] in recorded]
+    if again:
+        v.append(f"round {rnd}: completed executions ran again: {again}")
+    for label in dict.fromkeys(line[0] for line in ran):
+        cut.pop(label, None)
+    running = {row_label(s["idempotency_key"]) for s in chain if s["status"] == "running"}
+    for label in dict.fromkeys(line[0] for line in ran if int(line[2]) in killed and line[0] not in completed):
+        cut[label] = rnd
+        if label not in running:
+            v.append(f"round {rnd}: execution {label} was cut short by a kill but its row reads "
+                     f"{next((s['status'] for s in chain if row_label(s['idempotency_key']) == label), 'nothing')}")
 
 
 def flag(result: TrialResult, gap: str, detail: str) -> None:
@@ -765,7 +821,7 @@ def event_label(event: dict[str, Any]) -> str:
 
 
 def _final_checks(box: procs.Sandbox, sc: Scenario, run_id: str, run_input: dict[str, Any], killed: set[int],
-                  owner_kills: Counter, result: TrialResult) -> None:
+                  owner_kills: Counter, owners: int, result: TrialResult) -> None:
     v = result.violations
     chain = procs.steps(box.db, run_id)
     finals = {row_label(s["idempotency_key"]): json.loads(s["output"]) if s["output"] is not None else None
@@ -779,7 +835,8 @@ def _final_checks(box: procs.Sandbox, sc: Scenario, run_id: str, run_input: dict
     result.attempts = {row_label(s["idempotency_key"]): s["attempts"] for s in chain}
     evs = procs.events(box.db, run_id)
     labels = [event_label(e) for e in evs]
-    killed_in = {pid: step for pid, step in owner_kills if step is not None}
+    killed_in = {pid: step for (pid, step), _ in owner_kills.items() if step is not None
+                 and sum(p == pid for p, s in owner_kills if s is not None) == 1}
     for i, e in enumerate(evs):
         cut = killed_in.get(_detail(e).get("pid"), "")
         if e["kind"] == "interruption_detected" and "iteration" not in _detail(e) and cut.startswith(f"{e['step']}#"):
@@ -794,7 +851,8 @@ def _final_checks(box: procs.Sandbox, sc: Scenario, run_id: str, run_input: dict
                  f"(killed: {sorted(killed)})")
 
     # Each interruption names the dead owner's pid and its step: they must be exactly the kills of
-    # the owner inside a step. One naming a pid that was not killed is a live owner taken over.
+    # the owner inside a step, one per execution running (calls in flight at once are each
+    # interrupted). One naming a pid that was not killed is a live owner taken over.
     interrupted = Counter((_detail(e).get("pid"), label) for e, label in zip(evs, labels)
                           if e["kind"] == "interruption_detected")
     from_kills = Counter({k: n for k, n in interrupted.items() if k[0] in killed})
@@ -833,16 +891,17 @@ def _final_checks(box: procs.Sandbox, sc: Scenario, run_id: str, run_input: dict
             or kinds.count("run_completed") != 1 or set(kinds) - allowed:
         v.append(f"run events out of shape: {dict(Counter(kinds))}, first {kinds[:1]}, last {kinds[-1:]}")
     resumed, interruptions = kinds.count("resumed"), kinds.count("interruption_detected")
-    if resumed != interruptions + between:
-        v.append(f"{resumed} resumed events for {interruptions} interruptions and {between} owners killed "
-                 "between steps")
+    if resumed != owners:
+        v.append(f"{resumed} resumed events for {owners} kills of the owner ({interruptions} interruptions, "
+                 f"{between} owners killed between steps)")
     elif between:
         flag(result, GAP_COMPLETION, f"{between} resumed event(s) follow no interruption_detected event")
     bad = [e for e in evs if e["kind"] == "resumed" and _detail(e).get("previous_status") != "interrupted"]
     if bad:
         v.append(f"resumed from {[_detail(e).get('previous_status') for e in bad]}, expected interrupted")
-    got = [(c["kind"], c["seq"]) for c in procs.checkpoints(box.db, run_id)]
-    want_cps = [(kind, seq) for kind, seq, _ in ref.checkpoints]
+    got = [sc.checkpoint(c["kind"], c["seq"], json.loads(c["state"]) if c["state"] else None)
+           for c in procs.checkpoints(box.db, run_id)]
+    want_cps = [sc.checkpoint(kind, seq, state) for kind, seq, state in ref.checkpoints]
     if got != want_cps:
         v.append(f"checkpoints {got}, expected {want_cps}")
 
@@ -865,16 +924,16 @@ def trial_store(db: str | None, seed: int) -> str | None:
 
 def run_trials(directory: Path, seeds: Iterable[int], *, db: str | None = None, scenario: Scenario | None = None,
                keep: Callable[[TrialResult], bool] = lambda r: False,
-               echo: Callable[[TrialResult], None] = lambda r: None) -> list[TrialResult]:
+               echo: Callable[[TrialResult], None] = lambda r: None, **options: Any) -> list[TrialResult]:
     """Run a trial per seed in ``directory``/trial-SEED, each on a store of its own on the backend of
     ``db`` (see :func:`trial_store`); ``echo`` is called with each result. A trial's PostgreSQL
-    schema is dropped after it unless ``keep(result)``."""
+    schema is dropped after it unless ``keep(result)``. ``options``: more of :func:`run_trial`'s."""
     results = []
     for seed in seeds:
         store = trial_store(db, seed)
         result = None
         try:
-            result = run_trial(directory / f"trial-{seed}", seed, scenario=scenario, db=store)
+            result = run_trial(directory / f"trial-{seed}", seed, scenario=scenario, db=store, **options)
             results.append(result)
             echo(result)
         finally:
@@ -902,7 +961,7 @@ def summarize(results: list[TrialResult]) -> str:
     """One line of totals over ``results``."""
     kills = [k for r in results for k in r.kills]
     txn = Counter(t for k in kills for t in k.txns)
-    steps = Counter(k.step or "(between)" for k in kills if k.owner)
+    steps = Counter(k.step or ("(between)" if not k.steps else f"({len(k.steps)} at once)") for k in kills if k.owner)
     return (f"crash matrix: {len(results)} trials, {len(kills)} kills ({sum(steps.values())} of the executing "
             f"owner, by step {dict(sorted(steps.items()))}; inside transactions {dict(sorted(txn.items()))}), "
             f"{sum(r.processes for r in results)} processes in {sum(r.rounds for r in results)} rounds, "

@@ -17,17 +17,22 @@ The app (:data:`APP`, written as ``patternapp.py`` into a test's directory) defi
 - ``fanout``: the nodes whose calls run side by side: a parallel of three branches, a map over
   the topic's words (``max_concurrency=2``), a 2-round ``concurrent`` debate of three speakers
   and a judge, then a step digesting their results.
+- ``spread``: the crash matrix's concurrent scenario (:data:`SPREAD`): a vote of five, a parallel of
+  four, a map of six items by three, a concurrent debate and a planner of independent subtasks,
+  sync calls and async ones (awaiting their naps), each napping a seeded, staggered time.
 
 Every execution of user code appends one line to the executions log (``EXEC_LOG``): ``label attempt
 pid run_id state``, the label being the execution's idempotency key without the run id
 (``argue#3/con``: debate ``argue``, round 3, agent ``con``; a step's label is its name) and state
 what ``ctx.state`` showed it (compact JSON). Each agent's output is a digest of everything it saw
-(input, history, state, iteration), so a resume that restored anything wrongly changes every output
-after it. Two environment variables aim a process at one execution: ``PATTERNAPP_HOLD=label`` makes
-it wait there (to be killed), ``PATTERNAPP_FAIL=label`` makes it raise there.
+(input, history, state, iteration; a call beside others leaves out what depends on timing), so a
+resume that restored anything wrongly changes every output after it. Two environment variables aim
+a process at one execution: ``PATTERNAPP_HOLD=label`` makes it wait there (to be killed),
+``PATTERNAPP_FAIL=label`` makes it raise there.
 
 Soak: ``RELAYPOINT_PATTERN_TRIALS=100 python -m pytest tests/test_pattern_crash_matrix.py -q -s``, or
-``python tests/patternmatrix.py --trials 100 [--seed N] [--db postgresql://...]`` for a line per trial.
+``python tests/patternmatrix.py [--spread] --trials 100 [--seed N] [--db postgresql://...]`` for a line
+per trial.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ import json
 import random
 import re
 import sys
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +52,7 @@ import crashmatrix  # (tests/ is not a package)
 import procs
 
 APP_SOURCE = '"""The pattern test app (written by tests/patternmatrix.py)."""\n' + crashmatrix.INSTRUMENTATION + r'''
+import asyncio
 from relaypoint import human
 
 HOLD = os.environ.get("PATTERNAPP_HOLD")
@@ -204,7 +212,93 @@ def summed(ctx):
     return _digest({name: ctx.results[name] for name in ("gather", "each", "chorus")})
 
 
-workflows = [patterns, debate, careful, supervise, plan, person, consent, hurry, fanout]
+async def _acall(ctx):
+    """:func:`_call` for an async agent: its nap awaited, so the loop runs the others meanwhile."""
+    _begin(ctx, ctx.run_id, json.dumps(dict(ctx.state), separators=(",", ":"), sort_keys=True))
+    if label(ctx) == HOLD:
+        await asyncio.sleep(300)
+    if label(ctx) == FAIL:
+        raise RuntimeError(f"{label(ctx)} failed as asked")
+    if not NO_SLEEP:
+        await asyncio.sleep(float(ctx.input.get("sleeps", {}).get(label(ctx), 0)))
+
+
+async def aloof(ctx):
+    """:func:`alone`, async."""
+    await _acall(ctx)
+    return f"{label(ctx)}:{_digest(ctx.input, list(ctx.history), ctx.agent, ctx.iteration)}"
+
+
+def ballot(ctx):
+    """A voter beside four others: a vote from what it saw (sync, or async: :func:`aballot`)."""
+    _call(ctx)
+    return "yes" if int(_digest(ctx.results["opening"], ctx.agent), 16) % 3 else "no"
+
+
+async def aballot(ctx):
+    await _acall(ctx)
+    return "yes" if int(_digest(ctx.results["opening"], ctx.agent), 16) % 3 else "no"
+
+
+def dealt(ctx):
+    """A map's six items, from the input."""
+    _call(ctx)
+    return [{"k": k, "n": ctx.input["n"] % (k + 7)} for k in range(6)]
+
+
+def _after(ctx):
+    """What a subtask digests of its history: its dependencies' outputs (the subtasks beside it
+    are timing's, see test_concurrent_history.py)."""
+    after = next(t["after"] for t in ctx.state["plan"] if t["id"] == ctx.input["task"])
+    return [h["output"] for h in ctx.history if h.get("task") in after]
+
+
+def built(ctx):
+    """A planner's subtask beside others: its label and a digest of its input and dependencies
+    (sync, or async: :func:`abuilt`)."""
+    _call(ctx)
+    return f"{label(ctx)}:{_digest(ctx.input, _after(ctx), ctx.agent, ctx.iteration)}"
+
+
+async def abuilt(ctx):
+    await _acall(ctx)
+    return f"{label(ctx)}:{_digest(ctx.input, _after(ctx), ctx.agent, ctx.iteration)}"
+
+
+def split_work(ctx):
+    """Three independent subtasks, and a fourth after two of them."""
+    _call(ctx)
+    return [{"id": "t1", "agent": "code", "input": {"task": "t1"}},
+            {"id": "t2", "agent": "test", "input": {"task": "t2"}},
+            {"id": "t3", "agent": "code", "input": {"task": "t3"}},
+            {"id": "t4", "agent": "test", "input": {"task": "t4"}, "after": ["t1", "t2"]}]
+
+
+# the fan-out nodes with calls of staggered latencies (the input's ``sleeps``), sync ones in
+# threads and async ones on the loop: the crash matrix's concurrent scenario
+spread = Workflow("spread")
+
+
+@spread.step
+def opening(ctx):
+    _call(ctx)
+    return {"words": ctx.input["text"].split(), "n": ctx.input["n"]}
+
+
+spread.vote("poll", voters={"a": aballot, "b": ballot, "c": aballot, "d": ballot, "e": aballot})
+spread.parallel("gather", branches={"a": aloof, "b": alone, "c": aloof, "d": alone})
+spread.map("each", aloof, items=dealt, max_concurrency=3)
+spread.debate("chorus", agents={"pro": aloof, "con": alone, "mid": aloof}, rounds=2, judge=judged, concurrent=True)
+spread.planner("build", plan=split_work, agents={"code": abuilt, "test": built})
+
+
+@spread.step
+def closing(ctx):
+    _call(ctx)
+    return _digest({name: ctx.results[name] for name in ("opening", "poll", "gather", "each", "chorus", "build")})
+
+
+workflows = [patterns, debate, careful, supervise, plan, person, consent, hurry, fanout, spread]
 '''
 
 APP = crashmatrix.App("patternapp", APP_SOURCE)
@@ -250,38 +344,109 @@ def work_left(db: Path, run_id: str | None, run_input: dict[str, Any], dwell: fl
     return 0.02 + sum(naps) + (0.003 + 2 * dwell) * (len(left) + 2), len(left), bool(naps)
 
 
-def check_round(row: dict[str, Any], steps: list[dict[str, Any]], rnd: int, result: crashmatrix.TrialResult) -> None:
-    """The store's shape after a round: the nodes read completed* open? pending* (a pattern under
-    way is pending while its executions run), its executions follow the planned rows in the order
-    they ran, all completed but the last, group by group; at most one execution is open
-    (running or interrupted), and it agrees with the run's status; ``steps_done`` counts the
-    completed nodes."""
-    v = result.violations
-    code = {"completed": "c", "running": "r", "interrupted": "i", "pending": "p"}
-    top = [s for s in steps if s["parent_seq"] is None]
-    children = [s for s in steps if s["parent_seq"] is not None]
-    nodes = "".join(code.get(s["status"], "?") for s in top)
-    inner = "".join(code.get(s["status"], "?") for s in children)
-    if [s["name"] for s in top] != list(NODES) or not re.fullmatch(r"c*[ri]?p*", nodes):
-        v.append(f"round {rnd}: the nodes read {nodes!r} ({[s['name'] for s in top]})")
-    if [s["seq"] for s in children] != list(range(len(NODES), len(NODES) + len(children))) \
-            or not re.fullmatch(r"c*[ri]?", inner):
-        v.append(f"round {rnd}: the pattern executions read {inner!r} at seqs {[s['seq'] for s in children]}")
-    groups = [s["parent_seq"] for s in children]
-    under_way = next((s["seq"] for s in top if s["status"] != "completed"), None)
-    if groups != sorted(groups) or any(top[g]["status"] != "completed" for g in groups if g != under_way):
-        v.append(f"round {rnd}: executions of groups {groups} while node {under_way} is under way")
-    if row["steps_done"] != nodes.count("c"):
-        v.append(f"round {rnd}: steps_done is {row['steps_done']} but {nodes.count('c')} nodes are completed")
-    statuses = sorted(s["status"] for s in steps if s["status"] in ("running", "interrupted"))
-    expected = {"completed": [], "running": ["running"], "interrupted": ["interrupted"]}.get(row["status"])
-    if statuses != expected or (row["status"] == "completed" and (nodes + inner).strip("c")):
-        v.append(f"round {rnd}: run status {row['status']} with nodes {nodes!r} and executions {inner!r}")
+def shape_check(nodes: tuple[str, ...], limits: dict[str, int] | None = None) -> Callable[..., None]:
+    """The ``check_round`` of a workflow of ``nodes`` (``limits``: the nodes' ``max_concurrency``):
+    the store's shape after a round. The nodes read completed* open? pending* (a pattern under way
+    is pending while its executions run); the executions follow the planned rows group by group,
+    every group but the one under way completed; the open ones (running or interrupted: several at
+    once where calls are independent) all in that group, at most its ``max_concurrency`` running;
+    a running run has some open, an interrupted one none running, a completed one none open;
+    ``steps_done`` counts the completed nodes; no execution has two rows."""
+    limits = limits or {}
+
+    def check(row: dict[str, Any], steps: list[dict[str, Any]], rnd: int, result: crashmatrix.TrialResult) -> None:
+        v = result.violations
+        code = {"completed": "c", "running": "r", "interrupted": "i", "pending": "p"}
+        top = [s for s in steps if s["parent_seq"] is None]
+        children = [s for s in steps if s["parent_seq"] is not None]
+        shape = "".join(code.get(s["status"], "?") for s in top)
+        inner = "".join(code.get(s["status"], "?") for s in children)
+        if [s["name"] for s in top] != list(nodes) or not re.fullmatch(r"c*[ri]?p*", shape):
+            v.append(f"round {rnd}: the nodes read {shape!r} ({[s['name'] for s in top]})")
+        if [s["seq"] for s in children] != list(range(len(nodes), len(nodes) + len(children))) \
+                or not re.fullmatch(r"[cri]*", inner):
+            v.append(f"round {rnd}: the pattern executions read {inner!r} at seqs {[s['seq'] for s in children]}")
+        labels = [crashmatrix.row_label(s["idempotency_key"]) for s in steps]
+        if len(labels) != len(set(labels)):
+            v.append(f"round {rnd}: executions recorded in more than one row: "
+                     f"{sorted(k for k, n in Counter(labels).items() if n > 1)}")
+        groups = [s["parent_seq"] for s in children]
+        under_way = next((s["seq"] for s in top if s["status"] != "completed"), None)
+        open_ = [s for s in steps if s["status"] in ("running", "interrupted")]
+        if groups != sorted(groups) or any(s["parent_seq"] not in (None, under_way) for s in open_):
+            v.append(f"round {rnd}: open executions {[(s['seq'], s['parent_seq']) for s in open_]} of groups "
+                     f"{groups} while node {under_way} is under way")
+        running = [s for s in children if s["status"] == "running"]
+        limit = limits.get(top[under_way]["name"]) if under_way is not None and under_way < len(top) else None
+        if limit is not None and len(running) > limit:
+            v.append(f"round {rnd}: {len(running)} calls of {top[under_way]['name']} running, beyond its "
+                     f"max_concurrency {limit}")
+        if row["steps_done"] != shape.count("c"):
+            v.append(f"round {rnd}: steps_done is {row['steps_done']} but {shape.count('c')} nodes are completed")
+        statuses = {s["status"] for s in open_}
+        if {"completed": not statuses, "running": bool(statuses), "interrupted": statuses == {"interrupted"}}.get(
+                row["status"]) is not True or (row["status"] == "completed" and (shape + inner).strip("c")):
+            v.append(f"round {rnd}: run status {row['status']} with nodes {shape!r} and executions {inner!r}")
+
+    return check
 
 
-PATTERNS = crashmatrix.Scenario(APP, WORKFLOW, make_input, work_left, check_round)
+def progress(kind: str, seq: int, state: Any) -> Any:
+    """What of a checkpoint is the same whatever order independent calls landed in (the row it
+    names is the first still in flight, which depends on timing): its kind, the node it is in,
+    and, at a node's end, the whole state."""
+    return kind, (state or {}).get("next"), None if state is None or "in" in state else state
+
+
+# the vote's voters run at once (so its checkpoints name rows in the order they land)
+PATTERNS = crashmatrix.Scenario(APP, WORKFLOW, make_input, work_left, shape_check(NODES), checkpoint=progress)
 """The ``patterns`` workflow of :data:`APP` in the crash matrix."""
 
 
+# ---- the concurrent scenario: fan-outs killed while several calls are in flight ----------------------
+
+SPREAD_NODES = ("opening", "poll", "gather", "each", "chorus", "build", "closing")
+# every call that runs beside others, each napping a seeded 0.02-0.3 s (staggered: calls in flight
+# land one by one, so a kill finds some landed, some in flight, some not started)
+SPREAD_CALLS = (*(f"poll#1/{v}" for v in "abcde"), *(f"gather#1/{b}" for b in "abcd"),
+                *(f"each#{i}" for i in range(1, 7)),
+                *(f"chorus#{r}/{a}" for r in (1, 2) for a in ("pro", "con", "mid")),
+                "build#1/code", "build#2/test", "build#3/code", "build#4/test")
+SPREAD_LIMITS = {"each": 3}  # the nodes' max_concurrency
+
+
+def make_spread_input(rng: random.Random) -> dict[str, Any]:
+    return {"text": " ".join(rng.choice(crashmatrix.WORDS) for _ in range(rng.randint(2, 6))),
+            "n": rng.randint(0, 10**6), "sleeps": {c: round(rng.uniform(0.02, 0.3), 3) for c in SPREAD_CALLS}}
+
+
+def spread_work_left(db: Path, run_id: str | None, run_input: dict[str, Any],
+                     dwell: float) -> tuple[float, int, bool]:
+    """The work left of :data:`SPREAD`: the calls of a wave run at once, so a wave (a node's calls,
+    a debate's round, a map's items by three) costs its longest nap; boundaries: each call's, and
+    the start of each call beside another."""
+    ref = crashmatrix.reference(APP, "spread", run_input)
+    done = {crashmatrix.row_label(s["idempotency_key"]) for s in procs.steps(db, run_id)
+            if s["status"] == "completed"} if run_id else set()
+    left = [label for label in ref.outputs if label not in done]
+    waves: dict[str, list[float]] = {}
+    for label in left:
+        if label in run_input["sleeps"]:
+            node, _, rest = label.partition("#")
+            wave = label.split("/")[0] if node == "chorus" else node
+            waves.setdefault(wave, []).append(run_input["sleeps"][label])
+    naps = sum(sum(w) / SPREAD_LIMITS[k] if k in SPREAD_LIMITS else max(w) for k, w in waves.items())
+    boundaries = len(left) + sum(len(w) - 1 for w in waves.values())
+    return 0.02 + naps + (0.003 + 2 * dwell) * (boundaries + 2), boundaries, bool(waves)
+
+
+SPREAD = crashmatrix.Scenario(APP, "spread", make_spread_input, spread_work_left,
+                              shape_check(SPREAD_NODES, SPREAD_LIMITS), checkpoint=progress)
+"""The ``spread`` workflow of :data:`APP` in the crash matrix: a vote of five, a parallel of four,
+a map of six by three, a concurrent debate and a planner of independent subtasks, sync and async
+calls with staggered naps, killed while several are in flight and inside their boundaries."""
+
+
 if __name__ == "__main__":
-    sys.exit(crashmatrix.main(scenario=PATTERNS))
+    spread = "--spread" in sys.argv
+    sys.exit(crashmatrix.main([a for a in sys.argv[1:] if a != "--spread"], scenario=SPREAD if spread else PATTERNS))

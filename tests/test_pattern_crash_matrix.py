@@ -8,10 +8,21 @@ agent's output digests what it saw, so a wrongly restored history or state shows
 time, no recorded output lost or changed. On each backend (``store_url``: a SQLite file, or a
 PostgreSQL schema, per trial).
 
-Trials: ``RELAYPOINT_PATTERN_TRIALS`` (default 3: about 15 s on two idle cores), seeds from
+The concurrent matrix (``spread``: a vote of five, a parallel of four, a map of six by three, a
+concurrent debate and a planner of independent subtasks, sync calls in threads and async ones on
+the loop, with staggered naps) is killed while several calls are in flight and inside the boundary
+of one of several concurrent calls (or the start of one beside others), then resumed by racing
+processes: the same invariants, each kill counted once per call in flight, and the calls run again
+after a kill exactly those it cut short (none recorded completed runs again; each cut short does).
+
+Trials: ``RELAYPOINT_PATTERN_TRIALS`` (default 3: about 15 s on two idle cores) and
+``RELAYPOINT_SPREAD_TRIALS`` (default 4: about 30 s on SQLite, 50 s on PostgreSQL), seeds from
 ``RELAYPOINT_PATTERN_SEED`` (default 1) upward. The soak (one command)::
 
-    RELAYPOINT_PATTERN_TRIALS=100 python -m pytest tests/test_pattern_crash_matrix.py -q -s [-k postgres]
+    RELAYPOINT_PATTERN_TRIALS=100 RELAYPOINT_SPREAD_TRIALS=100 \
+        python -m pytest tests/test_pattern_crash_matrix.py -q -s [-k postgres]
+
+or ``python tests/patternmatrix.py --spread --trials 100 [--db postgresql://...]`` for a line per trial.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import crashmatrix
 import patternmatrix
 
 TRIALS = int(os.environ.get("RELAYPOINT_PATTERN_TRIALS", "3"))
+SPREAD_TRIALS = int(os.environ.get("RELAYPOINT_SPREAD_TRIALS", "4"))
 SEED = int(os.environ.get("RELAYPOINT_PATTERN_SEED", "1"))
 
 
@@ -31,3 +43,17 @@ def test_pattern_crash_matrix(tmp_path, store_url):
     kills = crashmatrix.check(results, tmp_path)
     assert any(k.owner and k.step and "#" in k.step for k in kills), "no kill landed inside an agent call"
     assert any("main:_boundary" in k.txns for k in kills), "no kill landed inside a boundary transaction"
+
+
+def test_concurrent_calls_crash_matrix(tmp_path, store_url):
+    results = crashmatrix.run_trials(tmp_path, range(SEED, SEED + SPREAD_TRIALS), db=store_url,
+                                     scenario=patternmatrix.SPREAD)
+    # and one trial aimed: the start killed inside the boundary of the second of five voters to land
+    # (three still in flight), its resumer inside the start of the third call it runs again
+    results += crashmatrix.run_trials(tmp_path, [SEED + SPREAD_TRIALS], db=store_url, scenario=patternmatrix.SPREAD,
+                                      dwell=0.02, aims=[("txn", "_boundary", 7), ("txn", "_boundary", 2)])
+    kills = crashmatrix.check(results, tmp_path)
+    several = [k for k in kills if k.owner and len(k.steps) >= 2]
+    assert any("main:_boundary" in k.txns for k in several), \
+        "no kill landed inside the boundary of one of several calls in flight"
+    assert any(k.role == "resume" for k in several), "no resumer was killed with several calls in flight"
