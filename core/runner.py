@@ -63,12 +63,16 @@ class LoopThread:
         async def whole() -> T:
             try:
                 return await coro
+            except (KeyboardInterrupt, SystemExit) as exc:  # raised out of a task, they would stop the loop
+                raise _Carried(exc) from None
             finally:
                 ended.set()
 
         future: Future[T] = asyncio.run_coroutine_threadsafe(whole(), self._running())
         try:
             return future.result()
+        except _Carried as carried:
+            raise carried.exc from None
         except BaseException:
             future.cancel()
             ended.wait()
@@ -80,6 +84,15 @@ class LoopThread:
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._loop = None
+
+
+class _Carried(Exception):
+    """A ``KeyboardInterrupt`` or ``SystemExit`` carried out of the runtime's loop to the thread
+    waiting on it (the loop must keep running for the runtime's other runs)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
 
 
 class Runner:
