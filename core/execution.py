@@ -161,14 +161,16 @@ class Executor:
         return Views(ctx, (results, responses) + ((history,) if history is not None else ()))
 
     def open_calls(self, run_id: str, action: Action) -> dict[CallKey, StepRecord]:
-        """On resume: the recorded rows of ``action``'s independent calls (a :class:`RunSteps` of a
-        pattern) that never finished (interrupted, failed, waiting, or never started), the latest
-        row of each call by its key; {} for any other action."""
-        if not isinstance(action, RunSteps) or action.calls[0].parent is None:
+        """On resume: the recorded rows of ``action``'s calls inside a pattern (its independent
+        calls, or the one left of them) that never finished (interrupted, failed, waiting, or never
+        started; not cancelled), the latest row of each call by its key; {} for any other action."""
+        calls = action.calls if isinstance(action, RunSteps) else (action.call,) if isinstance(action, RunStep) else ()
+        if not calls or calls[0].parent is None:
             return {}
-        wanted = {call_key(c) for c in action.calls}
-        rows = {call_key(Call.of(r)): r for r in self.store.steps(run_id, parent=action.calls[0].parent)}
-        return {k: r for k, r in rows.items() if k in wanted and r.status != StepStatus.COMPLETED}
+        wanted = {call_key(c) for c in calls}
+        rows = {call_key(Call.of(r)): r for r in self.store.steps(run_id, parent=calls[0].parent)}
+        return {k: r for k, r in rows.items()
+                if k in wanted and r.status not in (StepStatus.COMPLETED, StepStatus.CANCELLED)}
 
     def free_call(self, claim: Claim, action: Action, flying: Collection[CallKey]) -> Current | None:
         """The next of ``action``'s independent calls to start beside the calls ``flying`` (their
