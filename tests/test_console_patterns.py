@@ -63,7 +63,7 @@ debate.debate("argue", agents={
                         {"strike": f"F{ctx.iteration + 3}", "score": 0.25 * ctx.iteration})[1],
 }, rounds=3, judge=lambda ctx: (CLOCK.advance(seconds=1), {"keep": ["F1", "F2"], "why": "pro's evidence held"})[1])
 
-vote = Workflow("vote")
+vote = Workflow("vote", max_concurrency=1)  # one call at a time: the fake clock reads the same each run
 vote.vote("decide", voters={"impact": speaker("F1"), "effort": speaker("F2"), "reach": speaker("F1")})
 
 
@@ -107,7 +107,7 @@ def replan(ctx: Any) -> Any:
             {"id": "check-F2", "agent": "check", "after": ["edit-F2"]}]
 
 
-planner = Workflow("plan")
+planner = Workflow("plan", max_concurrency=1)  # one call at a time: the fake clock reads the same each run
 planner.planner("fixes", plan=make_plan, agents={"edit": edit, "check": speaker("ok")}, replan=replan,
                 max_replans=2, retries=0)
 

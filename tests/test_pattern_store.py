@@ -395,7 +395,7 @@ def test_show_lists_a_patterns_executions_after_its_row_naming_iteration_and_age
     debate_store(db)
     shown_text = relaypoint(tmp_path, "show", "r1", db=db).stdout
     lines = [line for line in shown_text.splitlines() if "attempts" in line]
-    assert lines == ["✔ brief  completed  attempts 1", "· argue  pending  attempts 0",
+    assert lines == ["✔ brief  completed  attempts 1", "· argue  pending  attempts 0  · round 3",
                      *[f"  ✔ argue (iteration {r}, agent '{a}')  completed  attempts 1" for r in (1, 2, 3)
                        for a in ("pro", "con")],
                      "· verdict  pending  attempts 0"]

@@ -416,7 +416,9 @@ def panel_workflow(name: str, skeptic_agent: Any) -> Workflow:
     wf.vote("rank", voters={"impact": by_impact, "effort": by_effort, "reach": by_reach}, tally=borda)
     wf.supervisor("triage", agents={"search": search, "fix": fix, "review": review}, route=route, max_turns=20,
                   max_idle=2)
-    wf.planner("fixes", plan=plan_fixes, agents={"edit": edit, "check": check}, replan=replan_fixes, max_replans=2)
+    # one subtask at a time: the example's record (and the console's screenshots) read the same every run
+    wf.planner("fixes", plan=plan_fixes, agents={"edit": edit, "check": check}, replan=replan_fixes, max_replans=2,
+               max_concurrency=1)
     wf.loop(summarize, name="summary", max_iterations=len(SECTIONS), until=good_enough)
     return wf
 
