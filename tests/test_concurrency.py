@@ -90,8 +90,9 @@ def test_each_call_lands_at_its_own_boundary_in_the_order_the_calls_finish(db):
     wf.vote("pick", voters={v: voter for v in VOTERS})
     with Runtime(db, [wf]) as rt:
         rid = rt.start("v")
-        finished = sorted(calls(rt, rid), key=lambda c: c.finished_at)
-        assert [c.agent for c in finished] == order
+        # in the order recorded (finished_at is in milliseconds: calls landing within one tie)
+        landed = [e.detail["agent"] for e in rt.events(rid) if e.kind == "step_completed" and "agent" in e.detail]
+        assert landed == order
         # each call's boundary folds one more voter, whatever the order: the state is a set
         states = stores.query(db, "SELECT state FROM checkpoints WHERE run_id = ? AND kind = 'boundary' "
                                   "ORDER BY checkpoint_id", (rid,))
@@ -338,8 +339,10 @@ def test_a_kill_during_a_fan_out_reruns_only_the_calls_that_had_not_finished(db,
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     before = log.read_text().splitlines()
-    finished = {line.split()[1] for line in before if line.startswith("end")}
-    assert len(finished) >= 3 and len(finished) < 5, before
+    # what was recorded (a call that logged its end may have been killed before its boundary)
+    finished = {r["agent"] for r in stores.query(db, "SELECT agent FROM steps WHERE parent_seq IS NOT NULL "
+                                                     "AND status = 'completed'")}
+    assert len(finished) >= 2 and len(finished) < 5, (before, finished)
     done = subprocess.run([sys.executable, str(app), str(db), "resume"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
