@@ -59,7 +59,7 @@ class CopyReport:
         """One line saying what was copied, e.g. ``copied 1,204 runs (35,112 steps, ...) from A to B;
         counts verified``."""
         r = self.rows
-        parts = ", ".join(f"{r[t]:,} {t}" for t in ("steps", "outputs", "checkpoints", "events"))
+        parts = ", ".join(f"{r[t]:,} {t}" for t in ("steps", "outputs", "calls", "checkpoints", "events"))
         skipped = f"; {self.skipped:,} already there, skipped" if self.skipped else ""
         return (f"copied {self.runs:,} run{'s' if self.runs != 1 else ''} ({parts}) from {source} to {destination}"
                 f"{skipped}; counts verified")

@@ -23,6 +23,7 @@ from .drivers import (Action, Call, CallKey, Driver, Finish, Pause, RunStep, Run
                       where)
 from .errors import DriftError, LeaseLost
 from .lease import LeaseHolder
+from .recorded import Recorder
 from .recovery import Recovery, now_of
 from .status import CheckpointKind, RunStatus, StepStatus
 from .models import StepRecord
@@ -147,8 +148,10 @@ class Executor:
             _, output = self.store.output(run_id, name=call.name)
             state = driver.fold(state, call, output, recorded=True)
 
-    def context(self, run_id: str, driver: Driver, state: State, input: dict[str, Any], cur: Current) -> Views:
-        """The context execution ``cur`` runs with, and the lazy views it reads through."""
+    def context(self, run_id: str, driver: Driver, state: State, input: dict[str, Any], cur: Current,
+                fence: str | None = None) -> Views:
+        """The context execution ``cur`` runs with, and the lazy views it reads through; ``fence``
+        (the lease token) for an execution that runs, whose calls are recorded (:mod:`.recorded`)."""
         call = cur.call
         results = LazyResults(self.store, run_id, driver.upstream(state))
         responses = LazyResponses(self.store, run_id, cur.seq if cur.seq is not None else -1)
@@ -157,7 +160,9 @@ class Executor:
         ctx = Context(run_id=run_id, step=call.name, attempt=cur.attempt, idempotency_key=cur.key,
                       input=input if call.input is None else call.input, results=results, responses=responses,
                       iteration=call.iteration, agent=call.agent, state=LazyState(driver.view(state)),
-                      history=history if history is not None else (), _approved=responses.approval)
+                      history=history if history is not None else (), _approved=responses.approval,
+                      _recorder=None if fence is None or cur.seq is None else Recorder(
+                          self.store, self.clock, run_id, cur.seq, cur.attempt, fence, call.name))
         return Views(ctx, (results, responses) + ((history,) if history is not None else ()))
 
     def open_calls(self, run_id: str, action: Action) -> dict[CallKey, StepRecord]:

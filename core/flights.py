@@ -22,10 +22,14 @@ from . import encoding, events
 from .drivers import CallKey, call_key
 from .errors import InvalidValue, StoreError
 from .execution import Claim, Current, Executor, Stop, Views, lease_lost
+from .recorded import CallDrift
 from .recovery import now_of
 from .status import RunStatus, StepStatus
 from .store import Change, RunUpdate, StepEnd, StepStart
 from .workflow import InputRequested, StepSpec
+
+DETERMINISTIC = (InvalidValue, CallDrift)
+"""Failures that would recur on every attempt (an unstorable value, a recorded call's drift): no retry."""
 
 
 @dataclass(eq=False)
@@ -130,8 +134,9 @@ class Flights:
         claim, cur = self.claim, flight.cur
         flight.failures += 1
         # no retry once the node fails anyway (a person's turn waiting does not stop one)
-        retry = not isinstance(exc, InvalidValue) and flight.failures <= flight.spec.retries and self.held.failure is None
-        message = encoding.readable(str(exc) if isinstance(exc, InvalidValue) else (
+        retry = (not isinstance(exc, DETERMINISTIC) and flight.failures <= flight.spec.retries
+                 and self.held.failure is None)
+        message = encoding.readable(str(exc) if isinstance(exc, DETERMINISTIC) else (
             f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__))
         failed = events.step_failed(cur.call, cur.attempt, message, retry)
         at = now_of(self.x.clock)
@@ -221,6 +226,7 @@ class Flights:
         assert cur is not None
         claim = self.claim
         flight = Flight(cur, claim.driver.spec(cur.call),
-                        self.x.context(claim.run_id, claim.driver, claim.state, claim.input, cur), failures)
+                        self.x.context(claim.run_id, claim.driver, claim.state, claim.input, cur,
+                                       fence=claim.lease.token), failures)
         self.flying[flight.key] = flight
         return flight

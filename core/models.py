@@ -80,6 +80,32 @@ class StepRecord(_Model):
     idempotency_key: str
 
 
+class CallRecord(_Model):
+    """A call execution ``seq`` recorded (see :meth:`relaypoint.workflow.Context.call`), at its
+    ``position`` there (0-based, the order of its calls). ``kind``: call, model (a model request)
+    or tool (:class:`~relaypoint.status.CallKind`); ``status``: completed or failed; ``attempt``:
+    the execution's attempt that recorded it; ``value``: a completed call's result; ``error``: a
+    failed one's line; ``detail``: what it shows besides its result (a model request's messages, a
+    tool call's arguments), or None; ``model`` and the usage (``requests``, ``input_tokens``,
+    ``output_tokens``): a model request's, else None. Times UTC."""
+
+    seq: int
+    position: int
+    name: str
+    kind: str
+    status: StepStatus
+    attempt: int
+    value: Any = None
+    error: str | None = None
+    detail: Any = None
+    model: str | None = None
+    requests: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    started_at: datetime
+    finished_at: datetime
+
+
 class Checkpoint(_Model):
     """A durable boundary of a run. ``kind``: start, boundary, approval, input, orphan, fork.
 

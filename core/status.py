@@ -64,6 +64,16 @@ OPEN_STEPS = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.AWAIT
                         StepStatus.AWAITING_APPROVAL, StepStatus.INTERRUPTED})
 """Steps that have neither ended nor been cancelled: what cancel, rejection and deadline expiry cancel."""
 
+class CallKind(StrEnum):
+    """Kind of a recorded call inside a step execution (``calls.kind``): ``call`` (any function given
+    to :meth:`~relaypoint.workflow.Context.call`), ``model`` (a model request), ``tool`` (a tool
+    call). A recorded call's status is ``completed`` or ``failed`` (:class:`StepStatus`)."""
+
+    CALL = "call"
+    MODEL = "model"
+    TOOL = "tool"
+
+
 class CheckpointKind(StrEnum):
     """Kind of a checkpoint, as stored in ``checkpoints.kind``: where a run's boundary came from.
 

@@ -30,6 +30,7 @@ def is_name(value: Any) -> bool:
 
 if TYPE_CHECKING:
     from .patterns.base import Pattern
+    from .recorded import Recorder
 
 OnOrphan = Literal["retry", "hold"]
 MAX_TIMEOUT_SECONDS = 10 * 365 * 86_400
@@ -335,6 +336,8 @@ class Context:
     pattern, its recorded results so far, in order, as ``{"iteration", "agent", "output"}`` dicts
     (plus ``"task"`` for a planner's subtasks), read when first used. ``output``: a loop's pass
     output, for ``until``. ``failed``: for a planner's ``replan``, ``{"task": {...}, "error": text}``.
+    :meth:`call` and :meth:`acall`: recorded calls (a model request, a tool call) that the step's
+    execution, run again, does not repeat.
     """
 
     run_id: str
@@ -353,6 +356,30 @@ class Context:
     _asked: int = 0
     _until: bool | None = field(default=None, repr=False)  # a loop's verdict on this pass, once asked
     _approved: Callable[[], dict[str, Any] | None] = field(default=lambda: None, repr=False)
+    _recorder: Recorder | None = field(default=None, repr=False)
+
+    def call(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Return ``fn(*args, **kwargs)``, called once per execution of this step and its result
+        recorded as the call returns (a JSON value, returned as recorded: a tuple comes back a
+        list); when the execution runs again (after a crash, a retry, an answer to
+        ``request_input``, an orphan re-run) the recorded result is returned and ``fn`` is not
+        called. Calls are matched by their order in the execution and their name: another name at
+        the same position fails the step, without retries (its code changed). A call that raises
+        is recorded failed and runs again with the execution. For an ``async def`` function use
+        ``await ctx.acall(...)``. Raises ``TypeError`` outside a step's execution or for an async
+        ``fn``, ``InvalidValue`` when the result is not JSON, and what ``fn`` raises."""
+        return self._calls().call(str(name), fn, args, kwargs)
+
+    async def acall(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """As :meth:`call`, awaited: an ``async def`` ``fn`` is awaited, a sync one runs in a worker
+        thread. Calls gathered at once (``asyncio.gather``) are numbered in the order they were made."""
+        return await self._calls().acall(str(name), fn, args, kwargs)
+
+    def _calls(self) -> Recorder:
+        if self._recorder is None:
+            raise TypeError(f"ctx.call: '{self.step}' is not a step's execution here (a recorded call is made "
+                            "from the function of a step or of a pattern's agent)")
+        return self._recorder
 
     def request_input(self, prompt: str) -> Any:
         """Return the answer to ``prompt``; if none is recorded yet, pause the run ``awaiting_input``.

@@ -11,8 +11,8 @@ from .base import (BackendUnavailable, NotAStore, RunLocked, RunStore, StoreBusy
                    StoreMissing, StoreNewer, StoreReadOnly, StoreUnreachable)
 from .reads import Lookup, RunState, StepBrief
 from .url import InvalidStoreURL, parse
-from .writes import (KEEP, Change, ClosePauses, Committed, Decide, NewCheckpoint, NewEvent, NewRun, NewStep, RunUpdate,
-                     StepEnd, StepStart, Superseded)
+from .writes import (KEEP, Change, ClosePauses, Committed, Decide, NewCall, NewCheckpoint, NewEvent, NewRun, NewStep,
+                     RunUpdate, StepEnd, StepStart, Superseded)
 
 
 def open_store(url: str, *, create: bool = False, readonly: bool = False,
@@ -49,7 +49,7 @@ def open_store(url: str, *, create: bool = False, readonly: bool = False,
 
 __all__ = [
     "KEEP", "BackendUnavailable", "Change", "ClosePauses", "Committed", "Decide", "InvalidStoreURL", "Lookup",
-    "NewCheckpoint", "NewEvent", "NewRun", "NewStep", "NotAStore", "RunLocked", "RunState", "RunStore",
+    "NewCall", "NewCheckpoint", "NewEvent", "NewRun", "NewStep", "NotAStore", "RunLocked", "RunState", "RunStore",
     "RunUpdate", "StepBrief", "StepEnd", "StepStart", "StoreBusy", "StoreDamaged", "StoreDenied", "StoreFull",
     "StoreMissing", "StoreNewer", "StoreReadOnly", "StoreUnreachable", "Superseded", "open_store",
 ]

@@ -29,10 +29,11 @@ class RunRows:
     store (:meth:`RunStore.export_runs`, :meth:`RunStore.import_runs`).
 
     Each row is a dict of the columns named by :data:`~.schema.RUN_ROW`, :data:`~.schema.STEP_ROW`,
-    :data:`~.schema.OUTPUT_ROW`, :data:`~.schema.CHECKPOINT_ROW`, :data:`~.schema.EVENT_ROW`: times are aware UTC datetimes (milliseconds), JSON
+    :data:`~.schema.OUTPUT_ROW`, :data:`~.schema.CHECKPOINT_ROW`, :data:`~.schema.EVENT_ROW`,
+    :data:`~.schema.CALL_ROW`: times are aware UTC datetimes (milliseconds), JSON
     values the stored text, never decoded. ``input``/``definition``: the stored JSON text (None when
     the store has none). ``steps``, ``outputs`` in ``seq`` order; ``checkpoints``, ``events`` in id
-    order. ``parent_checkpoints``: the ids of the parent run's checkpoints in the source store, in
+    order; ``calls`` in (``seq``, ``position``) order. ``parent_checkpoints``: the ids of the parent run's checkpoints in the source store, in
     order ([] for a run that is no fork): a copy that renumbers the parent's checkpoints maps the
     references to them (an inherited approval's origin) by their position."""
 
@@ -43,6 +44,7 @@ class RunRows:
     outputs: list[dict[str, Any]]
     checkpoints: list[dict[str, Any]]
     events: list[dict[str, Any]]
+    calls: list[dict[str, Any]] = field(default_factory=list)
     parent_checkpoints: list[int] = field(default_factory=list)
 
     @property
@@ -54,7 +56,8 @@ class RunRows:
         """Rows per table of :data:`~.schema.COPIED_TABLES` this run has (what :meth:`RunStore.row_counts`
         must find once it is imported)."""
         return {"runs": 1, "run_inputs": int(self.input is not None), "steps": len(self.steps),
-                "outputs": len(self.outputs), "checkpoints": len(self.checkpoints), "events": len(self.events)}
+                "outputs": len(self.outputs), "checkpoints": len(self.checkpoints), "events": len(self.events),
+                "calls": len(self.calls)}
 
     def renumbered(self, checkpoints: Mapping[int, int], events: Mapping[int, int],
                    parent: Mapping[int, int]) -> RunRows:
@@ -70,7 +73,8 @@ class RunRows:
         evs = [{**e, "event_id": events.get(e["event_id"], e["event_id"]),
                 "detail": _detail_renumbered(e["detail"], checkpoints, parent)} for e in self.events]
         return RunRows(run=self.run, input=self.input, definition=self.definition, steps=self.steps,
-                       outputs=self.outputs, checkpoints=cps, events=evs, parent_checkpoints=self.parent_checkpoints)
+                       outputs=self.outputs, checkpoints=cps, events=evs, calls=self.calls,
+                       parent_checkpoints=self.parent_checkpoints)
 
 
 def _inherited(c: dict[str, Any], parent_run: str | None, parent: Mapping[int, int]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..models import Lease
 from ..status import OPEN_STEPS, StepStatus
-from .schema import CHECKPOINTS, EVENT_ROW, EVENTS, LEASE_COLUMNS, RUN_INPUTS, RUN_ROW, RUNS, STEPS, insert
+from .schema import CALLS, CHECKPOINTS, EVENT_ROW, EVENTS, LEASE_COLUMNS, RUN_INPUTS, RUN_ROW, RUNS, STEPS, insert
 from .sql import PAUSED, UNDECIDED, SqlStore, translated
 from .writes import KEEP, Change, Committed, NewRun, NewStep, RunUpdate, Superseded
 
@@ -46,6 +46,8 @@ _STEP_APPEND = ("INSERT INTO steps (run_id, seq, name, iteration, agent, parent_
                 f"started_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, '{StepStatus.RUNNING.value}', ?, ?, ?, ?)")
 _OUTPUT_UPSERT = ("INSERT INTO outputs (run_id, seq, value) VALUES (?, ?, ?) "
                   "ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value")
+_CALL_UPSERT = (insert(CALLS, CALLS.names) + " ON CONFLICT (run_id, seq, position) DO UPDATE SET "
+                + ", ".join(f"{c} = excluded.{c}" for c in CALLS.names[3:]))
 _CLOSE_PAUSES = f"UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ? WHERE run_id = ? AND {PAUSED} AND {UNDECIDED}"
 _REOPEN = ("UPDATE checkpoints SET announced_at = NULL, announce_failed_at = NULL, announcing_until = NULL "
            "WHERE checkpoint_id = ?")
@@ -104,6 +106,11 @@ class SqlCommit(SqlStore):
                 self._execute(_STEP_START, (started.attempt, at, rid, s))
         if c.outputs:
             self._execute_many(_OUTPUT_UPSERT, [(rid, seq, text) for seq, text in c.outputs.items()])
+        if c.calls:
+            self._execute_many(_CALL_UPSERT, [
+                (rid, k.seq, k.position, k.name, k.kind, str(k.status), k.attempt, k.value, self._free(k.error),
+                 k.detail, k.model, k.requests, k.input_tokens, k.output_tokens, self._stamp(k.started_at), at)
+                for k in c.calls])
         if (closed := c.closed) is not None:
             self._execute(_CLOSE_PAUSES, (str(closed.decision), self._free(closed.by), at, rid))
         if c.reopened is not None:
@@ -186,12 +193,13 @@ class SqlCommit(SqlStore):
                                   r["idempotency_key"], r["error"], r["traceback"], r["started_at"], r["finished_at"]))
         self._execute("DELETE FROM steps WHERE run_id = ?", (run_id,))
         self._execute_many(_STEP_COPY, kept_rows)
-        # Outputs move with their execution without being read: park them at negative seqs, move the
-        # kept ones to their new seq, drop the rest.
-        self._execute("UPDATE outputs SET seq = -1 - seq WHERE run_id = ?", (run_id,))
-        self._execute_many("UPDATE outputs SET seq = ? WHERE run_id = ? AND seq = ?",
-                           [(new, run_id, -1 - was) for was, new in moved.items()])
-        self._execute("DELETE FROM outputs WHERE run_id = ? AND seq < 0", (run_id,))
+        # Outputs and recorded calls move with their execution without being read: park them at
+        # negative seqs, move the kept ones to their new seq, drop the rest.
+        for table in ("outputs", "calls"):
+            self._execute(f"UPDATE {table} SET seq = -1 - seq WHERE run_id = ?", (run_id,))
+            self._execute_many(f"UPDATE {table} SET seq = ? WHERE run_id = ? AND seq = ?",
+                               [(new, run_id, -1 - was) for was, new in moved.items()])
+            self._execute(f"DELETE FROM {table} WHERE run_id = ? AND seq < 0", (run_id,))
         # Checkpoints follow their executions (an answer stays with the step that asked for it); a
         # seq at no kept execution names none (negative), so it never matches an execution added later.
         def follow(seq: int | None) -> int | None:

@@ -34,8 +34,8 @@ from .base import (NotAStore, RunLocked, StoreBusy, StoreDamaged, StoreDenied, S
 from .commit import SqlCommit, event_detail
 from .connections import ThreadConnections
 from .migrations import APP_ID, stored_version
-from .migrations.postgres import (CHECKPOINT_ARRAYS, FENCE_REFUSED, INSERTED_ARRAYS, LOCK_CLASS, MIGRATIONS,
-                                  SCHEMA_VERSION, channel, lock_key)
+from .migrations.postgres import (CALL_ARRAYS, CHECKPOINT_ARRAYS, FENCE_REFUSED, INSERTED_ARRAYS, LOCK_CLASS,
+                                  MIGRATIONS, SCHEMA_VERSION, channel, lock_key)
 from .pg_changes import NOTIFY_IF_WRITTEN, ChangeFeed, count_commit
 from .pg_connect import (CONNECT_TIMEOUT_SECONDS, POOL_MAX_SIZE, Server, close_quietly, connect_settings, idle,
                          join_pool, leave_pool, one_line)
@@ -579,6 +579,10 @@ class PostgresStore(SqlAdmin, SqlCommit):
                            new_options=s.options, new_key=s.idempotency_key)
         if c.outputs:
             doc["o_seqs"] = list(c.outputs)
+        if c.calls:
+            doc.update(zip(CALL_ARRAYS, zip(*(
+                (k.seq, k.position, k.name, k.kind, str(k.status), k.attempt, k.value, _free(k.error), k.detail,
+                 k.model, k.requests, k.input_tokens, k.output_tokens, _time(k.started_at)) for k in c.calls))))
         if (closed := c.closed) is not None:
             doc.update(x_decision=str(closed.decision), x_by=_free(closed.by))
         if c.checkpoints:

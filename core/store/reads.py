@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple
 
-from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
+from ..models import CallRecord, Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import RunStatus, StepStatus
 
 
@@ -157,6 +157,13 @@ class RunReads(ABC):
         decoded leniently for display; or, by ``name``, the latest completed top-level execution's
         of that name, strictly decoded (what a step consumes: raises :class:`StoreDamaged`). Raises
         ``ValueError`` unless exactly one of ``seq`` and ``name`` is given."""
+
+    @abstractmethod
+    def calls(self, run_id: str, seq: int | None = None, *, strict: bool = False) -> list[CallRecord]:
+        """The calls the run's executions recorded, in (``seq``, ``position``) order; with ``seq``,
+        execution ``seq``'s alone (read by its key). Values are decoded leniently for display, or
+        with ``strict`` as a step consumes them (:class:`StoreDamaged` names a call whose result
+        cannot be read)."""
 
     # ---- checkpoints and events
 

@@ -10,7 +10,7 @@ from typing import Any
 from .. import encoding
 from ..clock import from_text
 from ..errors import StoreError
-from ..models import Checkpoint, Lease, Owner, RunSummary, StepRecord
+from ..models import CallRecord, Checkpoint, Lease, Owner, RunSummary, StepRecord
 from ..status import RunStatus, StepStatus
 from .base import StoreDamaged
 
@@ -118,6 +118,17 @@ def step_from_row(r: dict[str, Any]) -> StepRecord:
         traceback=r["traceback"], started_at=_time(r, "started_at", what), finished_at=_time(r, "finished_at", what),
         idempotency_key=r["idempotency_key"],
     )
+
+
+def call_from_row(r: dict[str, Any], value: Any) -> CallRecord:
+    """Build a :class:`CallRecord` from a ``calls`` row and its decoded ``value``."""
+    what = f"call {r['name']!r} of execution {r['seq']}"
+    return CallRecord(
+        seq=r["seq"], position=r["position"], name=r["name"], kind=r["kind"],
+        status=_vocabulary(StepStatus, r["status"], what), attempt=r["attempt"], value=value, error=r["error"],
+        detail=readable(r["detail"]), model=r["model"], requests=r["requests"], input_tokens=r["input_tokens"],
+        output_tokens=r["output_tokens"], started_at=_time(r, "started_at", what),
+        finished_at=_time(r, "finished_at", what))
 
 
 def _execution(run_id: str, r: dict[str, Any]) -> str:

@@ -86,8 +86,15 @@ EVENTS = Table("events", (
     _c("event_id", "id", True), _c("run_id", "key", True), _c("at", "time", True), _c("kind", "key", True),
     _c("step", "key"), _c("actor", "text"), _c("detail", "text"),
 ), ("event_id",))
+CALLS = Table("calls", (
+    _c("run_id", "key", True), _c("seq", "int", True), _c("position", "int", True), _c("name", "key", True),
+    _c("kind", "key", True), _c("status", "key", True), _c("attempt", "int", True), _c("value", "text"),
+    _c("error", "text"), _c("detail", "text"), _c("model", "key"), _c("requests", "int"),
+    _c("input_tokens", "int"), _c("output_tokens", "int"), _c("started_at", "time", True),
+    _c("finished_at", "time", True),
+), ("run_id", "seq", "position"))
 
-TABLES = (RUNS, RUN_INPUTS, DEFINITIONS, STEPS, OUTPUTS, CHECKPOINTS, EVENTS)
+TABLES = (RUNS, RUN_INPUTS, DEFINITIONS, STEPS, OUTPUTS, CHECKPOINTS, EVENTS, CALLS)
 """Every table holding runs, parents before the tables referring to them."""
 
 COPIED_TABLES = tuple(t.name for t in TABLES if t is not DEFINITIONS)
@@ -99,6 +106,7 @@ STEP_ROW = STEPS.copied(per_run=True)
 OUTPUT_ROW = OUTPUTS.copied(per_run=True)
 CHECKPOINT_ROW = CHECKPOINTS.copied(per_run=True)
 EVENT_ROW = EVENTS.copied(per_run=True)
+CALL_ROW = CALLS.copied(per_run=True)
 ROW_TIMES = frozenset(c.name for t in TABLES for c in t.columns if c.kind == "time" and c.copied)
 """Columns holding times: aware UTC datetimes (milliseconds) in a copied row, whatever the backend."""
 LEASE_COLUMNS = ("lease_token", "lease_pid", "lease_pid_start", "lease_host", "lease_expires_at", "heartbeat_at")

@@ -24,15 +24,15 @@ from typing import Any, ClassVar, Literal
 
 from .. import encoding
 from ..errors import LeaseLost, StoreError, UnknownRun, quoted
-from ..models import Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
+from ..models import CallRecord, Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import PAUSED as PAUSED_RUNS
 from ..status import AnnouncementOutcome, Decision, RunStatus, StepStatus
 from ..status import PAUSE_KINDS as PAUSING
 from .base import RunStore, StoreDamaged
 from .connections import ThreadConnections
 from .reads import Lookup, RunState, StepBrief
-from .rows import (_execution, options_ask_approval, _owner, _position, _summary_fields, _summary_or_none, _time, _vocabulary,
-                   checkpoint_from_row, readable, step_from_row)
+from .rows import (_execution, _owner, _position, _summary_fields, _summary_or_none, _time, _vocabulary, call_from_row,
+                   checkpoint_from_row, options_ask_approval, readable, step_from_row)
 
 # Columns of ``runs`` a listing reads (no input, no definition).
 SUMMARY_COLUMNS = (
@@ -452,6 +452,14 @@ class SqlStore(RunStore):
             r = self._row(f"SELECT {STEP_COLUMNS} FROM steps s WHERE s.run_id = ? AND s.name = ? "
                           "AND s.parent_seq IS NULL ORDER BY s.iteration DESC, s.seq DESC LIMIT 1", (run_id, name))
         return None if r is None else step_from_row(r)
+
+    @translated
+    def calls(self, run_id: str, seq: int | None = None, *, strict: bool = False) -> list[CallRecord]:
+        rows = (self._rows("SELECT * FROM calls WHERE run_id = ? ORDER BY seq, position", (run_id,)) if seq is None
+                else self._rows("SELECT * FROM calls WHERE run_id = ? AND seq = ? ORDER BY position", (run_id, seq)))
+        return [call_from_row(r, self._strict(r["value"], f"the result of call '{r['name']}' of execution "
+                                                          f"{r['seq']} of run {run_id}") if strict
+                              else readable(r["value"])) for r in rows]
 
     @translated
     def output(self, run_id: str, seq: int | None = None, *, name: str | None = None) -> tuple[bool, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import StoreError
 from ..status import StepStatus
 from .admin import RunRows, renumbered_batch
-from .schema import CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW
+from .schema import CALL_ROW, CHECKPOINT_ROW, COPIED_TABLES, EVENT_ROW, OUTPUT_ROW, ROW_TIMES, RUN_ROW, STEP_ROW
 from .sql import DEFINITION_OF_RUN, INPUT_OF_RUN, SqlStore, translated
 
 # The columns of a copied run holding free text a person reads (see SqlStore._free).
@@ -59,7 +59,7 @@ class SqlAdmin(SqlStore):
         among, values = self._among("run_id", ids)
         fingerprints = [r["fingerprint"] for r in self._rows(
             f"SELECT DISTINCT fingerprint FROM runs WHERE {among} AND fingerprint IS NOT NULL", (values,))]
-        for table in ("events", "checkpoints", "outputs", "steps", "run_inputs", "runs"):
+        for table in ("calls", "events", "checkpoints", "outputs", "steps", "run_inputs", "runs"):
             self._execute(f"DELETE FROM {table} WHERE {among}", (values,))
         # A definition goes with the last run of it.
         unused, prints = self._among("fingerprint", fingerprints)
@@ -71,8 +71,8 @@ class SqlAdmin(SqlStore):
                       approvals: Sequence[int] = (), at: datetime | None = None) -> list[int]:
         if approvals and at is None:
             raise ValueError("copy_for_fork: inherited approvals need their time (at)")
-        # In SQL: upstream outputs move as stored text, never decoded or re-run. Three inserts, each
-        # read in the primary key's order (no sort), appended in seq order.
+        # In SQL: upstream outputs and recorded calls move as stored text, never decoded or re-run.
+        # Four inserts, each read in the primary key's order (no sort), appended in seq order.
         copied = (cut_seq, cut_seq, children_before)
         self._execute(
             f"""INSERT INTO steps (run_id, seq, name, iteration, agent, parent_seq, status, attempts, options,
@@ -90,6 +90,10 @@ class SqlAdmin(SqlStore):
         self._execute(f"INSERT INTO outputs (run_id, seq, value) SELECT CAST(? AS text), o.seq, o.value FROM steps s "
                       "JOIN outputs o ON o.run_id = s.run_id AND o.seq = s.seq "
                       f"WHERE s.run_id = ? AND {_FORK_COPIED} ORDER BY s.seq", (child, parent, *copied))
+        self._execute(f"INSERT INTO calls (run_id, {', '.join(CALL_ROW)}) SELECT CAST(? AS text), "
+                      f"{', '.join('k.' + c for c in CALL_ROW)} FROM steps s "
+                      "JOIN calls k ON k.run_id = s.run_id AND k.seq = s.seq "
+                      f"WHERE s.run_id = ? AND {_FORK_COPIED} ORDER BY s.seq, k.position", (child, parent, *copied))
         return [self._inherit_approval(cp, child, at) for cp in approvals]
 
     def _inherit_approval(self, parent_checkpoint_id: int, child: str, at: datetime) -> int:
@@ -124,7 +128,8 @@ class SqlAdmin(SqlStore):
             tables = {table: _grouped(self._rows(f"SELECT run_id, {', '.join(columns)} FROM {table} WHERE {among} "
                                                  f"ORDER BY run_id, {columns[0]}", (ids,)))
                       for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW),
-                                             ("checkpoints", CHECKPOINT_ROW), ("events", EVENT_ROW))}
+                                             ("checkpoints", CHECKPOINT_ROW), ("events", EVENT_ROW),
+                                             ("calls", CALL_ROW))}
             parents = _grouped(self._rows(
                 "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT parent_run_id FROM runs "
                 f"WHERE {among}) ORDER BY run_id, checkpoint_id", (ids,)))
@@ -134,6 +139,7 @@ class SqlAdmin(SqlStore):
                         outputs=tables["outputs"].get(rid, []),
                         checkpoints=[self._exported(rid, x) for x in tables["checkpoints"].get(rid, [])],
                         events=[self._exported(rid, x) for x in tables["events"].get(rid, [])],
+                        calls=[self._exported(rid, x) for x in tables["calls"].get(rid, [])],
                         parent_checkpoints=[x["checkpoint_id"] for x in parents.get(r["parent_run_id"], [])])
                 for r in runs for rid in (r["run_id"],)]
 
@@ -188,7 +194,7 @@ class SqlAdmin(SqlStore):
         into("runs", RUN_ROW, [tuple(self._copied(c, r.run[c]) for c in RUN_ROW) for r in batch])
         into("run_inputs", ("run_id", "input"), [(r.run_id, r.input) for r in batch if r.input is not None])
         for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW), ("checkpoints", CHECKPOINT_ROW),
-                               ("events", EVENT_ROW)):
+                               ("events", EVENT_ROW), ("calls", CALL_ROW)):
             into(table, ("run_id", *columns),
                  [(r.run_id, *(self._copied(c, v[c]) for c in columns)) for r in batch for v in getattr(r, table)])
 

@@ -191,6 +191,34 @@ class ClosePauses:
 
 
 @dataclass(slots=True)
+class NewCall:
+    """A recorded call of execution ``seq`` (see :meth:`relaypoint.workflow.Context.call`) at its
+    ``position`` there (0-based, in the order the execution made its calls), written or replaced
+    (a failed call run again), finished at the change's time. ``kind``: a
+    :class:`~relaypoint.status.CallKind`; ``status``: completed or failed; ``attempt``: the
+    execution's attempt that made it; ``started_at``: when it began (UTC); ``value``: the result as
+    JSON text (a completed call's); ``error``: a failed call's one line; ``detail``: JSON text of
+    what it shows besides (a model request's messages, a tool call's arguments), or None;
+    ``model`` and the usage (``requests``, ``input_tokens``, ``output_tokens``): a model
+    request's, else None."""
+
+    seq: int
+    position: int
+    name: str
+    kind: str
+    status: StepStatus
+    attempt: int
+    started_at: datetime
+    value: str | None = None
+    error: str | None = None
+    detail: str | None = None
+    model: str | None = None
+    requests: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@dataclass(slots=True)
 class Change:
     """Everything one event in a run's life writes, committed by :meth:`RunWrites.commit` in this
     order: ``new`` (the run inserted), ``inserted`` (executions appended as given), ``replaced``
@@ -198,7 +226,7 @@ class Change:
     updated), ``ended``, ``marked`` (executions whose status alone changes), ``cancel_open``
     (every open execution, :data:`~relaypoint.status.OPEN_STEPS`, cancelled, finished at ``at``
     unless it had a finish time), ``started``, ``outputs`` (seq -> JSON text, written or
-    replaced), ``closed``, ``reopened`` (a checkpoint whose announcement is asked for again: not
+    replaced), ``calls`` (recorded calls, written or replaced), ``closed``, ``reopened`` (a checkpoint whose announcement is asked for again: not
     announced, failed or claimed), ``checkpoints``, ``events``. ``at``: the change's time (UTC).
 
     ``fence``: the lease token that must own the run when its row is updated (None: unfenced).
@@ -225,6 +253,7 @@ class Change:
     cancel_open: bool = False
     started: StepStart | None = None
     outputs: Mapping[int, str] = field(default_factory=dict)
+    calls: Sequence[NewCall] = ()
     closed: ClosePauses | None = None
     reopened: int | None = None
     checkpoints: Sequence[NewCheckpoint] = ()

@@ -522,11 +522,35 @@ def _set_if(column: str, field: str | None = None) -> str:
     return f"{column} = CASE WHEN '{field or column}' = ANY(c.fields) THEN c.{column} ELSE {column} END"
 
 
-def _commit_change_function(schema: str) -> str:
-    """The schema's ``commit_change`` function (version 10): a change (see
-    :class:`~relaypoint.store.writes.Change`) in the order it gives. A refusal before its first
-    write returns it (``o_refused``: 'decided', or the run's status, '' when there is no run) and
-    writes nothing; after its run insert it raises ``FENCE_REFUSED`` with that in the detail.
+CALL_ARRAYS = ("k_seqs", "k_positions", "k_names", "k_kinds", "k_statuses", "k_attempts", "k_values", "k_errors",
+               "k_details", "k_models", "k_requests", "k_input_tokens", "k_output_tokens", "k_started")
+"""The fields of a change's recorded calls (version 11), in the order of the ``calls`` table's columns
+after ``run_id`` (the finish time is the change's)."""
+_CALL_TYPES = ("bigint[]", "bigint[]", "text[]", "text[]", "text[]", "bigint[]", "text[]", "text[]", "text[]",
+               "text[]", "bigint[]", "bigint[]", "bigint[]", "timestamptz[]")
+
+
+def _calls_loop(schema: str) -> str:
+    """``commit_change``'s statements writing the change's recorded calls (version 11), each by its
+    key, a failed call run again replacing its row."""
+    columns = ("seq", "position", "name", "kind", "status", "attempt", "value", "error", "detail", "model",
+               "requests", "input_tokens", "output_tokens", "started_at")
+    values = ", ".join(f"c.{a}[i]" for a in CALL_ARRAYS)
+    updates = ", ".join(f"{col} = excluded.{col}" for col in (*columns[2:], "finished_at"))
+    return f"""
+                FOR i IN 1 .. coalesce(cardinality(c.k_seqs), 0) LOOP
+                    INSERT INTO {schema}.calls (run_id, {", ".join(columns)}, finished_at)
+                        VALUES (c.run, {values}, c.at)
+                        ON CONFLICT (run_id, seq, position) DO UPDATE SET {updates};
+                END LOOP;"""
+
+
+def _commit_change_function(schema: str, calls: bool = False) -> str:
+    """The schema's ``commit_change`` function (version 10; ``calls``: version 11's, which also
+    writes recorded calls): a change (see :class:`~relaypoint.store.writes.Change`) in the order it
+    gives. A refusal before its first write returns it (``o_refused``: 'decided', or the run's
+    status, '' when there is no run) and writes nothing; after its run insert it raises
+    ``FENCE_REFUSED`` with that in the detail.
 
     Executions, outputs and checkpoints are written one row per statement, each by its key (a join
     with the arrays would be planned, once per connection, as a hash of every execution of the run)."""
@@ -612,7 +636,7 @@ def _commit_change_function(schema: str) -> str:
                 FOR i IN 1 .. coalesce(cardinality(c.o_seqs), 0) LOOP
                     INSERT INTO {schema}.outputs (run_id, seq, value) VALUES (c.run, c.o_seqs[i], p_outputs[i])
                         ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value;
-                END LOOP;
+                END LOOP;{_calls_loop(schema) if calls else ""}
                 IF c.x_decision IS NOT NULL THEN
                     UPDATE {schema}.checkpoints SET decision = c.x_decision, decided_by = c.x_by, decided_at = c.at
                         WHERE run_id = c.run AND {PAUSED} AND {UNDECIDED};
@@ -653,7 +677,38 @@ def _migrate_10(schema: str) -> list[str]:
     ]
 
 
+def _migrate_11(schema: str) -> list[str]:
+    """Version 11: the calls a step execution recorded (``Context.call``), keyed by the execution and
+    their order in it, written by ``commit_change``."""
+    c = 'COLLATE "C"'
+    return [
+        f"""CREATE TABLE {schema}.calls (
+               run_id text {c} NOT NULL REFERENCES {schema}.runs (run_id),
+               seq bigint NOT NULL,
+               position bigint NOT NULL,
+               name text {c} NOT NULL,
+               kind text {c} NOT NULL,
+               status text {c} NOT NULL,
+               attempt bigint NOT NULL,
+               value text,
+               error text,
+               detail text,
+               model text {c},
+               requests bigint,
+               input_tokens bigint,
+               output_tokens bigint,
+               started_at timestamptz NOT NULL,
+               finished_at timestamptz NOT NULL,
+               PRIMARY KEY (run_id, seq, position)
+           )""",
+        f"ALTER TYPE {schema}.change " + ", ".join(f"ADD ATTRIBUTE {a} {t}" for a, t in zip(CALL_ARRAYS, _CALL_TYPES)),
+        _commit_change_function(schema, calls=True),
+        f"ALTER FUNCTION {schema}.commit_change SET plan_cache_mode = force_generic_plan",
+    ]
+
+
 MIGRATIONS: list[Callable[[str], list[str]]] = [_migrate_1, _migrate_2, _migrate_3, _migrate_4, _migrate_5,
-                                                _migrate_6, _migrate_7, _migrate_8, _migrate_9, _migrate_10]
+                                                _migrate_6, _migrate_7, _migrate_8, _migrate_9, _migrate_10,
+                                                _migrate_11]
 """The schema's migrations in order: version N is reached by running ``MIGRATIONS[N - 1]``."""
 SCHEMA_VERSION = len(MIGRATIONS)

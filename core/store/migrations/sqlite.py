@@ -251,6 +251,31 @@ def _migrate_5() -> list[str]:
     ]
 
 
-MIGRATIONS: list[list[str]] = [_migrate_1(), _migrate_2(), _migrate_3(), _migrate_4(), _migrate_5()]
+def _migrate_6() -> list[str]:
+    # The calls a step execution recorded (Context.call), keyed by the execution and their order in it.
+    return [
+        """CREATE TABLE calls (
+               run_id TEXT NOT NULL REFERENCES runs(run_id),
+               seq INTEGER NOT NULL,
+               position INTEGER NOT NULL,
+               name TEXT NOT NULL,
+               kind TEXT NOT NULL,
+               status TEXT NOT NULL,
+               attempt INTEGER NOT NULL,
+               value TEXT,
+               error TEXT,
+               detail TEXT,
+               model TEXT,
+               requests INTEGER,
+               input_tokens INTEGER,
+               output_tokens INTEGER,
+               started_at TEXT NOT NULL,
+               finished_at TEXT NOT NULL,
+               PRIMARY KEY (run_id, seq, position)
+           )""",
+    ]
+
+
+MIGRATIONS: list[list[str]] = [_migrate_1(), _migrate_2(), _migrate_3(), _migrate_4(), _migrate_5(), _migrate_6()]
 """The steps in order: version N is reached by running the statements of ``MIGRATIONS[N - 1]``."""
 SCHEMA_VERSION = len(MIGRATIONS)
