@@ -301,9 +301,12 @@ APP_SOURCE = textwrap.dedent('''
 
     review = Workflow("review")
 
+    def about(topic):
+        return "about " + topic
+
     @review.step
     def draft(ctx):
-        return {"text": "about " + ctx.input.get("topic", "nothing")}
+        return {"text": ctx.call("about", about, ctx.input.get("topic", "nothing"))}  # a recorded call
 
     @review.step(approval=True)
     def check(ctx):

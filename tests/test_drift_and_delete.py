@@ -243,7 +243,7 @@ def test_resuming_a_run_with_a_step_the_code_does_not_define_is_one_line(db: str
 
 # ---- deletion ------------------------------------------------------------------------------------
 
-TABLES = ("runs", "run_inputs", "steps", "outputs", "checkpoints", "events")
+TABLES = ("runs", "run_inputs", "steps", "outputs", "checkpoints", "events", "calls")
 
 
 def counts(db: str, rid: str) -> dict[str, int]:

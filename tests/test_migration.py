@@ -71,7 +71,7 @@ def test_a_version_2_store_migrates_in_place_in_one_step(v2):
               "definitions": sql(v2, "SELECT run_id, fingerprint, definition FROM runs ORDER BY run_id")}
     with open_v2(v2) as rt:
         assert rt.counts() == {s: list(STATUS.values()).count(s) for s in set(STATUS.values())}
-    assert dict(sql(v2, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "5"
+    assert dict(sql(v2, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "6"
     assert sql(v2, "SELECT run_id, seq, value FROM outputs ORDER BY run_id, seq") == before["outputs"]
     assert sql(v2, "SELECT run_id, seq, name, status, attempts, idempotency_key FROM steps "
                    "ORDER BY run_id, seq") == before["steps"]
@@ -100,9 +100,9 @@ def test_migrate_upgrades_a_version_2_store_and_then_finds_it_current(v2):
         assert done.returncode == 0 and done.stderr == "", done.stderr
         return done.stdout
 
-    assert migrate() == f"upgraded {v2} from store schema version 2 to 5\n"
-    assert dict(sql(v2, "SELECT key, value FROM meta"))["schema_version"] == "5"
-    assert migrate() == f"{v2} is at store schema version 5; nothing to upgrade\n"
+    assert migrate() == f"upgraded {v2} from store schema version 2 to 6\n"
+    assert dict(sql(v2, "SELECT key, value FROM meta"))["schema_version"] == "6"
+    assert migrate() == f"{v2} is at store schema version 6; nothing to upgrade\n"
 
 
 def test_pauses_open_at_the_upgrade_count_as_announced_and_new_ones_are_announced_once(v2):
@@ -122,7 +122,7 @@ def test_pauses_open_at_the_upgrade_count_as_announced_and_new_ones_are_announce
                    "('approval', 'input', 'orphan') OR decision IS NOT NULL)") == [(0,)]
 
 
-UPGRADE_REFUSED = ("{path} has store schema version 2 and needs a one-time upgrade to version 5, which writes to it; "
+UPGRADE_REFUSED = ("{path} has store schema version 2 and needs a one-time upgrade to version 6, which writes to it; "
                    "open it once as a user who can write it, or copy it somewhere writable")
 
 

@@ -274,11 +274,11 @@ def test_a_version_1_store_is_upgraded_on_open_and_then_notifies(url, postgres_s
             for statement in _migrate_1(postgres_schema):
                 conn.execute(statement)
             conn.execute("INSERT INTO meta (key, value) VALUES ('app', 'relaypoint'), ('schema_version', '1')")
-    assert MIGRATIONS[0] is _migrate_1 and SCHEMA_VERSION == 10
-    with pytest.raises(StoreReadOnly, match="needs an upgrade to version 10"):
+    assert MIGRATIONS[0] is _migrate_1 and SCHEMA_VERSION == 11
+    with pytest.raises(StoreReadOnly, match="needs an upgrade to version 11"):
         open_store(url, readonly=True)
     with open_store(url) as store:  # upgraded here
-        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("10",)]
+        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("11",)]
         [(source,)] = server("SELECT prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
                              "WHERE nspname = %s AND proname = 'commit_change'", (postgres_schema,))
         assert f"pg_notify('{channel(postgres_schema)}', '')" in source

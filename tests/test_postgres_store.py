@@ -218,7 +218,7 @@ def test_the_store_lives_in_its_schema_with_the_sqlite_stores_tables(url, postgr
     with open_store(url, create=True):
         pass
     tables = {r[0] for r in server("SELECT tablename FROM pg_tables WHERE schemaname = %s", (postgres_schema,))}
-    assert tables == {"meta", "runs", "run_inputs", "definitions", "steps", "outputs", "checkpoints", "events",
+    assert tables == {"meta", "runs", "run_inputs", "definitions", "steps", "outputs", "checkpoints", "events", "calls",
                       "run_counts", "listeners"}  # listeners: the consoles listening (version 8)
     indexes = {r[0] for r in server("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (postgres_schema,))}
     assert {"runs_by_created", "runs_by_status", "runs_by_workflow", "runs_by_parent", "runs_by_fingerprint",
@@ -227,7 +227,7 @@ def test_the_store_lives_in_its_schema_with_the_sqlite_stores_tables(url, postgr
     types = dict(server("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
                         "AND table_name = 'runs'", (postgres_schema,)))
     assert types["created_at"] == types["lease_expires_at"] == "timestamp with time zone"
-    assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("10",)]
+    assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("11",)]
     assert server("SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'runs'") == [(0,)]
 
 
@@ -236,7 +236,7 @@ def test_a_newer_schema_is_refused(url, postgres_schema):
         add_run(store, "r1")
     server(f"UPDATE {postgres_schema}.meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(StoreNewer, match=r"has store schema version 99, newer than this relaypoint understands "
-                                         r"\(10\); upgrade relaypoint to open it$"):
+                                         r"\(11\); upgrade relaypoint to open it$"):
         open_store(url)
     assert server(f"SELECT run_id FROM {postgres_schema}.runs") == [("r1",)]  # untouched
 
@@ -266,7 +266,7 @@ def test_a_version_2_store_is_upgraded_to_plan_its_boundaries_once_per_connectio
     for name in ("a", "b", "c"):
         wf.step(name=name)(lambda ctx, name=name: {"step": name})
     with Runtime(url, [wf], create=False) as rt:  # upgraded here
-        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("10",)]
+        assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("11",)]
         assert server(config, (postgres_schema,)) == [("commit_change", ["plan_cache_mode=force_generic_plan"])]
         # Version 10: a change is one json document and its long values (one call, five arguments: a
         # statement the client converts once); the status counts in one function.
@@ -671,7 +671,7 @@ def test_the_readmes_two_roles_work_as_written(postgres_schema, tmp_path):
         command = shlex.split(make)
         assert command == ["relaypoint", "--db", "postgresql://relay_owner@db.internal/team", "migrate", "--grant", "relay"]
         assert relaypoint(as_owner, "migrate", "--grant", user, "--grant-read", reader).splitlines() == [
-            f"made a store at {owner}@{as_owner.split('@', 1)[1].split('?')[0]}/{postgres_schema} (schema version 10)",
+            f"made a store at {owner}@{as_owner.split('@', 1)[1].split('?')[0]}/{postgres_schema} (schema version 11)",
             f"granted {user} what it needs to use the store", f"granted {reader} what it needs to browse the store"]
         refused = subprocess.run([sys.executable, "-m", "relaypoint", "--db", as_user, "migrate", "--grant-read",
                                   reader], capture_output=True, text=True, timeout=60, cwd=tmp_path)
@@ -840,13 +840,13 @@ def test_an_upgrade_a_user_may_not_make_names_the_owner_who_may_and_changes_noth
         as_role = url.replace("postgres@", f"{role}@", 1)
         result = cli("--db", as_role, "list")
         assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
-        assert (f"has store schema version 6 and needs an upgrade to version 10, which only the owner of its tables "
+        assert (f"has store schema version 6 and needs an upgrade to version 11, which only the owner of its tables "
                 f"may make (permission denied for schema {postgres_schema}): run `relaypoint --db URL migrate` once "
                 f"as {owner}") in result.stderr
         assert server(f"SELECT value FROM {postgres_schema}.meta WHERE key = 'schema_version'") == [("6",)]
         assert cli("--db", url, "migrate").stdout == (f"upgraded {url.split('@', 1)[0].split('//')[1]}@"
                                                       f"{url.split('@', 1)[1].split('?')[0]}/{postgres_schema} from "
-                                                      "store schema version 6 to 10\n")  # by the owner
+                                                      "store schema version 6 to 11\n")  # by the owner
         with open_store(as_role) as store:
             assert store.list_runs() == []
     finally:

@@ -679,8 +679,18 @@ def _migrate_10(schema: str) -> list[str]:
 
 def _migrate_11(schema: str) -> list[str]:
     """Version 11: the calls a step execution recorded (``Context.call``), keyed by the execution and
-    their order in it, written by ``commit_change``."""
+    their order in it, written by ``commit_change``. Who was granted ``steps`` gets the same on
+    ``calls``, so a user granted the tables before this version may go on using the schema."""
     c = 'COLLATE "C"'
+    grants = f"""DO $$ DECLARE g record; BEGIN
+            FOR g IN SELECT grantee, string_agg(privilege_type, ', ') AS privileges
+                     FROM information_schema.role_table_grants
+                     WHERE table_schema = '{schema}' AND table_name = 'steps' AND grantee <> current_user
+                     GROUP BY grantee LOOP
+                EXECUTE format('GRANT %s ON {schema}.calls TO %s', g.privileges,
+                               CASE WHEN g.grantee = 'PUBLIC' THEN 'PUBLIC' ELSE quote_ident(g.grantee) END);
+            END LOOP;
+        END $$"""
     return [
         f"""CREATE TABLE {schema}.calls (
                run_id text {c} NOT NULL REFERENCES {schema}.runs (run_id),
@@ -704,6 +714,7 @@ def _migrate_11(schema: str) -> list[str]:
         f"ALTER TYPE {schema}.change " + ", ".join(f"ADD ATTRIBUTE {a} {t}" for a, t in zip(CALL_ARRAYS, _CALL_TYPES)),
         _commit_change_function(schema, calls=True),
         f"ALTER FUNCTION {schema}.commit_change SET plan_cache_mode = force_generic_plan",
+        grants,
     ]
 
 
