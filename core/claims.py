@@ -250,7 +250,7 @@ class Claims:
         if self.max_recoveries is None or deaths <= self.max_recoveries:
             return None
         step = cur if cur is not None and cur.status == StepStatus.INTERRUPTED else None
-        return step, (f"its executor died {deaths} times while executing it alone (more than the "
+        return step, (f"its executor died {deaths} time{'s' if deaths != 1 else ''} while executing it alone (more than the "
                       f"{self.max_recoveries} recoveries allowed)"
                       + (f" in step '{step.call.name}'{where(step.call)}" if step else ""))
 

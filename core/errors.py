@@ -56,6 +56,10 @@ class LeaseLost(RelaypointError):
         return cls(f"run {run_id}: this process no longer owns the run ({why}); the step's result was not recorded")
 
 
+class RuntimeClosed(RelaypointError):
+    """The runtime was closed while it executed the run: the run was released ``interrupted``."""
+
+
 class DefinitionError(RelaypointError):
     """A workflow definition is invalid (for example, two steps share a name)."""
 

@@ -124,6 +124,12 @@ class LeaseHolder:
         return Lease(token=self.token, pid=self.pid, pid_start=self.pid_start, host=HOST,
                      expires_at=now + timedelta(seconds=self.seconds), heartbeat_at=now)
 
+    def lose(self) -> None:
+        """Mark the lease lost (the token no longer owns the run) and call ``on_lost``."""
+        self.lost.set()
+        if self.on_lost is not None:
+            self.on_lost()
+
     def start_heartbeat(self) -> None:
         """Renew the lease every ``seconds / 3`` on a thread, through :func:`heartbeat_store`."""
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{self.run_id}", daemon=True)
@@ -151,9 +157,7 @@ class LeaseHolder:
                     # through the lease lapses, and the fence keeps this process from writing.
                     continue
                 if not renewed:
-                    self.lost.set()
-                    if self.on_lost is not None:
-                        self.on_lost()
+                    self.lose()
                     return
         finally:
             if store is not None:

@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .calls import is_async
-from .errors import LeaseLost
+from .errors import LeaseLost, RuntimeClosed
 from .execution import Claim, Executor, Stop, lease_lost
 from .flights import Flight, Flights, Outcome
 from .lease import HOST
@@ -103,9 +103,18 @@ class Runner:
         self.executor, self.recovery = executor, recovery
         self.loop = LoopThread()
         self.threads = ThreadPoolExecutor(CALL_THREADS, thread_name_prefix="relaypoint-call")
+        self._driving: dict[str, Claim] = {}  # the runs executing now, by id
+        self._closed = False
 
     def close(self) -> None:
-        """Stop the runtime's loop and its call threads (calls still running are abandoned)."""
+        """Release the runs executing now ``interrupted`` (a resume continues each; their calls in
+        flight are cancelled, or abandoned in their threads, and record nothing), then stop the
+        runtime's loop and its call threads."""
+        self._closed = True
+        for claim in list(self._driving.values()):
+            lease = claim.lease
+            self.recovery.release(claim.run_id, lease.token, lease.pid, HOST)
+            lease.lose()
         self.loop.close()
         self.threads.shutdown(wait=False, cancel_futures=True)
 
@@ -123,6 +132,7 @@ class Runner:
         """
         flights = Flights(self.executor, claim, should_stop)
         inline = not _loop_running()
+        self._driving[claim.run_id] = claim
         claim.lease.start_heartbeat()
         try:
             launch = flights.begin()
@@ -140,6 +150,7 @@ class Runner:
             self._stopped(claim, exc)
             raise
         finally:
+            self._driving.pop(claim.run_id, None)
             claim.lease.stop_heartbeat()
 
     async def adrive(self, claim: Claim, should_stop: Stop | None = None) -> RunStatus:
@@ -147,6 +158,7 @@ class Runner:
         ones in worker threads) and the store is written from worker threads. A cancelled call of
         it (the caller's task cancelled) releases the run ``interrupted``."""
         flights = Flights(self.executor, claim, should_stop)
+        self._driving[claim.run_id] = claim
         claim.lease.start_heartbeat()
         try:
             launch = await asyncio.to_thread(flights.begin)
@@ -158,12 +170,16 @@ class Runner:
             await asyncio.to_thread(self._stopped, claim, exc)
             raise
         finally:
+            self._driving.pop(claim.run_id, None)
             await asyncio.to_thread(claim.lease.stop_heartbeat)
 
     def _stopped(self, claim: Claim, exc: BaseException) -> None:
         """After the run's execution raised ``exc``: release it ``interrupted`` unless its lease was
         lost (what stops it is not a step: the store failed, Ctrl-C, exit); a server gone away says
-        where the run stands instead of ``exc``."""
+        where the run stands instead of ``exc``, and so does a runtime closed meanwhile."""
+        if self._closed:
+            raise RuntimeClosed(f"run {claim.run_id}: the runtime was closed while it executed the run, which is "
+                                f"interrupted: `relaypoint resume {claim.run_id}` continues it") from None
         if isinstance(exc, LeaseLost):
             return
         lease = claim.lease
@@ -221,12 +237,17 @@ class Runner:
         limit = asyncio.timeout(timeout)
         try:
             async with limit:
-                return await _outcome(self._call(fn, ctx))
+                outcome = await _outcome(self._call(fn, ctx))
         except TimeoutError:
             if not limit.expired():
                 raise
-            return Outcome(error=TimeoutError(f"the call ran longer than its timeout of {timeout:g} s (a sync call's "
-                                              "late result is discarded)"))
+            outcome = None
+        # past its deadline however it returned (it swallowed the cancellation, or blocked the loop):
+        # its late result is discarded
+        if outcome is None or (timeout is not None and asyncio.get_running_loop().time() >= limit.when()):
+            late = "cancelled" if is_async(fn) else "late result is discarded"
+            return Outcome(error=TimeoutError(f"the call ran longer than its timeout of {timeout:g} s ({late})"))
+        return outcome
 
     async def _call(self, fn: Callable[[Any], Any], ctx: Any) -> Any:
         if is_async(fn):

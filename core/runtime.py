@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import inspect
 import os
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
@@ -290,15 +291,16 @@ class Runtime:
         return claim.run_id
 
     async def astart(self, workflow: str, input: dict[str, Any] | None = None, *,
-                     on_created: Callable[[str], None] | None = None) -> str:
+                     on_created: Callable[[str], Any] | None = None) -> str:
         """:meth:`start` from a running event loop, without blocking it: the run's async functions
         run on this loop, its sync ones in worker threads, and the store is written from worker
         threads. Cancelling the awaiting task releases the run ``interrupted`` (``resume`` goes on
-        from its last boundary)."""
+        from its last boundary). ``on_created`` is called on this loop's thread; an ``async def``
+        one is awaited."""
         wf = find_workflow(self.workflows, workflow)
         claim = await asyncio.to_thread(self._claims.start, self.id_factory(), wf, _input_text(input))
-        if on_created is not None:
-            on_created(claim.run_id)
+        if on_created is not None and inspect.isawaitable(created := on_created(claim.run_id)):
+            await created
         await self._runner.adrive(claim)
         return claim.run_id
 

@@ -19,7 +19,7 @@ import pytest
 
 import stores
 from relaypoint import Runtime, Workflow
-from relaypoint.errors import LeaseLost
+from relaypoint.errors import LeaseLost, RuntimeClosed
 from relaypoint.status import RunStatus, StepStatus
 
 VOTERS = ("a", "b", "c", "d", "e")
@@ -497,3 +497,59 @@ def test_a_sync_until_after_an_async_body_in_a_real_run(db):
         rid = rt.start("l")
         assert rt.get(rid).tasks[0].output == 3
         assert "relaypoint-loop" not in threads, "a sync until never runs on the event loop"
+
+
+def test_closing_the_runtime_while_astart_runs_releases_the_run_for_a_resume(db):
+    fast = {"go": False}
+
+    async def step(ctx):
+        if not fast["go"]:
+            await asyncio.sleep(30)
+        return "done"
+
+    wf = Workflow("w")
+    wf.step(name="s")(step)
+
+    async def main() -> str:
+        created: list[str] = []
+        rt = Runtime(db, [wf])
+        task = asyncio.ensure_future(rt.astart("w", on_created=created.append))
+        while not created:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # in its step
+        rt.close()  # as a web server's shutdown does, before it cancels its tasks
+        with pytest.raises(RuntimeClosed, match=f"run {created[0]}: the runtime was closed while it executed"):
+            await task
+        return created[0]
+
+    rid = asyncio.run(main())
+    with Runtime(db, [wf]) as rt:
+        run = rt.get(rid)
+        assert run.status == RunStatus.INTERRUPTED and run.lease is None
+        [detected] = [e for e in rt.events(rid) if e.kind == "interruption_detected"]
+        assert not detected.detail.get("suspect"), "a release, not a death: never charged"
+        fast["go"] = True
+        assert rt.resume(rid) == RunStatus.COMPLETED
+
+
+def test_an_async_call_that_outlives_its_timeout_fails_however_it_returns(db):
+    async def stubborn(ctx):
+        try:
+            await asyncio.sleep(2)
+        except asyncio.CancelledError:
+            pass  # swallowed: it returns anyway
+        return "late"
+
+    async def blocker(ctx):
+        time.sleep(0.6)  # blocks the loop past its deadline
+        return "late"
+
+    wf = Workflow("w")
+    wf.step(name="stubborn", timeout=0.3, retries=0)(stubborn)
+    other = Workflow("o")
+    other.step(name="blocker", timeout=0.3, retries=0)(blocker)
+    with Runtime(db, [wf, other]) as rt:
+        for name in ("w", "o"):
+            run = rt.get(rt.start(name))
+            assert run.status == RunStatus.FAILED and not run.tasks[0].has_output
+            assert "ran longer than its timeout of 0.3 s (cancelled)" in run.error
