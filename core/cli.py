@@ -42,8 +42,9 @@ from .workflow import find_workflow
 from .models import Run, RunSummary
 from .store import RunStore, StoreMissing, open_store
 from .store.url import shown
-from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus
-from .views.display import Preview, clean, error_line, literal, preview, preview_json
+from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus, StepStatus
+from .views.display import (CALL_PREVIEW_CHARS, CALL_PREVIEW_LINES, Preview, clean, error_line, literal, preview,
+                            preview_json)
 from .views.patterns import kind_of, paused_execution, progress
 
 LIST_PAGE = 1_000
@@ -421,6 +422,15 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
             _bounded(out, preview_json(t.output), whole)
         if t.error:
             _bounded(out, preview(t.traceback or t.error), whole_run, "red")
+        for c in t.calls:  # what the execution recorded inside it, in order
+            tokens = (f"  tokens {c.input_tokens or 0:,} in / {c.output_tokens or 0:,} out"
+                      if c.input_tokens is not None or c.output_tokens is not None else "")
+            indent = "    " if inside else "  "
+            out.print(literal(f"{indent}· {c.kind} {c.position + 1} {c.name}  {STEP_SYMBOLS[c.status]} {c.status}"
+                              f"{tokens}"))
+            shown = json.dumps(c.value, ensure_ascii=False) if c.status == StepStatus.COMPLETED else c.error or ""
+            _bounded(out, preview(f"{indent}  {shown}", chars=CALL_PREVIEW_CHARS, lines=CALL_PREVIEW_LINES), whole_run,
+                     "" if c.status == StepStatus.COMPLETED else "red")
 
 
 def _waits_at(run: Run) -> str:

@@ -54,32 +54,6 @@ class RunSummary(_Model):
     lease: Lease | None = None
 
 
-class StepRecord(_Model):
-    """One step execution of a run, keyed by its sequence number ``seq`` in the run (0, 1, ...).
-
-    For a chain, the top-level steps are ``seq`` 0..n-1 in definition order; executions a driver
-    appends later (a repeated name in a later ``iteration``, a call by an ``agent``) get the next
-    numbers, with ``parent`` the ``seq`` of the execution that spawned them (None at top level).
-    ``output`` is None when not loaded or when the step returned None; ``has_output`` tells the
-    two apart."""
-
-    seq: int
-    name: str
-    iteration: int = 1
-    agent: str | None = None
-    parent: int | None = None
-    status: StepStatus
-    attempts: int
-    options: dict[str, Any]
-    output: Any = None
-    has_output: bool = False
-    error: str | None = None
-    traceback: str | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    idempotency_key: str
-
-
 class CallRecord(_Model):
     """A call execution ``seq`` recorded (see :meth:`relaypoint.workflow.Context.call`), at its
     ``position`` there (0-based, the order of its calls). ``kind``: call, model (a model request)
@@ -104,6 +78,33 @@ class CallRecord(_Model):
     output_tokens: int | None = None
     started_at: datetime
     finished_at: datetime
+
+
+class StepRecord(_Model):
+    """One step execution of a run, keyed by its sequence number ``seq`` in the run (0, 1, ...).
+
+    For a chain, the top-level steps are ``seq`` 0..n-1 in definition order; executions a driver
+    appends later (a repeated name in a later ``iteration``, a call by an ``agent``) get the next
+    numbers, with ``parent`` the ``seq`` of the execution that spawned them (None at top level).
+    ``output`` is None when not loaded or when the step returned None; ``has_output`` tells the
+    two apart. ``calls``: the calls the execution recorded, in order (empty when not loaded)."""
+
+    seq: int
+    name: str
+    iteration: int = 1
+    agent: str | None = None
+    parent: int | None = None
+    status: StepStatus
+    attempts: int
+    options: dict[str, Any]
+    output: Any = None
+    has_output: bool = False
+    error: str | None = None
+    traceback: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    idempotency_key: str
+    calls: list[CallRecord] = []
 
 
 class Checkpoint(_Model):
@@ -203,14 +204,15 @@ class Run(RunSummary):
         """The run as JSON values, as ``relaypoint show --json`` prints it and the MCP server's
         ``show_run`` returns it: the summary's fields with ``input``, ``forks`` and
         ``forked_from_iteration``, then ``tasks``
-        (each execution's name, iteration, agent, parent, status, attempts, output, error, traceback,
-        started_at and finished_at, in tree order: a pattern's executions follow its row) and
+        (each execution's seq, name, iteration, agent, parent (its pattern's seq), status, attempts,
+        output, error, traceback, started_at, finished_at and recorded ``calls``, in tree order: a
+        pattern's executions follow its row) and
         ``pending`` (the checkpoint it waits on, or None). Times are ISO 8601 UTC strings."""
         data = self.model_dump(mode="json", include={
             "run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "forked_from_iteration",
             "created_at", "updated_at", "current_step", "steps_done", "steps_total", "error", "forks", "lease"})
         data["tasks"] = [t.model_dump(mode="json", include={
-            "name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback", "started_at",
-            "finished_at"}) for t in self.tasks]
+            "seq", "name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback",
+            "started_at", "finished_at", "calls"}) for t in self.tasks]
         data["pending"] = self.pending.model_dump(mode="json") if self.pending else None
         return data

@@ -25,7 +25,7 @@ from .defaults import DURABILITY, LEASE_SECONDS
 from .errors import DefinitionError, InvalidValue, RefusedTransition, UnknownWorkflow
 from .execution import Claim, Executor
 from .forks import Forks
-from .models import Checkpoint, Event, PendingDecision, Run, RunSummary, StepRecord
+from .models import CallRecord, Checkpoint, Event, PendingDecision, Run, RunSummary, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import announce_refusal, resume_refusal
 from .retention import Retention
@@ -113,8 +113,8 @@ class Runtime:
     # ---- queries --------------------------------------------------------------------------------
 
     def get(self, run_id: str, *, with_outputs: bool = True) -> Run:
-        """The run (full id or unique prefix) with its input, step chain (with outputs unless
-        ``with_outputs=False``: the console reads one at a time with :meth:`step_output`), pending
+        """The run (full id or unique prefix) with its input, step chain (with outputs and recorded
+        calls unless ``with_outputs=False``: the console reads one at a time with :meth:`step_output`), pending
         checkpoint, forks, the iteration it was forked from, and whether its parent was deleted.
         Raises ``UnknownRun``."""
         self.sweep()
@@ -122,8 +122,11 @@ class Runtime:
         head = self.store.run(rid)
         tasks = self.store.steps(rid)
         if with_outputs:
-            tasks = [t.model_copy(update={"output": self.store.output(rid, t.seq)[1]}) if t.has_output else t
-                     for t in tasks]
+            calls: dict[int, list[CallRecord]] = {}
+            for c in self.store.calls(rid):
+                calls.setdefault(c.seq, []).append(c)
+            tasks = [t.model_copy(update={"output": self.store.output(rid, t.seq)[1] if t.has_output else None,
+                                          "calls": calls.get(t.seq, [])}) for t in tasks]
         parent = head.parent_run_id
         return Run(
             **{k: getattr(head, k) for k in RunSummary.model_fields}, input=head.input or {}, tasks=tasks,

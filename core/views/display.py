@@ -102,6 +102,8 @@ store and ``--json`` always hold and print the whole value."""
 
 PREVIEW_LINES = 60
 """At most this many lines of one value are shown at once (see :data:`PREVIEW_CHARS`)."""
+CALL_PREVIEW_CHARS, CALL_PREVIEW_LINES = 400, 6
+"""The bounds of one recorded call's result shown under its step (a step may record many)."""
 
 
 @dataclass(frozen=True)
