@@ -27,8 +27,8 @@ from relaypoint.views.display import PREVIEW_CHARS
 LIST_KEYS = {"run_id", "workflow", "status", "parent_run_id", "created_at", "updated_at"}
 SHOW_KEYS = {"run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
              "updated_at", "tasks"}
-TASK_KEYS = {"name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback",
-             "started_at", "finished_at"}
+TASK_KEYS = {"seq", "name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback",
+             "started_at", "finished_at", "calls"}
 EVENT_KEYS = {"event_id", "run_id", "at", "kind", "step", "actor", "detail"}
 
 
@@ -160,6 +160,10 @@ def test_show_json_has_the_run_and_its_tasks_in_order(app, db):
     draft, check, publish = run["tasks"]
     assert (draft["status"], draft["attempts"], draft["output"]) == ("completed", 1, {"text": "about cats"})
     assert draft["started_at"].endswith("Z") and draft["finished_at"].endswith("Z")
+    assert [t["seq"] for t in run["tasks"]] == [0, 1, 2]
+    [about] = draft["calls"]  # the draft step's recorded call
+    assert (about["position"], about["name"], about["kind"], about["status"], about["value"]) == (
+        0, "about", "call", "completed", "about cats")
     assert (publish["status"], publish["attempts"], publish["output"], publish["started_at"]) == (
         "pending", 0, None, None)
     assert run["lease"] is None  # nobody executes a paused run
