@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from . import tracing
 from .calls import is_async
 from .errors import LeaseLost
 from .execution import Claim, Executor, Stop, lease_lost
@@ -33,6 +34,7 @@ from .lease import HOST
 from .recovery import Recovery
 from .status import RunStatus
 from .store import StoreUnreachable
+from .workflow import InputRequested
 
 T = TypeVar("T")
 CALL_THREADS = 64
@@ -56,15 +58,22 @@ class LoopThread:
             return self._loop
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for its result, from a thread that is not the loop's.
-        Interrupted (Ctrl-C), it cancels ``coro`` and waits until it has ended before raising."""
+        """Run ``coro`` on the loop and wait for its result, from a thread that is not the loop's,
+        in a copy of that thread's context (its current span is the parent of the spans ``coro``
+        makes). Interrupted (Ctrl-C), it cancels ``coro`` and waits until it has ended before
+        raising."""
         ended = threading.Event()
+        context = contextvars.copy_context()
 
-        async def whole() -> T:
+        async def guarded() -> T:
             try:
                 return await coro
             except (KeyboardInterrupt, SystemExit) as exc:  # raised out of a task, they would stop the loop
                 raise _Carried(exc) from None
+
+        async def whole() -> T:
+            try:  # a task of its own, to run in the caller's context; cancelling this one cancels it
+                return await asyncio.get_running_loop().create_task(guarded(), context=context)
             finally:
                 ended.set()
 
@@ -129,9 +138,11 @@ class Runner:
             while not isinstance(launch, RunStatus):
                 if inline and _lone_sync(flights, launch):
                     flight = launch[0]
-                    outcome = _outcome_of(flight.spec.fn, flight.views.ctx)
-                    if outcome.error is None and _awaitable(outcome.value):
-                        outcome = self.loop.run(_outcome(outcome.value))
+                    with tracing.execution_span(_attributes(flights, flight)) as span:
+                        outcome = _outcome_of(flight.spec.fn, flight.views.ctx)
+                        if outcome.error is None and _awaitable(outcome.value):
+                            outcome = self.loop.run(_outcome(outcome.value))
+                        _traced(span, outcome)
                     launch = flights.land(flight, outcome)
                 else:
                     launch = self.loop.run(self._fly(flights, launch, _inline, lone_returns=inline))
@@ -189,7 +200,10 @@ class Runner:
             lost.set()
 
         async def run(flight: Flight) -> None:
-            landed.put_nowait((flight, await self._attempt(flight)))
+            with tracing.execution_span(_attributes(flights, flight)) as span:
+                outcome = await self._attempt(flight)
+                _traced(span, outcome)
+            landed.put_nowait((flight, outcome))
 
         try:
             while True:
@@ -233,6 +247,18 @@ class Runner:
             return await fn(ctx)
         call = functools.partial(contextvars.copy_context().run, fn, ctx)
         return await asyncio.get_running_loop().run_in_executor(self.threads, call)
+
+
+def _attributes(flights: Flights, flight: Flight) -> dict[str, Any]:
+    """The attributes of the span of ``flight``'s attempt."""
+    claim, cur = flights.claim, flight.cur
+    return tracing.execution_attributes(claim.run_id, claim.workflow, cur.call, cur.attempt, cur.key)
+
+
+def _traced(span: Any, outcome: Outcome) -> None:
+    """Mark an attempt's span failed when it raised (a pause is not a failure)."""
+    if outcome.error is not None and not isinstance(outcome.error, InputRequested):
+        tracing.failed(span, outcome.error)
 
 
 def _loop_running() -> bool:
