@@ -59,21 +59,16 @@ class LoopThread:
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and wait for its result, from a thread that is not the loop's,
-        in a copy of that thread's context (its current span is the parent of the spans ``coro``
-        makes). Interrupted (Ctrl-C), it cancels ``coro`` and waits until it has ended before
-        raising."""
+        in a copy of that thread's context (``call_soon_threadsafe`` copies it: its current span is
+        the parent of the spans ``coro`` makes). Interrupted (Ctrl-C), it cancels ``coro`` and waits
+        until it has ended before raising."""
         ended = threading.Event()
-        context = contextvars.copy_context()
 
-        async def guarded() -> T:
+        async def whole() -> T:
             try:
                 return await coro
             except (KeyboardInterrupt, SystemExit) as exc:  # raised out of a task, they would stop the loop
                 raise _Carried(exc) from None
-
-        async def whole() -> T:
-            try:  # a task of its own, to run in the caller's context; cancelling this one cancels it
-                return await asyncio.get_running_loop().create_task(guarded(), context=context)
             finally:
                 ended.set()
 
