@@ -292,6 +292,21 @@ def test_a_queued_run_claimed_elsewhere_links_to_its_enqueue_span(db, spans):
         (enqueued.context.trace_id, enqueued.context.span_id)]
 
 
+async def test_a_run_resumed_from_the_async_api_links_to_its_first_run_span(db, spans):
+    wf = Workflow("asks")
+    wf.step(name="ask")(lambda ctx: ctx.request_input("Title?"))
+    with Runtime(db, [wf]) as rt:
+        rid = await rt.astart("asks")
+        await rt.arespond(rid, "t")
+        assert await rt.aresume(rid) == RunStatus.COMPLETED  # as the worker resumes its runs
+    first, again = named(spans, "relaypoint run")
+    assert [(link.context.span_id, dict(link.attributes)) for link in again.links] == [
+        (first.context.span_id, {"relaypoint.link": "run"})]
+    assert again.attributes[tracing.STATUS] == "completed" and first.links == ()
+    ask = named(spans, "relaypoint step ask")
+    assert [parent_of(s) for s in ask] == [first.context.span_id, again.context.span_id]
+
+
 def test_a_run_begun_untraced_resumes_without_a_link(db, spans, monkeypatch):
     wf = Workflow("asks")
     wf.step(name="ask")(lambda ctx: ctx.request_input("Title?"))
