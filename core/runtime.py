@@ -283,7 +283,7 @@ class Runtime:
         Raises ``UnknownWorkflow``, ``InvalidValue`` (input not a JSON object), ``LeaseLost``.
         """
         wf = find_workflow(self.workflows, workflow)
-        input_text, run_id = _input_text(input), self.id_factory()
+        run_id, input_text = self.id_factory(), _input_text(input)
         with tracing.run_span(wf.name, run_id) as span:
             claim = self._claims.start(run_id, wf, input_text, tracing.traceparent(span))
             if on_created is not None:
@@ -298,7 +298,7 @@ class Runtime:
         threads. Cancelling the awaiting task releases the run ``interrupted`` (``resume`` goes on
         from its last boundary)."""
         wf = find_workflow(self.workflows, workflow)
-        input_text, run_id = _input_text(input), self.id_factory()
+        run_id, input_text = self.id_factory(), _input_text(input)
         with tracing.run_span(wf.name, run_id) as span:
             claim = await asyncio.to_thread(self._claims.start, run_id, wf, input_text, tracing.traceparent(span))
             if on_created is not None:
@@ -314,7 +314,7 @@ class Runtime:
         Raises ``UnknownWorkflow``, ``InvalidValue`` (input not a JSON object), ``StoreReadOnly``.
         """
         wf = find_workflow(self.workflows, name)
-        input_text, run_id = _input_text(input), self.id_factory()
+        run_id, input_text = self.id_factory(), _input_text(input)
         with tracing.enqueue_span(wf.name, run_id) as span:
             self._claims.enqueue(run_id, wf, input_text, tracing.traceparent(span))
         return run_id
