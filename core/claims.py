@@ -44,9 +44,10 @@ class Claims:
 
     # ---- start
 
-    def start(self, run_id: str, wf: Workflow, input_text: str) -> Claim:
+    def start(self, run_id: str, wf: Workflow, input_text: str, traceparent: str | None = None) -> Claim:
         """Record a new run of ``wf`` (its planned steps pending, the first one started) owned by
-        this process, as one change."""
+        this process, as one change; ``traceparent``: its run span's, for its ``run_started``
+        event (see :mod:`relaypoint.tracing`)."""
         driver = wf.driver()
         definition = driver.definition()
         lease = self.lease(run_id)
@@ -56,7 +57,7 @@ class Claims:
         input = encoding.loads(input_text)
         # a fresh run: resolving reads nothing of the store, so everything is written at once after it
         state, action, cur = self.executor.resolve(run_id, driver, driver.initial_state(), input, fresh_from=0)
-        claim = Claim(run_id, driver, lease, input, state, action, cur, steps_done=0, fresh_from=0)
+        claim = Claim(run_id, driver, lease, input, state, action, cur, steps_done=0, fresh_from=0, workflow=wf.name)
         claim.next_seq = len(planned)  # an execution the driver appends comes after the planned rows
         started, checkpoints, made = self._begin(claim, at)
         self.store.commit(Change(
@@ -70,14 +71,14 @@ class Claims:
             started=started,
             checkpoints=[NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None, at,
                                        state=state_json(state)), *checkpoints],
-            events=[events.run_started(wf.name, lease.pid, HOST), *made]))
+            events=[events.run_started(wf.name, lease.pid, HOST, traceparent), *made]))
         return claim
 
-    def enqueue(self, run_id: str, wf: Workflow, input_text: str) -> None:
+    def enqueue(self, run_id: str, wf: Workflow, input_text: str, traceparent: str | None = None) -> None:
         """Record a new run of ``wf`` ``queued``, owned by no one, as one change: the rows
         :meth:`start` writes (the run, its planned steps, its start checkpoint, and when the driver
         begins with an execution it appends, that row with a checkpoint naming it), every step
-        pending, and a ``run_queued`` event; nothing executes. A worker's claim (:meth:`resume`)
+        pending, and a ``run_queued`` event (with ``traceparent``, as :meth:`start`'s); nothing executes. A worker's claim (:meth:`resume`)
         goes on from there."""
         driver = wf.driver()
         planned = driver.planned()
@@ -102,7 +103,7 @@ class Claims:
             inserted=steps,
             checkpoints=[NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None, at,
                                        state=state_json(state)), *([] if named is None else [named])],
-            events=[events.run_queued(wf.name)]))
+            events=[events.run_queued(wf.name, traceparent)]))
 
     def _begin(self, claim: Claim, at: datetime) -> tuple[StepStart | None, list[NewCheckpoint], list[NewEvent]]:
         """How the claim's change starts the execution the run continues with (none when the
@@ -191,7 +192,8 @@ class Claims:
         if held is not None:
             self._hold(rid, held, state, at, ended, made)
             return RunStatus.AWAITING_APPROVAL
-        claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done, open_calls=open_calls)
+        claim = Claim(rid, driver, lease, input, state, action, cur, steps_done=steps_done, open_calls=open_calls,
+                      workflow=head.workflow)
         started, checkpoints, starting = self._begin(claim, at)
         self.store.commit(Change(
             rid, at, run=RunUpdate(status=RunStatus.RUNNING, error=None, lease=lease.lease(),

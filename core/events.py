@@ -16,14 +16,17 @@ from .status import EventKind
 from .store import NewEvent
 
 
-def run_started(workflow: str, pid: int, host: str) -> NewEvent:
-    """A run started by this process (``pid`` on ``host``)."""
-    return NewEvent(EventKind.RUN_STARTED, detail={"workflow": workflow, "pid": pid, "host": host})
+def run_started(workflow: str, pid: int, host: str, traceparent: str | None = None) -> NewEvent:
+    """A run started by this process (``pid`` on ``host``); ``traceparent``: the W3C trace context
+    of its run span, when traced (see :mod:`relaypoint.tracing`)."""
+    return NewEvent(EventKind.RUN_STARTED, detail={"workflow": workflow, "pid": pid, "host": host,
+                                                   **({"traceparent": traceparent} if traceparent else {})})
 
 
-def run_queued(workflow: str) -> NewEvent:
-    """A run recorded for a worker to execute."""
-    return NewEvent(EventKind.RUN_QUEUED, detail={"workflow": workflow})
+def run_queued(workflow: str, traceparent: str | None = None) -> NewEvent:
+    """A run recorded for a worker to execute; ``traceparent`` as for :func:`run_started`."""
+    return NewEvent(EventKind.RUN_QUEUED, detail={"workflow": workflow,
+                                                  **({"traceparent": traceparent} if traceparent else {})})
 
 
 def step_started(call: Call, attempt: int) -> NewEvent:

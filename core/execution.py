@@ -55,7 +55,8 @@ class Claim:
     them (pending, never started, keyed by :func:`idempotency_key`), so starting one reads nothing
     (None: unknown, read each row; a claim that inserted the rows knows them), and ``open_calls``:
     on resume, the recorded rows of the pattern's independent calls that never finished, by
-    :func:`~relaypoint.drivers.call_key` (each runs again in its own row, not in a new one)."""
+    :func:`~relaypoint.drivers.call_key` (each runs again in its own row, not in a new one).
+    ``workflow``: the run's workflow name (its spans carry it)."""
 
     run_id: str
     driver: Driver
@@ -68,6 +69,7 @@ class Claim:
     next_seq: int | None = field(default=None)
     fresh_from: int | None = field(default=None)
     open_calls: dict[CallKey, StepRecord] = field(default_factory=dict)
+    workflow: str = ""
 
     def started(self, seq: int) -> None:
         """Planned execution ``seq`` was started: it, and the planned rows before it, are no longer

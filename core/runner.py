@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from . import tracing
 from .calls import is_async
 from .errors import LeaseLost, RuntimeClosed
 from .execution import Claim, Executor, Stop, lease_lost
@@ -33,6 +34,7 @@ from .lease import HOST
 from .recovery import Recovery
 from .status import RunStatus
 from .store import StoreUnreachable
+from .workflow import InputRequested
 
 T = TypeVar("T")
 CALL_THREADS = 64
@@ -56,8 +58,10 @@ class LoopThread:
             return self._loop
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for its result, from a thread that is not the loop's.
-        Interrupted (Ctrl-C), it cancels ``coro`` and waits until it has ended before raising."""
+        """Run ``coro`` on the loop and wait for its result, from a thread that is not the loop's,
+        in a copy of that thread's context (``call_soon_threadsafe`` copies it: its current span is
+        the parent of the spans ``coro`` makes). Interrupted (Ctrl-C), it cancels ``coro`` and waits
+        until it has ended before raising."""
         ended = threading.Event()
 
         async def whole() -> T:
@@ -139,9 +143,11 @@ class Runner:
             while not isinstance(launch, RunStatus):
                 if inline and _lone_sync(flights, launch):
                     flight = launch[0]
-                    outcome = _outcome_of(flight.spec.fn, flight.views.ctx)
-                    if outcome.error is None and _awaitable(outcome.value):
-                        outcome = self.loop.run(_outcome(outcome.value))
+                    with tracing.execution_span(_attributes(flights, flight)) as span:
+                        outcome = _outcome_of(flight.spec.fn, flight.views.ctx)
+                        if outcome.error is None and _awaitable(outcome.value):
+                            outcome = self.loop.run(_outcome(outcome.value))
+                        _traced(span, outcome)
                     launch = flights.land(flight, outcome)
                 else:
                     launch = self.loop.run(self._fly(flights, launch, _inline, lone_returns=inline))
@@ -205,7 +211,10 @@ class Runner:
             lost.set()
 
         async def run(flight: Flight) -> None:
-            landed.put_nowait((flight, await self._attempt(flight)))
+            with tracing.execution_span(_attributes(flights, flight)) as span:
+                outcome = await self._attempt(flight)
+                _traced(span, outcome)
+            landed.put_nowait((flight, outcome))
 
         try:
             while True:
@@ -254,6 +263,18 @@ class Runner:
             return await fn(ctx)
         call = functools.partial(contextvars.copy_context().run, fn, ctx)
         return await asyncio.get_running_loop().run_in_executor(self.threads, call)
+
+
+def _attributes(flights: Flights, flight: Flight) -> dict[str, Any]:
+    """The attributes of the span of ``flight``'s attempt."""
+    claim, cur = flights.claim, flight.cur
+    return tracing.execution_attributes(claim.run_id, claim.workflow, cur.call, cur.attempt, cur.key)
+
+
+def _traced(span: Any, outcome: Outcome) -> None:
+    """Mark an attempt's span failed when it raised (a pause is not a failure)."""
+    if outcome.error is not None and not isinstance(outcome.error, InputRequested):
+        tracing.failed(span, outcome.error)
 
 
 def _loop_running() -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import encoding
+from . import encoding, tracing
 from .claims import Claims
 from .clock import Clock, IdFactory, new_run_id, utcnow
 from .decisions import Decisions, step_named
@@ -287,10 +287,12 @@ class Runtime:
         Raises ``UnknownWorkflow``, ``InvalidValue`` (input not a JSON object), ``LeaseLost``.
         """
         wf = find_workflow(self.workflows, workflow)
-        claim = self._claims.start(self.id_factory(), wf, _input_text(input))
-        if on_created is not None:
-            on_created(claim.run_id)
-        self._runner.drive(claim)
+        run_id, input_text = self.id_factory(), _input_text(input)
+        with tracing.run_span(wf.name, run_id) as span:
+            claim = self._claims.start(run_id, wf, input_text, tracing.traceparent(span))
+            if on_created is not None:
+                on_created(claim.run_id)
+            tracing.stopped(span, self._runner.drive(claim))
         return claim.run_id
 
     async def astart(self, workflow: str, input: dict[str, Any] | None = None, *,
@@ -301,10 +303,12 @@ class Runtime:
         from its last boundary). ``on_created`` is called on this loop's thread; an ``async def``
         one is awaited."""
         wf = find_workflow(self.workflows, workflow)
-        claim = await asyncio.to_thread(self._claims.start, self.id_factory(), wf, _input_text(input))
-        if on_created is not None and inspect.isawaitable(created := on_created(claim.run_id)):
-            await created
-        await self._runner.adrive(claim)
+        run_id, input_text = self.id_factory(), _input_text(input)
+        with tracing.run_span(wf.name, run_id) as span:
+            claim = await asyncio.to_thread(self._claims.start, run_id, wf, input_text, tracing.traceparent(span))
+            if on_created is not None and inspect.isawaitable(created := on_created(claim.run_id)):
+                await created
+            tracing.stopped(span, await self._runner.adrive(claim))
         return claim.run_id
 
     def enqueue(self, name: str, input: dict[str, Any] | None = None) -> str:
@@ -315,8 +319,9 @@ class Runtime:
         Raises ``UnknownWorkflow``, ``InvalidValue`` (input not a JSON object), ``StoreReadOnly``.
         """
         wf = find_workflow(self.workflows, name)
-        run_id = self.id_factory()
-        self._claims.enqueue(run_id, wf, _input_text(input))
+        run_id, input_text = self.id_factory(), _input_text(input)
+        with tracing.enqueue_span(wf.name, run_id) as span:
+            self._claims.enqueue(run_id, wf, input_text, tracing.traceparent(span))
         return run_id
 
     def check_resumable(self, run_id: str) -> Run:
@@ -363,7 +368,12 @@ class Runtime:
         claim = self._claim(run_id, allow_drift, replan, only_if, skip_locked)
         if isinstance(claim, RunStatus):
             return claim
-        return self._runner.drive(claim, should_stop)
+        with tracing.run_span(claim.workflow, claim.run_id) as span:
+            if tracing.wants_origin(span):
+                tracing.link_origin(span, self._origin(claim.run_id))
+            status = self._runner.drive(claim, should_stop)
+            tracing.stopped(span, status)
+        return status
 
     async def aresume(self, run_id: str, *, allow_drift: bool = False, replan: bool = False,
                       should_stop: Callable[[], bool | str] | None = None, only_if: RunStatus | None = None,
@@ -373,7 +383,17 @@ class Runtime:
         claim = await asyncio.to_thread(self._claim, run_id, allow_drift, replan, only_if, skip_locked)
         if isinstance(claim, RunStatus):
             return claim
-        return await self._runner.adrive(claim, should_stop)
+        with tracing.run_span(claim.workflow, claim.run_id) as span:
+            if tracing.wants_origin(span):
+                tracing.link_origin(span, await asyncio.to_thread(self._origin, claim.run_id))
+            status = await self._runner.adrive(claim, should_stop)
+            tracing.stopped(span, status)
+        return status
+
+    def _origin(self, run_id: str) -> str | None:
+        """The ``traceparent`` recorded in the run's first event (see :mod:`relaypoint.tracing`)."""
+        first = self.store.events(run_id, limit=1)
+        return (first[0].detail or {}).get("traceparent") if first else None
 
     def _claim(self, run_id: str, allow_drift: bool, replan: bool, only_if: RunStatus | None,
                skip_locked: bool) -> Claim | RunStatus:

@@ -87,6 +87,13 @@ def test_no_sql_outside_the_store():
     assert sql_strings(STORE / "sqlite.py") and sql_strings(STORE / "postgres.py")  # the pattern finds SQL there
 
 
+def test_only_tracing_imports_opentelemetry():
+    """relaypoint.tracing holds everything OpenTelemetry (an optional extra): no other module
+    imports it, so a missing API is one import guard in one place."""
+    users = sorted(str(p.relative_to(ROOT)) for p in modules() if "opentelemetry" in imported(p))
+    assert users == ["core/tracing.py"]
+
+
 def test_front_ends_use_the_runtime_never_its_store():
     def store_reads(path: Path) -> list[str]:
         return [f"{path.relative_to(ROOT)}:{node.lineno}: .store"

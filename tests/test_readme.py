@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -91,3 +93,14 @@ def test_running_your_own_module_works_as_written(tmp_path):
     with Runtime(str(tmp_path / "relaypoint.db"), create=False) as rt:
         (run,) = rt.list()
         assert run.status == "completed" and rt.step_output(run.run_id, "publish")["title"] == "Final title"
+
+
+def test_the_traces_example_runs_as_written(tmp_path):
+    """The Traces section's block, in a process of its own (it sets the global tracer provider, as
+    an application does once), gives the spans its comment shows."""
+    (block,) = python_blocks(section("Traces"))
+    code = block + "\nimport json\nprint(json.dumps(tree))\n"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    shown = re.search(r"\n((?:# .*\n)+)", block.split("tree = ", 1)[1]).group(1)
+    assert json.loads(done.stdout) == json.loads(re.sub(r"^# ?", "", shown, flags=re.M))

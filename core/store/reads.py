@@ -191,5 +191,6 @@ class RunReads(ABC):
         Reads the paused runs through the status index; never reads outputs."""
 
     @abstractmethod
-    def events(self, run_id: str) -> list[Event]:
-        """The run's audit trail, oldest first (detail decoded leniently)."""
+    def events(self, run_id: str, *, limit: int | None = None) -> list[Event]:
+        """The run's audit trail, oldest first (detail decoded leniently); ``limit``: only its first
+        that many events (read through the run's events index)."""

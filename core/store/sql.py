@@ -568,10 +568,11 @@ class SqlStore(RunStore):
                                  (*values, checkpoint_id, self._stamp(until))) == 1
 
     @translated
-    def events(self, run_id: str) -> list[Event]:
+    def events(self, run_id: str, *, limit: int | None = None) -> list[Event]:
+        limited, values = ("", (run_id,)) if limit is None else (" LIMIT ?", (run_id, limit))
         return [Event(event_id=r["event_id"], run_id=r["run_id"], at=_time(r, "at", f"event {r['event_id']}"),
                       kind=r["kind"], step=r["step"], actor=r["actor"], detail=readable(r["detail"], dict))
-                for r in self._rows("SELECT * FROM events WHERE run_id = ? ORDER BY event_id", (run_id,))]
+                for r in self._rows(f"SELECT * FROM events WHERE run_id = ? ORDER BY event_id{limited}", values)]
 
 
 def matchable(key: str) -> bool:
