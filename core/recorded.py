@@ -15,9 +15,9 @@ import asyncio
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import encoding
+from . import encoding, tracing
 from .calls import is_async
 from .clock import Clock
 from .errors import DriftError
@@ -25,6 +25,9 @@ from .models import CallRecord
 from .recovery import now_of
 from .status import CallKind, StepStatus
 from .store import Change, NewCall, RunStore, RunUpdate
+
+if TYPE_CHECKING:
+    from .workflow import Context
 
 
 @dataclass(frozen=True)
@@ -62,9 +65,10 @@ class Recorder:
 
     # ---- the two ways in
 
-    def call(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], *,
-             kind: CallKind = CallKind.CALL) -> Any:
-        """``fn(*args, **kwargs)`` once, its result recorded; run again, the recorded result. Raises
+    def call(self, ctx: Context, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any],
+             *, kind: CallKind = CallKind.CALL) -> Any:
+        """``fn(*args, **kwargs)`` once, its result recorded; run again, the recorded result. A call
+        that runs is a span (:func:`relaypoint.tracing.call_span`) under the step ``ctx`` runs. Raises
         ``TypeError`` for an async ``fn`` (``acall`` awaits it), :class:`CallDrift`,
         ``InvalidValue`` for a result that is not JSON, and what ``fn`` raises."""
         if is_async(fn):
@@ -74,17 +78,18 @@ class Recorder:
         if recorded is not None:
             return recorded.value
         started = now_of(self._clock)
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            self._store.commit(self._failed(position, name, kind, started, exc))
-            raise
-        change, value = self._completed(position, name, kind, started, result)
+        with tracing.call_span(ctx, name, index=position) as span:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                self._store.commit(self._failed(position, name, kind, started, exc))
+                raise
+            change, value = self._completed(position, name, kind, started, result, span)
         self._store.commit(change)
         return value
 
-    async def acall(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], *,
-                    kind: CallKind = CallKind.CALL) -> Any:
+    async def acall(self, ctx: Context, name: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                    kwargs: Mapping[str, Any], *, kind: CallKind = CallKind.CALL) -> Any:
         """As :meth:`call`, from async code: an async ``fn`` awaited, a sync one run in a worker
         thread; the store read and written from worker threads, so the loop never waits on it."""
         position = self._take()  # before any await: the order the calls were made in
@@ -93,12 +98,13 @@ class Recorder:
         if recorded is not None:
             return recorded.value
         started = now_of(self._clock)
-        try:
-            result = await fn(*args, **kwargs) if is_async(fn) else await asyncio.to_thread(fn, *args, **kwargs)
-        except Exception as exc:
-            await asyncio.to_thread(self._store.commit, self._failed(position, name, kind, started, exc))
-            raise
-        change, value = self._completed(position, name, kind, started, result)
+        with tracing.call_span(ctx, name, index=position) as span:
+            try:
+                result = await fn(*args, **kwargs) if is_async(fn) else await asyncio.to_thread(fn, *args, **kwargs)
+            except Exception as exc:
+                await asyncio.to_thread(self._store.commit, self._failed(position, name, kind, started, exc))
+                raise
+            change, value = self._completed(position, name, kind, started, result, span)
         await asyncio.to_thread(self._store.commit, change)
         return value
 
@@ -124,8 +130,10 @@ class Recorder:
                             "earlier step")
         return found if found is not None and found.status == StepStatus.COMPLETED else None
 
-    def _completed(self, position: int, name: str, kind: CallKind, started: Any, result: Any) -> tuple[Change, Any]:
+    def _completed(self, position: int, name: str, kind: CallKind, started: Any, result: Any,
+                   span: Any) -> tuple[Change, Any]:
         parts = result if isinstance(result, Result) else Result(result)
+        tracing.usage(span, parts.input_tokens, parts.output_tokens)
         text = encoding.dumps(parts.value, f"the result of call '{name}'")
         detail = None if parts.detail is None else encoding.dumps(parts.detail, f"the detail of call '{name}'")
         call = NewCall(self._seq, position, name, str(kind), StepStatus.COMPLETED, self._attempt, started, value=text,

@@ -210,6 +210,16 @@ def call_span(ctx: Context, name: str, *, index: int | None = None) -> Iterator[
         yield span
 
 
+def usage(span: Any, input_tokens: int | None, output_tokens: int | None) -> None:
+    """Set a model request's token usage on its call's ``span`` (None: no span, or nothing known)."""
+    if span is None:
+        return
+    if input_tokens is not None:
+        span.set_attribute(GEN_AI_USAGE_INPUT_TOKENS, input_tokens)
+    if output_tokens is not None:
+        span.set_attribute(GEN_AI_USAGE_OUTPUT_TOKENS, output_tokens)
+
+
 @contextmanager
 def _span(tracer: Any, name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
     """A span current in the block; an ``Exception`` leaving it is recorded (OpenTelemetry's own

@@ -368,12 +368,12 @@ class Context:
         is recorded failed and runs again with the execution. For an ``async def`` function use
         ``await ctx.acall(...)``. Raises ``TypeError`` outside a step's execution or for an async
         ``fn``, ``InvalidValue`` when the result is not JSON, and what ``fn`` raises."""
-        return self._calls().call(str(name), fn, args, kwargs)
+        return self._calls().call(self, str(name), fn, args, kwargs)
 
     async def acall(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """As :meth:`call`, awaited: an ``async def`` ``fn`` is awaited, a sync one runs in a worker
         thread. Calls gathered at once (``asyncio.gather``) are numbered in the order they were made."""
-        return await self._calls().acall(str(name), fn, args, kwargs)
+        return await self._calls().acall(self, str(name), fn, args, kwargs)
 
     def _calls(self) -> Recorder:
         if self._recorder is None:

@@ -19,7 +19,6 @@ import pytest
 import stores
 from relaypoint import Runtime, Workflow
 from relaypoint.errors import LeaseLost
-from relaypoint.recorded import Recorder
 from relaypoint.status import RunStatus, StepStatus
 
 
@@ -173,19 +172,26 @@ def test_what_a_call_cannot_take_is_refused_in_one_line(db):
         assert rt.store.calls(bad) == []
 
 
-def test_a_process_that_lost_the_run_records_nothing(db):
+def test_a_call_returning_after_its_run_was_cancelled_elsewhere_records_nothing(db):
     wf = Workflow("w")
+    box: dict[str, str] = {}
+
+    def model():
+        with Runtime(db, [wf]) as other:  # another terminal cancels the run while the model answers
+            other.cancel(box["rid"], by="ana")
+        return {"text": "late"}
 
     @wf.step
     def step(ctx):
-        return ctx.request_input("?")
+        box["rid"] = ctx.run_id
+        return ctx.call("model", model)
 
     with Runtime(db, [wf]) as rt:
-        rid = rt.start("w")
-        recorder = Recorder(rt.store, lambda: rt.get(rid).updated_at, rid, 0, 1, "not-the-lease", "step")
         with pytest.raises(LeaseLost):
-            recorder.call("model", lambda: 1, (), {})
-        assert rt.store.calls(rid) == []
+            rt.start("w")
+        rid = box["rid"]
+        assert rt.get(rid).status == RunStatus.CANCELLED
+        assert rt.store.calls(rid) == [], "the fence refused the call's record"
 
 
 APP = """

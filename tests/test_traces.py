@@ -409,3 +409,31 @@ def test_a_call_that_raises_is_an_error_span_and_a_pause_is_not(spans):
     assert raised.status.status_code == StatusCode.ERROR and [e.name for e in raised.events] == ["exception"]
     assert paused.status.status_code == StatusCode.UNSET and paused.events == ()
 
+
+
+def test_a_recorded_call_is_a_span_under_its_step_with_its_usage_and_a_replay_is_none(db, spans):
+    from relaypoint.recorded import Result
+
+    wf = Workflow("agent")
+
+    @wf.step
+    async def think(ctx):
+        answer = await ctx.acall("model", lambda: Result({"text": "hi"}, input_tokens=12, output_tokens=3))
+        ctx.call("tool", lambda: inner("inside the tool") or 1)
+        return {"answer": answer, "title": ctx.request_input("Title?")}
+
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("agent")
+        [step] = named(spans, "relaypoint step think")
+        model, tool = named(spans, "relaypoint call model") + named(spans, "relaypoint call tool")
+        assert parent_of(model) == parent_of(tool) == step.context.span_id
+        assert (model.attributes[tracing.CALL_INDEX], tool.attributes[tracing.CALL_INDEX]) == (0, 1)
+        assert model.attributes[tracing.RUN_ID] == rid and model.attributes[tracing.WORKFLOW] == "agent"
+        assert (model.attributes[tracing.GEN_AI_USAGE_INPUT_TOKENS],
+                model.attributes[tracing.GEN_AI_USAGE_OUTPUT_TOKENS]) == (12, 3)
+        [within] = named(spans, "inside the tool")
+        assert parent_of(within) == tool.context.span_id
+        spans.clear()
+        rt.respond(rid, "Hello", by="ana")
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        assert named(spans, "relaypoint call") == [], "recorded results came back: nothing was called again"
