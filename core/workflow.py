@@ -432,9 +432,26 @@ def describe_drift(recorded: list[dict[str, Any]], defined: list[dict[str, Any]]
 
 
 def changes(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """``key: old -> new`` for each key whose value differs (JSON values; ``-`` for absent)."""
+    """``key: old -> new`` for each key whose value differs (JSON values; ``-`` for absent). An
+    output model is named, not its schema printed: ``output: Draft -> Draft (schema changed)``."""
     def shown(d: dict[str, Any], key: str) -> str:
-        return json.dumps(d[key], sort_keys=True) if key in d else "-"
+        return json.dumps(_named(key, d[key]), sort_keys=True) if key in d else "-"
 
-    keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k, ...) != new.get(k, ...)]
-    return ", ".join(f"{k}: {shown(old, k)} -> {shown(new, k)}" for k in keys)
+    def said(key: str) -> str:
+        before, after = shown(old, key), shown(new, key)
+        return f"{key}: {before} -> {after}" + (" (schema changed)" if before == after else "")
+
+    return ", ".join(said(k) for k in dict.fromkeys([*old, *new]) if old.get(k, ...) != new.get(k, ...))
+
+
+def _named(key: str, value: Any) -> Any:
+    """An option as :func:`changes` shows it: a typed output (``output``, a pattern's ``outputs``)
+    by its model's name."""
+    def name(entry: Any) -> Any:
+        return entry.get("name") if isinstance(entry, dict) else entry
+
+    if key == "output":
+        return name(value)
+    if key == "outputs" and isinstance(value, dict):
+        return {label: name(entry) for label, entry in value.items()}
+    return value
