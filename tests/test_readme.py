@@ -91,3 +91,16 @@ def test_running_your_own_module_works_as_written(tmp_path):
     with Runtime(str(tmp_path / "relaypoint.db"), create=False) as rt:
         (run,) = rt.list()
         assert run.status == "completed" and rt.step_output(run.run_id, "publish")["title"] == "Final title"
+
+
+def test_the_typed_outputs_example_runs_as_written(tmp_path, monkeypatch):
+    """The Values section's "Typed outputs" block: an edit refused by the recorded schema with the
+    line its comment shows, then a good one, which the next step reads as the model."""
+    text = section("Values").split("\n### Typed outputs\n", 1)[1]
+    (block,) = python_blocks(text)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(block, str(README), "exec"), namespace)
+    shown = re.search(r"refused = str\(e\)  # (.*)", block).group(1)
+    assert namespace["refused"] == shown
+    assert namespace["published"] == re.search(r"published = .*# '(.*)'", block).group(1)

@@ -324,3 +324,33 @@ def test_the_recorded_schema_lists_fields_and_refuses_in_the_same_shape():
     with pytest.raises(InvalidValue, match="is not a valid JSON Schema"):
         check_recorded({"name": "Draft", "schema": {"type": 12}}, {}, "output")
     check_recorded(entry, {"title": "t", "sections": [{"heading": "h"}]}, "output")
+
+
+# ---- the console ----------------------------------------------------------------------------------
+
+
+async def test_the_console_approve_form_lists_the_model_and_its_refusal_is_one_line(db, tmp_path, monkeypatch):
+    from console_pilot import open_form, settle, until
+    from textual.widgets import Static, TextArea
+
+    from relaypoint.tui import RelaypointConsole
+    from relaypoint.tui.screens.forms import ApproveScreen
+
+    monkeypatch.chdir(tmp_path)
+    rid = gated(db)
+    app = RelaypointConsole(db)
+    notes: list[tuple[str, str]] = []
+    app.notify = lambda message, **kw: notes.append((message, kw.get("severity", "information")))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await open_form(pilot, rid, "a", ApproveScreen)
+        await until(pilot, lambda: app.screen.loaded)
+        model = str(app.screen.query_one("#output-model", Static).content)
+        assert model == ("Output model Draft: title string required · words integer · "
+                         "sections array of Section")
+        app.screen.query_one("#output-json", TextArea).load_text('{"words": 9}')
+        await pilot.press("ctrl+s")  # the diff first
+        await settle(pilot)
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: any(severity == "error" for _, severity in notes))
+    assert ("the edited output of step 'draft' does not fit Draft: field 'title': Field required", "error") in notes
+    assert_nothing_recorded(db, rid)
