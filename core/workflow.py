@@ -217,7 +217,8 @@ class Workflow:
     def debate(self, name: str, *, agents: Mapping[str, Any], rounds: int, judge: StepFn | None = None,
                concurrent: bool = False, max_concurrency: int | None = None, retries: int = RETRIES,
                on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
-        """Register a debate: every agent (``name -> function`` or :func:`relaypoint.human`) speaks
+        """Register a debate: every agent (``name -> function``, :func:`relaypoint.typed` or
+        :func:`relaypoint.human`) speaks
         once per round, in the given order, for ``rounds`` rounds, then ``judge(ctx)`` decides;
         the result is the judge's output (without a judge: the last round's outputs by agent).
         ``concurrent=True``: the speakers of a round speak at once (at most ``max_concurrency``),
@@ -351,15 +352,15 @@ class Context:
     """What a step function receives.
 
     ``input``: the run's input (a dict). ``results``: name of each completed upstream step ->
-    its output (None is a valid output); an output is read from the store when first used, so
-    use it while the step runs. ``attempt``: 1-based count of executions of this step.
+    its output (None is a valid output; a typed step's, ``output=Model``, is the model); an
+    output is read from the store when first used, so use it while the step runs. ``attempt``: 1-based count of executions of this step.
     ``idempotency_key``: stable across attempts of this step of this run, new in a fork; pass it
     to external services so a re-executed step does not repeat a side effect. ``iteration``: which
     repetition of the step this is (1 for a chain step; a pattern's round, turn, pass or subtask
     ordinal). ``agent``: the agent the step runs as (None for a chain step). ``state``: a read-only
     view of the driver's state (inside a pattern: the pattern's own state). ``history``: inside a
     pattern, its recorded results so far, in order, as ``{"iteration", "agent", "output"}`` dicts
-    (plus ``"task"`` for a planner's subtasks), read when first used. ``output``: a loop's pass
+    (plus ``"task"`` for a planner's subtasks; a typed agent's output is its model), read when first used. ``output``: a loop's pass
     output, for ``until``. ``failed``: for a planner's ``replan``, ``{"task": {...}, "error": text}``.
     """
 

@@ -354,3 +354,16 @@ async def test_the_console_approve_form_lists_the_model_and_its_refusal_is_one_l
         await until(pilot, lambda: any(severity == "error" for _, severity in notes))
     assert ("the edited output of step 'draft' does not fit Draft: field 'title': Field required", "error") in notes
     assert_nothing_recorded(db, rid)
+
+
+async def test_the_mcp_approve_refuses_an_edit_that_does_not_fit_and_takes_one_that_does(db, tmp_path):
+    from test_mcp import call, refused, server
+
+    rid = gated(db)
+    async with server(tmp_path, db) as session:
+        said = await refused(session, "approve", run_id=rid, output='{"title": 5}')
+        assert_nothing_recorded(db, rid)
+        await call(session, "approve", run_id=rid, output='{"title": "By an agent"}')
+    assert said.endswith("the edited output of step 'draft' does not fit Draft: field 'title': "
+                         "Input should be of type string")
+    assert stored_output(db, rid, "draft") == {"title": "By an agent"}
