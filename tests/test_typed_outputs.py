@@ -367,3 +367,24 @@ async def test_the_mcp_approve_refuses_an_edit_that_does_not_fit_and_takes_one_t
     assert said.endswith("the edited output of step 'draft' does not fit Draft: field 'title': "
                          "Input should be of type string")
     assert stored_output(db, rid, "draft") == {"title": "By an agent"}
+
+
+def test_a_held_orphan_approved_with_an_output_must_fit_its_model(db):
+    from helpers import kill_owner
+
+    wf = Workflow("orphan")
+    wf.step(name="ask", approval=True)(lambda ctx: None)
+    wf.step(name="draft", output=Draft, on_orphan="hold")(lambda ctx: {"title": "never run"})
+    with runtime(db, wf) as rt:
+        rid = rt.start("orphan")
+        rt.approve(rid)
+    kill_owner(db, rid, "draft")  # its executor died in draft
+    with runtime(db, wf) as rt:
+        assert rt.resume(rid) == RunStatus.AWAITING_APPROVAL
+        assert rt.get(rid).pending.kind == "orphan"
+    with Runtime(db, create=False) as rt:
+        with pytest.raises(InvalidValue, match=r"^the edited output of step 'draft' does not fit Draft: field 'title'"):
+            rt.approve(rid, output={})
+        assert rt.get(rid).pending.decision is None and not rt.get(rid).tasks[1].has_output
+        rt.approve(rid, output={"title": "what it did"})
+        assert rt.step_output(rid, "draft") == {"title": "what it did"}
