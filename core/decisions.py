@@ -1,21 +1,29 @@
 """Decisions on runs: approve, reject, respond, cancel, and the expiry of pause deadlines.
 
 Each checks the run under the write lock and writes one change deciding its open checkpoint
-exactly once (a change's decision writes only an undecided checkpoint). None needs the workflows.
+exactly once (a change's decision writes only an undecided checkpoint). None needs the workflows:
+an edited output of a typed step is checked against the JSON Schema its execution recorded, or,
+when its workflow is loaded with the same model, by the model itself (:mod:`relaypoint.typed`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from . import encoding, events
 from .clock import Clock, to_text
+from .drivers import Call
 from .errors import InvalidValue, RefusedTransition, UnknownStep, quoted
 from .models import Checkpoint, StepRecord
 from .recovery import Recovery, now_of
 from .refusals import cancel_refusal, decision_refusal
 from .status import APPROVAL_KINDS, INPUT_KINDS, CheckpointKind, Decision, RunStatus, StepStatus
 from .store import Change, ClosePauses, Decide, Lookup, RunStore, RunUpdate, StepEnd, Superseded
+from .typed import check_edit
+
+if TYPE_CHECKING:
+    from .workflow import Workflow
 
 
 def step_named(store: RunStore, rid: str, name: str | None) -> StepRecord:
@@ -34,10 +42,13 @@ def said(text: str | None) -> str | None:
 
 
 class Decisions:
-    """Decisions on the runs of ``store``; ``recovery`` sweeps dead owners before a cancel."""
+    """Decisions on the runs of ``store``; ``recovery`` sweeps dead owners before a cancel;
+    ``workflows``: the loaded definitions by name, whose output models check edited outputs."""
 
-    def __init__(self, store: RunStore, clock: Clock, recovery: Recovery) -> None:
+    def __init__(self, store: RunStore, clock: Clock, recovery: Recovery,
+                 workflows: Mapping[str, Workflow] | None = None) -> None:
         self.store, self.clock, self.recovery = store, clock, recovery
+        self.workflows = workflows or {}
 
     def _pending(self, rid: str, kinds: tuple[str, ...], verb: str, checkpoint_id: int | None) -> Checkpoint:
         cp = self.store.checkpoint(rid, Lookup.PENDING)
@@ -73,6 +84,8 @@ class Decisions:
             own = self._paused_execution(rid, cp)
             at = now_of(self.clock)
             head = self.store.run(rid, documents=False)
+            if value is not None and own.status != StepStatus.AWAITING_APPROVAL:  # it becomes the step's output
+                value = self._fitting(head.workflow, own, output)
             ended, marked, outputs = [], {}, {}
             if cp.kind == CheckpointKind.APPROVAL and own.status != StepStatus.AWAITING_APPROVAL:
                 # a gate: the output of the gated execution, approved (or edited); the run goes on after it
@@ -95,6 +108,19 @@ class Decisions:
                                 events=[events.approved(cp.step, by, cp.checkpoint_id, comment, value is not None)]))
         return cp.model_copy(update={"decision": Decision.APPROVED.value, "decided_by": by, "decided_at": at,
                                      "comment": comment, "value": output})
+
+    def _fitting(self, workflow: str, own: StepRecord, output: Any) -> str:
+        """``output``, to be recorded as execution ``own``'s output, as JSON text once it fits the
+        model the execution recorded (if any: an untyped one takes any JSON value). Raises
+        ``InvalidValue`` naming the first field that does not fit."""
+        entry = own.options.get("output")
+        if entry is None:
+            return encoding.dumps(output, "output")
+        wf = self.workflows.get(workflow)
+        model = wf.driver().model(Call.of(own)) if wf is not None else None
+        fitting = check_edit(entry if isinstance(entry, dict) else {}, output, model,
+                             f"the edited output of step '{own.name}'")
+        return encoding.dumps(fitting, "output")
 
     def _paused_execution(self, rid: str, cp: Checkpoint) -> StepRecord:
         """The execution pause ``cp`` is about (its ``paused_seq``): a gated step, a held orphan, a

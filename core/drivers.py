@@ -102,6 +102,14 @@ class Driver(ABC):
     def spec(self, call: Call) -> StepSpec:
         """The step (function and options) a call runs. Raises ``KeyError`` for an unknown name."""
 
+    def model(self, call: Call) -> Any:
+        """The pydantic model ``call``'s output is (its step's ``output``, see :mod:`relaypoint.typed`),
+        or None: untyped, or a call this definition no longer has (its output is read as stored)."""
+        try:
+            return self.spec(call).output
+        except KeyError:
+            return None
+
     @abstractmethod
     def seq_of(self, call: Call) -> int | None:
         """The seq of the planned execution ``call`` runs, or None when it is appended."""

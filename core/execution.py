@@ -28,6 +28,7 @@ from .recovery import Recovery, now_of
 from .status import CheckpointKind, RunStatus, StepStatus
 from .models import StepRecord
 from .store import Change, NewCheckpoint, NewEvent, NewStep, RunStore, RunUpdate, StepEnd, StepStart, StoreDamaged
+from .typed import read_back
 from .upstream import LazyHistory, LazyResponses, LazyResults, LazyState
 from .workflow import Context
 
@@ -135,6 +136,7 @@ class Executor:
                     return state, action, cur
                 # completed while the run waited (an orphan approved with the output it produced)
                 _, output = self.store.output(run_id, row.seq)
+                output = read_back(driver.model(call), output, f"the recorded output of '{call.name}'{where(call)}")
                 state = driver.fold(state, call, output, recorded=True,
                                     ctx=self.context(run_id, driver, state, input, cur).ctx)
                 continue
@@ -155,10 +157,11 @@ class Executor:
         """The context execution ``cur`` runs with, and the lazy views it reads through; ``fence``
         (the lease token) for an execution that runs, whose calls are recorded (:mod:`.recorded`)."""
         call = cur.call
-        results = LazyResults(self.store, run_id, driver.upstream(state))
+        results = LazyResults(self.store, run_id, driver.upstream(state), lambda name: driver.model(Call(name)))
         responses = LazyResponses(self.store, run_id, cur.seq if cur.seq is not None else -1)
         group = driver.history_of(call)
-        history = LazyHistory(self.store, run_id, *group) if group is not None else None
+        history = LazyHistory(self.store, run_id, *group, model=lambda r: driver.model(Call.of(r))) \
+            if group is not None else None
         ctx = Context(run_id=run_id, step=call.name, attempt=cur.attempt, idempotency_key=cur.key,
                       input=input if call.input is None else call.input, results=results, responses=responses,
                       iteration=call.iteration, agent=call.agent, state=LazyState(driver.view(state)),

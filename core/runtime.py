@@ -94,7 +94,7 @@ class Runtime:
         self._runner = Runner(self._executor, self._recovery)
         self._claims = Claims(self.store, clock, self._recovery, self._executor, lease_seconds=lease_seconds,
                               max_recoveries=max_recoveries)
-        self._decisions = Decisions(self.store, clock, self._recovery)
+        self._decisions = Decisions(self.store, clock, self._recovery, self.workflows)
         self._forks = Forks(self.store, clock, id_factory)
         self._retention = Retention(self.store, clock)
 
@@ -424,9 +424,13 @@ class Runtime:
         checkpoint the person looked at; if the run has moved on, the approval is refused.
         ``by`` defaults to the OS user. Returns the decided checkpoint.
 
+        A typed step's ``output`` (``@wf.step(output=Model)``) must fit its model: checked against
+        the JSON Schema the run recorded, or by the model itself when its workflow is loaded here
+        (then recorded as the model's JSON); nothing is recorded when it does not fit.
+
         Raises ``UnknownRun``, ``RefusedTransition`` (not awaiting approval, already decided, stale, or past
         its deadline: a pause whose deadline passed is expired first, as a worker would),
-        ``InvalidValue`` (output not storable).
+        ``InvalidValue`` (output not storable, or not fitting the step's model: one line naming the field).
         """
         return self._decisions.approve(run_id, by or os_user(), comment, output, checkpoint_id)
 

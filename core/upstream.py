@@ -2,6 +2,9 @@
 ``ctx.responses`` and ``ctx.history`` (and ``ctx.state``, copied only when used). A step that reads nothing reads
 nothing; each value is read and strictly decoded once, then kept.
 
+A typed execution's output (see :mod:`relaypoint.typed`) is read back as its model: ``ctx.results``
+of a typed step, ``ctx.history`` and the records of a pattern's typed agents.
+
 A damaged value raises :class:`relaypoint.store.StoreDamaged` to the step and is also kept in
 ``damage``, so the executor ends the run's claim even if the step swallowed the error.
 """
@@ -17,8 +20,12 @@ from .errors import StoreError
 from .models import StepRecord
 from .status import CheckpointKind, Decision
 from .store import Lookup, RunStore
+from .typed import read_back
 
 T = TypeVar("T")
+Model = Callable[[Any], Any]
+"""What gives the pydantic model of an execution's output (None: untyped), from its name
+(``ctx.results``) or its record (``ctx.history``)."""
 
 
 class _StoreReads:
@@ -57,12 +64,14 @@ class _LazyList(_StoreReads, Sequence[Any]):
 
 class LazyResults(_StoreReads, Mapping[str, Any]):
     """``name -> output`` of the upstream steps ``names`` of run ``run_id`` (the names the driver
-    offers), each read with :meth:`RunStore.output` on first access. Raises ``KeyError`` for a
-    name not offered, ``StoreDamaged`` for an output that cannot be decoded."""
+    offers), each read with :meth:`RunStore.output` on first access; a typed step's output as
+    its model (``model(name)``, see :mod:`relaypoint.typed`). Raises ``KeyError`` for a name not
+    offered, ``StoreDamaged`` for an output that cannot be decoded, ``InvalidValue`` for a typed
+    output that no longer fits its model (the model changed since)."""
 
-    def __init__(self, store: RunStore, run_id: str, names: Sequence[str]) -> None:
+    def __init__(self, store: RunStore, run_id: str, names: Sequence[str], model: Model = lambda name: None) -> None:
         super().__init__(store, run_id)
-        self._names = names
+        self._names, self._model = names, model
         self._values: dict[str, Any] = {}
 
     def __getitem__(self, name: str) -> Any:
@@ -73,6 +82,7 @@ class LazyResults(_StoreReads, Mapping[str, Any]):
         found, value = self._read(self._store.output, name=name)
         if not found:
             raise KeyError(name)
+        value = read_back(self._model(name), value, f"the recorded output of '{name}'")
         self._values[name] = value
         return value
 
@@ -119,13 +129,15 @@ class LazyHistory(_LazyList):
     ``parent`` of run ``run_id``, in order) as ``{"iteration", "agent", "output"}`` dicts, plus
     ``"task"`` for a planner's subtask; the pattern's own decisions (agent labels ``roles``) left
     out; with ``before``, only the calls of iterations below it (a call running beside others of its
-    iteration must not see those that finish while it runs). Read with :meth:`RunStore.history` on
-    first use; a damaged output raises ``StoreDamaged``."""
+    iteration must not see those that finish while it runs). A typed agent's output is its model
+    (``model(record)``), in the entries and in :meth:`records`. Read with :meth:`RunStore.history`
+    on first use; a damaged output raises ``StoreDamaged``, a typed one that no longer fits its
+    model ``InvalidValue``."""
 
     def __init__(self, store: RunStore, run_id: str, parent: int, roles: frozenset[str],
-                 before: int | None = None) -> None:
+                 before: int | None = None, *, model: Model = lambda record: None) -> None:
         super().__init__(store, run_id)
-        self._parent, self._roles, self._before = parent, roles, before
+        self._parent, self._roles, self._before, self._model = parent, roles, before, model
         self._records: list[StepRecord] | None = None
         self._entries: list[dict[str, Any]] | None = None
 
@@ -134,8 +146,16 @@ class LazyHistory(_LazyList):
         if self._records is None:
             records = self._read(lambda rid: self._store.steps(rid, parent=self._parent, outputs=True))
             before = self._before
-            self._records = records if before is None else [r for r in records if r.iteration < before]
+            records = records if before is None else [r for r in records if r.iteration < before]
+            self._records = [self._typed(r) for r in records]
         return self._records
+
+    def _typed(self, record: StepRecord) -> StepRecord:
+        model = self._model(record)
+        if model is None:
+            return record
+        what = f"the recorded output of '{record.name}' (iteration {record.iteration}, agent '{record.agent}')"
+        return record.model_copy(update={"output": read_back(model, record.output, what)})
 
     def _load(self) -> list[dict[str, Any]]:
         if self._entries is None:

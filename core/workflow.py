@@ -17,6 +17,7 @@ from .drivers import ChainDriver, Driver
 from .encoding import is_unicode, readable
 from .errors import DefinitionError, UnknownWorkflow, quoted
 from .status import CheckpointKind
+from .typed import check_model, described, returning
 
 NAME_RULE = "non-empty text without NUL characters or lone surrogates (valid Unicode)"
 
@@ -29,6 +30,8 @@ def is_name(value: Any) -> bool:
 
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from .patterns.base import Pattern
     from .recorded import Recorder
 
@@ -50,6 +53,8 @@ class StepSpec:
     ``timeout``: seconds a pause of this step (its approval, or its ``request_input``) may wait;
     the deadline is stored as an absolute UTC time when the pause begins, and a worker rejects the
     run once it passes. None: no deadline.
+    ``output``: the pydantic model the execution's output is (see :mod:`relaypoint.typed`; ``fn``
+    then validates what the step's function returns), or None (any JSON value).
     """
 
     name: str
@@ -59,12 +64,20 @@ class StepSpec:
     on_orphan: OnOrphan = "retry"
     timeout: float | None = None
     pattern: Pattern | None = None
+    output: type[BaseModel] | None = None
 
     def options(self) -> dict[str, Any]:
         """The step's options as stored with each run (``steps.options``); a pattern's row adds
-        ``"pattern"`` (its kind) and its parameters, so changing them is drift."""
+        ``"pattern"`` (its kind) and its parameters, so changing them is drift. A typed execution
+        adds ``"output": {"name", "schema"}`` (its model's JSON Schema, what an approval's edit is
+        checked against where the app is not loaded); an untyped one's options are as they were."""
         options = {"approval": self.approval, "retries": self.retries, "on_orphan": self.on_orphan,
                    "timeout": self.timeout}
+        if self.output is not None:
+            # Part of the definition, so of the fingerprint: a changed model is drift, like any changed
+            # option. Outputs recorded under the old model may not read back as the new one, and the run's
+            # recorded schema, which guards its approvals, would no longer be the model the code uses.
+            options["output"] = described(self.output)
         if self.pattern is not None:
             options.update(pattern=self.pattern.kind, **self.pattern.parameters())
         return options
@@ -130,13 +143,18 @@ class Workflow:
         retries: int = RETRIES,
         on_orphan: OnOrphan = "retry",
         timeout: float | None = None,
+        output: type[BaseModel] | None = None,
     ) -> Any:
         """Register a step; usable as ``@wf.step``, ``@wf.step(...)`` or ``wf.step(name=...)(fn)``.
 
         ``fn``: a function of ctx, ``def`` or ``async def``. ``name``: the step's name (default: the
-        function's name); the other options are those of :class:`StepSpec`. Raises
+        function's name); the other options are those of :class:`StepSpec`. ``output``: a pydantic
+        model: what the function returns (the model, or a dict it validates) is validated and stored
+        as its JSON, and ``ctx.results[name]`` gives the model back; a value that does not fit fails
+        the step at once, in one line naming the field, without spending its retries. Raises
         ``DefinitionError`` for a duplicate name, an invalid option, a function that yields (see
-        :func:`relaypoint.calls.check_callable`) or one without a name of its own and no ``name``.
+        :func:`relaypoint.calls.check_callable`), an ``output`` that is not a pydantic model class,
+        or a function without a name of its own and no ``name``.
         """
 
         def register(f: StepFn) -> StepFn:
@@ -145,7 +163,10 @@ class Workflow:
             check_callable(f, f"step {step_name!r}")
             check_options(f"step {step_name!r}", approval=approval, retries=retries, on_orphan=on_orphan,
                           timeout=timeout)
-            self.steps.append(StepSpec(step_name, f, approval, retries, on_orphan, timeout))
+            if output is not None:
+                check_model(output, f"step {step_name!r}")
+            run = f if output is None else returning(f, output)
+            self.steps.append(StepSpec(step_name, run, approval, retries, on_orphan, timeout, output=output))
             return f
 
         return register(fn) if fn is not None else register
@@ -175,18 +196,21 @@ class Workflow:
 
     def loop(self, fn: StepFn | None = None, *, max_iterations: int, until: Callable[[Context], Any] | None = None,
              name: str | None = None, retries: int = RETRIES, on_orphan: OnOrphan = "retry",
-             timeout: float | None = None) -> Any:
+             timeout: float | None = None, output: type[BaseModel] | None = None) -> Any:
         """Register a loop: ``@wf.loop(max_iterations=5, until=lambda ctx: ...)``. Each pass runs the
         function (``ctx.iteration`` 1-based, ``ctx.history`` the earlier passes) and is recorded
         on its own; after each pass ``until(ctx)`` is called with ``ctx.output`` set to that pass's
         output, and a true answer (or ``max_iterations`` passes) ends the loop. The loop's result
         is the last pass's output. The body and ``until`` may each be ``def`` or ``async def``.
+        ``output``: a pydantic model each pass returns (validated as a typed step's output, see
+        :meth:`step`), which ``until`` and ``ctx.history`` read as the model.
         Raises ``DefinitionError`` for invalid parameters."""
         from .patterns import Loop
 
         def register(f: StepFn) -> StepFn:
             self._add_pattern(Loop(self._name_of(f, name, "loop"), f, max_iterations=max_iterations,
-                                   until=until, retries=retries, on_orphan=on_orphan, timeout=timeout))
+                                   until=until, retries=retries, on_orphan=on_orphan, timeout=timeout,
+                                   output=output))
             return f
 
         return register(fn) if fn is not None else register
@@ -194,7 +218,8 @@ class Workflow:
     def debate(self, name: str, *, agents: Mapping[str, Any], rounds: int, judge: StepFn | None = None,
                concurrent: bool = False, max_concurrency: int | None = None, retries: int = RETRIES,
                on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
-        """Register a debate: every agent (``name -> function`` or :func:`relaypoint.human`) speaks
+        """Register a debate: every agent (``name -> function``, :func:`relaypoint.typed` or
+        :func:`relaypoint.human`) speaks
         once per round, in the given order, for ``rounds`` rounds, then ``judge(ctx)`` decides;
         the result is the judge's output (without a judge: the last round's outputs by agent).
         ``concurrent=True``: the speakers of a round speak at once (at most ``max_concurrency``),
@@ -256,16 +281,18 @@ class Workflow:
                                    on_orphan=on_orphan, timeout=timeout))
 
     def map(self, name: str, fn: StepFn, *, items: StepFn, max_concurrency: int | None = None,
-            retries: int = RETRIES, on_orphan: OnOrphan = "retry", timeout: float | None = None) -> None:
+            retries: int = RETRIES, on_orphan: OnOrphan = "retry", timeout: float | None = None,
+            output: type[BaseModel] | None = None) -> None:
         """Register a map: ``items(ctx)`` returns a list, recorded once (the ``items`` call); then
         ``fn(ctx)`` runs once per item, all at once (at most ``max_concurrency``), with
         ``ctx.input`` the item and ``ctx.iteration`` its 1-based index (``ctx.results`` as any
         step). The result is the list of outputs in item order. An ``items`` answer that is not a
-        list fails the items call (``InvalidValue``, not retried). Raises ``DefinitionError`` for
-        a ``fn`` or ``items`` that is not a function, or an invalid option."""
+        list fails the items call (``InvalidValue``, not retried). ``output``: a pydantic model each
+        item's call returns (validated as a typed step's output, see :meth:`step`). Raises
+        ``DefinitionError`` for a ``fn`` or ``items`` that is not a function, or an invalid option."""
         from .patterns import Map
         self._add_pattern(Map(name, fn, items=items, max_concurrency=max_concurrency, retries=retries,
-                              on_orphan=on_orphan, timeout=timeout))
+                              on_orphan=on_orphan, timeout=timeout, output=output))
 
     def get(self, step_name: str) -> StepSpec | None:
         """The step named ``step_name``, or None."""
@@ -326,15 +353,15 @@ class Context:
     """What a step function receives.
 
     ``input``: the run's input (a dict). ``results``: name of each completed upstream step ->
-    its output (None is a valid output); an output is read from the store when first used, so
-    use it while the step runs. ``attempt``: 1-based count of executions of this step.
+    its output (None is a valid output; a typed step's, ``output=Model``, is the model); an
+    output is read from the store when first used, so use it while the step runs. ``attempt``: 1-based count of executions of this step.
     ``idempotency_key``: stable across attempts of this step of this run, new in a fork; pass it
     to external services so a re-executed step does not repeat a side effect. ``iteration``: which
     repetition of the step this is (1 for a chain step; a pattern's round, turn, pass or subtask
     ordinal). ``agent``: the agent the step runs as (None for a chain step). ``state``: a read-only
     view of the driver's state (inside a pattern: the pattern's own state). ``history``: inside a
     pattern, its recorded results so far, in order, as ``{"iteration", "agent", "output"}`` dicts
-    (plus ``"task"`` for a planner's subtasks), read when first used. ``output``: a loop's pass
+    (plus ``"task"`` for a planner's subtasks; a typed agent's output is its model), read when first used. ``output``: a loop's pass
     output, for ``until``. ``failed``: for a planner's ``replan``, ``{"task": {...}, "error": text}``.
     :meth:`call` and :meth:`acall`: recorded calls (a model request, a tool call) that the step's
     execution, run again, does not repeat.
@@ -433,9 +460,26 @@ def describe_drift(recorded: list[dict[str, Any]], defined: list[dict[str, Any]]
 
 
 def changes(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """``key: old -> new`` for each key whose value differs (JSON values; ``-`` for absent)."""
+    """``key: old -> new`` for each key whose value differs (JSON values; ``-`` for absent). An
+    output model is named, not its schema printed: ``output: Draft -> Draft (schema changed)``."""
     def shown(d: dict[str, Any], key: str) -> str:
-        return json.dumps(d[key], sort_keys=True) if key in d else "-"
+        return json.dumps(_named(key, d[key]), sort_keys=True) if key in d else "-"
 
-    keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k, ...) != new.get(k, ...)]
-    return ", ".join(f"{k}: {shown(old, k)} -> {shown(new, k)}" for k in keys)
+    def said(key: str) -> str:
+        before, after = shown(old, key), shown(new, key)
+        return f"{key}: {before} -> {after}" + (" (schema changed)" if before == after else "")
+
+    return ", ".join(said(k) for k in dict.fromkeys([*old, *new]) if old.get(k, ...) != new.get(k, ...))
+
+
+def _named(key: str, value: Any) -> Any:
+    """An option as :func:`changes` shows it: a typed output (``output``, a pattern's ``outputs``)
+    by its model's name."""
+    def name(entry: Any) -> Any:
+        return entry.get("name") if isinstance(entry, dict) else entry
+
+    if key == "output":
+        return name(value)
+    if key == "outputs" and isinstance(value, dict):
+        return {label: name(entry) for label, entry in value.items()}
+    return value

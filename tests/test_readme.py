@@ -104,3 +104,16 @@ def test_the_traces_example_runs_as_written(tmp_path):
     assert done.returncode == 0, done.stderr
     shown = re.search(r"\n((?:# .*\n)+)", block.split("tree = ", 1)[1]).group(1)
     assert json.loads(done.stdout) == json.loads(re.sub(r"^# ?", "", shown, flags=re.M))
+
+
+def test_the_typed_outputs_example_runs_as_written(tmp_path, monkeypatch):
+    """The Values section's "Typed outputs" block: an edit refused by the recorded schema with the
+    line its comment shows, then a good one, which the next step reads as the model."""
+    text = section("Values").split("\n### Typed outputs\n", 1)[1]
+    (block,) = python_blocks(text)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(block, str(README), "exec"), namespace)
+    shown = re.search(r"refused = str\(e\)  # (.*)", block).group(1)
+    assert namespace["refused"] == shown
+    assert namespace["published"] == re.search(r"published = .*# '(.*)'", block).group(1)

@@ -22,9 +22,12 @@ from ..calls import check_callable
 from ..defaults import RETRIES
 from ..drivers import Turn
 from ..errors import DefinitionError, RefusedTransition
+from ..typed import check_model, described, returning
 from ..workflow import NAME_RULE, StepSpec, check_options, is_name, whole
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from ..models import StepRecord
     from ..workflow import Context
 
@@ -59,6 +62,32 @@ def human(prompt: str, *, kind: Literal["input", "approval"] = "input", timeout:
         raise DefinitionError(f"human: kind must be 'input' or 'approval', not {kind!r}")
     check_options("human", timeout=timeout)
     return Human(prompt, kind, timeout)
+
+
+@dataclass(frozen=True)
+class Typed:
+    """An agent whose output is the pydantic model ``output`` (made by :func:`typed`)."""
+
+    fn: Callable[[Context], Any]
+    output: type[BaseModel]
+
+
+def typed(fn: Callable[[Context], Any], *, output: type[BaseModel]) -> Typed:
+    """A pattern's agent whose output is a pydantic model, as ``@wf.step(output=...)`` for a step:
+    ``voters={"strict": typed(strict, output=Review)}``. What ``fn`` (def or async def) returns is
+    validated where it returns and stored as the model's JSON; a value that does not fit fails the
+    call at once, in one line naming the field, without spending retries. Where code reads the
+    agent's output it gets the model: in ``ctx.history`` (so a judge, a router, a tally function
+    and a vote's ``key``), and in the records the pattern's result is made from; the pattern's
+    result itself is stored, and read back by later steps, as JSON. Raises ``DefinitionError`` for
+    ``fn`` not a function, a person (:func:`human`: their answer is not validated here) or an
+    ``output`` that is not a pydantic model class."""
+    check_callable(fn, "typed")
+    if isinstance(fn, Human):
+        raise DefinitionError("typed: a person's turn (human(...)) cannot be typed; type the step that reads "
+                              "their answer instead")
+    check_model(output, "typed")
+    return Typed(fn, output)
 
 
 @dataclass(frozen=True)
@@ -105,19 +134,31 @@ class Pattern(ABC):
             if label in self.roles:
                 raise DefinitionError(f"{owner}: the agent name {label!r} is reserved for the {self.kind}'s own "
                                       "decisions; rename the agent")
-            check_callable(fn, f"{owner}: agent {label!r}")
+            check_callable(fn.fn if isinstance(fn, Typed) else fn, f"{owner}: agent {label!r}")
         self.agents = dict(agents)
-        self._specs: dict[str | None, StepSpec] = {label: self._spec(fn) for label, fn in self.agents.items()}
+        self._specs: dict[str | None, StepSpec] = {
+            label: self._spec(fn.fn, fn.output) if isinstance(fn, Typed) else self._spec(fn)
+            for label, fn in self.agents.items()}
 
-    def _spec(self, fn: Callable[[Context], Any]) -> StepSpec:
+    def _spec(self, fn: Callable[[Context], Any], output: type[BaseModel] | None = None) -> StepSpec:
         o = self.options
         timeout = fn.timeout if isinstance(fn, Human) and fn.timeout is not None else o.timeout
         run = functools.partial(fn, noun=self.noun) if isinstance(fn, Human) else fn
-        return StepSpec(self.name, run, False, o.retries, o.on_orphan, timeout)
+        return StepSpec(self.name, run if output is None else returning(run, output), False, o.retries, o.on_orphan,
+                        timeout, output=output)
 
-    def _add(self, label: str | None, fn: Callable[[Context], Any]) -> None:
-        """Register the function run as ``label``: a role, or (None) a loop's pass."""
-        self._specs[label] = self._spec(fn)
+    def _add(self, label: str | None, fn: Callable[[Context], Any], output: type[BaseModel] | None = None) -> None:
+        """Register the function run as ``label``: a role, or (None) a loop's pass or a map's item,
+        whose output is ``output`` (a pydantic model, see :func:`typed`; None: any JSON value)."""
+        self._specs[label] = self._spec(fn, output)
+
+    def _typed(self, fn: Callable[[Context], Any], output: type[BaseModel] | None) -> Callable[[Context], Any]:
+        """The pattern's own function ``fn`` (a loop's body, a map's per-item function) validating
+        its output against ``output`` (None: ``fn``), for wrapping further before :meth:`_add`."""
+        if output is None:
+            return fn
+        check_model(output, f"{self.kind} {self.name!r}")
+        return returning(fn, output)
 
     def spec(self, agent: str | None) -> StepSpec:
         """The step (function and options) an execution as ``agent`` runs. ``KeyError`` for an
@@ -126,11 +167,17 @@ class Pattern(ABC):
 
     def parameters(self) -> dict[str, Any]:
         """The pattern's parameters as recorded in the definition (and so in its fingerprint):
-        its agents in order (persons with their kind and timeout) and its own parameters."""
+        its agents in order (persons with their kind and timeout), its own parameters and, when some
+        of its calls are typed, ``"outputs": {agent (or the noun: "pass", "item"): {"name", "schema"}}``."""
         humans = {a: {"kind": fn.kind, "timeout": fn.timeout} for a, fn in self.agents.items()
                   if isinstance(fn, Human)}
         bound = {"max_concurrency": self.max_concurrency} if self.max_concurrency is not None else {}
-        return {"agents": list(self.agents), **({"humans": humans} if humans else {}), **self.settings(), **bound}
+        # typed calls only, so an untyped pattern's definition (and fingerprint) stays as it was; the
+        # pattern's own function (agent None: a loop's pass, a map's item) under its noun
+        outputs = {self.noun if label is None else label: described(spec.output)
+                   for label, spec in self._specs.items() if spec.output is not None}
+        return {"agents": list(self.agents), **({"humans": humans} if humans else {}), **self.settings(), **bound,
+                **({"outputs": outputs} if outputs else {})}
 
     @abstractmethod
     def settings(self) -> dict[str, Any]:

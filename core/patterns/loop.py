@@ -19,6 +19,8 @@ from ..drivers import Turn
 from .base import Pattern, Sub, whole
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from ..models import StepRecord
     from ..workflow import Context
 
@@ -37,7 +39,7 @@ class Loop(Pattern):
 
     def __init__(self, name: str, fn: Callable[[Context], Any], *, max_iterations: int,
                  until: Callable[[Context], Any] | None, retries: int, on_orphan: str,
-                 timeout: float | None) -> None:
+                 timeout: float | None, output: type[BaseModel] | None = None) -> None:
         super().__init__(name, {}, retries=retries, on_orphan=on_orphan, timeout=timeout, noun=None)
         check_callable(fn, f"loop {name!r}: the body")
         self.max_iterations = whole(max_iterations, f"loop {name!r}: max_iterations", least=1)
@@ -45,7 +47,8 @@ class Loop(Pattern):
             check_callable(until, f"loop {name!r}: until")
         self.until = until
         # a pass runs as no agent: it is the loop's own function, followed by until's verdict
-        self._add(None, fn if until is None else wrap(fn, after=self._judged))
+        body = self._typed(fn, output)  # validated before until judges it: until reads the model
+        self._add(None, body if until is None else wrap(body, after=self._judged), output)
         self._verdict = None if until is None else wrap(until, before=_given, after=_kept)
 
     def _judged(self, output: Any, ctx: Context) -> Any:

@@ -23,6 +23,8 @@ from ..errors import InvalidValue
 from .base import Pattern, Sub
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from ..models import StepRecord
     from ..workflow import Context
 
@@ -38,12 +40,13 @@ class Map(Pattern):
     roles = (ITEMS,)
 
     def __init__(self, name: str, fn: Callable[[Context], Any], *, items: Callable[[Context], Any], retries: int,
-                 on_orphan: str, timeout: float | None, max_concurrency: int | None = None) -> None:
+                 on_orphan: str, timeout: float | None, max_concurrency: int | None = None,
+                 output: type[BaseModel] | None = None) -> None:
         super().__init__(name, {}, retries=retries, on_orphan=on_orphan, timeout=timeout, noun=None,
                          max_concurrency=max_concurrency)
         check_callable(fn, f"map {name!r}: the function run per item")
         check_callable(items, f"map {name!r}: items")
-        self._add(None, fn)  # an item's call runs as no agent: it is the map's own function
+        self._add(None, self._typed(fn, output), output)  # an item's call runs as no agent: it is the map's own function
         self._add(ITEMS, self._listing(items))
 
     def _listing(self, items: Callable[[Context], Any]) -> Callable[[Context], Any]:

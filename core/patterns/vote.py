@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from ..calls import check_callable, check_plain, wrap
 from ..drivers import Turn
 from ..errors import DefinitionError, InvalidValue
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 def majority(votes: Mapping[str, Any], key: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """The majority tally of ``{voter: vote}``, counting each vote, or ``key(vote)`` when a ``key``
     is given (compared as JSON values: ``key=lambda v: v["score"]`` counts votes
-    ``{"score": 4, "comment": ...}`` by their score):
+    ``{"score": 4, "comment": ...}`` by their score; a typed vote, a pydantic model, counts as its JSON):
     ``{"winner": value | None, "tie": bool, "majority": bool, "counts": [[value, n], ...]}``, counts
     most first (first cast first among equals), plus ``"keys": {voter: key(vote)}`` with a key.
     ``winner`` is the value with the most voters, None when several share the most (``tie``);
@@ -39,7 +41,7 @@ def majority(votes: Mapping[str, Any], key: Callable[[Any], Any] | None = None) 
     counts: dict[str, list[Any]] = {}
     for voter, value in counted.items():
         try:
-            same = json.dumps(value, sort_keys=True, allow_nan=False)
+            same = json.dumps(value, sort_keys=True, allow_nan=False, default=_model_json)
         except (TypeError, ValueError):
             what = f"the vote's key returned {type(value).__name__} for" if key else f"a {type(value).__name__} is"
             raise InvalidValue(f"{what} the vote of {voter!r}, not a JSON value (text, a number, true/false, null, "
@@ -120,6 +122,13 @@ class Vote(Pattern):
         votes = outputs_by_agent(records, self.roles)
         tallied = next((r.output for r in reversed(records) if r.agent == "tally"), None)
         return {"result": majority(votes, self.key) if self.tally == "majority" else tallied, "votes": votes}
+
+
+def _model_json(value: Any) -> Any:
+    """A typed vote (a pydantic model) as counted: its JSON, as it is stored."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(type(value).__name__)
 
 
 def _votes(ctx: Context) -> dict[str, Any]:

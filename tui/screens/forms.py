@@ -24,6 +24,7 @@ from relaypoint.encoding import parse_json_arg
 from relaypoint.errors import InvalidValue
 from relaypoint.models import Run
 from relaypoint.status import StepStatus
+from relaypoint.typed import fields
 from relaypoint.views.display import clean, json_text, literal
 from relaypoint.views.patterns import describe, paused_execution, shown_status, tree
 
@@ -46,6 +47,29 @@ def _in_pattern(run: Run) -> bool:
     """True when the run's pending checkpoint is a turn of a pattern's call (a person's turn)."""
     paused = paused_execution(run.tasks, run.pending) if run.pending is not None else None
     return paused is not None and paused.parent is not None
+
+
+MODEL_FIELDS = 12
+"""At most this many fields of a typed step's model are listed on the approve form."""
+
+
+def model_fields(run: Run) -> Text | None:
+    """The model a typed gated step's output must fit, from the schema its execution recorded:
+    ``Output model Draft: title string required · words integer``; None for an untyped step or a
+    person's turn (whose value is not the step's output). The runtime checks the edit."""
+    cp = run.pending
+    paused = paused_execution(run.tasks, cp) if cp is not None else None
+    entry = paused.options.get("output") if paused is not None and paused.status != StepStatus.AWAITING_APPROVAL else None
+    if not isinstance(entry, dict):
+        return None
+    found = fields(entry)
+    out = Text.assemble(("Output model ", "dim"), literal(str(entry.get("name", "?")), "bold"))
+    for i, (name, kind, required) in enumerate(found[:MODEL_FIELDS]):
+        out.append_text(Text.assemble((": " if i == 0 else " · ", "dim"), literal(name, "bold"), " ",
+                                      literal(kind), (" required", "yellow") if required else ""))
+    if len(found) > MODEL_FIELDS:
+        out.append(f" · and {len(found) - MODEL_FIELDS} more", style="dim")
+    return out
 
 
 def _run_line(run: Run) -> Text:
@@ -291,6 +315,9 @@ class ApproveScreen(_Form):
         yield Input(placeholder="why you approve", id="comment")
         reading = self.shown is not None
         yield Label(self._label(reading), id="output-label")
+        model = model_fields(self.run)
+        if model is not None:
+            yield Static(model, id="output-model", classes="hint")
         yield ReadableOutput(self.shown, id="output-read")
         yield JsonEditor(self._editor_text(), id="output-json", placeholder=self._placeholder(),
                          disabled=not self.loaded or self.too_long)
