@@ -117,3 +117,15 @@ def test_the_typed_outputs_example_runs_as_written(tmp_path, monkeypatch):
     shown = re.search(r"refused = str\(e\)  # (.*)", block).group(1)
     assert namespace["refused"] == shown
     assert namespace["published"] == re.search(r"published = .*# '(.*)'", block).group(1)
+
+
+def test_the_recorded_calls_example_runs_as_written(tmp_path, monkeypatch):
+    """The "Recorded calls inside a step" block: each model request sent once across a pause and
+    a run again, the calls recorded as its comments show."""
+    (block,) = python_blocks(section("Recorded calls inside a step"))
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(block, str(README), "exec"), namespace)
+    for name in ("sent", "recorded"):
+        shown = re.search(rf"^# {name} == (.*?)(?::.*)?$", block, flags=re.M).group(1)
+        assert repr(namespace[name]) == shown, name
