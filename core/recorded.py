@@ -12,8 +12,10 @@ record is fenced on the run's lease, like a boundary: a process that lost the ru
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
-from collections.abc import Callable, Mapping
+from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,30 @@ from .store import Change, NewCall, RunStore, RunUpdate
 
 if TYPE_CHECKING:
     from .workflow import Context
+
+
+_running: contextvars.ContextVar[Context | None] = contextvars.ContextVar("relaypoint_context", default=None)
+
+
+@contextmanager
+def running(ctx: Context) -> Iterator[None]:
+    """``ctx`` is the context of the execution running in this block (and in what it starts: tasks,
+    worker threads with the context copied): what :func:`current` returns."""
+    token = _running.set(ctx)
+    try:
+        yield
+    finally:
+        _running.reset(token)
+
+
+def current() -> Context:
+    """The context of the step execution running here, for code the step calls without passing it
+    (an integration's agent). Raises ``TypeError`` outside a step's execution."""
+    ctx = _running.get()
+    if ctx is None:
+        raise TypeError("not inside a relaypoint step: run this from the function of a step (or of a pattern's "
+                        "agent) that a Runtime executes")
+    return ctx
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from . import tracing
+from . import recorded, tracing
 from .calls import is_async
 from .errors import LeaseLost, RuntimeClosed
 from .execution import Claim, Executor, Stop, lease_lost
@@ -143,7 +143,8 @@ class Runner:
             while not isinstance(launch, RunStatus):
                 if inline and _lone_sync(flights, launch):
                     flight = launch[0]
-                    with tracing.execution_span(_attributes(flights, flight)) as span:
+                    with (tracing.execution_span(_attributes(flights, flight)) as span,
+                          recorded.running(flight.views.ctx)):
                         outcome = _outcome_of(flight.spec.fn, flight.views.ctx)
                         if outcome.error is None and _awaitable(outcome.value):
                             outcome = self.loop.run(_outcome(outcome.value))
@@ -211,7 +212,7 @@ class Runner:
             lost.set()
 
         async def run(flight: Flight) -> None:
-            with tracing.execution_span(_attributes(flights, flight)) as span:
+            with tracing.execution_span(_attributes(flights, flight)) as span, recorded.running(flight.views.ctx):
                 outcome = await self._attempt(flight)
                 _traced(span, outcome)
             landed.put_nowait((flight, outcome))

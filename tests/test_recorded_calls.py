@@ -273,3 +273,30 @@ def test_a_kill_between_calls_runs_none_of_the_recorded_calls_again(db, tmp_path
     _resumed(app, db, env, tmp_path)
     after = (tmp_path / "calls.log").read_text().splitlines()[len(before):]
     assert [x for x in after if x.startswith("start")] == ["start 3"], after
+
+
+def test_the_running_execution_is_known_to_the_code_it_calls(db):
+    from relaypoint.recorded import current
+
+    def deep():  # what an integration's agent reaches without being passed ctx
+        return current().call("tool", lambda: "called")
+
+    async def adeep():
+        return await current().acall("model", lambda: "asked")
+
+    wf = Workflow("w")
+
+    @wf.step
+    def inline(ctx):
+        return deep()
+
+    @wf.step
+    async def awaited(ctx):
+        return [await adeep(), await asyncio.to_thread(deep)]
+
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("w")
+        assert [t.output for t in rt.get(rid).tasks] == ["called", ["asked", "called"]]
+        assert [(c.seq, c.name) for c in rt.store.calls(rid)] == [(0, "tool"), (1, "model"), (1, "tool")]
+    with pytest.raises(TypeError, match="not inside a relaypoint step"):
+        current()
