@@ -417,6 +417,8 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
             how_far = "  · " + progress(t, [c for c in run.tasks if c.parent == t.seq], latest and latest.state)
         out.print(literal(f"{'  ' if inside else ''}{STEP_SYMBOLS[t.status]} {t.name}{inside}  {t.status}  "
                           f"attempts {t.attempts}{how_far}", "bold"))
+        if t.progress and t.status == StepStatus.RUNNING:
+            out.print(literal(f"{'    ' if inside else '  '}… {t.progress}", "dim"))
         if t.has_output:
             whole = whole_run if inside else f"relaypoint show {run.run_id} --output {shlex.quote(t.name)}"
             _bounded(out, preview_json(t.output), whole)

@@ -87,7 +87,8 @@ class StepRecord(_Model):
     appends later (a repeated name in a later ``iteration``, a call by an ``agent``) get the next
     numbers, with ``parent`` the ``seq`` of the execution that spawned them (None at top level).
     ``output`` is None when not loaded or when the step returned None; ``has_output`` tells the
-    two apart. ``calls``: the calls the execution recorded, in order (empty when not loaded)."""
+    two apart. ``calls``: the calls the execution recorded, in order (empty when not loaded).
+    ``progress``: the last line the execution gave ``ctx.progress`` (None: none)."""
 
     seq: int
     name: str
@@ -104,6 +105,7 @@ class StepRecord(_Model):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     idempotency_key: str
+    progress: str | None = None
     calls: list[CallRecord] = []
 
 

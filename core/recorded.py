@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -71,6 +72,12 @@ class Result:
     output_tokens: int | None = None
 
 
+PROGRESS_CHARS = 200
+"""The longest progress line kept (characters)."""
+PROGRESS_SECONDS = 0.5
+"""Progress lines of one execution are written at most this often (seconds)."""
+
+
 class CallDrift(DriftError):
     """An execution run again made a call other than the one recorded at that position (its code
     changed): it fails without retries."""
@@ -88,6 +95,9 @@ class Recorder:
         self._lock = threading.Lock()
         self._recorded: dict[int, CallRecord] | None = None
         self._next = 0
+        self._line: str | None = None  # the progress line not written yet
+        self._flush: threading.Timer | None = None
+        self._written = float("-inf")  # when the last progress line was written (time.monotonic())
 
     # ---- the two ways in
 
@@ -133,6 +143,31 @@ class Recorder:
             change, value = self._completed(position, name, kind, started, result, span)
         await asyncio.to_thread(self._store.commit, change)
         return value
+
+    def progress(self, text: str) -> None:
+        """Set the execution's progress line to ``text`` (one line, at most
+        :data:`PROGRESS_CHARS`), written from a timer thread at most every
+        :data:`PROGRESS_SECONDS` (the latest line wins), so it never waits on the store. Best
+        effort: a line that cannot be written (the run lost, the store away) is dropped."""
+        line = encoding.readable(" ".join(str(text).split()))
+        line = line if len(line) <= PROGRESS_CHARS else line[:PROGRESS_CHARS - 1] + "…"
+        with self._lock:
+            self._line = line
+            if self._flush is None:
+                wait = max(0.0, self._written + PROGRESS_SECONDS - time.monotonic())
+                self._flush = threading.Timer(wait, self._write_progress)
+                self._flush.daemon = True
+                self._flush.start()
+
+    def _write_progress(self) -> None:
+        with self._lock:
+            line, self._line, self._flush = self._line, None, None
+            self._written = time.monotonic()
+        try:
+            self._store.commit(Change(self._run_id, now_of(self._clock), fence=self._fence, run=RunUpdate(),
+                                      progress={self._seq: line}))
+        except Exception:
+            pass  # a progress line is no record: the run's own writes say what went wrong
 
     # ---- positions and records
 

@@ -402,6 +402,13 @@ class Context:
         thread. Calls gathered at once (``asyncio.gather``) are numbered in the order they were made."""
         return await self._calls().acall(self, str(name), fn, args, kwargs)
 
+    def progress(self, text: str) -> None:
+        """Show ``text`` as this running execution's progress line (e.g. "model request 3"): one
+        line, bounded, not part of the output; the console shows it on the running step within a
+        second and ``show`` prints it. Writes are rate-limited and never wait on the store. Raises
+        ``TypeError`` outside a step's execution."""
+        self._calls().progress(text)
+
     def _calls(self) -> Recorder:
         if self._recorder is None:
             raise TypeError(f"ctx.call: '{self.step}' is not a step's execution here (a recorded call is made "

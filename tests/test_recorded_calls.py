@@ -300,3 +300,37 @@ def test_the_running_execution_is_known_to_the_code_it_calls(db):
         assert [(c.seq, c.name) for c in rt.store.calls(rid)] == [(0, "tool"), (1, "model"), (1, "tool")]
     with pytest.raises(TypeError, match="not inside a relaypoint step"):
         current()
+
+
+def test_progress_writes_the_latest_line_at_most_every_half_second_and_show_prints_it(db, tmp_path):
+    seen: list = []
+    written: list[dict] = []
+    wf = Workflow("w")
+
+    def line() -> str:
+        return stores.query(db, "SELECT progress FROM steps WHERE seq = 0")[0]["progress"]
+
+    @wf.step
+    def step(ctx):
+        for i in range(1, 51):
+            ctx.progress(f"model request {i}\n\x1b[31mred")
+        time.sleep(1.2)
+        seen.append(line())
+        shown = subprocess.run([sys.executable, "-m", "relaypoint", "--db", db, "show", ctx.run_id],
+                               capture_output=True, text=True, timeout=60).stdout
+        seen.append([x for x in shown.splitlines() if "model request" in x])
+        ctx.progress("x" * 500)
+        time.sleep(1.2)
+        seen.append(line())
+        return 1
+
+    with Runtime(db, [wf]) as rt:
+        commit = rt.store.commit
+        rt.store.commit = lambda change: (written.append(dict(change.progress)) if change.progress else None,
+                                          commit(change))[1]
+        rid = rt.start("w")
+        assert rt.get(rid).status == RunStatus.COMPLETED
+    assert seen[0] == "model request 50 \x1b[31mred", "the latest line, on one line"
+    assert seen[1] == ["  … model request 50 \\x1b[31mred"], "shown literally under the running step"
+    assert seen[2] == "x" * 199 + "…"
+    assert 2 <= len(written) <= 3, written  # 51 lines, rate-limited

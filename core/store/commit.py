@@ -48,6 +48,7 @@ _OUTPUT_UPSERT = ("INSERT INTO outputs (run_id, seq, value) VALUES (?, ?, ?) "
                   "ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value")
 _CALL_UPSERT = (insert(CALLS, CALLS.names) + " ON CONFLICT (run_id, seq, position) DO UPDATE SET "
                 + ", ".join(f"{c} = excluded.{c}" for c in CALLS.names[3:]))
+_PROGRESS = "UPDATE steps SET progress = ? WHERE run_id = ? AND seq = ?"
 _CLOSE_PAUSES = f"UPDATE checkpoints SET decision = ?, decided_by = ?, decided_at = ? WHERE run_id = ? AND {PAUSED} AND {UNDECIDED}"
 _REOPEN = ("UPDATE checkpoints SET announced_at = NULL, announce_failed_at = NULL, announcing_until = NULL "
            "WHERE checkpoint_id = ?")
@@ -111,6 +112,8 @@ class SqlCommit(SqlStore):
                 (rid, k.seq, k.position, k.name, k.kind, str(k.status), k.attempt, k.value, self._free(k.error),
                  k.detail, k.model, k.requests, k.input_tokens, k.output_tokens, self._stamp(k.started_at), at)
                 for k in c.calls])
+        if c.progress:
+            self._execute_many(_PROGRESS, [(self._free(text), rid, seq) for seq, text in c.progress.items()])
         if (closed := c.closed) is not None:
             self._execute(_CLOSE_PAUSES, (str(closed.decision), self._free(closed.by), at, rid))
         if c.reopened is not None:

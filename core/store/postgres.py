@@ -583,6 +583,8 @@ class PostgresStore(SqlAdmin, SqlCommit):
             doc.update(zip(CALL_ARRAYS, zip(*(
                 (k.seq, k.position, k.name, k.kind, str(k.status), k.attempt, k.value, _free(k.error), k.detail,
                  k.model, k.requests, k.input_tokens, k.output_tokens, _time(k.started_at)) for k in c.calls))))
+        if c.progress:
+            doc.update(g_seqs=list(c.progress), g_texts=[_free(t) for t in c.progress.values()])
         if (closed := c.closed) is not None:
             doc.update(x_decision=str(closed.decision), x_by=_free(closed.by))
         if c.checkpoints:

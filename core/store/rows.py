@@ -116,7 +116,7 @@ def step_from_row(r: dict[str, Any]) -> StepRecord:
         status=_vocabulary(StepStatus, r["status"], what), attempts=r["attempts"],
         options=readable(r["options"], dict) or {}, has_output=bool(r["has_output"]), error=r["error"],
         traceback=r["traceback"], started_at=_time(r, "started_at", what), finished_at=_time(r, "finished_at", what),
-        idempotency_key=r["idempotency_key"],
+        idempotency_key=r["idempotency_key"], progress=r["progress"],
     )
 
 

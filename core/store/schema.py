@@ -72,7 +72,7 @@ STEPS = Table("steps", (
     _c("run_id", "key", True), _c("seq", "int", True), _c("name", "key", True), _c("iteration", "int", True, "1"),
     _c("agent", "key"), _c("parent_seq", "int"), _c("status", "key", True), _c("attempts", "int", True, "0"),
     _c("options", "text", True, "'{}'"), _c("error", "text"), _c("traceback", "text"), _c("started_at", "time"),
-    _c("finished_at", "time"), _c("idempotency_key", "key", True),
+    _c("finished_at", "time"), _c("idempotency_key", "key", True), _c("progress", "text"),
 ), ("run_id", "seq"))
 OUTPUTS = Table("outputs", (_c("run_id", "key", True), _c("seq", "int", True), _c("value", "text")), ("run_id", "seq"))
 CHECKPOINTS = Table("checkpoints", (

@@ -64,7 +64,7 @@ NESTED = "a store transaction is already open on this store (transactions do not
 
 STEP_COLUMNS = (
     "s.seq, s.name, s.iteration, s.agent, s.parent_seq, s.status, s.attempts, s.options, s.error, s.traceback, "
-    "s.started_at, s.finished_at, s.idempotency_key, "
+    "s.started_at, s.finished_at, s.idempotency_key, s.progress, "
     "EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = s.run_id AND o.seq = s.seq) AS has_output"
 )
 # Checkpoints that hold the driver state a run goes on from (not a pause's).

@@ -226,7 +226,8 @@ class Change:
     updated), ``ended``, ``marked`` (executions whose status alone changes), ``cancel_open``
     (every open execution, :data:`~relaypoint.status.OPEN_STEPS`, cancelled, finished at ``at``
     unless it had a finish time), ``started``, ``outputs`` (seq -> JSON text, written or
-    replaced), ``calls`` (recorded calls, written or replaced), ``closed``, ``reopened`` (a checkpoint whose announcement is asked for again: not
+    replaced), ``calls`` (recorded calls, written or replaced), ``progress`` (seq -> an
+    execution's progress line), ``closed``, ``reopened`` (a checkpoint whose announcement is asked for again: not
     announced, failed or claimed), ``checkpoints``, ``events``. ``at``: the change's time (UTC).
 
     ``fence``: the lease token that must own the run when its row is updated (None: unfenced).
@@ -254,6 +255,7 @@ class Change:
     started: StepStart | None = None
     outputs: Mapping[int, str] = field(default_factory=dict)
     calls: Sequence[NewCall] = ()
+    progress: Mapping[int, str] = field(default_factory=dict)
     closed: ClosePauses | None = None
     reopened: int | None = None
     checkpoints: Sequence[NewCheckpoint] = ()

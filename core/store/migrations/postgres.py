@@ -522,6 +522,8 @@ def _set_if(column: str, field: str | None = None) -> str:
     return f"{column} = CASE WHEN '{field or column}' = ANY(c.fields) THEN c.{column} ELSE {column} END"
 
 
+PROGRESS_ARRAYS = ("g_seqs", "g_texts")
+"""The fields of a change's progress lines (version 11): the executions and their lines."""
 CALL_ARRAYS = ("k_seqs", "k_positions", "k_names", "k_kinds", "k_statuses", "k_attempts", "k_values", "k_errors",
                "k_details", "k_models", "k_requests", "k_input_tokens", "k_output_tokens", "k_started")
 """The fields of a change's recorded calls (version 11), in the order of the ``calls`` table's columns
@@ -542,6 +544,14 @@ def _calls_loop(schema: str) -> str:
                     INSERT INTO {schema}.calls (run_id, {", ".join(columns)}, finished_at)
                         VALUES (c.run, {values}, c.at)
                         ON CONFLICT (run_id, seq, position) DO UPDATE SET {updates};
+                END LOOP;"""
+
+
+def _progress_loop(schema: str) -> str:
+    """``commit_change``'s statements setting the change's progress lines (version 11)."""
+    return f"""
+                FOR i IN 1 .. coalesce(cardinality(c.g_seqs), 0) LOOP
+                    UPDATE {schema}.steps SET progress = c.g_texts[i] WHERE run_id = c.run AND seq = c.g_seqs[i];
                 END LOOP;"""
 
 
@@ -636,7 +646,7 @@ def _commit_change_function(schema: str, calls: bool = False) -> str:
                 FOR i IN 1 .. coalesce(cardinality(c.o_seqs), 0) LOOP
                     INSERT INTO {schema}.outputs (run_id, seq, value) VALUES (c.run, c.o_seqs[i], p_outputs[i])
                         ON CONFLICT (run_id, seq) DO UPDATE SET value = excluded.value;
-                END LOOP;{_calls_loop(schema) if calls else ""}
+                END LOOP;{_calls_loop(schema) + _progress_loop(schema) if calls else ""}
                 IF c.x_decision IS NOT NULL THEN
                     UPDATE {schema}.checkpoints SET decision = c.x_decision, decided_by = c.x_by, decided_at = c.at
                         WHERE run_id = c.run AND {PAUSED} AND {UNDECIDED};
@@ -679,7 +689,8 @@ def _migrate_10(schema: str) -> list[str]:
 
 def _migrate_11(schema: str) -> list[str]:
     """Version 11: the calls a step execution recorded (``Context.call``), keyed by the execution and
-    their order in it, written by ``commit_change``. Who was granted ``steps`` gets the same on
+    their order in it, and the line a running execution last gave ``ctx.progress``, written by
+    ``commit_change``. Who was granted ``steps`` gets the same on
     ``calls``, so a user granted the tables before this version may go on using the schema."""
     c = 'COLLATE "C"'
     grants = f"""DO $$ DECLARE g record; BEGIN
@@ -711,7 +722,9 @@ def _migrate_11(schema: str) -> list[str]:
                finished_at timestamptz NOT NULL,
                PRIMARY KEY (run_id, seq, position)
            )""",
-        f"ALTER TYPE {schema}.change " + ", ".join(f"ADD ATTRIBUTE {a} {t}" for a, t in zip(CALL_ARRAYS, _CALL_TYPES)),
+        f"ALTER TABLE {schema}.steps ADD COLUMN progress text",
+        f"ALTER TYPE {schema}.change " + ", ".join(f"ADD ATTRIBUTE {a} {t}" for a, t in (
+            *zip(CALL_ARRAYS, _CALL_TYPES), *zip(PROGRESS_ARRAYS, ("bigint[]", "text[]")))),
         _commit_change_function(schema, calls=True),
         f"ALTER FUNCTION {schema}.commit_change SET plan_cache_mode = force_generic_plan",
         grants,

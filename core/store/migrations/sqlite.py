@@ -252,8 +252,10 @@ def _migrate_5() -> list[str]:
 
 
 def _migrate_6() -> list[str]:
-    # The calls a step execution recorded (Context.call), keyed by the execution and their order in it.
+    # The calls a step execution recorded (Context.call), keyed by the execution and their order in
+    # it; and the line a running execution last gave ctx.progress.
     return [
+        'ALTER TABLE "steps" ADD COLUMN "progress" TEXT',
         """CREATE TABLE calls (
                run_id TEXT NOT NULL REFERENCES runs(run_id),
                seq INTEGER NOT NULL,
