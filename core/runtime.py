@@ -261,6 +261,11 @@ class Runtime:
         display; None when none is recorded (or there is no such execution)."""
         return self.store.output(run_id, seq)[1]
 
+    def execution_calls(self, run_id: str, seq: int) -> list[CallRecord]:
+        """The calls execution ``seq`` of run ``run_id`` (a full id) recorded, in order, their results
+        decoded leniently for display ([] when none)."""
+        return self.store.calls(run_id, seq)
+
     def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
         """The newest checkpoint of run ``run_id`` (a full id), of any kind, or None. Its ``state``
         is the driver state last committed (inside a pattern: ``{"next": <group seq>, "in": ...}``)."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from relaypoint.clock import to_text
 from relaypoint.errors import RelaypointError, StoreError, UnknownRun, UnknownStep
-from relaypoint.models import Event, PendingDecision, Run, RunSummary, StepRecord
+from relaypoint.models import CallRecord, Event, PendingDecision, Run, RunSummary, StepRecord
 from relaypoint.runtime import Runtime
 from relaypoint.upstream import upstream_of
 from relaypoint.views.patterns import (PatternSummary, describe, kind_of, paused_execution, summary,
@@ -249,7 +249,8 @@ class StepOutput:
     (bounded; see :func:`relaypoint.tui.readable.readable`); ``view``: what the output box shows
     (see :func:`relaypoint.tui.output.output_view`); ``more``: the output goes on past them;
     ``editor``: the output as JSON for the approve form (None: not recorded, or too long to
-    edit); ``whole``: the command that prints it whole."""
+    edit); ``whole``: the command that prints it whole; ``calls``: what the execution recorded
+    inside it (:meth:`~relaypoint.workflow.Context.call`), in order."""
 
     run_id: str
     step: str
@@ -265,6 +266,7 @@ class StepOutput:
     editor: str | None = None
     whole: str = ""
     readable: Readable | None = None
+    calls: tuple[CallRecord, ...] = ()
 
     def paged(self, db: str, step: StepRecord, pages: int, expanded: bool = False) -> StepOutput:
         """This output with ``pages`` pages of it as it reads (``expanded``: its long lists whole)
@@ -273,7 +275,7 @@ class StepOutput:
         on the UI thread."""
         whole = show_command(db, self.run_id, step)
         shown = readable(self.value, whole, expanded, pages) if self.recorded else None
-        view = output_view(step, shown, pages, self.summary)
+        view = output_view(step, shown, pages, self.summary, self.calls)
         editor = editor_json(self.value) if self.recorded else None
         return replace(self, view=view, pages=pages, expanded=expanded, more=view.cut, editor=editor, whole=whole,
                        readable=shown)
@@ -293,6 +295,7 @@ def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: 
             return None
         else:
             value = rt.execution_output(run.run_id, step.seq) if step.has_output else None
+        calls = tuple(rt.execution_calls(run.run_id, step.seq))
         found = None
         if kind_of(step):
             children = [c for c in run.tasks if c.parent == step.seq]
@@ -301,8 +304,8 @@ def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: 
             found = summary(step, with_outputs(children, outputs), state, (step.has_output, value))
     except (UnknownRun, UnknownStep):
         return None
-    return StepOutput(run.run_id, step.name, step.seq, run.updated_at, step.has_output, value, found).paged(
-        rt.url, step, pages, expanded)
+    return StepOutput(run.run_id, step.name, step.seq, run.updated_at, step.has_output, value, found,
+                      calls=calls).paged(rt.url, step, pages, expanded)
 
 
 QUEUE_LIMIT = 500

@@ -9,12 +9,13 @@ whole output in ``$PAGER``.
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
 from rich.text import Text
 
-from relaypoint.models import StepRecord
+from relaypoint.models import CallRecord, StepRecord
 from relaypoint.status import StepStatus
 from relaypoint.views.display import (PREVIEW_CHARS, PREVIEW_LINES, clean, human_size, json_text, literal, preview,
                                      preview_json)
@@ -62,13 +63,16 @@ def _rest(left: int, what: str) -> Text:
     return Text(f"… {left:,} more characters of {what} not shown", style="dim italic")
 
 
-def output_view(step: StepRecord, shown: Readable | None, pages: int, summary: PatternSummary | None = None
-                ) -> Readable:
-    """What the output box shows: for a pattern, its ``summary`` first; then the output as it
-    reads, ``shown`` (None: none recorded), ``pages`` pages of it, headed, when it goes on, by its
-    size and the keys that show the rest; then the step's error and traceback. Its ``folded`` and
+def output_view(step: StepRecord, shown: Readable | None, pages: int, summary: PatternSummary | None = None,
+                calls: tuple[CallRecord, ...] = ()) -> Readable:
+    """What the output box shows: a running step's progress line; for a pattern, its ``summary``
+    first; then the output as it reads, ``shown`` (None: none recorded), ``pages`` pages of it,
+    headed, when it goes on, by its size and the keys that show the rest; then the ``calls`` the
+    execution recorded, a line each; then the step's error and traceback. Its ``folded`` and
     ``cut`` are the output's."""
     blocks: list[Block] = []
+    if step.progress and step.status == StepStatus.RUNNING:
+        blocks.append(Block(None, Text.assemble(("… ", "dim"), literal(step.progress, "italic"), "\n")))
     if summary is not None:
         blocks += [Block(None, summary_view(summary)), Block(None, Text("\nresult", style="bold"))]
     if shown is None:
@@ -79,6 +83,9 @@ def output_view(step: StepRecord, shown: Readable | None, pages: int, summary: P
             blocks.append(Block(None, Text(f"{human_size(shown.size)} in all ({shown.size:,} bytes); {first} shown"
                                            " · m: more · p: all in $PAGER", style="bold yellow")))
         blocks += shown.blocks
+    if calls:
+        blocks.append(Block(None, Text("\n").join([Text(""), Text(f"recorded calls ({len(calls)})", style="bold"),
+                                                   *map(call_line, calls)])))
     trouble: list[Text] = []
     if step.error:
         error = preview(step.error)
@@ -96,6 +103,22 @@ def output_view(step: StepRecord, shown: Readable | None, pages: int, summary: P
         blocks.append(Block(None, Text("\n").join([Text(""), *trouble])))
     return Readable(tuple(blocks), shown is not None and shown.folded, shown is not None and shown.cut,
                     shown.size if shown is not None else 0)
+
+
+CALL_CHARS = 160
+"""How much of a recorded call's result its line shows (characters)."""
+
+
+def call_line(call: CallRecord) -> Text:
+    """One recorded call as its line: kind, order, name, status, token usage when known, and the
+    start of its result (or its error), literally."""
+    tokens = (f"  {call.input_tokens or 0:,} in / {call.output_tokens or 0:,} out tokens"
+              if call.input_tokens is not None or call.output_tokens is not None else "")
+    shown = json.dumps(call.value, ensure_ascii=False) if call.status == StepStatus.COMPLETED else call.error or ""
+    shown = shown if len(shown) <= CALL_CHARS else shown[:CALL_CHARS - 1] + "…"
+    return Text.assemble("· ", literal(f"{call.kind} {call.position + 1} {call.name}", "bold"), "  ",
+                         fmt.step_status(call.status), (tokens, "dim"), "  ",
+                         literal(shown, "" if call.status == StepStatus.COMPLETED else "red"))
 
 
 WAITING = {StepStatus.AWAITING_INPUT: "it waits for an answer (i: respond)",
