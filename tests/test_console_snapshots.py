@@ -32,8 +32,12 @@ def console(tmp_path: Path) -> tuple[RelaypointConsole, dict[str, str]]:
 
 
 async def still(pilot: Pilot) -> None:
-    """Wait for the workers, and stop text cursors from blinking."""
+    """Wait for the workers and for a form's first focus, and stop text cursors from blinking."""
     await settle(pilot)
+    screen = pilot.app.screen
+    if screen.AUTO_FOCUS not in (None, "", "*") and screen.query(screen.AUTO_FOCUS):
+        await until(pilot, lambda: screen.focused is not None and screen.focused.is_attached
+                    and screen.focused in screen.query(screen.AUTO_FOCUS))
     for widget in pilot.app.screen.query("Input, TextArea"):
         assert isinstance(widget, Input | TextArea)
         widget.cursor_blink = False
