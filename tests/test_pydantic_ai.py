@@ -19,7 +19,7 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
 from relaypoint import Runtime, Workflow
-from relaypoint.integrations.pydantic_ai import OutsideStep, RelaypointAgent
+from relaypoint.integrations.pydantic_ai import OutsideStep, RelaypointAgent, RelaypointDurability
 from relaypoint.status import RunStatus
 
 
@@ -119,6 +119,28 @@ def test_run_sync_and_iter_record_as_run_does(db):
         assert [(c.seq, c.name) for c in rt.store.calls(rid)] == [
             (0, "model request"), (0, "tool web_search"), (0, "model request"),
             (1, "model request"), (1, "tool web_search"), (1, "model request")]
+
+
+def test_the_capability_attached_to_an_agent_records_in_a_step_and_stays_out_of_the_way_outside_one(db):
+    sent: list[int] = []
+
+    def model(messages, info):
+        sent.append(len(messages))
+        return ModelResponse(parts=[TextPart("plain answer")])
+
+    agent = Agent(FunctionModel(model), name="plain", capabilities=[RelaypointDurability()])
+    wf = Workflow("w")
+
+    @wf.step
+    async def ask(ctx):
+        return (await agent.run("hello")).output
+
+    assert agent.run_sync("hello").output == "plain answer"  # outside a step: the agent as it is
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("w")
+        assert rt.get(rid).tasks[0].output == "plain answer"
+        assert [(c.name, str(c.kind)) for c in rt.store.calls(rid)] == [("model request", "model")]
+    assert len(sent) == 2
 
 
 def test_the_agent_refuses_to_run_outside_a_step_in_one_line():

@@ -22,28 +22,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, assert_never
+from typing import Any
 
 from pydantic_ai.agent import AbstractAgent, AgentRun, WrapperAgent
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
-    CallableOperationBackend,
-    CapabilityOperationId,
     DurabilityEngineSpec,
     DurableOperationBackend,
     DurableOperationId,
-    EventStreamHandlerId,
-    ModelCancelSuspendedResponseId,
-    ModelCompactMessagesId,
+    JournalCallableOperationBackend,
     ModelRequestId,
     RoleBasedOperationConfig,
     ToolsetCallToolId,
-    ToolsetGetInstructionsId,
-    ToolsetGetToolsId,
     ToolsetValidateToolArgumentsId,
 )
-from pydantic_ai.durable_exec._operation_names import DurableInvocationName
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse
 
 from .. import recorded
@@ -65,37 +58,6 @@ def _inside_step() -> bool:
     return True
 
 
-class _Namer:
-    """Recorded calls' names (persisted: a step run again matches its calls by them): "model
-    request", "tool <name>", and the other operations in words."""
-
-    def operation_name(self, operation_id: DurableOperationId) -> str:
-        match operation_id:
-            case ModelRequestId():
-                return "model request"
-            case ToolsetCallToolId():
-                return "tool"
-            case ToolsetValidateToolArgumentsId():
-                return "validate tool arguments"
-            case ToolsetGetToolsId(toolset_id=toolset_id):
-                return f"tools of {toolset_id}"
-            case ToolsetGetInstructionsId(toolset_id=toolset_id):
-                return f"instructions of {toolset_id}"
-            case ModelCancelSuspendedResponseId():
-                return "cancel suspended response"
-            case ModelCompactMessagesId():
-                return "compact messages"
-            case EventStreamHandlerId():
-                return "event stream handler"
-            case CapabilityOperationId(capability_id=capability_id, operation=operation):
-                return f"capability {capability_id}.{operation}"
-        assert_never(operation_id)
-
-    def invocation_name(self, operation_id: DurableOperationId, *, label: str | None) -> DurableInvocationName:
-        name = self.operation_name(operation_id)
-        return DurableInvocationName(f"{name} {label}" if label else name)
-
-
 def _new_messages(messages: list[Any]) -> Any:
     """The messages a request adds to the conversation: those after its last response (the whole
     first request; then the tool returns and retries), as JSON, so a record holds no history twice."""
@@ -111,31 +73,33 @@ def _model_result(payload: Any, cache_key: tuple[object, ...]) -> recorded.Resul
                            input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"))
 
 
-class _RecordedBackend(CallableOperationBackend[None]):
-    """Runs each durable unit as a recorded call of the step running here: a model request (kind
-    ``model``, with its new messages and usage), a tool call (kind ``tool``, with its arguments);
-    argument validation, which only reads the recorded response, runs as it is."""
+class _RecordedBackend(JournalCallableOperationBackend[None]):
+    """Runs each durable unit of agent ``agent_name`` as a recorded call of the step running here: a
+    model request (kind ``model``, named "model request", with its new messages and usage), a tool
+    call (kind ``tool``, "tool <name>", with its arguments), any other unit (kind ``call``, under
+    Pydantic AI's journal name). Argument validation, which only reads the recorded response, runs
+    as it is. The names are persisted: a step run again matches its calls by them."""
 
-    def __init__(self) -> None:
-        super().__init__(namer=_Namer(), config=RoleBasedOperationConfig(model=None, event=None, capability=None,
-                                                                          tool=None))
+    def __init__(self, agent_name: str) -> None:
+        super().__init__(agent_name=agent_name, config=RoleBasedOperationConfig(model=None, event=None,
+                                                                                 capability=None, tool=None))
 
     async def execute(self, *, operation_id: DurableOperationId, name: str, body: Callable[[], Awaitable[object]],
                       cache_key: tuple[object, ...], config: None) -> object:
-        """``body()`` recorded as call ``name`` (a model request's payload is the JSON of its
+        """``body()`` recorded as a call (a model request's payload is the JSON of its
         ``ModelResponse``); run again, the recorded payload."""
         if isinstance(operation_id, ToolsetValidateToolArgumentsId):
             return await body()
         if isinstance(operation_id, ModelRequestId):
             async def request() -> recorded.Result:
                 return _model_result(await body(), cache_key)
-            return await recorded.acall_as(CallKind.MODEL, name, request)
+            return await recorded.acall_as(CallKind.MODEL, "model request", request)
         if isinstance(operation_id, ToolsetCallToolId):
-            detail = {"tool": cache_key[0], "args": JSON_CODEC.dump(Any, cache_key[1])}
+            tool_name, args = cache_key[0], JSON_CODEC.dump(Any, cache_key[1])
 
             async def tool() -> recorded.Result:
-                return recorded.Result(await body(), detail=detail)
-            return await recorded.acall_as(CallKind.TOOL, name, tool)
+                return recorded.Result(await body(), detail={"tool": tool_name, "args": args})
+            return await recorded.acall_as(CallKind.TOOL, f"tool {tool_name}", tool)
         return await recorded.acall_as(CallKind.CALL, name, body)
 
 
@@ -167,7 +131,7 @@ class RelaypointDurability(BaseDurabilityCapability[Any]):
 
     def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
         """The backend that records each durable unit as a call of the running step."""
-        return _RecordedBackend()
+        return _RecordedBackend(self.name)
 
 
 class RelaypointAgent(WrapperAgent[Any, Any]):
