@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
@@ -95,6 +95,46 @@ def test_an_answer_to_request_input_after_the_agent_ran_does_not_ask_the_model_a
         assert len(rt.store.calls(rid)) == 3
 
 
+def test_a_tool_asking_the_model_to_retry_is_recorded_and_the_run_again_keeps_its_usage(db):
+    searched: list[str] = []
+
+    def model(messages, info):
+        answered = sum(1 for m in messages if m.kind == "response")
+        if answered < 2:
+            return ModelResponse(parts=[ToolCallPart("web_search", {"query": "q"}, tool_call_id=f"c{answered}")])
+        return ModelResponse(parts=[TextPart("found")])
+
+    base = Agent(FunctionModel(model), name="writer")
+
+    @base.tool_plain
+    def web_search(query: str) -> str:
+        searched.append(query)
+        if len(searched) == 1:
+            raise ModelRetry("too vague, narrow it")
+        return "a result"
+
+    agent = RelaypointAgent(base)
+    wf = Workflow("w")
+    usages: list[tuple[int, int]] = []
+
+    @wf.step
+    async def draft(ctx):
+        result = await agent.run("search")
+        usages.append((result.usage.requests, result.usage.input_tokens))
+        return {"text": result.output, "title": ctx.request_input("Title?")}
+
+    with Runtime(db, [wf]) as rt:
+        rid = rt.start("w")
+        rt.respond(rid, "T", by="ana")
+        assert rt.resume(rid) == RunStatus.COMPLETED
+        calls = rt.store.calls(rid)
+    assert searched == ["q", "q"], "each search ran once: the retry, then the result"
+    assert [(c.name, c.value.get("kind")) for c in calls if c.name.startswith("tool")] == [
+        ("tool web_search", "model_retry"), ("tool web_search", "tool_return")]
+    assert calls[1].value["message"] == "too vague, narrow it"
+    assert len(usages) == 2 and usages[0] == usages[1] and usages[0][0] == 3, "the run again sees the same usage"
+
+
 def test_run_sync_and_iter_record_as_run_does(db):
     sent: list[int] = []
     agent = searching_agent(sent)
@@ -153,7 +193,7 @@ def test_the_agent_refuses_to_run_outside_a_step_in_one_line():
 
 APP = """
 import os, sys, time
-from pydantic_ai import Agent
+from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 from relaypoint import Runtime, Workflow

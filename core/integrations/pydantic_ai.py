@@ -66,11 +66,11 @@ def _new_messages(messages: list[Any]) -> Any:
 
 
 def _model_result(payload: Any, cache_key: tuple[object, ...]) -> recorded.Result:
-    messages = cache_key[1]
-    usage = payload.get("usage") or {} if isinstance(payload, dict) else {}
-    return recorded.Result(payload, detail=_new_messages(list(messages)) if isinstance(messages, list) else None,
-                           model=payload.get("model_name") if isinstance(payload, dict) else None, requests=1,
-                           input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"))
+    """A model request's record: ``payload`` (the JSON of its ``ModelResponse``) with the messages
+    it sent (``cache_key``: Pydantic AI's projection of the request, messages second) and its usage."""
+    usage = payload["usage"]
+    return recorded.Result(payload, detail=_new_messages(list(cache_key[1])), model=payload.get("model_name"),
+                           requests=1, input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"))
 
 
 class _RecordedBackend(JournalCallableOperationBackend[None]):
