@@ -43,7 +43,7 @@ from .. import recorded
 from ..errors import RelaypointError
 from ..status import CallKind
 
-__all__ = ["RelaypointAgent", "RelaypointDurability"]
+__all__ = ["OutsideStep", "RelaypointAgent", "RelaypointDurability"]
 
 
 class OutsideStep(RelaypointError):
