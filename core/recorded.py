@@ -57,6 +57,14 @@ def current() -> Context:
     return ctx
 
 
+async def acall_as(kind: CallKind, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``await ctx.acall(name, fn, *args, **kwargs)`` on the execution running here (:func:`current`),
+    recorded as ``kind`` (an integration's model request or tool call). Raises as :func:`current`
+    and :meth:`Recorder.acall` do."""
+    ctx = current()
+    return await ctx._calls().acall(ctx, str(name), fn, args, kwargs, kind=kind)
+
+
 @dataclass(frozen=True)
 class Result:
     """What a recorded function returns when it records more than its result (an integration's model

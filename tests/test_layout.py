@@ -94,6 +94,13 @@ def test_only_tracing_imports_opentelemetry():
     assert users == ["core/tracing.py"]
 
 
+def test_only_the_pydantic_ai_integration_imports_pydantic_ai():
+    """relaypoint.integrations.pydantic_ai holds everything PydanticAI (an optional extra): the rest
+    of relaypoint runs without it installed."""
+    users = sorted(str(p.relative_to(ROOT)) for p in modules() if "pydantic_ai" in imported(p))
+    assert users == ["core/integrations/pydantic_ai.py"]
+
+
 def test_front_ends_use_the_runtime_never_its_store():
     def store_reads(path: Path) -> list[str]:
         return [f"{path.relative_to(ROOT)}:{node.lineno}: .store"
