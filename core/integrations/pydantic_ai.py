@@ -92,12 +92,14 @@ class _RecordedBackend(JournalCallableOperationBackend[None]):
             return await body()
         if isinstance(operation_id, ModelRequestId):
             async def request() -> recorded.Result:
+                recorded.current().progress("model request")  # what the console shows while it runs
                 return _model_result(await body(), cache_key)
             return await recorded.acall_as(CallKind.MODEL, "model request", request)
         if isinstance(operation_id, ToolsetCallToolId):
             tool_name, args = cache_key[0], JSON_CODEC.dump(Any, cache_key[1])
 
             async def tool() -> recorded.Result:
+                recorded.current().progress(f"tool {tool_name}")
                 return recorded.Result(await body(), detail={"tool": tool_name, "args": args})
             return await recorded.acall_as(CallKind.TOOL, f"tool {tool_name}", tool)
         return await recorded.acall_as(CallKind.CALL, name, body)
