@@ -92,11 +92,7 @@ def run_span(workflow: str, run_id: str) -> Iterator[Any]:
     docstring), ended when the block ends; yields it (None without OpenTelemetry). An
     ``Exception`` leaving the block (``LeaseLost``, the store unreachable) is recorded on it and
     propagates."""
-    tracer = _active()
-    if tracer is None:
-        yield None
-        return
-    with _span(tracer, f"relaypoint run {workflow}", {RUN_ID: run_id, WORKFLOW: workflow}) as span:
+    with _run_span("run", workflow, run_id) as span:
         yield span
 
 
@@ -104,11 +100,17 @@ def run_span(workflow: str, run_id: str) -> Iterator[Any]:
 def enqueue_span(workflow: str, run_id: str) -> Iterator[Any]:
     """The current span while run ``run_id`` of ``workflow`` is recorded queued; yields it (None
     without OpenTelemetry)."""
+    with _run_span("enqueue", workflow, run_id) as span:
+        yield span
+
+
+@contextmanager
+def _run_span(what: str, workflow: str, run_id: str) -> Iterator[Any]:
     tracer = _active()
     if tracer is None:
         yield None
         return
-    with _span(tracer, f"relaypoint enqueue {workflow}", {RUN_ID: run_id, WORKFLOW: workflow}) as span:
+    with _span(tracer, f"relaypoint {what} {workflow}", {RUN_ID: run_id, WORKFLOW: workflow}) as span:
         yield span
 
 

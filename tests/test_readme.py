@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -119,22 +121,11 @@ def test_the_typed_outputs_example_runs_as_written(tmp_path, monkeypatch):
     assert namespace["published"] == re.search(r"published = .*# '(.*)'", block).group(1)
 
 
-def test_the_pydantic_ai_example_runs_as_written(tmp_path, monkeypatch):
-    """The "A PydanticAI agent" block: each model request sent once across a pause and a run
-    again, the agent's calls recorded as its comments show."""
-    (block,) = python_blocks(section("A PydanticAI agent"))
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    exec(compile(block, str(README), "exec"), namespace)
-    for name in ("sent", "recorded"):
-        shown = re.search(rf"^# {name} == (.*?)(?::.*)?$", block, flags=re.M).group(1)
-        assert repr(namespace[name]) == shown, name
-
-
-def test_the_recorded_calls_example_runs_as_written(tmp_path, monkeypatch):
-    """The "Recorded calls inside a step" block: each model request sent once across a pause and
-    a run again, the calls recorded as its comments show."""
-    (block,) = python_blocks(section("Recorded calls inside a step"))
+@pytest.mark.parametrize("title", ["Recorded calls inside a step", "A PydanticAI agent"])
+def test_the_recorded_calls_examples_run_as_written(tmp_path, monkeypatch, title):
+    """The block of each section: each model request sent once across a pause and a run again,
+    the calls recorded as its comments show."""
+    (block,) = python_blocks(section(title))
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     exec(compile(block, str(README), "exec"), namespace)
