@@ -394,6 +394,8 @@ def stopped_owner(box: Sandbox, sleep: float) -> tuple[subprocess.Popen, str]:
     box.lease_seconds = 1
     owner = box.spawn("start", "slow", "--app", APP, "--input", json.dumps({"sleep": sleep}))
     rid = procs.wait_step(box.db, "nap")["run_id"]
+    # in nap itself: its start is recorded before its function runs (and logs it)
+    wait_until(lambda: ("nap", "1", owner.pid) in execs(box, rid), 30, "the owner to be inside nap")
     os.kill(owner.pid, signal.SIGSTOP)
     expires = procs.run_row(box.db, rid)["lease_expires_at"]
     try:
