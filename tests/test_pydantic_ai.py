@@ -20,6 +20,7 @@ from pydantic_ai.models.function import FunctionModel
 
 from relaypoint import Runtime, Workflow
 from relaypoint.integrations.pydantic_ai import OutsideStep, RelaypointAgent, RelaypointDurability
+from relaypoint.recorded import PROGRESS_SECONDS
 from relaypoint.status import RunStatus
 
 
@@ -264,3 +265,35 @@ def test_a_kill_in_the_third_model_request_resumes_sending_only_it_and_later_one
         ("model request", 1), ("tool web_search", 1), ("model request", 1), ("tool web_search", 1),
         ("model request", 2), ("tool web_search", 2), ("model request", 2), ("tool web_search", 2),
         ("model request", 2)]
+
+
+def test_each_model_request_sets_the_steps_progress_line_with_its_number(db):
+    """The line the console shows on the running step: "model request N", N counted in the agent's run."""
+    seen: list[str | None] = []
+
+    def model(messages, info):
+        time.sleep(PROGRESS_SECONDS + 0.3)  # the line is written from a timer thread
+        with Runtime(db, create=False) as other:  # what another process (the console) reads
+            seen.append(other.steps(rid[0])[0].progress)
+        if len(seen) == 1:
+            return ModelResponse(parts=[ToolCallPart("web_search", {"query": "q"}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model), name="writer")
+
+    @agent.tool_plain
+    def web_search(query: str) -> str:
+        return "a result"
+
+    wrapped = RelaypointAgent(agent)
+    wf = Workflow("w")
+    rid: list[str] = []
+
+    @wf.step
+    async def draft(ctx):
+        return (await wrapped.run("go")).output
+
+    with Runtime(db, [wf]) as rt:
+        rt.start("w", on_created=rid.append)
+        assert rt.get(rid[0]).status == RunStatus.COMPLETED
+    assert seen == ["model request 1", "model request 2"]

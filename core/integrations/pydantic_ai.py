@@ -91,8 +91,10 @@ class _RecordedBackend(JournalCallableOperationBackend[None]):
         if isinstance(operation_id, ToolsetValidateToolArgumentsId):
             return await body()
         if isinstance(operation_id, ModelRequestId):
+            number = 1 + sum(isinstance(m, ModelResponse) for m in cache_key[1])  # of this agent run
+
             async def request() -> recorded.Result:
-                recorded.current().progress("model request")  # what the console shows while it runs
+                recorded.current().progress(f"model request {number}")  # what the console shows while it runs
                 return _model_result(await body(), cache_key)
             return await recorded.acall_as(CallKind.MODEL, "model request", request)
         if isinstance(operation_id, ToolsetCallToolId):
