@@ -1,11 +1,13 @@
-"""``relaypoint demo``: fill a store with real runs of the bundled examples, ``repo-audit`` and
-``panel`` (multi-agent patterns over the audit's findings).
+"""``relaypoint demo``: fill a store with real runs of the bundled examples, ``repo-audit``,
+``panel`` (multi-agent patterns over the audit's findings) and, with ``relaypoint[pydantic-ai]``
+installed, ``research`` (PydanticAI agents).
 
-Every run is really executed, including two whose processes are SIGKILLed (an audit mid-step, a
-panel mid-debate), so the console shows each state a run can rest in: completed, awaiting
-approval, awaiting input, interrupted, failed, rejected, cancelled, and a queued fork of the
-completed audit; and a panel completed, interrupted in round 2 of its debate, and waiting for a
-person's turn in its debate.
+Every run is really executed, including three whose processes are SIGKILLed (an audit mid-step, a
+panel mid-debate, a research run in its writer's third model request), so the console shows each
+state a run can rest in: completed, awaiting approval, awaiting input, interrupted, failed,
+rejected, cancelled, and a queued fork of the completed audit; a panel completed, interrupted in
+round 2 of its debate, and waiting for a person's turn in its debate; and a research run waiting
+at its approval gate (with the agents' recorded calls and usage), and one interrupted mid-agent.
 """
 
 from __future__ import annotations
@@ -26,10 +28,19 @@ from .models import StepRecord
 from .runtime import Runtime
 from .status import RunStatus, StepStatus
 
-workflows = [*audit.workflows, *panel.workflows]
+try:
+    from .examples import research
+except ImportError as missing:  # the optional extra: the demo goes on without the research runs
+    if (missing.name or "").split(".")[0] != "pydantic_ai":
+        raise
+    research = None
+
+workflows = [*audit.workflows, *panel.workflows, *(research.workflows if research else [])]
 """Every workflow the demo's runs use: the app the demo's console resumes with (:data:`DEMO_APP`)."""
 DEMO_APP = "relaypoint.demo:workflows"
 KILL_WAIT_SECONDS = 60.0
+NO_RESEARCH = "research: not added, PydanticAI is not installed (pip install 'relaypoint[pydantic-ai]' adds its runs)"
+"""The progress line of a demo made without ``relaypoint[pydantic-ai]``."""
 
 
 def _kill_while(db_url: str, workflow: str, input: dict, durability: str, where: str,
@@ -64,10 +75,11 @@ def _kill_while(db_url: str, workflow: str, input: dict, durability: str, where:
 def build_demo(db_url: str, root: str | None = None, progress: Callable[[str], None] = lambda line: None,
                durability: str = DURABILITY) -> dict[str, str]:
     """Create the demo runs in the store at ``db_url`` (created if missing). ``root``: the directory
-    audited (default: the installed relaypoint sources, a real and bounded tree). Reports are
-    written to the system temporary directory. Returns label -> run id. Raises ``RelaypointError``,
-    before anything is recorded or reported to ``progress``, when ``root`` is not a readable
-    directory or the store is read-only (``StoreReadOnly``)."""
+    audited (default: the installed relaypoint sources, a real and bounded tree). Reports (and
+    the research runs' posts, once published) are written to the system temporary directory.
+    Returns label -> run id. Raises ``RelaypointError``, before anything is recorded or reported
+    to ``progress``, when ``root`` is not a readable directory or the store is read-only
+    (``StoreReadOnly``)."""
     root = root or str(Path(__file__).resolve().parent)
     if not os.path.isdir(root) or not os.access(root, os.R_OK | os.X_OK):
         problem = "is not a readable directory" if os.path.exists(root) else "does not exist"
@@ -112,6 +124,12 @@ def build_demo(db_url: str, root: str | None = None, progress: Callable[[str], N
         progress("panel with a person: the debate waits for the skeptic's answer")
         runs["panel_awaiting_input"] = rt.start("panel-with-person", base)
 
+        if research is not None:
+            progress("research: PydanticAI agents draft, vote and revise; the revision awaits approval")
+            runs["research_awaiting_approval"] = rt.start("research")
+        else:
+            progress(NO_RESEARCH)
+
     progress("interrupted: a child process SIGKILLed during its analyze step")
     runs["interrupted"] = _kill_while(db_url, "repo-audit", {**base, "delay": 30}, durability, "step 'analyze'",
                                       lambda s: s.name == "analyze")
@@ -120,4 +138,10 @@ def build_demo(db_url: str, root: str | None = None, progress: Callable[[str], N
     runs["panel_interrupted"] = _kill_while(
         db_url, "panel", {**base, "delay": 30}, durability, "round 2 of the debate",
         lambda s: s.name == "argue" and s.iteration == 2 and s.agent == "skeptic")
+
+    if research is not None:
+        progress("research interrupted: a child process SIGKILLed in the writer's third model request")
+        runs["research_interrupted"] = _kill_while(
+            db_url, "research", {"delay": 30}, durability, "the writer's third model request",
+            lambda s: s.name == "draft" and s.progress == "model request 3")
     return runs

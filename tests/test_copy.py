@@ -86,7 +86,7 @@ def test_round_trip_sqlite_postgres_sqlite_keeps_every_run_identical(rich, pg_ur
     source, runs = rich
     back = f"sqlite:///{tmp_path}/back.db"
     out = copy(source, pg_url, "--batch", "4")  # several batches
-    assert out.startswith("copied 13 runs (") and out.rstrip().endswith("; counts verified"), out
+    assert out.startswith("copied 15 runs (") and out.rstrip().endswith("; counts verified"), out
     assert "from sqlite:///" in out and "?schema=" in out
     copy(pg_url, back)
 
@@ -123,18 +123,18 @@ def test_copy_refuses_a_destination_holding_any_of_the_runs(rich, pg_url: str) -
         before = dst.row_counts(dst_ids)
     result = CliRunner().invoke(cli, ["copy", "--from", source, "--to", pg_url])
     assert result.exit_code == 1
-    assert f"already holds 1 of the 13 runs to copy ({runs['failed']}); nothing was copied" in result.output
+    assert f"already holds 1 of the 15 runs to copy ({runs['failed']}); nothing was copied" in result.output
     with open_store(pg_url) as dst:
         assert dst.row_counts(dst_ids) == before and ids_of(dst) == [runs["failed"]]
     # --skip-existing copies the others; the copy is then whole.
-    assert "copied 12 runs" in copy(source, pg_url, "--skip-existing")
+    assert "copied 14 runs" in copy(source, pg_url, "--skip-existing")
     assert views(pg_url) == views(source)
 
 
 def test_copy_into_itself_is_refused(rich) -> None:
     source, _ = rich
     result = CliRunner().invoke(cli, ["copy", "--from", source, "--to", source])
-    assert result.exit_code == 1 and "already holds 13 of the 13 runs" in result.output
+    assert result.exit_code == 1 and "already holds 15 of the 15 runs" in result.output
 
 
 def executing_source(tmp_path: Path) -> tuple[str, datetime]:
@@ -234,10 +234,10 @@ def test_an_interrupted_copy_leaves_whole_runs_and_is_finished_with_skip_existin
         assert ids_of(dst) == order[:2]
         assert dst.export_runs(order[:2]) == src.export_runs(order[:2])
         assert dst.row_counts(order[2:]) == dict.fromkeys(COPIED_TABLES, 0)
-        with pytest.raises(CopyRefused, match=f"already holds 2 of the 13 runs to copy \\({order[0]}, {order[1]}\\)"):
+        with pytest.raises(CopyRefused, match=f"already holds 2 of the 15 runs to copy \\({order[0]}, {order[1]}\\)"):
             copy_runs(src, dst)
         report = copy_runs(src, dst, skip_existing=True, batch=5)
-        assert (report.runs, report.skipped) == (11, 2)
+        assert (report.runs, report.skipped) == (13, 2)
         assert dst.export_runs(order) == src.export_runs(order)
 
 
