@@ -227,7 +227,7 @@ def test_the_demo_has_a_completed_panel_one_killed_mid_debate_and_one_awaiting_a
         assert person.status == "awaiting_input" and person.workflow == "panel-with-person"
         assert person.pending.reason.endswith("(argue, round 1, as 'skeptic')")
     assert DEMO_APP == "relaypoint.demo:workflows"
-    assert {"panel", "panel-with-person", "repo-audit"} == {wf.name for wf in demo_workflows}
+    assert {"panel", "panel-with-person", "repo-audit", "research"} == {wf.name for wf in demo_workflows}
 
 
 def test_the_killed_agent_call_is_marked_interrupted_like_a_killed_step(demo):

@@ -125,11 +125,13 @@ class SqlAdmin(SqlStore):
         with self._snapshot():  # a boundary committed meanwhile is not half seen
             runs = self._rows(f"SELECT {', '.join(RUN_ROW)}, {INPUT_OF_RUN} AS input, {DEFINITION_OF_RUN} AS "
                               f"definition FROM runs WHERE {among} ORDER BY created_at, run_id", (ids,))
+            # in key order (a call's key is its execution and position), the same on every backend
             tables = {table: _grouped(self._rows(f"SELECT run_id, {', '.join(columns)} FROM {table} WHERE {among} "
-                                                 f"ORDER BY run_id, {columns[0]}", (ids,)))
-                      for table, columns in (("steps", STEP_ROW), ("outputs", OUTPUT_ROW),
-                                             ("checkpoints", CHECKPOINT_ROW), ("events", EVENT_ROW),
-                                             ("calls", CALL_ROW))}
+                                                 f"ORDER BY run_id, {order}", (ids,)))
+                      for table, columns, order in (("steps", STEP_ROW, "seq"), ("outputs", OUTPUT_ROW, "seq"),
+                                                    ("checkpoints", CHECKPOINT_ROW, "checkpoint_id"),
+                                                    ("events", EVENT_ROW, "event_id"),
+                                                    ("calls", CALL_ROW, "seq, position"))}
             parents = _grouped(self._rows(
                 "SELECT run_id, checkpoint_id FROM checkpoints WHERE run_id IN (SELECT parent_run_id FROM runs "
                 f"WHERE {among}) ORDER BY run_id, checkpoint_id", (ids,)))
