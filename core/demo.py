@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 from .defaults import DURABILITY
 from .errors import RelaypointError
@@ -43,14 +44,15 @@ NO_RESEARCH = "research: not added, PydanticAI is not installed (pip install 're
 """The progress line of a demo made without ``relaypoint[pydantic-ai]``."""
 
 
-def _kill_while(db_url: str, workflow: str, input: dict, durability: str, where: str,
+def _kill_while(db_url: str, example: ModuleType, workflow: str, input: dict, durability: str, where: str,
                 running: Callable[[StepRecord], bool]) -> str:
-    """Start a run of ``workflow`` in a child process and SIGKILL it as soon as an execution that
-    ``running`` picks is running (``where`` names it in the error); returns the run id once the run
-    is marked interrupted. Raises ``RelaypointError`` if the child never gets there."""
+    """Start a run of ``workflow`` of the bundled ``example`` (a module of :mod:`relaypoint.examples`:
+    the child loads that example alone) in a child process and SIGKILL it as soon as an execution
+    that ``running`` picks is running (``where`` names it in the error); returns the run id once the
+    run is marked interrupted. Raises ``RelaypointError`` if the child never gets there."""
     child = subprocess.Popen(  # the URL in the environment: `ps` would show a password on the command line
         [sys.executable, "-m", "relaypoint", "--durability", durability, "start", workflow,
-         "--app", DEMO_APP, "--input", json.dumps(input)],
+         "--app", f"{example.__name__}:workflows", "--input", json.dumps(input)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "RELAYPOINT_DB": db_url},
     )
     run_id = child.stdout.readline().strip()  # printed once the run is recorded, before its first step
@@ -131,17 +133,17 @@ def build_demo(db_url: str, root: str | None = None, progress: Callable[[str], N
             progress(NO_RESEARCH)
 
     progress("interrupted: a child process SIGKILLed during its analyze step")
-    runs["interrupted"] = _kill_while(db_url, "repo-audit", {**base, "delay": 30}, durability, "step 'analyze'",
+    runs["interrupted"] = _kill_while(db_url, audit, "repo-audit", {**base, "delay": 30}, durability, "step 'analyze'",
                                       lambda s: s.name == "analyze")
 
     progress("panel interrupted: a child process SIGKILLed in round 2 of the debate, as the skeptic speaks")
     runs["panel_interrupted"] = _kill_while(
-        db_url, "panel", {**base, "delay": 30}, durability, "round 2 of the debate",
+        db_url, panel, "panel", {**base, "delay": 30}, durability, "round 2 of the debate",
         lambda s: s.name == "argue" and s.iteration == 2 and s.agent == "skeptic")
 
     if research is not None:
         progress("research interrupted: a child process SIGKILLed in the writer's third model request")
         runs["research_interrupted"] = _kill_while(
-            db_url, "research", {"delay": 30}, durability, "the writer's third model request",
+            db_url, research, "research", {"delay": 30}, durability, "the writer's third model request",
             lambda s: s.name == "draft" and s.progress == "model request 3")
     return runs
