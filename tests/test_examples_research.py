@@ -117,7 +117,7 @@ def test_a_vote_to_accept_keeps_the_draft_without_asking_the_writer_again():
     ctx = Context(run_id="r", step="revise", attempt=1, idempotency_key="r/revise", input={},
                            results={"draft": draft, "review": {"result": {"winner": "accept"},
                                                                "votes": {"facts": accept.model_dump()}}})
-    # a Context without a recorder: asking the writer would raise TypeError (not a step's execution)
+    # not a step's execution: asking the writer here would raise OutsideStep
     assert asyncio.run(research.revise(ctx)) is draft
 
 

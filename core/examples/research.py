@@ -31,6 +31,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -203,7 +204,9 @@ def check_reader(draft: Draft) -> Review:
     return Review(score=2, verdict="revise", notes="say who approves the post before it is published")
 
 
-def _reviewer(name: str, check: Any) -> RelaypointAgent:
+def _reviewer(name: str, check: Callable[[Draft], Review]) -> RelaypointAgent:
+    """A reviewer agent on the model ``canned-<name>``, whose review of the draft asked is ``check``'s."""
+
     async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return _output(info, check(_draft_asked(messages)))
 
