@@ -29,7 +29,6 @@ from typing import Any
 
 from agents import (Agent, FunctionTool, Handoff, Model, ModelProvider, ModelResponse, ModelSettings, RunConfig,
                     Runner, RunResult, RunResultStreaming, Usage)
-from agents.models import get_default_model
 from agents.tool import ApplyPatchTool, ComputerTool, CustomTool, LocalShellTool, ShellTool
 from openai.types.responses import (Response, ResponseCompletedEvent, ResponseOutputItem, ResponseOutputItemDoneEvent,
                                     ResponseUsage)
@@ -201,8 +200,9 @@ class _RecordedProvider(ModelProvider):
         self._provider, self._run = provider, run
 
     def get_model(self, model_name: str | None) -> Model:
-        """The model named ``model_name`` (None: the SDK's default), recorded."""
-        return _RecordedModel(self._provider.get_model(model_name), model_name or get_default_model(), self._run)
+        """The model named ``model_name`` (None: the provider's default), recorded."""
+        model = self._provider.get_model(model_name)
+        return _RecordedModel(model, model_name or _model_name(model), self._run)
 
     async def aclose(self) -> None:
         """Closes the wrapped provider."""
