@@ -154,7 +154,7 @@ class _RecordedModel(Model):
                 yield event
             payload = call.result()
         finally:
-            call.cancel()  # the stream was closed before it ended: nothing is recorded
+            call.cancel()  # a no-op once it ended; a stream closed before then records nothing
         if not sent:
             yield _completed_event(_RESPONSE.validate_python(payload), self._name)
 
@@ -167,6 +167,7 @@ class _RecordedModel(Model):
         await self._model.close()
 
     async def _cleanup_on_run_end(self, owner: object) -> None:
+        # The runner calls this hook of Model on the model it used (a websocket model frees its connection).
         await self._model._cleanup_on_run_end(owner)
 
 
