@@ -102,6 +102,13 @@ def test_only_the_pydantic_ai_integration_imports_pydantic_ai():
     assert users == ["core/examples/research.py", "core/integrations/pydantic_ai.py"]
 
 
+def test_only_the_openai_agents_integration_imports_the_openai_agents_sdk():
+    """relaypoint.integrations.openai_agents holds everything of the OpenAI Agents SDK (an optional
+    extra, with the openai client it brings): the rest of relaypoint runs without it installed."""
+    users = sorted(str(p.relative_to(ROOT)) for p in modules() if {"agents", "openai"} & set(imported(p)))
+    assert users == ["core/integrations/openai_agents.py"]
+
+
 def test_front_ends_use_the_runtime_never_its_store():
     def store_reads(path: Path) -> list[str]:
         return [f"{path.relative_to(ROOT)}:{node.lineno}: .store"

@@ -121,7 +121,8 @@ def test_the_typed_outputs_example_runs_as_written(tmp_path, monkeypatch):
     assert namespace["published"] == re.search(r"published = .*# '(.*)'", block).group(1)
 
 
-@pytest.mark.parametrize("title", ["Recorded calls inside a step", "A PydanticAI agent"])
+@pytest.mark.parametrize("title", ["Recorded calls inside a step", "A PydanticAI agent",
+                                   "An OpenAI Agents SDK agent"])
 def test_the_recorded_calls_examples_run_as_written(tmp_path, monkeypatch, title):
     """The block of each section: each model request sent once across a pause and a run again,
     the calls recorded as its comments show."""

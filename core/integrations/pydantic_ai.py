@@ -40,22 +40,10 @@ from pydantic_ai.durable_exec import (
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse
 
 from .. import recorded
-from ..errors import RelaypointError
 from ..status import CallKind
+from . import OutsideStep, inside_step
 
 __all__ = ["OutsideStep", "RelaypointAgent", "RelaypointDurability"]
-
-
-class OutsideStep(RelaypointError):
-    """A :class:`RelaypointAgent` was run outside a relaypoint step, where nothing records its calls."""
-
-
-def _inside_step() -> bool:
-    try:
-        recorded.current()
-    except TypeError:
-        return False
-    return True
 
 
 def _new_messages(messages: list[Any]) -> Any:
@@ -131,7 +119,7 @@ class RelaypointDurability(BaseDurabilityCapability[Any]):
     @property
     def in_durable_context(self) -> bool:
         """Whether a relaypoint step's execution is running here."""
-        return _inside_step()
+        return inside_step()
 
     def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
         """The backend that records each durable unit as a call of the running step."""
@@ -153,7 +141,7 @@ class RelaypointAgent(WrapperAgent[Any, Any]):
     @asynccontextmanager
     async def iter(self, *args: Any, capabilities: Any = None, **kwargs: Any) -> AsyncIterator[AgentRun[Any, Any]]:
         """As ``Agent.iter``, inside a relaypoint step (else :class:`OutsideStep`)."""
-        if not _inside_step():
+        if not inside_step():
             raise OutsideStep(f"agent '{self._durability.name}' (RelaypointAgent) runs only inside a relaypoint step: "
                               "call it from the function of a step that a Runtime executes")
         async with self.wrapped.iter(*args, capabilities=[self._durable, *(capabilities or [])], **kwargs) as run:
