@@ -255,7 +255,8 @@ class Worker:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):  # a wakeup fd: heard whichever thread the signal reaches
                 loop.add_signal_handler(sig, self.stop)
-        stats = asyncio.create_task(self._report(rt))
+        meter = Meter(rt.store.commit_counts)
+        stats = asyncio.create_task(self._report(meter))
         try:
             while not self.stopping.is_set():
                 try:
@@ -269,19 +270,23 @@ class Worker:
         finally:
             stats.cancel()
             self._loop = None
+        self._tell(meter.read(len(self._flying)))  # what the last interval did, once stopped
 
-    async def _report(self, rt: Runtime) -> None:
+    async def _report(self, meter: Meter) -> None:
         """Every ``stats_seconds``, the stats line of a busy worker."""
-        meter = Meter(rt.store.commit_counts)
         while True:
             await asyncio.sleep(self.stats_seconds)
-            if (stats := meter.read(len(self._flying))) is None:
-                continue
-            if self.on_stats is not None:
-                with suppress(OSError):
-                    self.on_stats(stats)
-            else:
-                self._say(stats.line())
+            self._tell(meter.read(len(self._flying)))
+
+    def _tell(self, stats: WorkerStats | None) -> None:
+        """Give a stats line (None: idle, nothing to say) to ``on_stats``, or as a line to ``log``."""
+        if stats is None:
+            return
+        if self.on_stats is None:
+            self._say(stats.line())
+        else:
+            with suppress(OSError):
+                self.on_stats(stats)
 
     async def drain(self) -> None:
         """Wait until the runs in flight have stopped (released ``queued`` at their next boundary once

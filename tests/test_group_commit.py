@@ -19,6 +19,7 @@ from relaypoint import Runtime, Workflow
 from relaypoint.errors import LeaseLost, StoreError
 from relaypoint.status import RunStatus
 from relaypoint.store import NewRun, open_store
+from relaypoint.throughput import WorkerStats
 from relaypoint.worker import Worker
 
 from test_store_contract import add_run, at, everything, finish, lease, stage
@@ -136,7 +137,7 @@ def test_a_failing_statement_fails_every_change_of_its_group_with_nothing_of_it_
     assert committed_output(path, "r1", 0) == {"n": 1}
 
 
-def test_a_worker_commits_the_boundaries_of_its_runs_in_shared_transactions(tmp_path: Path):
+def test_a_worker_commits_the_boundaries_of_its_runs_in_shared_transactions_and_says_so(tmp_path: Path):
     wf = Workflow("naps")
     for i in range(10):
         async def nap(ctx, i=i):
@@ -146,18 +147,17 @@ def test_a_worker_commits_the_boundaries_of_its_runs_in_shared_transactions(tmp_
     db = str(tmp_path / "runs.db")
     with Runtime(db, [wf], durability="full") as rt:
         runs = [rt.enqueue("naps") for _ in range(8)]
-    worker = Worker(db, [wf], concurrency=8, durability="full", poll_seconds=0.05, log=lambda line: None)
-    seen: dict[str, Runtime] = {}
-    runtime = worker._runtime
-    worker._runtime = lambda: seen.setdefault("rt", runtime())
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        wait_until(lambda: "rt" in seen and seen["rt"].counts().get("completed", 0) == 8, "8 runs completed", 120)
-        group = seen["rt"].store.group_commit
-        assert group.changes > group.groups  # some boundaries shared a transaction
-    finally:
-        worker.stop()
-        thread.join(60)
-    with Runtime(db, [wf]) as rt:
+        stats: list[WorkerStats] = []
+        worker = Worker(db, [wf], concurrency=8, durability="full", poll_seconds=0.05, log=lambda line: None,
+                        stats_seconds=0.1, on_stats=stats.append)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            wait_until(lambda: rt.counts().get("completed", 0) == 8, "8 runs completed", 120)
+        finally:
+            worker.stop()
+            thread.join(60)
         assert all([t.output for t in rt.get(rid).tasks] == list(range(10)) for rid in runs)
+    assert stats and max(s.in_flight for s in stats) == 8
+    assert max(s.changes_per_transaction or 0 for s in stats) > 1  # boundaries of several runs shared one
+    assert sum(s.boundaries_per_second * s.seconds for s in stats) == pytest.approx(80, abs=0.5)
