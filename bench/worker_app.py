@@ -23,3 +23,19 @@ async def nap(ctx):
 
 
 workflows.append(asleep)
+
+# group_commit.py's runs: 200 no-op steps, and 20 steps each awaiting 10 ms (a short model call).
+noop200 = Workflow("noop200")
+for _i in range(200):
+    noop200.step(name=f"n{_i}")(lambda ctx: None)
+
+
+async def _wait10(ctx):
+    await asyncio.sleep(0.01)
+
+
+wait20 = Workflow("wait20")
+for _i in range(20):
+    wait20.step(name=f"w{_i}")(_wait10)
+
+workflows += [noop200, wait20]

@@ -12,7 +12,6 @@ control sequences. Every line this module prints goes through :func:`relaypoint.
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import os
@@ -31,12 +30,13 @@ from rich.table import Table
 
 from .apploader import load_workflows
 from .browser import DEFAULT_PORT, LOOPBACK_HOST
-from .clock import to_text
+from .clock import to_text, utcnow
 from .copying import BATCH_RUNS, copy_runs
 from .drivers import Call, where
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
 from .defaults import DURABILITIES, DURABILITY, HOOK_ATTEMPTS, HOOK_SECONDS, LEASE_SECONDS
+from .throughput import STATS_SECONDS
 from .runtime import Runtime
 from .workflow import find_workflow
 from .models import Run, RunSummary
@@ -598,16 +598,28 @@ def announce(ctx: click.Context, run_id: str) -> None:
               f"attempt is tried again ({HOOK_ATTEMPTS} in all), and a pause is marked announced once one succeeds.")
 @click.option("--on-pause-timeout", default=HOOK_SECONDS, show_default=True, type=click.FloatRange(0.1),
               metavar="SECONDS", help="Kill an --on-pause command still running after this many seconds.")
+@click.option("--stats-every", "stats_seconds", default=STATS_SECONDS, show_default=True, type=click.FloatRange(0.1),
+              metavar="SECONDS", help="While busy, print runs in flight, boundaries per second and changes per "
+              "transaction this often.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print each line as a JSON object ({\"at\", \"message\"}, or {\"at\", \"stats\"}), for logs.")
 @click.pass_context
 def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recoveries: int, poll: float,
-           on_pause: str | None, on_pause_timeout: float) -> None:
+           on_pause: str | None, on_pause_timeout: float, stats_seconds: float, as_json: bool) -> None:
     """Execute queued runs and recover interrupted ones until SIGINT/SIGTERM."""
     from .pausehook import PauseHook
+    from .throughput import WorkerStats
     from .worker import Worker
+
+    def say(line: str) -> None:
+        _say(json.dumps({"at": to_text(utcnow()), "message": line}) if as_json else line, err=True)
+
+    def stats(figures: WorkerStats) -> None:
+        _say(json.dumps({"at": to_text(utcnow()), **figures.as_json()}) if as_json else figures.line(), err=True)
 
     if not app_spec:
         raise click.UsageError("worker needs --app MODULE:ATTR (or RELAYPOINT_APP) to run the steps")
-    log = functools.partial(_say, err=True)
+    log = say
     hook = None
     if on_pause is not None:
         try:
@@ -623,11 +635,11 @@ def worker(ctx: click.Context, app_spec: str | None, concurrency: int, max_recov
     workflows = load_workflows(app_spec)
     w = Worker(ctx.obj["db"], workflows, concurrency=concurrency, poll_seconds=poll,
                max_recoveries=max_recoveries, lease_seconds=_lease_seconds(), durability=ctx.obj["durability"],
-               log=log, on_pause=hook)
+               log=log, on_pause=hook, stats_seconds=stats_seconds, on_stats=stats)
     w.check_store()  # a missing, unusable or read-only store is one line, before the worker says it started
-    _say(f"worker on {shown(ctx.obj['db'])}: {', '.join(wf.name for wf in workflows)}, "
-         f"concurrency {concurrency}{f'; pauses are announced to {command[0]}' if hook else ''}; "
-         "SIGINT or SIGTERM stops it gracefully", err=True)
+    say(f"worker on {shown(ctx.obj['db'])}: {', '.join(wf.name for wf in workflows)}, "
+        f"concurrency {concurrency}{f'; pauses are announced to {command[0]}' if hook else ''}; "
+        "SIGINT or SIGTERM stops it gracefully")
     with _steps_print_to_stderr():
         w.run()
 

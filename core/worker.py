@@ -41,6 +41,7 @@ from .pausehook import PauseHook
 from .recovery import now_of
 from .runtime import Runtime
 from .status import AnnouncementOutcome, RunStatus
+from .throughput import STATS_SECONDS, Meter, WorkerStats
 from .workflow import Workflow
 
 CANDIDATES = 50
@@ -58,7 +59,8 @@ class Worker:
 
     ``max_recoveries``: an interrupted run whose executor died more than this many times while
     executing it alone is marked failed with the reason instead of being recovered again.
-    ``log``: receives one line per action; a line it cannot write (``OSError``: its reader gone, as
+    ``log``: receives one line per action, and every ``stats_seconds`` while busy a stats line
+    (:class:`~relaypoint.throughput.WorkerStats`; to ``on_stats`` instead when given); a line it cannot write (``OSError``: its reader gone, as
     the pipe to ``tee`` after Ctrl-C) is lost, and the worker goes on, or stops as asked. ``on_pause``: told of each pause for a person (approval,
     input, a held orphan) in the store that no one has announced yet, whoever made it (see
     :meth:`~relaypoint.Runtime.announce_pauses`): a thread of its own claims them every
@@ -77,7 +79,8 @@ class Worker:
     def __init__(self, url: str, workflows: Iterable[Workflow], *, concurrency: int = 1,
                  poll_seconds: float = POLL_SECONDS, max_recoveries: int = MAX_RECOVERIES,
                  lease_seconds: float = LEASE_SECONDS, durability: str = DURABILITY,
-                 log: Callable[[str], None] = print, on_pause: PauseHook | None = None) -> None:
+                 log: Callable[[str], None] = print, on_pause: PauseHook | None = None,
+                 stats_seconds: float = STATS_SECONDS, on_stats: Callable[[WorkerStats], None] | None = None) -> None:
         self.url = url
         self.on_pause = on_pause
         self.durability = durability
@@ -87,6 +90,8 @@ class Worker:
         self.max_recoveries = max_recoveries
         self.lease_seconds = lease_seconds
         self.log = log
+        self.stats_seconds = stats_seconds
+        self.on_stats = on_stats
         self.stopping = threading.Event()
         self._flying: dict[str, asyncio.Task[bool]] = {}  # the runs this process is claiming or executing
         self._isolating: str | None = None   # the recovered run being executed alone, if any
@@ -250,6 +255,8 @@ class Worker:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):  # a wakeup fd: heard whichever thread the signal reaches
                 loop.add_signal_handler(sig, self.stop)
+        meter = Meter(rt.store.commit_counts)
+        stats = asyncio.create_task(self._report(meter))
         try:
             while not self.stopping.is_set():
                 try:
@@ -261,7 +268,25 @@ class Worker:
                 self._wake.clear()
             await self.drain()
         finally:
+            stats.cancel()
             self._loop = None
+        self._tell(meter.read(len(self._flying)))  # what the last interval did, once stopped
+
+    async def _report(self, meter: Meter) -> None:
+        """Every ``stats_seconds``, the stats line of a busy worker."""
+        while True:
+            await asyncio.sleep(self.stats_seconds)
+            self._tell(meter.read(len(self._flying)))
+
+    def _tell(self, stats: WorkerStats | None) -> None:
+        """Give a stats line (None: idle, nothing to say) to ``on_stats``, or as a line to ``log``."""
+        if stats is None:
+            return
+        if self.on_stats is None:
+            self._say(stats.line())
+        else:
+            with suppress(OSError):
+                self.on_stats(stats)
 
     async def drain(self) -> None:
         """Wait until the runs in flight have stopped (released ``queued`` at their next boundary once

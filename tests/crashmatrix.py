@@ -130,7 +130,7 @@ if TXN_LOG:  # test instrumentation: mark every transaction so a kill can be pla
     DWELL = float(os.environ.get("CRASHAPP_TXN_DWELL", "0"))
     # frames between a store operation and its BEGIN/COMMIT: named by the operation, not by these
     _PLUMBING = {"execute", "_write", "transaction", "__enter__", "__exit__", "wrapper", "_translated",
-                 "commit", "_commit_alone", "_call"}
+                 "commit", "_commit_alone", "_commit_group", "_lead", "_call"}
     # a failed attempt's change (its retry's start, or the run's failure), an independent call's
     # start and the run's failure once the calls in flight landed are step boundaries too
     _ALIASES = {"boundary": "_boundary", "_failed": "_boundary", "_more": "_boundary", "_fail_run": "_boundary",

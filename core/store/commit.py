@@ -16,6 +16,7 @@ from typing import Any
 
 from ..models import Lease
 from ..status import OPEN_STEPS, StepStatus
+from .group import CommitCounts
 from .schema import CALLS, CHECKPOINTS, EVENT_ROW, EVENTS, LEASE_COLUMNS, RUN_INPUTS, RUN_ROW, RUNS, STEPS, insert
 from .sql import PAUSED, UNDECIDED, SqlStore, translated
 from .writes import KEEP, Change, Committed, NewRun, NewStep, RunUpdate, Superseded
@@ -61,6 +62,9 @@ _EVENT_INSERT = insert(EVENTS, ("run_id", *EVENT_ROW[1:]))
 class SqlCommit(SqlStore):
     """A :class:`SqlStore` that commits changes (:meth:`RunStore.commit`): the statements of each
     part, in the order :class:`~relaypoint.store.writes.Change` gives."""
+
+    commit_counts: CommitCounts
+    """What this store object committed (each backend makes it when it opens)."""
 
     @translated
     def commit(self, change: Change) -> Committed:

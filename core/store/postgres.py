@@ -33,6 +33,7 @@ from .base import (NotAStore, RunLocked, StoreBusy, StoreDamaged, StoreDenied, S
                    StoreReadOnly, StoreUnreachable)
 from .commit import SqlCommit, event_detail
 from .connections import ThreadConnections
+from .group import CommitCounts
 from .migrations import APP_ID, stored_version
 from .migrations.postgres import (CALL_ARRAYS, CHECKPOINT_ARRAYS, FENCE_REFUSED, INSERTED_ARRAYS, LOCK_CLASS,
                                   MIGRATIONS, SCHEMA_VERSION, channel, lock_key)
@@ -98,6 +99,7 @@ class PostgresStore(SqlAdmin, SqlCommit):
         self._where = postgres_where(conninfo, schema)
         self._threads: ThreadConnections[psycopg.Connection] = ThreadConnections(close_quietly, idle, self._where)
         self._key = (conninfo, schema)
+        self.commit_counts = CommitCounts()
         self._name = f"{APP_ID}-{schema}"
         """Its connections' ``application_name`` (shown in ``pg_stat_activity``; the server keeps 63
         bytes of it) and its pool's name."""
@@ -509,10 +511,12 @@ class PostgresStore(SqlAdmin, SqlCommit):
         # (its statements are planned once per connection). A drift's chain is rebuilt first, in SQL
         # that reads it: a transaction of the run.
         if change.replaced is not None:
-            return super()._commit_alone(change)
-        with self._connection() as conn:
-            committed = self._call(conn, change, [])
-        count_commit(self._key)
+            committed = super()._commit_alone(change)
+        else:
+            with self._connection() as conn:
+                committed = self._call(conn, change, [])
+            count_commit(self._key)
+        self.commit_counts.add(1, len(change.ended))
         return committed
 
     def _apply(self, c: Change) -> Committed:

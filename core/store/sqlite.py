@@ -26,15 +26,17 @@ from typing import Any
 
 from ..clock import from_text, to_text
 from ..defaults import BUSY_TIMEOUT_SECONDS, DURABILITIES, DURABILITY
-from ..errors import InvalidValue, StoreError
+from ..errors import InvalidValue, RelaypointError, StoreError
 from .base import NotAStore, StoreBusy, StoreDamaged, StoreFull, StoreMissing, StoreNewer, StoreReadOnly
 from .commit import SqlCommit
 from .connections import ThreadConnections
+from .group import CommitCounts, GroupCommit
 from .migrations import APP_ID, stored_version
 from .migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
 from .schema import ROW_TIMES
 from .sql import translated
 from .sql_admin import SqlAdmin, id_column
+from .writes import Change, Committed
 
 SQLITE_HEADER_BYTES = 100
 
@@ -92,6 +94,9 @@ class SqliteStore(SqlAdmin, SqlCommit):
         else:
             self._check_header()
         self._writers = _Writers.of(self.path, self)
+        self.commit_counts = CommitCounts()
+        self.group_commit: GroupCommit[Change, Committed] = GroupCommit(self._commit_group)
+        """The commits of this store's threads, grouped (:mod:`.group`)."""
         try:
             self._connect("mode=ro" if self.readonly else None)
             try:
@@ -294,6 +299,33 @@ class SqliteStore(SqlAdmin, SqlCommit):
             return StoreError(f"{self.path}: {msg}")
         return StoreDamaged(f"{self.path} could not be read ({msg}); it may be damaged: check it with "
                             "`sqlite3 FILE 'PRAGMA integrity_check'`")
+
+    def _commit_alone(self, change: Change) -> Committed:
+        # Concurrent commits of this store's threads share transactions, so one fsync serves many.
+        return self.group_commit.commit(change)
+
+    def _commit_group(self, changes: Sequence[Change]) -> list[Committed | BaseException]:
+        """The changes of one group (:class:`.group.GroupCommit`) in one transaction, each under a
+        savepoint of its own when there are several: a change refused (its fence, a checkpoint
+        decided already, an unknown run) is rolled back alone and its refusal returned in its place.
+        Raises what failed anything else (a statement, the commit), which leaves nothing of the
+        group written."""
+        outcomes: list[Committed | BaseException] = []
+        with self._write():
+            if len(changes) == 1:
+                outcomes.append(self._apply(changes[0]))
+            else:
+                for change in changes:
+                    self.conn.execute("SAVEPOINT change")
+                    try:
+                        outcomes.append(self._apply(change))
+                    except RelaypointError as e:  # refusals are raised before a statement fails
+                        self.conn.execute("ROLLBACK TO change")
+                        outcomes.append(e)
+                    self.conn.execute("RELEASE change")
+        written = [c for c, o in zip(changes, outcomes) if not isinstance(o, BaseException)]
+        self.commit_counts.add(len(written), sum(len(c.ended) for c in written))
+        return outcomes
 
     @contextmanager
     def _write(self, run: str | None = None, skip_locked: bool = False) -> Iterator[None]:
