@@ -32,6 +32,7 @@ from .retention import Retention
 from .runner import Runner
 from .status import TERMINAL, AnnouncementOutcome, RunStatus
 from .store import Change, Lookup, StoreReadOnly, open_store
+from .store.group import CommitCounts
 from .workflow import Workflow, find_workflow
 
 __all__ = ["Runtime", "os_user"]
@@ -153,6 +154,12 @@ class Runtime:
         any other connection or process; comparable only between calls on this same runtime (from
         any thread). The console skips a refresh when it has not changed."""
         return self.store.data_version()
+
+    @property
+    def commit_counts(self) -> CommitCounts:
+        """The store's running totals of changes, boundaries and transactions committed through this
+        runtime (a worker's throughput line reads them; see :mod:`relaypoint.throughput`)."""
+        return self.store.commit_counts
 
     @property
     def readonly_reason(self) -> str | None:

@@ -255,7 +255,7 @@ class Worker:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):  # a wakeup fd: heard whichever thread the signal reaches
                 loop.add_signal_handler(sig, self.stop)
-        meter = Meter(rt.store.commit_counts)
+        meter = Meter(rt.commit_counts)
         stats = asyncio.create_task(self._report(meter))
         try:
             while not self.stopping.is_set():

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -56,6 +57,7 @@ WAIT = 90.0             # generous waits: a loaded two-core machine shared with 
 
 # What a worker prints: its start and stop, a line per run, and store errors met while polling.
 WORKER_LINES = ("worker on ", "stopping: ", "run ", "cannot ", "the connection to ", "the PostgreSQL server ")
+STATS_LINE = re.compile(r"\d+ runs? in flight, [\d,]+ boundaries/s(, [\d.]+ changes per transaction)? \(last \d+ s\)$")
 LEASE_LOST = "no longer owns the run"  # the fence refused the host's write
 LOST_SERVER = ("was lost", "cannot use the PostgreSQL server", "cannot connect")  # the store gave up
 
@@ -285,12 +287,17 @@ def assert_taken_over(store: RunStore, rid: str, lost_host: str, owned: dict[str
     return resumed[0].detail["host"]
 
 
+def worker_line(line: str) -> bool:
+    """Whether ``line`` is one of the worker's own: a message of its, or its throughput line."""
+    return (line.startswith(WORKER_LINES) or bool(STATS_LINE.match(line))) and "Traceback" not in line
+
+
 def assert_clean(*hosts: Host) -> None:
     """Each host's worker printed only its own one-line messages: no traceback, no library's raw line."""
     for h in hosts:
         assert not h.out.read_text(), h.out.read_text()
         for line in worker_err(h).splitlines():
-            assert line.startswith(WORKER_LINES) and "Traceback" not in line, f"{h.name}: {line}"
+            assert worker_line(line), f"{h.name}: {line}"
 
 
 def stop_gracefully(*hosts: Host, timeout: float = WAIT) -> list[int | None]:
@@ -516,4 +523,4 @@ def test_a_worker_whose_server_vanishes_says_so_once_a_poll_and_stops(tmp_path: 
             worker.wait()
     lines = err.read_text().splitlines()
     assert {line.split()[1].rstrip(":") for line in lines if line.startswith("run ")} == {executing.run}, lines
-    assert len(runs) > 1 and all(line.startswith(WORKER_LINES) and "Traceback" not in line for line in lines), lines
+    assert len(runs) > 1 and all(map(worker_line, lines)), lines
