@@ -71,7 +71,7 @@ class Claims:
             started=started,
             checkpoints=[NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None, at,
                                        state=state_json(state)), *checkpoints],
-            events=[events.run_started(wf.name, lease.pid, HOST, traceparent), *made]))
+            events=[events.run_started(wf.name, lease.pid, HOST, traceparent, wf.prices), *made]))
         return claim
 
     def enqueue(self, run_id: str, wf: Workflow, input_text: str, traceparent: str | None = None) -> None:
@@ -103,7 +103,7 @@ class Claims:
             inserted=steps,
             checkpoints=[NewCheckpoint(run_id, CheckpointKind.START, 0, cur.call.name if cur else None, at,
                                        state=state_json(state)), *([] if named is None else [named])],
-            events=[events.run_queued(wf.name, traceparent)]))
+            events=[events.run_queued(wf.name, traceparent, wf.prices)]))
 
     def _begin(self, claim: Claim, at: datetime) -> tuple[StepStart | None, list[NewCheckpoint], list[NewEvent]]:
         """How the claim's change starts the execution the run continues with (none when the

@@ -14,19 +14,27 @@ from .clock import to_text
 from .drivers import Call, located
 from .status import EventKind
 from .store import NewEvent
+from .usage import Prices
 
 
-def run_started(workflow: str, pid: int, host: str, traceparent: str | None = None) -> NewEvent:
+def _priced(prices: Prices | None) -> dict[str, Any]:
+    return {"prices": {m: list(p) for m, p in prices.items()}} if prices else {}
+
+
+def run_started(workflow: str, pid: int, host: str, traceparent: str | None = None, prices: Prices | None = None) -> NewEvent:
     """A run started by this process (``pid`` on ``host``); ``traceparent``: the W3C trace context
-    of its run span, when traced (see :mod:`relaypoint.tracing`)."""
+    of its run span, when traced (see :mod:`relaypoint.tracing`); ``prices``: the workflow's, the
+    run's from then on (see :mod:`relaypoint.usage`)."""
     return NewEvent(EventKind.RUN_STARTED, detail={"workflow": workflow, "pid": pid, "host": host,
-                                                   **({"traceparent": traceparent} if traceparent else {})})
+                                                   **({"traceparent": traceparent} if traceparent else {}),
+                                                   **_priced(prices)})
 
 
-def run_queued(workflow: str, traceparent: str | None = None) -> NewEvent:
-    """A run recorded for a worker to execute; ``traceparent`` as for :func:`run_started`."""
+def run_queued(workflow: str, traceparent: str | None = None, prices: Prices | None = None) -> NewEvent:
+    """A run recorded for a worker to execute; ``traceparent`` and ``prices`` as for :func:`run_started`."""
     return NewEvent(EventKind.RUN_QUEUED, detail={"workflow": workflow,
-                                                  **({"traceparent": traceparent} if traceparent else {})})
+                                                  **({"traceparent": traceparent} if traceparent else {}),
+                                                  **_priced(prices)})
 
 
 def step_started(call: Call, attempt: int) -> NewEvent:
@@ -114,11 +122,13 @@ def deadline_expired(step: str | None, checkpoint_id: int, reason: str) -> NewEv
     return NewEvent(EventKind.DEADLINE_EXPIRED, step=step, detail={"checkpoint_id": checkpoint_id, "reason": reason})
 
 
-def forked(step: str | None, parent_run_id: str, input_replaced: bool, iteration: int | None) -> NewEvent:
-    """The run was forked from ``parent_run_id`` at ``step`` (and ``iteration`` of its pattern)."""
+def forked(step: str | None, parent_run_id: str, input_replaced: bool, iteration: int | None,
+           prices: Prices | None = None) -> NewEvent:
+    """The run was forked from ``parent_run_id`` at ``step`` (and ``iteration`` of its pattern),
+    with the ``prices`` its parent recorded (as for :func:`run_started`)."""
     return NewEvent(EventKind.FORKED, step=step, detail={
         "parent_run_id": parent_run_id, "input_replaced": input_replaced,
-        **({} if iteration is None else {"iteration": iteration})})
+        **({} if iteration is None else {"iteration": iteration}), **_priced(prices)})
 
 
 def approval_inherited(step: str, checkpoint_id: int, parent_run_id: str, parent_checkpoint_id: int,

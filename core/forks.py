@@ -22,6 +22,7 @@ from .models import Checkpoint, StepRecord
 from .recovery import now_of
 from .status import CheckpointKind, Decision, RunStatus, StepStatus
 from .store import Change, Lookup, NewCheckpoint, NewEvent, NewRun, RunStore, RunUpdate
+from .usage import recorded_prices
 
 
 class Forks:
@@ -123,7 +124,8 @@ class Forks:
         ones: a resume goes on from the latest checkpoint."""
         child, from_step, at = fork.run_id, fork.step, fork.at
         checkpoints = [fork]
-        made: list[NewEvent] = [events.forked(from_step, parent, input_replaced, iteration)]
+        made: list[NewEvent] = [events.forked(from_step, parent, input_replaced, iteration,
+                                                     recorded_prices(self.store.events(parent)))]
         made += [events.approval_inherited(s.name, cp_id, parent, cp.checkpoint_id, cp.decided_by)
                  for s, cp_id, cp in inherited]
         run = None

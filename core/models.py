@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 from pydantic.json_schema import SkipJsonSchema
 
+from . import usage
 from .clock import to_text
 from .status import RunStatus, StepStatus
 
@@ -201,20 +202,24 @@ class Run(RunSummary):
     forked_from_iteration: int | None = None
     definition: Any = None
     parent_deleted: bool = False
+    prices: dict[str, tuple[float, float]] = {}
 
     def shown(self) -> dict[str, Any]:
         """The run as JSON values, as ``relaypoint show --json`` prints it and the MCP server's
         ``show_run`` returns it: the summary's fields with ``input``, ``forks`` and
         ``forked_from_iteration``, then ``tasks``
         (each execution's seq, name, iteration, agent, parent (its pattern's seq), status, attempts,
-        output, error, traceback, started_at, finished_at and recorded ``calls``, in tree order: a
-        pattern's executions follow its row) and
-        ``pending`` (the checkpoint it waits on, or None). Times are ISO 8601 UTC strings."""
+        output, error, traceback, started_at, finished_at, recorded ``calls`` and ``usage``, in tree
+        order: a pattern's executions follow its row), ``pending`` (the checkpoint it waits on, or
+        None) and the run's ``usage`` (see :mod:`relaypoint.usage`: ``{"requests", "input_tokens",
+        "output_tokens"}``, with ``"cost"`` in US dollars when priced). Times are ISO 8601 UTC strings."""
+        each = usage.per_execution(self.tasks, self.prices)
         data = self.model_dump(mode="json", include={
             "run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "forked_from_iteration",
             "created_at", "updated_at", "current_step", "steps_done", "steps_total", "error", "forks", "lease"})
         data["tasks"] = [t.model_dump(mode="json", include={
             "seq", "name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback",
-            "started_at", "finished_at", "calls"}) for t in self.tasks]
+            "started_at", "finished_at", "calls"}) | {"usage": each[t.seq].as_json()} for t in self.tasks]
         data["pending"] = self.pending.model_dump(mode="json") if self.pending else None
+        data["usage"] = usage.of_run(self.tasks, self.prices).as_json()
         return data

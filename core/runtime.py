@@ -33,6 +33,7 @@ from .runner import Runner
 from .status import TERMINAL, AnnouncementOutcome, RunStatus
 from .store import Change, Lookup, StoreReadOnly, open_store
 from .store.group import CommitCounts
+from .usage import Usage, of_calls, recorded_prices
 from .workflow import Workflow, find_workflow
 
 __all__ = ["Runtime", "os_user"]
@@ -116,8 +117,8 @@ class Runtime:
     def get(self, run_id: str, *, with_outputs: bool = True) -> Run:
         """The run (full id or unique prefix) with its input, step chain (with outputs and recorded
         calls unless ``with_outputs=False``: the console reads one at a time with :meth:`step_output`), pending
-        checkpoint, forks, the iteration it was forked from, and whether its parent was deleted.
-        Raises ``UnknownRun``."""
+        checkpoint, forks, the iteration it was forked from, whether its parent was deleted, and the
+        prices recorded when it was created (its usage: :mod:`relaypoint.usage`). Raises ``UnknownRun``."""
         self.sweep()
         rid = self.store.resolve(run_id)
         head = self.store.run(rid)
@@ -134,6 +135,7 @@ class Runtime:
             pending=self.store.checkpoint(rid, Lookup.PENDING), forks=[f.run_id for f in self.store.list_runs(parent=rid, oldest_first=True, limit=None)], definition=head.definition,
             forked_from_iteration=self._forked_from_iteration(rid) if parent is not None else None,
             parent_deleted=parent is not None and not self.store.exists(parent),
+            prices=self.prices(rid),
         )
 
     def _forked_from_iteration(self, run_id: str) -> int | None:
@@ -203,6 +205,22 @@ class Runtime:
         self.sweep()
         return self.store.list_runs(status=status, workflow=workflow, limit=limit, before=before, after=after,
                                     within=within, oldest_first=oldest_first, search=search)
+
+    def prices(self, run_id: str) -> dict[str, tuple[float, float]]:
+        """The prices run ``run_id`` (a full id) recorded when it was created: model -> (US dollars
+        per million input tokens, per million output tokens); empty when its workflow gave none."""
+        return recorded_prices(self.store.events(run_id, limit=1))
+
+    def run_usage(self, run_id: str) -> Usage:
+        """Run ``run_id``'s (a full id) usage over all its recorded calls, priced as it recorded
+        (what the console's run headers show; :meth:`get`'s ``shown()`` gives it per execution too)."""
+        return of_calls(self.store.calls(run_id), self.prices(run_id))
+
+    def usage(self, run_ids: Iterable[str]) -> dict[str, Usage]:
+        """The token usage of each of ``run_ids`` (full ids) that recorded model requests, read in
+        one grouped query (``list --tokens``); without cost: a run's cost is priced as it recorded
+        (:meth:`run_usage`)."""
+        return self.store.usage(list(run_ids))
 
     def pending_decisions(self, limit: int = 100) -> list[PendingDecision]:
         """The review queue: decisions owed across all runs (approvals, input requests, orphan

@@ -18,6 +18,7 @@ from .encoding import is_unicode, readable
 from .errors import DefinitionError, UnknownWorkflow, quoted
 from .status import CheckpointKind
 from .typed import check_model, described, returning
+from .usage import checked_prices
 
 NAME_RULE = "non-empty text without NUL characters or lone surrogates (valid Unicode)"
 
@@ -118,7 +119,9 @@ class Workflow:
     ``max_concurrency``: at most how many independent calls of a pattern (a vote's voters, a
     parallel's branches, a map's items...) are in flight at once, for the patterns that set none
     of their own (None: all of them). It bounds how calls run, not what runs, so it is not part of
-    the definition (nor of its fingerprint).
+    the definition (nor of its fingerprint). ``prices``: model name -> (US dollars per million
+    input tokens, per million output tokens), recorded with each run when it is created so that
+    its usage shows a cost (see :mod:`relaypoint.usage`); not part of the definition either.
 
     Raises ``DefinitionError`` for an empty workflow name, a duplicate step name or an invalid option.
     """
@@ -126,6 +129,7 @@ class Workflow:
     name: str
     steps: list[StepSpec] = field(default_factory=list)
     max_concurrency: int | None = None
+    prices: Mapping[str, tuple[float, float]] | None = None
     _driver: tuple[tuple[Any, ...], Driver, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +137,7 @@ class Workflow:
             raise DefinitionError(f"a workflow name must be {NAME_RULE}, not {self.name!r}")
         if self.max_concurrency is not None:
             whole(self.max_concurrency, f"workflow {self.name!r}: max_concurrency", least=1)
+        self.prices = checked_prices(self.prices, self.name)
 
     def step(
         self,

@@ -16,6 +16,7 @@ from typing import Any, Literal, NamedTuple
 
 from ..models import CallRecord, Checkpoint, Event, Owner, PendingDecision, RunHead, RunSummary, StepRecord
 from ..status import RunStatus, StepStatus
+from ..usage import Usage
 
 
 class Lookup(StrEnum):
@@ -164,6 +165,12 @@ class RunReads(ABC):
         execution ``seq``'s alone (read by its key). Values are decoded leniently for display, or
         with ``strict`` as a step consumes them (:class:`StoreDamaged` names a call whose result
         cannot be read)."""
+
+    @abstractmethod
+    def usage(self, run_ids: Sequence[str]) -> dict[str, Usage]:
+        """Each of ``run_ids``' token usage (requests, input and output tokens summed over its
+        recorded calls; no cost: prices are the run's, see :mod:`relaypoint.usage`), in one grouped
+        query per 500 runs through the calls' key; a run without model requests is left out."""
 
     # ---- checkpoints and events
 

@@ -28,6 +28,7 @@ from ..models import CallRecord, Checkpoint, Event, Owner, PendingDecision, RunH
 from ..status import PAUSED as PAUSED_RUNS
 from ..status import AnnouncementOutcome, Decision, RunStatus, StepStatus
 from ..status import PAUSE_KINDS as PAUSING
+from ..usage import Usage
 from .base import RunStore, StoreDamaged
 from .connections import ThreadConnections
 from .reads import Lookup, RunState, StepBrief
@@ -46,6 +47,8 @@ INPUT_OF_RUN = "(SELECT input FROM run_inputs i WHERE i.run_id = runs.run_id)"
 DEFINITION_OF_RUN = "(SELECT definition FROM definitions d WHERE d.fingerprint = runs.fingerprint)"
 # A pause is open until one of these decisions is recorded. Anything else in the column (a hand
 # edit, damage) reads as undecided: a decision that cannot be read is never taken as an approval.
+USAGE_BATCH = 500
+"""Runs per query of :meth:`SqlStore.usage` (SQLite allows 32,766 parameters, PostgreSQL 65,535)."""
 DECISIONS = tuple(d.value for d in Decision)
 UNDECIDED = f"(decision IS NULL OR decision NOT IN {DECISIONS!r})"
 PAUSE_KINDS = tuple(sorted(k.value for k in PAUSING))
@@ -460,6 +463,19 @@ class SqlStore(RunStore):
         return [call_from_row(r, self._strict(r["value"], f"the result of call '{r['name']}' of execution "
                                                           f"{r['seq']} of run {run_id}") if strict
                               else readable(r["value"])) for r in rows]
+
+    @translated
+    def usage(self, run_ids: Sequence[str]) -> dict[str, Usage]:
+        found: dict[str, Usage] = {}
+        ids = list(dict.fromkeys(filter(matchable, run_ids)))
+        for batch in (ids[i:i + USAGE_BATCH] for i in range(0, len(ids), USAGE_BATCH)):
+            for r in self._rows("SELECT run_id, SUM(requests) AS requests, SUM(input_tokens) AS input_tokens, "
+                                "SUM(output_tokens) AS output_tokens FROM calls "
+                                f"WHERE run_id IN ({', '.join('?' * len(batch))}) AND requests IS NOT NULL "
+                                "GROUP BY run_id", batch):
+                found[r["run_id"]] = Usage(requests=int(r["requests"] or 0), input_tokens=int(r["input_tokens"] or 0),
+                                           output_tokens=int(r["output_tokens"] or 0))
+        return found
 
     @translated
     def output(self, run_id: str, seq: int | None = None, *, name: str | None = None) -> tuple[bool, Any]:
