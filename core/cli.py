@@ -37,6 +37,7 @@ from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
 from .defaults import DURABILITIES, DURABILITY, HOOK_ATTEMPTS, HOOK_SECONDS, LEASE_SECONDS
 from .throughput import STATS_SECONDS
+from . import usage
 from .runtime import Runtime
 from .workflow import find_workflow
 from .models import Run, RunSummary
@@ -45,6 +46,7 @@ from .store.url import shown
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus, StepStatus
 from .views.display import (CALL_PREVIEW_CHARS, CALL_PREVIEW_LINES, Preview, clean, error_line, literal, preview,
                             preview_json)
+from .views.calls import Message, call_parts
 from .views.patterns import kind_of, paused_execution, progress
 
 LIST_PAGE = 1_000
@@ -286,37 +288,57 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
 @click.option("--status", type=STATUS_CHOICE, help="Only runs with this status.")
 @click.option("--workflow", help="Only runs of this workflow.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="At most this many runs.")
+@click.option("--tokens", is_flag=True, help="Add each run's model requests and tokens (summed over its recorded calls).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, newest first.")
 @click.pass_context
-def list_(ctx: click.Context, status: str | None, workflow: str | None, limit: int, as_json: bool) -> None:
+def list_(ctx: click.Context, status: str | None, workflow: str | None, limit: int, tokens: bool, as_json: bool) -> None:
     """List runs, newest first.
 
     Rows are printed as they are read, a page of the store at a time, so a listing of any length
-    starts at once and holds one page in memory.
+    starts at once and holds one page in memory. With ``--tokens``, one grouped read per page adds
+    each run's usage (``usage`` in ``--json``: ``{"requests", "input_tokens", "output_tokens"}``;
+    a run without model requests has zeros).
     """
-    runs = _pages(_runtime(ctx), status, workflow, limit)
+    rt = _runtime(ctx)
+    pages = _batched(_pages(rt, status, workflow, limit))
+    columns = [c for c in LIST_COLUMNS if tokens or c != "tokens (in / out)"]
     if as_json:
-        _stream_json(r.model_dump(mode="json") for r in runs)
+        _stream_json(r.model_dump(mode="json") | ({"usage": used[r.run_id].as_json()} if tokens else {})
+                     for page in pages for used in [_usage(rt, page, tokens)] for r in page)
         return
-    _say(_row(*LIST_COLUMNS))
-    for page in _batched(runs):
-        click.echo("\n".join(_row(r.run_id, r.workflow, f"{RUN_SYMBOLS[r.status]} {r.status}",
+    _say(_row(columns, *columns))
+    for page in pages:
+        used = _usage(rt, page, tokens)
+        click.echo("\n".join(_row(columns, r.run_id, r.workflow, f"{RUN_SYMBOLS[r.status]} {r.status}",
                                     f"{r.steps_done}/{r.steps_total}", r.current_step or "",
-                                    r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), r.parent_run_id or "")
+                                    r.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
+                                    *([_tokens(used[r.run_id])] if tokens else []), r.parent_run_id or "")
                                for r in page))
+
+
+def _usage(rt: Runtime, page: list[RunSummary], wanted: bool) -> dict[str, usage.Usage]:
+    """The usage of each run of ``page`` (zeros for a run without model requests), or nothing when
+    not ``wanted``."""
+    found = rt.usage([r.run_id for r in page]) if wanted else {}
+    return {r.run_id: found.get(r.run_id, usage.Usage()) for r in page}
+
+
+def _tokens(used: usage.Usage) -> str:
+    """A `list` cell: ``1,204 / 388`` tokens in and out, or ``-`` when no model request was recorded."""
+    return f"{used.input_tokens:,} / {used.output_tokens:,}" if used.used else "-"
 
 
 # Column titles and widths (in terminal cells) of `list`: fixed, so rows line up without the
 # listing being read first. Longer workflow and step names end in an ellipsis; ids are never cut.
-LIST_COLUMNS = ("run id", "workflow", "status", "progress", "step", "updated (UTC)", "parent")
-LIST_WIDTHS = (16, 20, 19, 8, 20, 19, 0)
+LIST_COLUMNS = ("run id", "workflow", "status", "progress", "step", "updated (UTC)", "tokens (in / out)", "parent")
+LIST_WIDTHS = dict(zip(LIST_COLUMNS, (16, 20, 19, 8, 20, 19, 19, 0)))
 
 
-def _row(*cells: str) -> str:
-    """One `list` line: each cell cleaned and fitted to its width in :data:`LIST_WIDTHS`."""
+def _row(columns: list[str], *cells: str) -> str:
+    """One `list` line of ``columns``: each cell cleaned and fitted to its width in :data:`LIST_WIDTHS`."""
     out = []
-    for text, width, title in zip(cells, LIST_WIDTHS, LIST_COLUMNS):
-        text = clean(text)
+    for text, title in zip(cells, columns):
+        text, width = clean(text), LIST_WIDTHS[title]
         if title in ("workflow", "step") and _cells(text) > width:
             text = set_cell_size(text, width - 1) + "…"
         out.append(text + " " * (width - _cells(text)))
@@ -407,6 +429,9 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
     if run.error:
         _bounded(out, preview(f"error: {run.error}"), whole_run, "red")
     _bounded(out, preview(f"input: {json.dumps(run.input, ensure_ascii=False)}"), whole_run)
+    each = usage.per_execution(run.tasks, run.prices)
+    if (total := usage.of_run(run.tasks, run.prices)).used:
+        out.print(literal(f"usage: {total.line()}"))
     latest = None
     for t in run.tasks:  # in tree order: a pattern's executions, indented, follow its row
         out.print()
@@ -417,8 +442,11 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
             how_far = "  · " + progress(t, [c for c in run.tasks if c.parent == t.seq], latest and latest.state)
         out.print(literal(f"{'  ' if inside else ''}{STEP_SYMBOLS[t.status]} {t.name}{inside}  {t.status}  "
                           f"attempts {t.attempts}{how_far}", "bold"))
+        indent = "    " if inside else "  "
         if t.progress and t.status == StepStatus.RUNNING:
-            out.print(literal(f"{'    ' if inside else '  '}… {t.progress}", "dim"))
+            out.print(literal(f"{indent}… {t.progress}", "dim"))
+        if each[t.seq].used:
+            out.print(literal(f"{indent}usage: {each[t.seq].line()}", "dim"))
         if t.has_output:
             whole = whole_run if inside else f"relaypoint show {run.run_id} --output {shlex.quote(t.name)}"
             _bounded(out, preview_json(t.output), whole)
@@ -427,12 +455,17 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
         for c in t.calls:  # what the execution recorded inside it, in order
             tokens = (f"  tokens {c.input_tokens or 0:,} in / {c.output_tokens or 0:,} out"
                       if c.input_tokens is not None or c.output_tokens is not None else "")
-            indent = "    " if inside else "  "
             out.print(literal(f"{indent}· {c.kind} {c.position + 1} {c.name}  {STEP_SYMBOLS[c.status]} {c.status}"
                               f"{tokens}"))
-            shown = json.dumps(c.value, ensure_ascii=False) if c.status == StepStatus.COMPLETED else c.error or ""
-            _bounded(out, preview(f"{indent}  {shown}", chars=CALL_PREVIEW_CHARS, lines=CALL_PREVIEW_LINES), whole_run,
-                     "" if c.status == StepStatus.COMPLETED else "red")
+            for label, value in call_parts(c):
+                lines = ([f"{m.role}: {m.text}" for m in value] if isinstance(value, list) and value
+                         and all(isinstance(m, Message) for m in value) else
+                         [value if label == "error" else json.dumps(value, ensure_ascii=False)])
+                out.print(literal(f"{indent}  {label}", "italic"))
+                for line in lines:  # continuation lines indented under their first
+                    line = line.replace("\n", f"\n{indent}      ")
+                    _bounded(out, preview(f"{indent}    {line}", chars=CALL_PREVIEW_CHARS, lines=CALL_PREVIEW_LINES),
+                             whole_run, "red" if label == "error" else "")
 
 
 def _waits_at(run: Run) -> str:

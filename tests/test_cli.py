@@ -26,9 +26,9 @@ from relaypoint.views.display import PREVIEW_CHARS
 
 LIST_KEYS = {"run_id", "workflow", "status", "parent_run_id", "created_at", "updated_at"}
 SHOW_KEYS = {"run_id", "workflow", "status", "input", "parent_run_id", "forked_from_step", "created_at",
-             "updated_at", "tasks"}
+             "updated_at", "tasks", "usage"}
 TASK_KEYS = {"seq", "name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback",
-             "started_at", "finished_at", "calls"}
+             "started_at", "finished_at", "calls", "usage"}
 EVENT_KEYS = {"event_id", "run_id", "at", "kind", "step", "actor", "detail"}
 
 
