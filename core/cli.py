@@ -520,6 +520,9 @@ def approve(ctx: click.Context, run_id: str, by: str | None, comment: str | None
             checkpoint: int | None) -> None:
     """Approve the run's pending checkpoint; the run becomes queued."""
     output = parse_json_arg(output_json, "--output") if output_json is not None else None
+    if output_json is not None and output is None:  # None is "not edited" to Runtime.approve
+        raise click.ClickException("--output null: an edited output cannot be null; approve without --output "
+                                   "to keep the step's output as it is")
     rt = _runtime(ctx)
     cp = rt.approve(run_id, by=by, comment=comment, output=output, checkpoint_id=checkpoint)
     rid = cp.run_id

@@ -346,6 +346,7 @@ def test_an_ambiguous_prefix_is_refused(app, db):
 
 @pytest.mark.parametrize("args, what", [
     (["approve", "{rid}", "--output", "{bad"], "--output is not valid JSON"),
+    (["approve", "{rid}", "--output", "null"], "--output null: an edited output cannot be null"),
     (["respond", "{rid}", "--value", "yes"], "--value is not valid JSON"),
     (["fork", "{rid}", "--from", "draft", "--input", "[1,"], "--input is not valid JSON"),
     (["fork", "{rid}", "--from", "draft", "--input", "[1]"], "must be a JSON object"),

@@ -113,6 +113,7 @@ def test_resolve_takes_a_full_id_or_a_unique_prefix(store):
     add_run(store, "abc")
     assert store.resolve("abc1") == "abc123"
     assert store.resolve("abc") == "abc"  # an exact id wins over the ids it prefixes
+    assert store.resolve("ABC4") == "abc456", "ids are lowercase hex: a prefix typed in capitals finds them"
     with pytest.raises(UnknownRun, match=r"run id prefix 'ab' matches several runs \(abc, abc123, \.\.\.\); give more"):
         store.resolve("ab")
     with pytest.raises(UnknownRun, match=r"^no run with id 'zz' in .+; see `relaypoint list`$"):

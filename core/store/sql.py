@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import string
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -256,6 +257,8 @@ class SqlStore(RunStore):
             raise UnknownRun("empty run id; see `relaypoint list`")
         if not matchable(run_id):
             raise self._unknown(run_id)
+        if all(c in string.hexdigits for c in run_id):  # ids are lowercase hex: ABC12 is typed for abc12
+            run_id = run_id.lower()
         rows = self._rows("SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT 3",
                           (run_id, run_id + "\U0010ffff"))
         if not rows:
