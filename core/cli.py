@@ -17,6 +17,8 @@ import json
 import os
 import shlex
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stdout
 from datetime import timedelta
@@ -38,6 +40,7 @@ from .errors import InvalidValue, RelaypointError
 from .defaults import DURABILITIES, DURABILITY, HOOK_ATTEMPTS, HOOK_SECONDS, LEASE_SECONDS
 from .throughput import STATS_SECONDS
 from . import usage
+from .runner import CALL_THREAD_PREFIX
 from .runtime import Runtime
 from .workflow import find_workflow
 from .models import Run, RunSummary
@@ -828,7 +831,39 @@ def _clean_stderr() -> None:
 
 def main() -> None:
     """Console-script entry point: every error, usage mistakes included, is one line on stderr,
-    cleaned (stored text in it is shown with escapes, never as terminal control)."""
+    cleaned (stored text in it is shown with escapes, never as terminal control). The process
+    exits once the command is done even when a step's sync call hangs past its timeout (see
+    :func:`_exit_past_hung_calls`)."""
+    try:
+        _main()
+    except SystemExit as e:
+        _exit_past_hung_calls(e.code if isinstance(e.code, int) else 0 if e.code is None else 1)
+        raise
+    _exit_past_hung_calls(0)
+
+
+HUNG_CALL_SECONDS = 0.5
+"""How long the CLI waits, once its command is done, for the runtime's call threads to end."""
+
+
+def _exit_past_hung_calls(code: int) -> None:
+    """Exit with ``code`` now, without waiting, when a call thread of the runtime is still running
+    :data:`HUNG_CALL_SECONDS` after the command ended: a sync call past its timeout is abandoned in
+    its thread (its step already failed, the late result is discarded), and the interpreter would
+    otherwise wait for it at exit however long it hangs. Everything recorded is already durable."""
+    deadline = time.monotonic() + HUNG_CALL_SECONDS
+    hung = [t for t in threading.enumerate() if t.name.startswith(CALL_THREAD_PREFIX)]
+    for thread in hung:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in hung):
+        _say("a step's call is still running in its thread past the step's timeout; exiting without waiting "
+             "for it (its result is discarded)", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _main() -> None:
     _clean_stderr()
     try:
         cli.main(prog_name="relaypoint", standalone_mode=False)

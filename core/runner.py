@@ -39,6 +39,8 @@ from .workflow import InputRequested
 T = TypeVar("T")
 CALL_THREADS = 64
 """At most this many sync calls of one runtime run at once (the worker threads they run in)."""
+CALL_THREAD_PREFIX = "relaypoint-call"
+"""The name of each of those threads begins with this."""
 
 
 class LoopThread:
@@ -106,7 +108,7 @@ class Runner:
     def __init__(self, executor: Executor, recovery: Recovery) -> None:
         self.executor, self.recovery = executor, recovery
         self.loop = LoopThread()
-        self.threads = ThreadPoolExecutor(CALL_THREADS, thread_name_prefix="relaypoint-call")
+        self.threads = ThreadPoolExecutor(CALL_THREADS, thread_name_prefix=CALL_THREAD_PREFIX)
         self._driving: dict[str, Claim] = {}  # the runs executing now, by id
         self._closed = False
 

@@ -64,6 +64,28 @@ def as_json(app, db, *args):
 # ---- start ----------------------------------------------------------------------------------------
 
 
+def test_start_exits_when_a_step_hung_past_its_timeout_still_holds_its_thread(tmp_path, db):
+    (tmp_path / "hangapp.py").write_text(textwrap.dedent("""
+        import time
+        from relaypoint import Workflow
+
+        hang = Workflow("hang")
+
+        @hang.step(timeout=1, retries=0)
+        def stuck(ctx):
+            time.sleep(600)  # a sync call cannot be stopped: it is abandoned in its thread
+    """))
+    cmd = [sys.executable, "-m", "relaypoint", "--db", db, "start", "hang", "--app", "hangapp:hang"]
+    # Before, the interpreter waited for the call's thread at exit: this would time out.
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "failed: step 'stuck' failed: TimeoutError" in done.stderr
+    assert "still running in its thread past the step's timeout; exiting without waiting" in done.stderr
+    with Runtime(db) as rt:
+        (run,) = rt.list()
+        assert run.status == "failed" and rt.get(run.run_id).tasks[0].status == "failed"
+
+
 def test_start_prints_the_run_id_and_exits_0_when_the_run_completes(app, db):
     out = ok(relaypoint(app, "start", "simple", "--app", APP, "--input", '{"x": 1}', db=db))
     rid = out.strip()
