@@ -58,7 +58,14 @@ LIST_PAGE = 1_000
 STATUS_CHOICE = click.Choice([s.value for s in RunStatus])
 APP_OPTION = click.option("--app", "app_spec", envvar="RELAYPOINT_APP", metavar="MODULE:ATTR",
                           help="Module attribute holding a Workflow or a list of them (env RELAYPOINT_APP).")
-BY_OPTION = click.option("--by", metavar="NAME", help="Who decides: the name the console's approvals, rejections, "
+def _named(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A ``--by`` value: None when not given (the OS user), else a name that is not blank."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("give a name, or leave --by out to record the OS user's")
+    return value
+
+
+BY_OPTION = click.option("--by", metavar="NAME", callback=_named, help="Who decides: the name the console's approvals, rejections, "
                          "answers and cancels are recorded under (default: the OS user).")
 
 
@@ -514,7 +521,7 @@ def resume(ctx: click.Context, run_id: str, app_spec: str | None, allow_drift: b
 
 @cli.command()
 @click.argument("run_id")
-@click.option("--by", help="Who decides (default: the OS user).")
+@click.option("--by", callback=_named, help="Who decides (default: the OS user).")
 @click.option("--comment", help="A note kept with the decision.")
 @click.option("--output", "output_json", metavar="JSON", help="Replace the gated step's output with this JSON.")
 @click.option("--checkpoint", type=int, help="Refuse if the run no longer waits on this checkpoint id.")
@@ -536,7 +543,7 @@ def approve(ctx: click.Context, run_id: str, by: str | None, comment: str | None
 @cli.command()
 @click.argument("run_id")
 @click.option("--comment", required=True, help="The reason (required).")
-@click.option("--by", help="Who decides (default: the OS user).")
+@click.option("--by", callback=_named, help="Who decides (default: the OS user).")
 @click.option("--checkpoint", type=int, help="Refuse if the run no longer waits on this checkpoint id.")
 @click.pass_context
 def reject(ctx: click.Context, run_id: str, comment: str, by: str | None, checkpoint: int | None) -> None:
@@ -548,7 +555,7 @@ def reject(ctx: click.Context, run_id: str, comment: str, by: str | None, checkp
 @cli.command()
 @click.argument("run_id")
 @click.option("--value", "value_json", required=True, metavar="JSON", help="The answer, as JSON (a string is '\"text\"').")
-@click.option("--by", help="Who answers (default: the OS user).")
+@click.option("--by", callback=_named, help="Who answers (default: the OS user).")
 @click.option("--checkpoint", type=int, help="Refuse if the run no longer waits on this checkpoint id.")
 @click.pass_context
 def respond(ctx: click.Context, run_id: str, value_json: str, by: str | None, checkpoint: int | None) -> None:
@@ -580,7 +587,7 @@ def fork(ctx: click.Context, run_id: str, from_step: str, iteration: int | None,
 
 @cli.command()
 @click.argument("run_id")
-@click.option("--by", help="Who cancels (default: the OS user).")
+@click.option("--by", callback=_named, help="Who cancels (default: the OS user).")
 @click.pass_context
 def cancel(ctx: click.Context, run_id: str, by: str | None) -> None:
     """Cancel a run that has not ended."""

@@ -383,6 +383,17 @@ def test_bad_json_is_refused_and_changes_nothing(app, db, args, what):
     assert len(as_json(app, db, "list")) == 1
 
 
+@pytest.mark.parametrize("command", [["approve", "{rid}"], ["reject", "{rid}", "--comment", "no"],
+                                     ["respond", "{rid}", "--value", "1"], ["cancel", "{rid}"]])
+def test_a_blank_name_for_by_is_refused_rather_than_recorded_as_the_os_user(app, db, command):
+    (rid,) = prepare(db, "review")
+    before = rows(db, rid)
+    result = relaypoint(app, *[a.replace("{rid}", rid) for a in command], "--by", "  ", db=db)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "Invalid value for '--by': give a name, or leave --by out" in result.stderr
+    assert rows(db, rid) == before
+
+
 def test_an_unknown_step_names_the_steps(app, db):
     (rid,) = prepare(db, "review")
     line = one_line_error(relaypoint(app, "fork", rid, "--from", "nope", db=db))
