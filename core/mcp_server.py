@@ -203,7 +203,10 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
     @server.tool(annotations=read)
     def show_run(run_id: RunId) -> dict[str, Any]:
         """A run as `relaypoint show --json` prints it: status, input, every step execution with its
-        output and error, and `pending`, the checkpoint it waits on (null when none)."""
+        output, error, recorded calls (model requests with their messages, tool calls with their
+        arguments and results) and `usage`, the run's total `usage` ({requests, input_tokens,
+        output_tokens}, and cost in US dollars when priced), and `pending`, the checkpoint it waits
+        on (null when none)."""
         with runtime() as rt:
             return rt.get(run_id).shown()
 
@@ -224,6 +227,9 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
         """Approve the run's pending approval (or held orphan step): the run becomes queued, for a
         worker or `resume` to continue. Returns the decided checkpoint."""
         value = parse_json(output, "output") if output else None
+        if output and value is None:  # None is "not edited" to Runtime.approve
+            raise ToolError("output null: an edited output cannot be null; approve without output to keep the "
+                            "step's output as it is")
         with runtime() as rt:
             return rt.approve(run_id, by=by, comment=comment, output=value, checkpoint_id=checkpoint_id)
 

@@ -142,6 +142,7 @@ async def test_a_refused_decision_is_the_cli_line_as_a_tool_error_and_records_no
         ({"run_id": done}, ["approve", done]),
         ({"run_id": "0000"}, ["approve", "0000"]),
         ({"run_id": paused, "output": "{not json"}, ["approve", paused, "--output", "{not json"]),
+        ({"run_id": paused, "output": "null"}, ["approve", paused, "--output", "null"]),
     ]
     async with server(app, db) as session:
         for arguments, cli in cases:
