@@ -115,16 +115,18 @@ async def test_ctrl_e_opens_the_editor_with_the_focus_in_the_comment(store):
         assert editor.display and editor.has_focus
 
 
-async def test_approve_with_broken_json_keeps_the_form_open(store):
+@pytest.mark.parametrize("text, error", [('{"title": ', "not valid JSON"), ("null", "cannot be null")])
+async def test_approve_with_broken_json_or_null_keeps_the_form_open(store, text, error):
     path, runs = store
     app = RelaypointConsole(path)
     async with app.run_test(size=SIZE) as pilot:
         await open_form(pilot, runs["awaiting_approval"], "a", ApproveScreen)
-        app.screen.query_one("#output-json", TextArea).load_text('{"title": ')
+        await until(pilot, lambda: app.screen.loaded)
+        app.screen.query_one("#output-json", TextArea).load_text(text)
         await pilot.press("ctrl+s")
         await settle(pilot)
         assert isinstance(app.screen, ApproveScreen)
-        assert "not valid JSON" in form_error(app)
+        assert error in form_error(app)
     assert run_status(path, runs["awaiting_approval"]) == RunStatus.AWAITING_APPROVAL
 
 

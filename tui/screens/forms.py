@@ -180,11 +180,15 @@ class _Form(ModalScreen[Any]):
 
 
 def _edited_json(area: TextArea, original: Any, what: str) -> Any:
-    """None when the text area is empty or still says ``original``; else the parsed value."""
+    """None when the text area is empty or still says ``original``; else the parsed value. Raises
+    ``InvalidValue`` for text that is not JSON, or null in place of a recorded value (None means
+    unedited to ``Runtime.approve``)."""
     text = area.text.strip()
     if not text:
         return None
     value = parse_json_arg(text, what)
+    if value is None and original is not None:
+        raise InvalidValue(f"{what} cannot be null; empty the editor to approve the output as it is")
     return None if value == original else value
 
 
