@@ -169,8 +169,6 @@ def console_options(command: Callable[..., None]) -> Callable[..., None]:
 def _open_console(ctx: click.Context, app_spec: str | None, readonly: bool, by: str | None, review: bool) -> None:
     from relaypoint.tui import run_console  # textual is imported only for the console
 
-    if app_spec:
-        load_workflows(app_spec)  # fail here, with one line, rather than at the first resume
     run_console(ctx.obj["db"], app_spec, readonly=readonly, durability=ctx.obj["durability"], review=review, by=by)
 
 
@@ -521,19 +519,24 @@ def resume(ctx: click.Context, run_id: str, app_spec: str | None, allow_drift: b
 
 @cli.command()
 @click.argument("run_id")
+@APP_OPTION
 @click.option("--by", callback=_named, help="Who decides (default: the OS user).")
 @click.option("--comment", help="A note kept with the decision.")
 @click.option("--output", "output_json", metavar="JSON", help="Replace the gated step's output with this JSON.")
 @click.option("--checkpoint", type=int, help="Refuse if the run no longer waits on this checkpoint id.")
 @click.pass_context
-def approve(ctx: click.Context, run_id: str, by: str | None, comment: str | None, output_json: str | None,
-            checkpoint: int | None) -> None:
-    """Approve the run's pending checkpoint; the run becomes queued."""
+def approve(ctx: click.Context, run_id: str, app_spec: str | None, by: str | None, comment: str | None,
+            output_json: str | None, checkpoint: int | None) -> None:
+    """Approve the run's pending checkpoint; the run becomes queued.
+
+    An edited output (--output) of a typed step is checked against the JSON Schema the run
+    recorded; with --app, by the step's model itself, its own validators included.
+    """
     output = parse_json_arg(output_json, "--output") if output_json is not None else None
     if output_json is not None and output is None:  # None is "not edited" to Runtime.approve
         raise click.ClickException("--output null: an edited output cannot be null; approve without --output "
                                    "to keep the step's output as it is")
-    rt = _runtime(ctx)
+    rt = _runtime(ctx, app_spec if output is not None else None)  # the app only checks an edit
     cp = rt.approve(run_id, by=by, comment=comment, output=output, checkpoint_id=checkpoint)
     rid = cp.run_id
     _say(f"approved checkpoint {cp.checkpoint_id} (step '{cp.step}') of run {rid}; the run is queued: "

@@ -182,6 +182,10 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
     the workflows the app defines."""
     server = Server("relaypoint", version=version("relaypoint"), instructions=INSTRUCTIONS, log_level="WARNING")
     read = ToolAnnotations(read_only_hint=True)
+    defined: dict[str, Workflow] = {}
+    if app_spec is not None:
+        with redirect_stdout(sys.stderr):  # what the module prints on import must not reach the protocol
+            defined = {wf.name: wf for wf in load_workflows(app_spec)}
 
     @contextmanager
     def runtime(workflows: Iterable[Workflow] = ()) -> Iterator[Runtime]:
@@ -230,7 +234,7 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
         if output and value is None:  # None is "not edited" to Runtime.approve
             raise ToolError("output null: an edited output cannot be null; approve without output to keep the "
                             "step's output as it is")
-        with runtime() as rt:
+        with runtime(defined.values()) as rt:  # the app's models check an edit, their validators included
             return rt.approve(run_id, by=by, comment=comment, output=value, checkpoint_id=checkpoint_id)
 
     @server.tool()
@@ -274,9 +278,6 @@ def build_server(db_url: str, *, app_spec: str | None = None, durability: str = 
             return Cancelled(run_id=rid, previous_status=rt.cancel(rid, by=by))
 
     if app_spec is not None:
-        with redirect_stdout(sys.stderr):  # what the module prints on import must not reach the protocol
-            defined = {wf.name: wf for wf in load_workflows(app_spec)}
-
         @server.tool()
         def resume(run_id: RunId, allow_drift: Annotated[bool, Field(
                        description="Resume even if the workflow's steps changed (completed steps are kept by "

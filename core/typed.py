@@ -5,19 +5,23 @@ A typed execution's returned value (the model, or anything the model validates, 
 validated where it is returned and stored as the model's JSON; ``ctx.results`` and ``ctx.history``
 give the model back (:func:`read_back`). The definition records the model's name and JSON Schema
 (:func:`described`), so an edited output given at an approval is checked against it even where
-the app is not loaded (:func:`check_recorded`, with ``jsonschema``); where it is loaded, pydantic's
-validation counts (:func:`validated`). Every refusal is one line naming the field:
-``output does not fit Draft: field 'title': Field required``.
+the app is not loaded (:func:`check_recorded`, with ``jsonschema``: types, required fields,
+bounds, patterns, and the string formats pydantic writes, read as pydantic reads them); where it is
+loaded, pydantic's validation counts (:func:`validated`), the model's own validators included.
+Every refusal is one line naming the field: ``output does not fit Draft: field 'title': Field
+required``.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from datetime import date, datetime, time, timedelta
 from typing import Any
+from uuid import UUID
 
 import jsonschema
-from pydantic import BaseModel, ValidationError
+from pydantic import AnyUrl, BaseModel, TypeAdapter, ValidationError
 from referencing.exceptions import Unresolvable  # jsonschema's own reference resolution
 
 from .calls import wrap
@@ -101,6 +105,15 @@ def _said(error: jsonschema.ValidationError) -> tuple[list[Any], str]:
     return path, message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS] + "…"
 
 
+FORMATS = jsonschema.FormatChecker(formats=())
+"""The string formats a recorded schema's values are checked for, each as pydantic parses the type
+that writes it (``date-time`` as ``datetime``, so a time without an offset passes, as in pydantic)."""
+for _format, _kind in {"date-time": datetime, "date": date, "time": time, "duration": timedelta, "uri": AnyUrl,
+                       "uuid": UUID}.items():
+    FORMATS.checks(_format, raises=ValidationError)(
+        lambda value, adapter=TypeAdapter(_kind): not isinstance(value, str) or adapter.validate_python(value) is not None)
+
+
 def check_recorded(entry: dict[str, Any], value: Any, what: str) -> None:
     """Refuse ``value`` (JSON) unless it fits the recorded model ``entry`` (``{"name", "schema"}``,
     see :func:`described`), checked with ``jsonschema`` (for where the model's class is not
@@ -111,7 +124,7 @@ def check_recorded(entry: dict[str, Any], value: Any, what: str) -> None:
     try:
         validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         validator_class.check_schema(schema)
-        errors = sorted(validator_class(schema).iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])
+        errors = sorted(validator_class(schema, format_checker=FORMATS).iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])
     except (jsonschema.SchemaError, Unresolvable, TypeError, AttributeError):
         raise InvalidValue(f"{what} cannot be checked: the schema recorded for {name} is not a valid JSON "
                            "Schema (edited by hand?); fork the run or load the app") from None

@@ -388,3 +388,104 @@ def test_a_held_orphan_approved_with_an_output_must_fit_its_model(db):
         assert rt.get(rid).pending.decision is None and not rt.get(rid).tasks[1].has_output
         rt.approve(rid, output={"title": "what it did"})
         assert rt.step_output(rid, "draft") == {"title": "what it did"}
+
+
+# ---- a model's own validators and its string formats, where the app is loaded and where it is not --
+
+VALIDATED_APP = '''
+from datetime import datetime
+
+from pydantic import BaseModel, field_validator
+
+from relaypoint import Workflow
+
+
+class Post(BaseModel):
+    title: str
+    words: int
+    when: datetime
+
+    @field_validator("words")
+    @classmethod
+    def positive(cls, words: int) -> int:
+        if words <= 0:
+            raise ValueError("words must be positive")
+        return words
+
+
+posts = Workflow("posts")
+
+
+@posts.step(output=Post, approval=True)
+def write(ctx):
+    return {"title": "First", "words": 2, "when": "2026-12-06T10:00:00Z"}
+'''
+
+NEGATIVE = '{"title": "t", "words": -5, "when": "2026-12-06T10:00:00Z"}'
+
+
+@pytest.fixture
+def validated_app(tmp_path, db, monkeypatch):
+    """``posts.py`` in ``tmp_path`` (the current directory), and the id of a run of it at write's gate."""
+    (tmp_path / "posts.py").write_text(VALIDATED_APP)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from relaypoint.apploader import load_workflows
+
+    with runtime(db, *load_workflows("posts:posts")) as rt:
+        rid = rt.start("posts")
+        assert rt.get(rid).status == RunStatus.AWAITING_APPROVAL
+    return rid
+
+
+def approvals(db: str, rid: str) -> int:
+    with Runtime(db, create=False) as rt:
+        return len([e for e in rt.events(rid) if e.kind == "approved"])
+
+
+def test_the_cli_checks_an_edit_with_the_models_own_validators_when_given_the_app(tmp_path, db, validated_app):
+    done = relaypoint(tmp_path, "approve", validated_app, "--app", "posts:posts", "--output", NEGATIVE, db=db)
+    assert one_line_error(done) == ("Error: the edited output of step 'write' does not fit Post: field 'words': "
+                                    "Value error, words must be positive")
+    # Without the app, the recorded schema still checks the formats pydantic writes, as pydantic reads them.
+    done = relaypoint(tmp_path, "approve", validated_app, "--output",
+                      '{"title": "t", "words": 3, "when": "next tuesday"}', db=db)
+    assert one_line_error(done) == ("Error: the edited output of step 'write' does not fit Post: field 'when': "
+                                    "'next tuesday' is not a 'date-time'")
+    assert approvals(db, validated_app) == 0
+    done = relaypoint(tmp_path, "approve", validated_app, "--output",
+                      '{"title": "t", "words": 3, "when": "2026-12-06T10:00:00"}', db=db)  # no offset: pydantic takes it
+    assert done.returncode == 0, done.stderr
+    assert approvals(db, validated_app) == 1
+
+
+async def test_the_console_given_the_app_checks_an_edit_with_the_models_own_validators(db, validated_app):
+    from console_pilot import open_form, settle, until
+    from textual.widgets import TextArea
+
+    from relaypoint.tui import RelaypointConsole
+    from relaypoint.tui.screens.forms import ApproveScreen
+
+    app = RelaypointConsole(db, "posts:posts")
+    notes: list[tuple[str, str]] = []
+    app.notify = lambda message, **kw: notes.append((message, kw.get("severity", "information")))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await open_form(pilot, validated_app, "a", ApproveScreen)
+        await until(pilot, lambda: app.screen.loaded)
+        app.screen.query_one("#output-json", TextArea).load_text(NEGATIVE)
+        await pilot.press("ctrl+s")  # the diff first
+        await settle(pilot)
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: any(severity == "error" for _, severity in notes))
+    assert ("the edited output of step 'write' does not fit Post: field 'words': Value error, words must be positive",
+            "error") in notes
+    assert approvals(db, validated_app) == 0
+
+
+async def test_the_mcp_server_given_the_app_checks_an_edit_with_the_models_own_validators(tmp_path, db, validated_app):
+    from test_mcp import refused, server
+
+    async with server(tmp_path, db, "--app", "posts:posts") as session:
+        said = await refused(session, "approve", run_id=validated_app, output=NEGATIVE)
+    assert said.endswith("does not fit Post: field 'words': Value error, words must be positive")
+    assert approvals(db, validated_app) == 0

@@ -20,8 +20,8 @@ def run_console(db_url: str, app_spec: str | None = None, *, readonly: bool = Fa
     ``app_spec`` (``MODULE:ATTR``) lets the console resume runs; ``readonly`` opens the store
     without recording anything; ``durability`` applies to what the console records; ``review``
     opens it on the review queue (``relaypoint review``); ``by`` is who decides (None: the OS
-    user). Raises ``StoreError`` when the store is missing or unusable
-    (checked before the screen is taken over).
+    user). Raises ``StoreError`` when the store is missing or unusable and ``AppLoadError`` when
+    ``app_spec`` cannot be loaded (checked before the screen is taken over).
     """
     Runtime(db_url, create=False, readonly=readonly, durability=durability).close()
     RelaypointConsole(db_url, app_spec, readonly=readonly, durability=durability, review=review, by=by).run()

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from textual.app import App
 
+from relaypoint.apploader import load_workflows
 from relaypoint.clock import Clock, utcnow
 from relaypoint.defaults import DURABILITY
 from relaypoint.runtime import Runtime
@@ -21,7 +22,8 @@ class RelaypointConsole(App[None]):
 
     ``db_url``: the store, a path or a store URL (it must exist). ``app_spec``: ``MODULE:ATTR`` naming the workflows,
     passed to the separate process that resumes a run (without it, resuming explains how to give
-    it). ``clock``: the current time, injectable so relative times are stable in tests.
+    it), and loaded here so that an edited output is checked by its step's model, its own
+    validators included (raises ``AppLoadError``). ``clock``: the current time, injectable so relative times are stable in tests.
     ``readonly``: browse without recording anything (actions greyed out, the reason in the status
     line); a store this user cannot write opens read-only anyway. ``review``: open on the review
     queue (the oldest pending decision); escape goes to the runs list. ``durability``: of what the
@@ -45,6 +47,7 @@ class RelaypointConsole(App[None]):
         self.db_url = str(db_url)
         self.durability = durability
         self.app_spec = app_spec
+        self.workflows = load_workflows(app_spec) if app_spec else []
         self.clock = clock
         self.readonly = readonly
         self.store_name = store_name(self.db_url)
@@ -67,7 +70,7 @@ class RelaypointConsole(App[None]):
     def open_runtime(self) -> Runtime:
         """A new runtime on the store (its own connection): one per change the console
         asks for. Reads go through :attr:`reader`, the one long-lived connection."""
-        return Runtime(self.db_url, create=False, clock=self.clock, readonly=self.readonly,
+        return Runtime(self.db_url, self.workflows, create=False, clock=self.clock, readonly=self.readonly,
                        durability=self.durability)
 
     def action_command_palette(self) -> None:
