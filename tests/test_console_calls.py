@@ -143,6 +143,8 @@ def test_the_calls_listed_are_bounded_and_say_how_many_more_and_where_to_see_the
     text = plain(few)
     assert f"recorded calls ({CALLS_SHOWN + 7})" in text and f"▸ {CALLS_SHOWN} call" in text
     assert f"▸ {CALLS_SHOWN + 1} " not in text and f"… 7 more recorded calls not shown; {whole} prints them all" in text
+    # built again from the same calls, equal: an output read again unchanged is not drawn again
+    assert calls_blocks(tuple(call(n, "call", n) for n in range(CALLS_SHOWN + 7)), Usage(), {}, whole) == few
     big = "x" * 100_000
     request = ({"parts": [{"part_kind": "text", "content": big}] * 3},
                [{"parts": [{"part_kind": "user-prompt", "content": big}] * 3}])
@@ -219,6 +221,32 @@ async def test_the_review_screen_shows_the_gated_steps_calls_and_the_runs_usage(
                        "▸ 3 model request"):
             assert squeezed(needle) in body, needle
         assert body.index(squeezed("recorded calls")) > body.index(squeezed('"title"'))  # under the output
+
+
+many = Workflow("many")
+
+
+@many.step(approval=True)
+def fetch_all(ctx):
+    return len([ctx.call("fetch", lambda n: {"n": n, "text": "y" * 2_000}, n) for n in range(300)])
+
+
+async def test_a_step_with_many_calls_lists_the_first_and_says_how_to_see_them_all(db):
+    with Runtime(db, [many]) as rt:
+        rid = rt.start("many")
+    app = RelaypointConsole(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_run(pilot, rid)
+        output = detail(pilot).query_one("#output", ReadableOutput)
+        shown = output_text(pilot)
+        assert squeezed("recorded calls (300)") in shown and squeezed(f"▸ {CALLS_SHOWN} fetch") in shown
+        assert squeezed(f"▸ {CALLS_SHOWN + 1} fetch") not in shown
+        assert squeezed(f"… {300 - CALLS_SHOWN} more recorded calls not shown; relaypoint --db") in shown
+        assert squeezed(f"show {rid[:8]} --json prints them all") in shown
+        assert len(output.children) < 5  # a few widgets, however many calls
+        await pilot.press("enter", "pagedown", "pagedown")  # still answering keys
+        await settle(pilot)
+        assert detail(pilot).query_one("#output-box").scroll_y > 0
 
 
 HOSTILE = "[bold red]loud[/] \x1b[31mred\x1b[0m \x1b]52;c;SGVsbG8=\x07 \u202eevil"

@@ -11,10 +11,11 @@ then a line saying how many more and the command that prints them all.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.highlighter import JSONHighlighter
 from rich.padding import Padding
 from rich.text import Text
@@ -40,6 +41,28 @@ INLINE_JSON = 100
 """A JSON value whose compact text is at most this long is shown on its label's line."""
 
 _json = JSONHighlighter()
+
+
+@dataclass(frozen=True)
+class Indented:
+    """``text`` drawn ``indent`` cells in, its wrapped lines too."""
+
+    text: Text
+    indent: int
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Padding(self.text, (0, 0, 0, self.indent))
+
+
+@dataclass(frozen=True)
+class Lines:
+    """``lines`` drawn one under the other. Equal when they are, so an output read again
+    unchanged (the run moved on elsewhere) is not drawn again."""
+
+    lines: tuple[Text | Indented, ...]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text | Indented]:
+        yield from self.lines
 
 
 def usage_line(used: Usage) -> Text | None:
@@ -88,18 +111,18 @@ def _json_text(value: Any, whole: str) -> tuple[Text, bool, int]:
     return text, False, len(shown.head)
 
 
-def _part(part: Part, received: bool, failed: bool, whole: str) -> tuple[RenderableType, str | None, int]:
+def _part(part: Part, received: bool, failed: bool, whole: str) -> tuple[list[Text | Indented], str | None, int]:
     """One part: its label and value as text (the value as Markdown, returned apart, when it reads
     as Markdown) and the characters it shows."""
     label = Text.assemble(("  → " if received else "    ", "dim"),
                           literal(part.label, "bold" if received else "dim"))
     value = part.value
     if part.same_as is not None:
-        return Text.assemble(label, "  ", (f"the result of call {part.same_as + 1}, above", "dim italic")), None, 0
+        return [Text.assemble(label, "  ", (f"the result of call {part.same_as + 1}, above", "dim italic"))], None, 0
     if isinstance(value, str):
         if (looks_like_markdown(value) and len(value) <= PART_CHARS
                 and markdown_elements(value) <= PART_MARKDOWN_ELEMENTS):
-            return label, clean(value, multiline=True), len(value)
+            return [label], clean(value, multiline=True), len(value)
         head = preview(value, chars=PART_CHARS, lines=PART_LINES)
         text = literal(head.head, "red" if failed else "", multiline=True)
         if head.cut:
@@ -108,8 +131,8 @@ def _part(part: Part, received: bool, failed: bool, whole: str) -> tuple[Rendera
     else:
         text, inline, size = _json_text(value, whole)
     if inline:
-        return Text.assemble(label, "  ", text), None, size
-    return Group(label, Padding(text, (0, 0, 0, 6))), None, size
+        return [Text.assemble(label, "  ", text)], None, size
+    return [label, Indented(text, 6)], None, size
 
 
 def _more(count: int, what: str) -> Text:
@@ -122,7 +145,7 @@ def calls_blocks(calls: tuple[CallRecord, ...], used: Usage, prices: Mapping[str
     was), then its ``calls`` (priced by ``prices``), each as its header and parts, bounded (see the
     module); ``whole`` is the command that prints them all (``show RUN --json``)."""
     blocks: list[Block] = []
-    shown: list[RenderableType] = [Text("")]
+    shown: list[Text | Indented] = [Text("")]
     line = usage_line(used)
     if line is not None:
         shown.append(line)
@@ -136,11 +159,11 @@ def calls_blocks(calls: tuple[CallRecord, ...], used: Usage, prices: Mapping[str
         shown += [Text(""), call_header(read.call, prices)]
         for part, received in _sides(read):
             failed = received and read.call.status != StepStatus.COMPLETED
-            renderable, markdown, size = _part(part, received, failed, whole)
-            shown.append(renderable)
+            lines, markdown, size = _part(part, received, failed, whole)
+            shown += lines
             budget -= size
             if markdown is not None:
-                blocks += [Block(None, Group(*shown)), Block(None, markdown=markdown)]
+                blocks += [Block(None, Lines(tuple(shown))), Block(None, markdown=markdown)]
                 shown = []
         if read.more_sent:
             shown.append(_more(read.more_sent, "parts it sent"))
@@ -150,7 +173,7 @@ def calls_blocks(calls: tuple[CallRecord, ...], used: Usage, prices: Mapping[str
         shown.append(Text(f"… {len(calls) - listed:,} more recorded calls not shown; {whole} prints them all",
                           style="dim italic"))
     if shown and (blocks or len(shown) > 1):  # the blank line alone, nothing to show
-        blocks.append(Block(None, Group(*shown)))
+        blocks.append(Block(None, Lines(tuple(shown))))
     return tuple(blocks)
 
 
