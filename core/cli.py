@@ -49,7 +49,7 @@ from .store.url import shown
 from .status import RUN_SYMBOLS, STEP_SYMBOLS, RunStatus, StepStatus
 from .views.display import (CALL_PREVIEW_CHARS, CALL_PREVIEW_LINES, Preview, clean, error_line, literal, preview,
                             preview_json)
-from .views.calls import Message, call_parts
+from .views.calls import read_calls
 from .views.patterns import kind_of, paused_execution, progress
 
 LIST_PAGE = 1_000
@@ -460,20 +460,22 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
             _bounded(out, preview_json(t.output), whole)
         if t.error:
             _bounded(out, preview(t.traceback or t.error), whole_run, "red")
-        for c in t.calls:  # what the execution recorded inside it, in order
+        for read in read_calls(t.calls):  # what the execution recorded inside it, in order
+            c = read.call
             tokens = (f"  tokens {c.input_tokens or 0:,} in / {c.output_tokens or 0:,} out"
                       if c.input_tokens is not None or c.output_tokens is not None else "")
             out.print(literal(f"{indent}· {c.kind} {c.position + 1} {c.name}  {STEP_SYMBOLS[c.status]} {c.status}"
                               f"{tokens}"))
-            for label, value in call_parts(c):
-                lines = ([f"{m.role}: {m.text}" for m in value] if isinstance(value, list) and value
-                         and all(isinstance(m, Message) for m in value) else
-                         [value if label == "error" else json.dumps(value, ensure_ascii=False)])
-                out.print(literal(f"{indent}  {label}", "italic"))
-                for line in lines:  # continuation lines indented under their first
-                    line = line.replace("\n", f"\n{indent}      ")
-                    _bounded(out, preview(f"{indent}    {line}", chars=CALL_PREVIEW_CHARS, lines=CALL_PREVIEW_LINES),
-                             whole_run, "red" if label == "error" else "")
+            # What it sent, then ("→") what came back, a bounded line a part.
+            for mark, parts, more in (("  ", read.sent, read.more_sent), ("→ ", read.received, read.more_received)):
+                for part in parts:
+                    said = (f"the result of call {part.same_as + 1}, above" if part.same_as is not None else
+                            part.value if isinstance(part.value, str) else json.dumps(part.value, ensure_ascii=False))
+                    said = said.replace("\n", f"\n{indent}      ")  # continuation lines under their first
+                    _bounded(out, preview(f"{indent}  {mark}{part.label}: {said}", chars=CALL_PREVIEW_CHARS,
+                                          lines=CALL_PREVIEW_LINES), whole_run, "red" if part.label == "error" else "")
+                if more:
+                    out.print(literal(f"{indent}  {mark}… {more} more parts: {whole_run}", "dim"))
 
 
 def _waits_at(run: Run) -> str:

@@ -33,7 +33,7 @@ from .runner import Runner
 from .status import TERMINAL, AnnouncementOutcome, RunStatus
 from .store import Change, Lookup, StoreReadOnly, open_store
 from .store.group import CommitCounts
-from .usage import Usage, of_calls, recorded_prices
+from .usage import Usage, of_calls, per_execution, recorded_prices
 from .workflow import Workflow, find_workflow
 
 __all__ = ["Runtime", "os_user"]
@@ -214,7 +214,21 @@ class Runtime:
     def run_usage(self, run_id: str) -> Usage:
         """Run ``run_id``'s (a full id) usage over all its recorded calls, priced as it recorded
         (what the console's run headers show; :meth:`get`'s ``shown()`` gives it per execution too)."""
+        if run_id not in self.store.usage([run_id]):  # no model request recorded: no call read
+            return Usage()
         return of_calls(self.store.calls(run_id), self.prices(run_id))
+
+    def execution_usage(self, run_id: str, seq: int) -> Usage:
+        """Execution ``seq``'s usage in run ``run_id`` (a full id): its recorded calls' and, for a
+        pattern's row, its calls' executions' (see :func:`relaypoint.usage.per_execution`), priced
+        as the run recorded (what the console shows above a step's recorded calls)."""
+        if run_id not in self.store.usage([run_id]):
+            return Usage()
+        calls: dict[int, list[CallRecord]] = {}
+        for c in self.store.calls(run_id):
+            calls.setdefault(c.seq, []).append(c)
+        tasks = [t.model_copy(update={"calls": calls.get(t.seq, [])}) for t in self.store.steps(run_id)]
+        return per_execution(tasks, self.prices(run_id)).get(seq, Usage())
 
     def usage(self, run_ids: Iterable[str]) -> dict[str, Usage]:
         """The token usage of each of ``run_ids`` (full ids) that recorded model requests, read in

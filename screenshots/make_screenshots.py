@@ -5,9 +5,12 @@
 Without ``--db`` a new store is filled by ``relaypoint demo --no-console`` in a temporary
 directory (``--fixture``: by the tests' fixed store builder instead, ``tests/fixtures.py``).
 The console is driven headless with ``App.run_test()``; it shows, in order: the runs list, the
-detail of a run awaiting approval with its output, the approve form, the fork form, help, the
-review screen on that run (``review``: its Markdown report rendered), the same run at 80x24, and, when the store has a completed run with a supervisor (the demo's panel),
-that run's patterns with the supervisor's summary (``pattern``).
+detail of a run awaiting approval with its output (the audit's, when the store has one), the
+approve form, the fork form, help, the review screen on that run (``review``: its Markdown report
+rendered), when the store has a research run at its gate (the demo's) the review screen on it
+scrolled to the gated step's usage and recorded calls (``review-calls``), the same run at 80x24,
+and, when the store has a completed run with a supervisor (the demo's panel), that run's patterns
+with the supervisor's summary (``pattern``).
 Files: ``<out>/<name>.svg`` and ``<out>/<name>.png``.
 
 Then ``browser.png``: the console in a web browser, ``relaypoint serve`` opened in headless Debian
@@ -33,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from relaypoint import Runtime
 from relaypoint.tui import RelaypointConsole
@@ -65,12 +69,33 @@ def build_demo_store(path: Path) -> None:
 
 
 def paused_run(db: Path) -> str:
-    """The id of a run awaiting approval (the detail, approve and fork shots show it)."""
+    """The id of a run awaiting approval, the audit's when there is one (the detail, approve, fork
+    and review shots show it)."""
     with Runtime(str(db), create=False) as rt:
-        runs = rt.list(status="awaiting_approval", limit=1)
+        runs = rt.list(status="awaiting_approval", search="repo-audit", limit=1) or \
+            rt.list(status="awaiting_approval", limit=1)
     if not runs:
         raise SystemExit(f"{db} has no run awaiting approval to show")
     return runs[0].run_id
+
+
+def research_run(db: Path) -> str | None:
+    """The id of a research run awaiting approval (the review-calls shot shows its gated step's
+    calls), or None."""
+    with Runtime(str(db), create=False) as rt:
+        runs = rt.list(status="awaiting_approval", search="research", limit=1)
+    return runs[0].run_id if runs else None
+
+
+async def review_run(app: RelaypointConsole, pilot: Any, run_id: str) -> None:
+    """Move the review screen along its queue (``n``, oldest first) until it shows ``run_id``."""
+    for _ in range(20):
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+        review = app.screen
+        if not isinstance(review, ReviewScreen) or (review.item is not None and review.item.run.run_id == run_id):
+            return
+        await pilot.press("n")
 
 
 def pattern_run(db: Path) -> tuple[str, str] | None:
@@ -126,15 +151,16 @@ async def shoot(db: Path, out: Path, size: tuple[int, int], app_spec: str | None
         await save("help")
         await pilot.press("escape")
         await pilot.press("n")  # the review queue, from its oldest pending decision to the paused run's
-        for _ in range(20):
-            await app.workers.wait_for_complete()
-            await pilot.pause(0.3)
-            review = app.screen
-            if not isinstance(review, ReviewScreen) or (review.item is not None and review.item.run.run_id == target):
-                break
-            await pilot.press("n")
+        await review_run(app, pilot, target)
         await pilot.pause(0.5)
         await save("review")
+        research = research_run(db)
+        if research is not None:
+            await review_run(app, pilot, research)
+            await pilot.pause(0.5)
+            calls = app.screen.query_one("#review-output").children[-1]  # the usage and calls, under the output
+            app.screen.query_one("#review-body").scroll_to_widget(calls, top=True, animate=False)
+            await save("review-calls")
         await pilot.press("escape")
         await pilot.resize_terminal(*SMALL)
         await pilot.press("k", "j")  # as a person would, to bring the selected run back into view

@@ -136,6 +136,17 @@ def build_fixture_store(path: str) -> dict[str, str]:
     return runs
 
 
+def build_research_store(path: str) -> str:
+    """Fill a new store at ``path`` with one run of the bundled ``research`` example (PydanticAI
+    agents on offline, priced models) waiting for approval at ``revise``, its writer's model
+    requests and tool calls recorded, at fixed times under a fixed id; returns the id."""
+    from relaypoint.examples import research  # PydanticAI: imported by the tests that show it only
+
+    CLOCK.now = START
+    with Runtime(path, research.workflows, clock=CLOCK, id_factory=counter_ids("research")) as rt:
+        return rt.start("research")
+
+
 def fix_hosts(db: str) -> None:
     """Set ``pid`` and ``host`` to ``4242``/``fixture-host`` in every event detail that names them."""
     if not stores.is_postgres(db):

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 from console_pilot import select_run, settle, until
-from fixtures import build_fixture_store, fixed_clock
+from fixtures import build_fixture_store, build_research_store, fixed_clock
 from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
 from relaypoint.tui import RelaypointConsole
 from relaypoint.tui.screens.forms import ApproveScreen, ForkScreen
 from relaypoint.tui.screens.help import HelpScreen
+from relaypoint.tui.screens.review import ReviewScreen
 
 WIDE = (160, 45)
 NARROW = (100, 30)
@@ -146,3 +147,23 @@ def test_help_on_a_read_only_store(snap_compare, tmp_path):
     build_fixture_store(str(path))
     app = RelaypointConsole(str(path), clock=fixed_clock(), readonly=True)
     assert snap_compare(app, terminal_size=SMALL, run_before=showing(None, "question_mark", HelpScreen))
+
+
+async def scrolled_to_the_calls(pilot: Pilot) -> None:
+    """A ``run_before``: the review screen loaded, its body scrolled to the step's usage and calls."""
+    await until(pilot, lambda: isinstance(pilot.app.screen, ReviewScreen) and pilot.app.screen.loaded)
+    await settle(pilot)
+    screen = pilot.app.screen
+    calls = screen.query_one("#review-output").children[-1]
+    screen.query_one("#review-body").scroll_to_widget(calls, top=True, animate=False)
+    await still(pilot)
+
+
+def test_review_screen_with_recorded_calls(snap_compare, tmp_path):
+    """The research example at its gate: the run's usage in the header, the writer's model
+    requests (messages sent, tool calls back) and tool calls (arguments, result) under the output."""
+    pytest.importorskip("pydantic_ai")
+    path = tmp_path / "store.db"
+    build_research_store(str(path))
+    app = RelaypointConsole(str(path), clock=fixed_clock(), review=True)
+    assert snap_compare(app, terminal_size=WIDE, run_before=scrolled_to_the_calls)

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from browser_console import INSTALL, BrowserTerminal, browser_problem, chromium_page, free_port, served
-from fixtures import build_fixture_store
+from fixtures import build_fixture_store, build_research_store
 from helpers import one_line_error, relaypoint
 
 from relaypoint import Runtime, RunStatus
@@ -97,6 +97,27 @@ def test_a_run_is_approved_from_a_browser_and_the_store_records_it(db: str, tmp_
     assert approved[0].actor == NAME
     assert decided.decided_by == NAME
     assert not list(elsewhere.glob("pwned"))
+
+
+def test_the_review_screen_in_a_browser_shows_the_gated_steps_calls_and_usage(tmp_path: Path):
+    """``serve`` is the same console: the research example at its gate, from the review queue."""
+    need_browser()
+    pytest.importorskip("pydantic_ai")
+    build_research_store(str(tmp_path / "store.db"))
+    with served(tmp_path, "--db", "store.db", "serve", "--port", str(free_port())) as server, \
+            chromium_page() as page:
+        terminal = BrowserTerminal(page, server)
+        terminal.wait_for_text("research")
+        terminal.press("n")  # the review queue, its one pending decision
+        terminal.wait_for_text("8 requests, 1,217 in / 306 out tokens, $0.0067 (the run so far)")
+        for _ in range(10):  # down the review's body to the writer's calls under the output
+            if "tool call web_search" in terminal.text():
+                break
+            terminal.press("PageDown")
+            time.sleep(0.3)
+        terminal.wait_for_text("usage  2 requests, 359 in / 138 out tokens, $0.0031")
+        terminal.wait_for_text("1 model request · canned-writer")
+        terminal.wait_for_text("tool call web_search")
 
 
 @pytest.mark.parametrize("listen, name", [([], "localhost"), (["--host", "0.0.0.0", "--public"], "127.0.0.1")],

@@ -22,7 +22,7 @@ PRICES = {"big": (3.0, 15.0), "small": (0.5, 1.0)}  # dollars per million input,
 
 def request(model: str, input_tokens: int, output_tokens: int, text: str = "ok"):
     """A model request's recorded result, as an integration records it."""
-    return lambda: Result(text, detail=[{"role": "user", "content": "hi"}], model=model, requests=1,
+    return lambda: Result(text, detail={"input": [{"role": "user", "content": "hi"}]}, model=model, requests=1,
                           input_tokens=input_tokens, output_tokens=output_tokens)
 
 
@@ -168,30 +168,8 @@ def test_show_prints_a_pydantic_ai_agents_requests_as_messages_literally(db):
     assert cost is not None and cost > 0
     text = CliRunner().invoke(cli, ["--db", db, "show", rid]).output
     for line in ["instructions: Be brief.", "user: What is relaypoint?",
-                 'tool call web_search: {"query": "\\u001b[31mred"}',
-                 "tool result web_search: [", "assistant: [bold]relaypoint[/bold] is \\x1b[31mdurable"]:
+                 '→ tool call web_search: {"query": "\\u001b[31mred"}',
+                 "tool return web_search: the result of call 2, above",
+                 "→ text: [bold]relaypoint[/bold] is \\x1b[31mdurable"]:
         assert line in text, line
     assert "\x1b" not in text
-
-
-def test_an_openai_agents_request_and_response_read_as_messages_and_other_shapes_as_json():
-    from relaypoint.models import CallRecord
-    from relaypoint.views.calls import Message, call_parts
-
-    def call(kind, detail, value):
-        return CallRecord(seq=0, position=0, name="model request", kind=kind, status="completed", attempt=1,
-                          value=value, detail=detail, started_at="2026-12-06T00:00:00Z",
-                          finished_at="2026-12-06T00:00:00Z")
-
-    sent = {"instructions": "Be brief.", "input": [{"role": "user", "content": "Hi"},
-                                                   {"type": "function_call_output", "call_id": "c", "output": "42"}]}
-    response = {"output": [{"type": "function_call", "name": "add", "arguments": "{\"a\": 1}"},
-                           {"type": "message", "role": "assistant",
-                            "content": [{"type": "output_text", "text": "Done."}]}], "usage": {}}
-    assert call_parts(call("model", sent, response)) == [
-        ("sent", [Message("instructions", "Be brief."), Message("user", "Hi"), Message("tool result", "42")]),
-        ("response", [Message("tool call add", '{"a": 1}'), Message("assistant", "Done.")])]
-    # A shape this module does not read is shown as the JSON it is; a tool call's arguments alone.
-    assert call_parts(call("model", {"prompt": "x"}, [1, 2])) == [("sent", {"prompt": "x"}), ("response", [1, 2])]
-    assert call_parts(call("tool", {"tool": "add", "args": {"a": 1}}, 2)) == [("arguments", {"a": 1}), ("result", 2)]
-    assert call_parts(call("call", None, "v")) == [("result", "v")]

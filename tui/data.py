@@ -25,11 +25,13 @@ from relaypoint.errors import RelaypointError, StoreError, UnknownRun, UnknownSt
 from relaypoint.models import CallRecord, Event, PendingDecision, Run, RunSummary, StepRecord
 from relaypoint.runtime import Runtime
 from relaypoint.upstream import upstream_of
+from relaypoint.usage import Usage, of_calls
 from relaypoint.views.patterns import (PatternSummary, describe, kind_of, paused_execution, summary,
                                        wanted_outputs, with_outputs)
 
+from .calls import calls_blocks
 from .output import editor_json, output_view, show_command
-from .readable import READ_PAGES, Readable, readable
+from .readable import READ_PAGES, Block, Readable, readable
 
 REFRESH_SECONDS = 1.0
 """How often the console looks for changes made elsewhere (it reads only the store's version
@@ -205,11 +207,12 @@ class StoreReader:
 class RunDetail:
     """A run with its chain (outputs not loaded), pending checkpoint, forks, and its events;
     ``state``: the driver state of its latest checkpoint when it has a pattern (its progress
-    reads it), else None."""
+    reads it), else None; ``usage``: the run's (see :meth:`Runtime.run_usage`)."""
 
     run: Run
     events: list[Event]
     state: Any = None
+    usage: Usage = Usage()
 
 
 @dataclass(frozen=True)
@@ -221,11 +224,11 @@ class StoreState:
 
 
 def load_detail(rt: Runtime, run_id: str) -> RunDetail | None:
-    """The run's header, chain without outputs, pending checkpoint, forks and events; None when
-    the run no longer exists (deleted by another process)."""
+    """The run's header, chain without outputs, pending checkpoint, forks, events and usage; None
+    when the run no longer exists (deleted by another process)."""
     try:
         run = rt.get(run_id, with_outputs=False)
-        return RunDetail(run, rt.events(run_id), _state(rt, run))
+        return RunDetail(run, rt.events(run_id), _state(rt, run), rt.run_usage(run.run_id))
     except UnknownRun:
         return None
 
@@ -250,7 +253,8 @@ class StepOutput:
     (see :func:`relaypoint.tui.output.output_view`); ``more``: the output goes on past them;
     ``editor``: the output as JSON for the approve form (None: not recorded, or too long to
     edit); ``whole``: the command that prints it whole; ``calls``: what the execution recorded
-    inside it (:meth:`~relaypoint.workflow.Context.call`), in order."""
+    inside it (:meth:`~relaypoint.workflow.Context.call`), in order, and ``calls_view`` its usage
+    and those calls as they read (see :func:`relaypoint.tui.calls.calls_blocks`)."""
 
     run_id: str
     step: str
@@ -267,6 +271,7 @@ class StepOutput:
     whole: str = ""
     readable: Readable | None = None
     calls: tuple[CallRecord, ...] = ()
+    calls_view: tuple[Block, ...] = ()
 
     def paged(self, db: str, step: StepRecord, pages: int, expanded: bool = False) -> StepOutput:
         """This output with ``pages`` pages of it as it reads (``expanded``: its long lists whole)
@@ -275,7 +280,7 @@ class StepOutput:
         on the UI thread."""
         whole = show_command(db, self.run_id, step)
         shown = readable(self.value, whole, expanded, pages) if self.recorded else None
-        view = output_view(step, shown, pages, self.summary, self.calls)
+        view = output_view(step, shown, pages, self.summary, self.calls_view)
         editor = editor_json(self.value) if self.recorded else None
         return replace(self, view=view, pages=pages, expanded=expanded, more=view.cut, editor=editor, whole=whole,
                        readable=shown)
@@ -284,10 +289,11 @@ class StepOutput:
 def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: Any = None,
                 expanded: bool = False) -> StepOutput | None:
     """Read one execution's output (only when the chain says one is recorded) and format ``pages``
-    pages of it (``expanded``: its long lists whole); for a pattern's group row, also the outputs
-    its summary uses, which it builds with ``state`` (the run's latest driver state,
-    :attr:`RunDetail.state`). None when the run or the execution no longer exists (deleted, or the
-    chain rebuilt by a drift-allowed resume)."""
+    pages of it (``expanded``: its long lists whole), with its recorded calls and usage (for a
+    pattern's group row, its calls' sum); for a pattern's group row, also the outputs its summary
+    uses, which it builds with ``state`` (the run's latest driver state, :attr:`RunDetail.state`).
+    None when the run or the execution no longer exists (deleted, or the chain rebuilt by a
+    drift-allowed resume)."""
     try:
         if step.parent is None:
             value = rt.step_output(run.run_id, step.name) if step.has_output else None
@@ -296,6 +302,7 @@ def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: 
         else:
             value = rt.execution_output(run.run_id, step.seq) if step.has_output else None
         calls = tuple(rt.execution_calls(run.run_id, step.seq))
+        used = rt.execution_usage(run.run_id, step.seq) if kind_of(step) else of_calls(calls, run.prices)
         found = None
         if kind_of(step):
             children = [c for c in run.tasks if c.parent == step.seq]
@@ -304,8 +311,9 @@ def load_output(rt: Runtime, run: Run, step: StepRecord, pages: int = 1, state: 
             found = summary(step, with_outputs(children, outputs), state, (step.has_output, value))
     except (UnknownRun, UnknownStep):
         return None
+    calls_view = calls_blocks(calls, used, run.prices, show_command(rt.url, run.run_id))
     return StepOutput(run.run_id, step.name, step.seq, run.updated_at, step.has_output, value, found,
-                      calls=calls).paged(rt.url, step, pages, expanded)
+                      calls=calls, calls_view=calls_view).paged(rt.url, step, pages, expanded)
 
 
 QUEUE_LIMIT = 500
@@ -347,7 +355,9 @@ class ReviewItem:
     loaded; ``run.pending`` is the checkpoint a decision cites); ``execution``: the step it is
     about (None: not in the chain); ``output``: that step's output (None: none recorded);
     ``queue``: the checkpoint ids pending, oldest first (``full``: there may be more past
-    :data:`QUEUE_LIMIT`); ``position``: this one's in it."""
+    :data:`QUEUE_LIMIT`); ``position``: this one's in it; ``calls``: the step's usage and recorded
+    calls as they read (see :attr:`StepOutput.calls_view`), recorded output or not; ``usage``: the
+    run's."""
 
     decision: PendingDecision
     run: Run
@@ -356,6 +366,8 @@ class ReviewItem:
     queue: tuple[int, ...]
     full: bool
     position: int
+    calls: tuple[Block, ...] = ()
+    usage: Usage = Usage()
 
 
 @dataclass(frozen=True)
@@ -386,10 +398,11 @@ def read_review(rt: Runtime, want: ReviewWant) -> ReviewRead:
         if run.pending is None or run.pending.checkpoint_id != decision.checkpoint_id:
             continue
         execution = paused_execution(run.tasks, run.pending)
-        output = None
-        if execution is not None and execution.has_output:
-            output = load_output(rt, run, execution, READ_PAGES, expanded=want.expanded)
-        item = ReviewItem(decision, run, execution, output, tuple(ids), len(ids) >= QUEUE_LIMIT, position)
+        # A step that asks for input has recorded no output, but may have recorded calls.
+        loaded = load_output(rt, run, execution, READ_PAGES, expanded=want.expanded) if execution else None
+        output = loaded if loaded is not None and loaded.recorded else None
+        item = ReviewItem(decision, run, execution, output, tuple(ids), len(ids) >= QUEUE_LIMIT, position,
+                          loaded.calls_view if loaded is not None else (), rt.run_usage(run.run_id))
         return ReviewRead(want, item, rt.readonly_reason)
     raise RelaypointError("the review queue kept changing while it was read; press n to read it again")
 

@@ -2,20 +2,20 @@
 the UI thread): for a pattern its summary, then the output as it reads (see
 :mod:`relaypoint.tui.readable`: Markdown rendered, JSON pretty with long lists folded, its text
 fields below it), a page of it at first with, when it goes on, its size and the keys that show the
-rest, then the step's error and traceback, bounded too. Selecting a step whose output is 10 MB costs
+rest, then its usage and recorded calls (:mod:`relaypoint.tui.calls`), then the step's error and
+traceback, bounded too. Selecting a step whose output is 10 MB costs
 the console one page of text; ``m`` shows another page, ``e`` its long lists whole, ``p`` opens the
 whole output in ``$PAGER``.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
 from rich.text import Text
 
-from relaypoint.models import CallRecord, StepRecord
+from relaypoint.models import StepRecord
 from relaypoint.status import StepStatus
 from relaypoint.views.display import (PREVIEW_CHARS, PREVIEW_LINES, clean, human_size, json_text, literal, preview,
                                      preview_json)
@@ -64,12 +64,12 @@ def _rest(left: int, what: str) -> Text:
 
 
 def output_view(step: StepRecord, shown: Readable | None, pages: int, summary: PatternSummary | None = None,
-                calls: tuple[CallRecord, ...] = ()) -> Readable:
+                calls: tuple[Block, ...] = ()) -> Readable:
     """What the output box shows: a running step's progress line; for a pattern, its ``summary``
     first; then the output as it reads, ``shown`` (None: none recorded), ``pages`` pages of it,
-    headed, when it goes on, by its size and the keys that show the rest; then the ``calls`` the
-    execution recorded, a line each; then the step's error and traceback. Its ``folded`` and
-    ``cut`` are the output's."""
+    headed, when it goes on, by its size and the keys that show the rest; then ``calls``, the
+    execution's usage and recorded calls as they read (see :func:`relaypoint.tui.calls.calls_blocks`);
+    then the step's error and traceback. Its ``folded`` and ``cut`` are the output's."""
     blocks: list[Block] = []
     if step.progress and step.status == StepStatus.RUNNING:
         blocks.append(Block(None, Text.assemble(("… ", "dim"), literal(step.progress, "italic"), "\n")))
@@ -83,9 +83,7 @@ def output_view(step: StepRecord, shown: Readable | None, pages: int, summary: P
             blocks.append(Block(None, Text(f"{human_size(shown.size)} in all ({shown.size:,} bytes); {first} shown"
                                            " · m: more · p: all in $PAGER", style="bold yellow")))
         blocks += shown.blocks
-    if calls:
-        blocks.append(Block(None, Text("\n").join([Text(""), Text(f"recorded calls ({len(calls)})", style="bold"),
-                                                   *map(call_line, calls)])))
+    blocks += calls
     trouble: list[Text] = []
     if step.error:
         error = preview(step.error)
@@ -103,22 +101,6 @@ def output_view(step: StepRecord, shown: Readable | None, pages: int, summary: P
         blocks.append(Block(None, Text("\n").join([Text(""), *trouble])))
     return Readable(tuple(blocks), shown is not None and shown.folded, shown is not None and shown.cut,
                     shown.size if shown is not None else 0)
-
-
-CALL_CHARS = 160
-"""How much of a recorded call's result its line shows (characters)."""
-
-
-def call_line(call: CallRecord) -> Text:
-    """One recorded call as its line: kind, order, name, status, token usage when known, and the
-    start of its result (or its error), literally."""
-    tokens = (f"  {call.input_tokens or 0:,} in / {call.output_tokens or 0:,} out tokens"
-              if call.input_tokens is not None or call.output_tokens is not None else "")
-    shown = json.dumps(call.value, ensure_ascii=False) if call.status == StepStatus.COMPLETED else call.error or ""
-    shown = shown if len(shown) <= CALL_CHARS else shown[:CALL_CHARS - 1] + "…"
-    return Text.assemble("· ", literal(f"{call.kind} {call.position + 1} {call.name}", "bold"), "  ",
-                         fmt.step_status(call.status), (tokens, "dim"), "  ",
-                         literal(shown, "" if call.status == StepStatus.COMPLETED else "red"))
 
 
 WAITING = {StepStatus.AWAITING_INPUT: "it waits for an answer (i: respond)",

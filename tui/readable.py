@@ -147,7 +147,7 @@ def _json_block(value: Any, fold: int | None, below: set[str], whole: str, chars
     return Block(None, text), folded, cut
 
 
-def _elements(text: str) -> int:
+def markdown_elements(text: str) -> int:
     """How many block elements (each one widget) the Markdown ``text`` renders as."""
     return sum(token.nesting == 1 for token in markdown_parser().parse(text))
 
@@ -158,7 +158,7 @@ def _text_block(title: str | None, text: str, whole: str, pages: int) -> tuple[B
     cut."""
     shown = Text()
     if looks_like_markdown(text):
-        if _elements(text) <= MARKDOWN_ELEMENTS:
+        if markdown_elements(text) <= MARKDOWN_ELEMENTS:
             return Block(title, markdown=clean(text, multiline=True)), False
         shown.append(f"(Markdown of more than {MARKDOWN_ELEMENTS} elements: shown as text)\n", style="dim italic")
     plain, cut = _plain(text, whole, pages)

@@ -16,7 +16,8 @@ seeing the agent's calls and their usage, and ``publish`` writes it once per run
    once (:func:`publish_post`): a step run again finds its post already there.
 
 The models are named (``canned-writer``, ``canned-fact-checker``, ``canned-editor``,
-``canned-reader``) as a paid model's would be; their token usage is FunctionModel's estimate.
+``canned-reader``) and priced (:data:`PRICES`) as paid models would be; their token usage is
+FunctionModel's estimate, so the cost shown is made up too.
 
 Run input (all optional): ``topic`` (default :data:`TOPIC`), ``published_dir`` (default
 ``relaypoint-research-published`` in the system temporary directory), ``delay`` (seconds the
@@ -249,7 +250,12 @@ def publish_post(directory: str, key: str, draft: Draft) -> dict[str, Any]:
 
 # ---- the workflow -------------------------------------------------------------------------------
 
-workflow = Workflow("research")
+PRICES = {"canned-writer": (3.00, 15.00), "canned-fact-checker": (0.80, 4.00), "canned-editor": (0.80, 4.00),
+          "canned-reader": (0.15, 0.60)}
+"""US dollars per million input and output tokens of each canned model, as a paid model's are
+priced (made up: the models are offline), so the run's cost is shown beside its tokens."""
+
+workflow = Workflow("research", prices=PRICES)
 workflows = [workflow]
 
 

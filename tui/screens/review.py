@@ -1,6 +1,8 @@
 """The review screen: the pending decisions of all runs (approvals, input requests, orphan holds),
 oldest first, one at a time, with what a reviewer judges: the gated output as it reads, the
-upstream outputs it was built from (``u``), the run's input and why it waits. ``a`` opens the
+step's recorded calls under it (its model requests' messages, its tool calls' arguments and
+results) and usage, the upstream outputs it was built from (``u``), the run's input, its usage so
+far and why it waits. ``a`` opens the
 approve form with its Approve button focused (``enter`` records), ``x`` rejects, ``i`` answers;
 each decision cites the checkpoint shown (a stale view is refused) and the next pending decision
 comes into view. ``n`` / ``N`` move along the queue.
@@ -81,7 +83,8 @@ def waiting_line(item: ReviewItem, now: Any) -> Text:
 
 
 def header(item: ReviewItem, now: Any) -> Table:
-    """The review screen's header: where in the queue, the run, why it waits, and its input."""
+    """The review screen's header: where in the queue, the run, why it waits, its input and,
+    when it made model requests, its usage so far."""
     run, cp = item.run, item.run.pending
     assert cp is not None
     grid = Table.grid(padding=(0, 1))
@@ -97,6 +100,8 @@ def header(item: ReviewItem, now: Any) -> Table:
                                    multiline=True))
     shown = preview(json.dumps(run.input, ensure_ascii=False), chars=INPUT_CHARS, lines=1)
     grid.add_row("input", literal(shown.head + ("…" if shown.cut else "")))
+    if item.usage.used:
+        grid.add_row("usage", Text(f"{item.usage.line()} (the run so far)", style="dim"))
     return grid
 
 
@@ -232,7 +237,8 @@ class ReviewScreen(BaseScreen):
         if (item is not None and item.run.pending is not None
                 and (item.run.run_id, item.run.pending.checkpoint_id)
                 == (shown.run.run_id, shown.run.pending.checkpoint_id)):
-            self.item, self.readonly_reason = replace(item, output=shown.output), read.readonly_reason
+            self.item, self.readonly_reason = replace(item, output=shown.output, calls=shown.calls), \
+                read.readonly_reason
             self.refresh_bindings()
             self.query_one("#review-head", Static).update(header(self.item, self.app.clock()))
             return True
@@ -278,11 +284,13 @@ class ReviewScreen(BaseScreen):
         await self._show_own(item)
 
     async def _show_own(self, item: ReviewItem) -> None:
+        """The step's output as it reads (or what it asks), then its usage and recorded calls."""
         output = self.query_one("#review-output", ReadableOutput)
         if item.output is not None and item.output.readable is not None:
-            await output.show(item.output.readable)
+            shown = item.output.readable
+            await output.show(replace(shown, blocks=shown.blocks + item.calls))
         else:
-            await output.show(unrecorded(item, self.app.db_url))
+            await output.show(Readable((Block(None, unrecorded(item, self.app.db_url)), *item.calls)))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="upstream")
     def _read_upstream(self, item: ReviewItem, expanded: bool = False) -> None:

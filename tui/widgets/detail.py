@@ -21,6 +21,7 @@ from textual.widgets.data_table import ColumnKey
 
 from relaypoint.models import Event, Run, StepRecord
 from relaypoint.status import StepStatus
+from relaypoint.usage import Usage
 from relaypoint.views.display import clean, json_text, literal
 from relaypoint.views.patterns import describe, kind_of, paused_execution, progress, shown_status, tree
 
@@ -89,10 +90,10 @@ def one_line_json(value: Any) -> Text:
     return text
 
 
-def run_header(run: Run, now: datetime) -> RenderableType:
+def run_header(run: Run, now: datetime, usage: Usage = Usage()) -> RenderableType:
     """The run's identity, then what needs a person (what it waits for, its error, a step that did
-    not complete), then its input, progress, times, lineage and executor: a short terminal shows
-    only the first lines."""
+    not complete), then its input, progress, ``usage`` (when it made model requests), times,
+    lineage and executor: a short terminal shows only the first lines."""
     grid = _grid()
     grid.add_row("run", Text.assemble(literal(run.run_id), "  ", fmt.run_status(run.status)))
     if run.pending is not None:
@@ -120,6 +121,8 @@ def run_header(run: Run, now: datetime) -> RenderableType:
     grid.add_row("input", one_line_json(run.input))
     grid.add_row("progress", Text(f"{run.steps_done}/{run.steps_total} steps"
                                   + (f", at {clean(run.current_step)}" if run.current_step else "")))
+    if usage.used:
+        grid.add_row("usage", Text(usage.line(), style="dim"))
     grid.add_row("created", _when(run.created_at, now))
     grid.add_row("updated", _when(run.updated_at, now))
     if run.parent_run_id:
@@ -391,7 +394,7 @@ class DetailPane(Vertical):
         self.run, self.state, self._shown_at = run, detail.state, now
         self._rows = {key_of(s): s for s in run.tasks}
         self.border_title = Text.assemble("Run ", literal(fmt.short_id(run.run_id)), " · ", literal(run.workflow))
-        self.query_one("#run-header", Static).update(run_header(run, now))
+        self.query_one("#run-header", Static).update(run_header(run, now, detail.usage))
         if switched:
             self.output = None
             self.expanded = set()
