@@ -287,7 +287,7 @@ def start(ctx: click.Context, workflow: str, app_spec: str | None, input_json: s
         raise
     run = rt.get(run_id)
     if run.status == RunStatus.FAILED:
-        raise click.ClickException(f"run {run_id} failed: {run.error}")
+        raise click.ClickException(_failed(run))
     if run.status.is_paused:
         _say(f"run {run_id} is {run.status}{_waits_at(run)}", err=True)
 
@@ -438,7 +438,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
         _bounded(out, preview(f"error: {run.error}"), whole_run, "red")
     _bounded(out, preview(f"input: {json.dumps(run.input, ensure_ascii=False)}"), whole_run)
     each = usage.per_execution(run.tasks, run.prices)
-    if (total := usage.of_run(run.tasks, run.prices)).used:
+    if (total := usage.of_run(run.tasks, run.prices, run.forked_at)).used:
         out.print(literal(f"usage: {total.line()}"))
     latest = None
     for t in run.tasks:  # in tree order: a pattern's executions, indented, follow its row
@@ -478,6 +478,17 @@ def show(ctx: click.Context, run_id: str, as_json: bool, output_step: str | None
                     out.print(literal(f"{indent}  {mark}… {more} more parts: {whole_run}", "dim"))
 
 
+FAILED_CHARS = 1_000
+"""At most this many characters of a failed run's error are said when start or resume ends."""
+
+
+def _failed(run: Run) -> str:
+    """``run {id} failed: {error}``, the error bounded to :data:`FAILED_CHARS` (``show`` prints it whole)."""
+    error = preview(run.error or "", chars=FAILED_CHARS, lines=1)
+    more = f"… ({error.size:,} bytes in all: relaypoint show {run.run_id})" if error.cut else ""
+    return f"run {run.run_id} failed: {error.head}{more}"
+
+
 def _waits_at(run: Run) -> str:
     """Where a paused run waits: `` at step 'draft'``, or inside a pattern
     `` at step 'argue' (iteration 2, agent 'con')``."""
@@ -515,7 +526,7 @@ def resume(ctx: click.Context, run_id: str, app_spec: str | None, allow_drift: b
                                    f"`relaypoint resume {run_id} --app {app_spec}`") from None
     run = rt.get(run_id)
     if status == RunStatus.FAILED:
-        raise click.ClickException(f"run {run.run_id} failed: {run.error}")
+        raise click.ClickException(_failed(run))
     _say(f"run {run.run_id} is {status}" + (_waits_at(run) if status.is_paused else ""))
 
 

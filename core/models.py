@@ -204,6 +204,12 @@ class Run(RunSummary):
     parent_deleted: bool = False
     prices: dict[str, tuple[float, float]] = {}
 
+    @property
+    def forked_at(self) -> datetime | None:
+        """When the run was created as a fork (its usage counts only the calls it made since, see
+        :func:`relaypoint.usage.own`); None when it is no fork."""
+        return self.created_at if self.parent_run_id is not None else None
+
     def shown(self) -> dict[str, Any]:
         """The run as JSON values, as ``relaypoint show --json`` prints it and the MCP server's
         ``show_run`` returns it: the summary's fields with ``input``, ``forks`` and
@@ -221,5 +227,5 @@ class Run(RunSummary):
             "seq", "name", "iteration", "agent", "parent", "status", "attempts", "output", "error", "traceback",
             "started_at", "finished_at", "calls"}) | {"usage": each[t.seq].as_json()} for t in self.tasks]
         data["pending"] = self.pending.model_dump(mode="json") if self.pending else None
-        data["usage"] = usage.of_run(self.tasks, self.prices).as_json()
+        data["usage"] = usage.of_run(self.tasks, self.prices, self.forked_at).as_json()
         return data

@@ -11,7 +11,8 @@ takes no ``--app``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -45,27 +46,46 @@ class Usage(BaseModel):
         """``{"requests", "input_tokens", "output_tokens"}``, with ``"cost"`` when priced (what
         ``show --json`` and MCP give per execution and for the run)."""
         data = self.model_dump(exclude={"cost"})
-        return data if self.cost is None else {**data, "cost": round(self.cost, 6)}
+        # Rounded past any price's precision, so float noise (0.0063200000000000001) is not printed.
+        return data if self.cost is None else {**data, "cost": round(self.cost, 12)}
 
     def line(self) -> str:
         """One line, e.g. ``3 requests, 1,204 in / 388 out tokens, $0.0042``."""
-        cost = "" if self.cost is None else f", ${self.cost:,.4f}"
+        cost = "" if self.cost is None else f", {dollars(self.cost)}"
         plural = "" if self.requests == 1 else "s"
         return f"{self.requests:,} request{plural}, {self.input_tokens:,} in / {self.output_tokens:,} out tokens{cost}"
 
 
-def checked_prices(prices: Mapping[str, Any] | None, workflow: str) -> dict[str, tuple[float, float]]:
-    """``prices`` as a plain dict of float pairs. Raises ``DefinitionError`` naming the model whose
-    price is not a pair of finite, non-negative numbers (dollars per million tokens)."""
+def dollars(cost: float) -> str:
+    """``cost`` (US dollars) for a person: 4 decimals (``$0.0042``), or 2 significant digits of a
+    smaller cost (``$0.000033``) rather than ``$0.0000``."""
+    places = 4 if cost == 0 or cost >= 0.001 else 1 - math.floor(math.log10(cost))
+    return f"${cost:,.{places}f}"
+
+
+MAX_PRICE = 1_000_000.0
+"""The highest price taken, in dollars per million tokens (a dollar a token): a cost stays finite."""
+
+
+def checked_prices(prices: Any, workflow: str) -> dict[str, tuple[float, float]]:
+    """``prices`` (a mapping of model name to a pair of prices, or None) as a plain dict of float
+    pairs. Raises ``DefinitionError`` for what is no such mapping, naming the model whose name is
+    not text or whose price is not a pair of numbers from 0 to :data:`MAX_PRICE`."""
+    if prices is None:
+        return {}
+    if not isinstance(prices, Mapping):
+        raise DefinitionError(f"workflow {workflow!r}: prices must map model names to (input, output) prices "
+                              f"in dollars per million tokens, not {prices!r}")
     out: dict[str, tuple[float, float]] = {}
-    for model, price in (prices or {}).items():
+    for model, price in prices.items():
+        if not isinstance(model, str) or not model:
+            raise DefinitionError(f"workflow {workflow!r}: prices are by model name (non-empty text), not {model!r}")
         pair = tuple(price) if isinstance(price, (tuple, list)) else ()
-        if (not isinstance(model, str) or not model or len(pair) != 2
-                or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) and p >= 0
-                           for p in pair)):
-            raise DefinitionError(f"workflow {workflow!r}: the price of model {model!r} must be a pair "
-                                  "(dollars per million input tokens, per million output tokens), "
-                                  f"not {price!r}")
+        if len(pair) != 2 or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p)
+                                     and 0 <= p <= MAX_PRICE for p in pair):
+            raise DefinitionError(f"workflow {workflow!r}: the price of model {model!r} must be a pair of numbers "
+                                  f"from 0 to {MAX_PRICE:,.0f} (dollars per million input tokens, per million "
+                                  f"output tokens), not {price!r}")
         out[model] = (float(pair[0]), float(pair[1]))
     return out
 
@@ -118,6 +138,13 @@ def per_execution(tasks: Iterable[StepRecord], prices: Prices) -> dict[int, Usag
     return {t.seq: of_calls(calls(t), prices) for t in tasks}
 
 
-def of_run(tasks: Iterable[StepRecord], prices: Prices) -> Usage:
-    """The run's usage: every execution's recorded calls."""
-    return of_calls((c for t in tasks for c in t.calls), prices)
+def own(calls: Iterable[CallRecord], forked_at: datetime | None) -> Iterator[CallRecord]:
+    """The ``calls`` a run made itself: all of them, or for a fork (``forked_at``: when it was
+    created) those recorded since, not the ones it copied from its parent with the executions
+    before its fork point (recorded there, before the fork existed), which its parent's usage counts."""
+    return iter(calls) if forked_at is None else (c for c in calls if c.started_at >= forked_at)
+
+
+def of_run(tasks: Iterable[StepRecord], prices: Prices, forked_at: datetime | None = None) -> Usage:
+    """The run's usage: its executions' recorded calls that it made itself (see :func:`own`)."""
+    return of_calls(own((c for t in tasks for c in t.calls), forked_at), prices)

@@ -109,6 +109,23 @@ def test_start_exits_1_when_the_run_fails_naming_the_step(app, db):
     assert [t["status"] for t in as_json(app, db, "show", rid)["tasks"]] == ["completed", "failed"]
 
 
+def test_a_huge_error_is_said_bounded_when_start_ends(tmp_path, db):
+    (tmp_path / "loud.py").write_text(textwrap.dedent("""
+        from relaypoint import Workflow
+
+        loud = Workflow("loud")
+
+        @loud.step(retries=0)
+        def shout(ctx):
+            raise RuntimeError("A" * 3_000_000)
+    """))
+    done = subprocess.run([sys.executable, "-m", "relaypoint", "--db", db, "start", "loud", "--app", "loud:loud"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    line = one_line_error(done)
+    assert len(line) < 1_200 and line.endswith(f"bytes in all: relaypoint show {done.stdout.strip()})")
+    assert "failed: step 'shout' failed: RuntimeError: AAAA" in line
+
+
 def test_start_creates_the_store_owner_only(app):
     ok(relaypoint(app, "start", "simple", "--app", APP))
     assert (app / DB).stat().st_mode & 0o777 == 0o600

@@ -16,6 +16,7 @@ from relaypoint.cli import cli
 from relaypoint.errors import DefinitionError
 from relaypoint.recorded import Result, acall_as
 from relaypoint.status import CallKind, RunStatus
+from relaypoint.usage import dollars
 
 PRICES = {"big": (3.0, 15.0), "small": (0.5, 1.0)}  # dollars per million input, output tokens
 
@@ -109,7 +110,15 @@ def test_prices_are_the_runs_from_its_creation_and_a_fork_keeps_its_parents(db):
         child = rt.fork(rid, "decide")
         assert rt.resume(child) == RunStatus.COMPLETED
         assert rt.prices(child) == PRICES
-        assert rt.run_usage(child).cost == pytest.approx(before), "the fork copies draft's calls, reruns the vote"
+        # The fork copies draft with its calls and runs the vote again: its usage is the vote's alone
+        # (its parent's counts draft's), while the copied execution still shows what it used.
+        forked = rt.run_usage(child)
+        assert (forked.requests, forked.input_tokens, forked.output_tokens) == (2, 1_000, 20)
+        assert forked.cost == pytest.approx(((400 + 600) * 0.5 + 20 * 1.0) / 1e6) and before > forked.cost
+    shown = cli_json(db, "show", child, "--json")
+    assert shown["usage"]["input_tokens"] == 1_000
+    assert next(t["usage"] for t in shown["tasks"] if t["name"] == "draft")["input_tokens"] == 3_000
+    assert [r["usage"]["input_tokens"] for r in cli_json(db, "list", "--tokens", "--json")] == [1_000, 4_000]
     unpriced = Workflow("priced")
     unpriced.step(lambda ctx: None, name="x")
     with Runtime(db, [unpriced]) as rt:
@@ -130,11 +139,22 @@ def test_list_tokens_adds_each_runs_usage_read_in_one_query_per_page(db):
     assert "tokens" not in CliRunner().invoke(cli, ["--db", db, "list"]).output
 
 
-@pytest.mark.parametrize("prices", [{"big": (1.0,)}, {"big": (-1.0, 2.0)}, {"big": (float("nan"), 1.0)},
-                                    {"big": (True, 1.0)}, {"": (1.0, 1.0)}, {"big": "1,2"}])
-def test_prices_that_are_not_pairs_of_non_negative_numbers_are_refused_naming_the_model(prices):
-    with pytest.raises(DefinitionError, match="the price of model"):
+@pytest.mark.parametrize("prices, said", [
+    ({"big": (1.0,)}, "the price of model 'big' must be a pair of numbers from 0 to 1,000,000"),
+    ({"big": (-1.0, 2.0)}, "the price of model 'big' must be"), ({"big": (float("nan"), 1.0)}, "model 'big' must"),
+    ({"big": (1e308, 1e308)}, "model 'big' must"), ({"big": (True, 1.0)}, "model 'big' must"),
+    ({"big": "1,2"}, "model 'big' must"), ({"": (1.0, 1.0)}, "prices are by model name (non-empty text), not ''"),
+    ({1: (1, 1)}, "by model name (non-empty text), not 1"), ([1, 2], "prices must map model names to")])
+def test_prices_that_are_not_pairs_of_numbers_by_model_name_are_refused_in_one_line(prices, said):
+    with pytest.raises(DefinitionError) as refused:
         Workflow("w", prices=prices)
+    assert said in str(refused.value)
+
+
+@pytest.mark.parametrize("cost, shown", [(0.0, "$0.0000"), (0.0063, "$0.0063"), (12.5, "$12.5000"),
+                                         (3.3e-05, "$0.000033"), (6.6e-06, "$0.0000066"), (0.00099, "$0.00099")])
+def test_a_small_cost_is_shown_with_its_digits_not_as_zero(cost, shown):
+    assert dollars(cost) == shown
 
 
 def test_show_prints_a_pydantic_ai_agents_requests_as_messages_literally(db):

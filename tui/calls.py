@@ -22,7 +22,7 @@ from rich.text import Text
 
 from relaypoint.models import CallRecord
 from relaypoint.status import StepStatus
-from relaypoint.usage import Usage, of_calls
+from relaypoint.usage import Usage, dollars, of_calls
 from relaypoint.views.calls import CallParts, Part, read_calls
 from relaypoint.views.display import clean, human_size, literal, preview, preview_json
 
@@ -75,7 +75,7 @@ def _tokens(call: CallRecord, prices: Mapping[str, tuple[float, float]]) -> str:
         return ""
     cost = of_calls([call], prices).cost
     return (f"{call.input_tokens or 0:,} in / {call.output_tokens or 0:,} out tokens"
-            + ("" if cost is None else f", ${cost:,.4f}"))
+            + ("" if cost is None else f", {dollars(cost)}"))
 
 
 def call_header(call: CallRecord, prices: Mapping[str, tuple[float, float]]) -> Text:

@@ -168,9 +168,10 @@ class RunReads(ABC):
 
     @abstractmethod
     def usage(self, run_ids: Sequence[str]) -> dict[str, Usage]:
-        """Each of ``run_ids``' token usage (requests, input and output tokens summed over its
-        recorded calls; no cost: prices are the run's, see :mod:`relaypoint.usage`), in one grouped
-        query per 500 runs through the calls' key; a run without model requests is left out."""
+        """Each of ``run_ids``' token usage (requests, input and output tokens summed over the
+        recorded calls it made itself, see :func:`relaypoint.usage.own`; no cost: prices are the
+        run's, see :mod:`relaypoint.usage`), in one grouped query per 500 runs through the calls'
+        key; a run without model requests of its own is left out."""
 
     # ---- checkpoints and events
 

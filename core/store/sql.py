@@ -472,10 +472,12 @@ class SqlStore(RunStore):
         found: dict[str, Usage] = {}
         ids = list(dict.fromkeys(filter(matchable, run_ids)))
         for batch in (ids[i:i + USAGE_BATCH] for i in range(0, len(ids), USAGE_BATCH)):
-            for r in self._rows("SELECT run_id, SUM(requests) AS requests, SUM(input_tokens) AS input_tokens, "
-                                "SUM(output_tokens) AS output_tokens FROM calls "
-                                f"WHERE run_id IN ({', '.join('?' * len(batch))}) AND requests IS NOT NULL "
-                                "GROUP BY run_id", batch):
+            # A fork's own calls only: those it copied were recorded before it was created (usage.own).
+            for r in self._rows("SELECT c.run_id, SUM(c.requests) AS requests, SUM(c.input_tokens) AS input_tokens, "
+                                "SUM(c.output_tokens) AS output_tokens FROM calls c JOIN runs r ON r.run_id = c.run_id "
+                                f"WHERE c.run_id IN ({', '.join('?' * len(batch))}) AND c.requests IS NOT NULL "
+                                "AND (r.parent_run_id IS NULL OR c.started_at >= r.created_at) "
+                                "GROUP BY c.run_id", batch):
                 found[r["run_id"]] = Usage(requests=int(r["requests"] or 0), input_tokens=int(r["input_tokens"] or 0),
                                            output_tokens=int(r["output_tokens"] or 0))
         return found
