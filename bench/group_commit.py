@@ -30,11 +30,10 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from run import call
-from worker_async import sqlite_store
-
 from relaypoint import Runtime
 from relaypoint.status import EventKind
+from run import call
+from worker_async import sqlite_store
 
 BENCH = Path(__file__).resolve().parent
 STEPS = {"noop200": 200, "wait20": 20}
