@@ -1,15 +1,15 @@
 """DBOS Transact's queue beside ``relaypoint worker --concurrency N`` (group_commit.py): N workflows
 enqueued at once on a queue of ``worker_concurrency`` N, executed by this process's DBOS.
 
-``queue(store, n, workflow)``: ``store`` a SQLite file (DBOS's SQLite system database, in its
+``queue(store, n, workflow, seconds)``: ``store`` a SQLite file (DBOS's SQLite system database, in its
 default rollback journal with SQLite's default ``synchronous=FULL``) or a PostgreSQL URL naming a
 schema (the system database there, at the server's ``synchronous_commit``, on by default). The
 workflows are group_commit.py's: ``noop200``, 200 no-op ``@DBOS.step``s; ``wait20``, 20 async
 steps each awaiting 10 ms (an async workflow on DBOS's event loop). Each step's output is
 committed before the next starts: one boundary a step. The queue is polled every 50 ms, as
 group_commit.py's worker (``--poll 0.05``); DBOS's pool of system-database connections is sized to
-the N workflows at once (20, its default, at least). Returns the boundaries per second from the first step's
-start to the last step's end (``list_workflow_steps``' ``started_at_epoch_ms`` and
+the N workflows at once (20, its default, at least). Returns the boundaries per second from the
+first step's start to the last step's end (``list_workflow_steps``' ``started_at_epoch_ms`` and
 ``completed_at_epoch_ms``: the workflows' own timestamps have whole seconds on SQLite). That leaves
 out each workflow's dequeue and its final status write, which relaypoint's figure (first claim to
 last ``run_completed``) includes: a small edge for DBOS.
