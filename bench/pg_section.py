@@ -385,3 +385,15 @@ def section(o: Options) -> dict[str, Any]:
     return {"server": info, "versions": versions, "us_per_step": chains, "transactions_per_step": commits,
             "workers": workers,
             "console": console_figures, "targets": dict(goals)}
+
+
+def server_settings(url: str, settings: dict[str, int | None]) -> None:
+    """``ALTER SYSTEM SET`` each setting (``RESET`` for None) and reload the server's configuration;
+    new connections see it. Needs a superuser."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name, value in settings.items():
+            if value is None:
+                conn.execute(sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name)))
+            else:
+                conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+        conn.execute("SELECT pg_reload_conf()")

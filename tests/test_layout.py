@@ -17,7 +17,8 @@ STORE = CORE / "store"
 DRIVERS = {"sqlite3", "sqlite_utils", "psycopg", "psycopg_pool"}
 # Bench files that drive relaypoint (the others time the raw SQLite floor and the peers, and may
 # use sqlite3 themselves).
-RELAYPOINT_BENCH = ["bench.py", "console_idle.py", "tool_relaypoint.py", "tool_fanout_relaypoint.py", "worker_async.py"]
+RELAYPOINT_BENCH = ["bench.py", "console_idle.py", "group_commit.py", "tool_relaypoint.py", "tool_fanout_relaypoint.py",
+                    "worker_async.py"]
 # The engine: the runtime and the modules behind it, the drivers, the patterns and the store. Every
 # other module of relaypoint and the console is a front end (the CLI, the worker, MCP, the browser,
 # the pause hook, the views, the console...), checked by default.
