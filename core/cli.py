@@ -35,6 +35,7 @@ from .copying import BATCH_RUNS, copy_runs
 from .drivers import Call, where
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
+from .docs import command_docs
 from .defaults import DURABILITIES, DURABILITY, HOOK_ATTEMPTS, HOOK_SECONDS, LEASE_SECONDS
 from .throughput import STATS_SECONDS
 from .runtime import Runtime
@@ -57,8 +58,24 @@ BY_OPTION = click.option("--by", metavar="NAME", help="Who decides: the name the
                          "answers and cancels are recorded under (default: the OS user).")
 
 
-class _Group(click.Group):
+class _DocsEpilog:
+    """A command's help ends with the address of the page that explains it (:mod:`relaypoint.docs`),
+    read when the help is shown, so ``RELAYPOINT_DOCS`` applies."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_epilog(ctx, formatter)  # type: ignore[misc]
+        formatter.write_paragraph()  # written as is: a wrapped address would not open
+        formatter.write(f"{'':>{formatter.current_indent}}Docs: {command_docs(None if ctx.parent is None else ctx.command.name)}\n")
+
+
+class _Command(_DocsEpilog, click.Command):
+    pass
+
+
+class _Group(_DocsEpilog, click.Group):
     """Turns relaypoint's typed errors (the store's included: it translates its backend's own) into one line."""
+
+    command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
