@@ -239,7 +239,12 @@ def review(ctx: click.Context, app_spec: str | None, readonly: bool, by: str | N
 @click.option("--root", default=None, metavar="DIR", help="Directory the example audits (default: the relaypoint sources).")
 @click.pass_context
 def demo(ctx: click.Context, no_console: bool, root: str | None) -> None:
-    """Fill the store with real runs of the bundled example, then open the console."""
+    """Fill the store with real runs of the bundled examples, then open the console.
+
+    The runs rest in every state a run can (completed, paused, interrupted, failed, rejected,
+    cancelled, a queued fork, patterns under way); the console gets the examples' app
+    (relaypoint.demo:workflows), so it can resume them.
+    """
     from .demo import DEMO_APP, build_demo
 
     runs = build_demo(ctx.obj["db"], root=root, progress=lambda line: _say(line, err=True),
@@ -546,7 +551,11 @@ def respond(ctx: click.Context, run_id: str, value_json: str, by: str | None, ch
 @click.option("--input", "input_json", metavar="JSON", help="A new input for the fork (a JSON object).")
 @click.pass_context
 def fork(ctx: click.Context, run_id: str, from_step: str, iteration: int | None, input_json: str | None) -> None:
-    """Fork a run from the boundary before STEP (or before an iteration of it); prints the new run id."""
+    """Fork a run from the boundary before STEP (or before an iteration of it); prints the new run id.
+
+    The fork is queued. When it pauses at a copied approval gate its parent did not approve,
+    stderr says why.
+    """
     data = _input_arg(input_json)
     rt = _runtime(ctx)
     new_id = rt.fork(run_id, from_step, data, iteration=iteration)
@@ -573,7 +582,7 @@ def cancel(ctx: click.Context, run_id: str, by: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, oldest first.")
 @click.pass_context
 def events(ctx: click.Context, run_id: str, as_json: bool) -> None:
-    """Show a run's audit trail (UTC)."""
+    """Show a run's audit trail (times in UTC, ISO 8601)."""
     evs = _runtime(ctx).events(run_id)
     if as_json:
         _dump([e.model_dump(mode="json") for e in evs])
@@ -684,7 +693,7 @@ def mcp(ctx: click.Context, app_spec: str | None) -> None:
 @click.argument("run_id")
 @click.pass_context
 def delete(ctx: click.Context, run_id: str) -> None:
-    """Delete a run and everything recorded of it."""
+    """Delete a run and everything recorded of it, in one transaction."""
     _say(f"deleted run {_runtime(ctx).delete(run_id)}")
 
 
