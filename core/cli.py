@@ -37,6 +37,7 @@ from .copying import BATCH_RUNS, copy_runs
 from .drivers import Call, where
 from .encoding import parse_json_arg
 from .errors import InvalidValue, RelaypointError
+from .docs import command_docs
 from .defaults import DURABILITIES, DURABILITY, HOOK_ATTEMPTS, HOOK_SECONDS, LEASE_SECONDS
 from .throughput import STATS_SECONDS
 from . import usage
@@ -69,8 +70,24 @@ BY_OPTION = click.option("--by", metavar="NAME", callback=_named, help="Who deci
                          "answers and cancels are recorded under (default: the OS user).")
 
 
-class _Group(click.Group):
+class _DocsEpilog:
+    """A command's help ends with the address of the page that explains it (:mod:`relaypoint.docs`),
+    read when the help is shown, so ``RELAYPOINT_DOCS`` applies."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_epilog(ctx, formatter)  # type: ignore[misc]
+        formatter.write_paragraph()  # written as is: a wrapped address would not open
+        formatter.write(f"{'':>{formatter.current_indent}}Docs: {command_docs(None if ctx.parent is None else ctx.command.name)}\n")
+
+
+class _Command(_DocsEpilog, click.Command):
+    pass
+
+
+class _Group(_DocsEpilog, click.Group):
     """Turns relaypoint's typed errors (the store's included: it translates its backend's own) into one line."""
+
+    command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -232,7 +249,12 @@ def review(ctx: click.Context, app_spec: str | None, readonly: bool, by: str | N
 @click.option("--root", default=None, metavar="DIR", help="Directory the example audits (default: the relaypoint sources).")
 @click.pass_context
 def demo(ctx: click.Context, no_console: bool, root: str | None) -> None:
-    """Fill the store with real runs of the bundled example, then open the console."""
+    """Fill the store with real runs of the bundled examples, then open the console.
+
+    The runs rest in every state a run can (completed, paused, interrupted, failed, rejected,
+    cancelled, a queued fork, patterns under way); the console gets the examples' app
+    (relaypoint.demo:workflows), so it can resume them.
+    """
     from .demo import DEMO_APP, build_demo
 
     runs = build_demo(ctx.obj["db"], root=root, progress=lambda line: _say(line, err=True),
@@ -591,7 +613,11 @@ def respond(ctx: click.Context, run_id: str, value_json: str, by: str | None, ch
 @click.option("--input", "input_json", metavar="JSON", help="A new input for the fork (a JSON object).")
 @click.pass_context
 def fork(ctx: click.Context, run_id: str, from_step: str, iteration: int | None, input_json: str | None) -> None:
-    """Fork a run from the boundary before STEP (or before an iteration of it); prints the new run id."""
+    """Fork a run from the boundary before STEP (or before an iteration of it); prints the new run id.
+
+    The fork is queued. When it pauses at a copied approval gate its parent did not approve,
+    stderr says why.
+    """
     data = _input_arg(input_json)
     rt = _runtime(ctx)
     new_id = rt.fork(run_id, from_step, data, iteration=iteration)
@@ -618,7 +644,7 @@ def cancel(ctx: click.Context, run_id: str, by: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, oldest first.")
 @click.pass_context
 def events(ctx: click.Context, run_id: str, as_json: bool) -> None:
-    """Show a run's audit trail (UTC)."""
+    """Show a run's audit trail (times in UTC, ISO 8601)."""
     evs = _runtime(ctx).events(run_id)
     if as_json:
         _dump([e.model_dump(mode="json") for e in evs])
@@ -729,7 +755,7 @@ def mcp(ctx: click.Context, app_spec: str | None) -> None:
 @click.argument("run_id")
 @click.pass_context
 def delete(ctx: click.Context, run_id: str) -> None:
-    """Delete a run and everything recorded of it."""
+    """Delete a run and everything recorded of it, in one transaction."""
     _say(f"deleted run {_runtime(ctx).delete(run_id)}")
 
 

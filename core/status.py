@@ -1,7 +1,7 @@
 """The one vocabulary of relaypoint, shared by code, store, CLI and console: run and step statuses,
 checkpoint kinds, decisions and event kinds.
 
-Run lifecycle (see the README's diagram)::
+Run lifecycle (see the diagram in docs/reference/statuses.md)::
 
     queued -> running -> completed
                       -> awaiting_approval -> queued (approved) | rejected

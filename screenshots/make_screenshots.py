@@ -64,8 +64,11 @@ FONT = ("Fira Code, monospace", "DejaVu Sans Mono, monospace")
 
 
 def build_demo_store(path: Path) -> None:
-    """Fill ``path`` with the bundled demo runs (``relaypoint demo --no-console``)."""
-    subprocess.run([sys.executable, "-m", "relaypoint", "--db", str(path), "demo", "--no-console"], check=True)
+    """Fill ``path`` with the bundled demo runs (``relaypoint demo --no-console``), auditing the
+    package's sources as ``core`` from the repository's root, so the runs' inputs and reports name
+    the project's own folder rather than wherever this checkout happens to live."""
+    subprocess.run([sys.executable, "-m", "relaypoint", "--db", str(path), "demo", "--no-console", "--root", "core"],
+                   check=True, cwd=ROOT)
 
 
 def paused_run(db: Path) -> str:
@@ -204,7 +207,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, help="use this existing store instead of building one")
     parser.add_argument("--fixture", action="store_true", help="build the tests' fixed store, not the demo")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots",
+                        help="where the images go (default: docs/screenshots, beside the pages they illustrate)")
     parser.add_argument("--size", default="160x45", help="terminal size, COLUMNSxROWS")
     parser.add_argument("--browser-only", action="store_true", help="make browser.png alone")
     args = parser.parse_args()

@@ -33,7 +33,7 @@ and one test at a time: beside the other worker's ordinary tests, never beside e
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which starts the workers
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """With ``-s`` (the tests' own output wanted: the README's soak commands) or ``--pdb``, the tests
+    """With ``-s`` (the tests' own output wanted: the soak commands of docs/reference/reliability.md) or ``--pdb``, the tests
     run in this process: xdist's workers would swallow the output, and refuse ``--pdb``."""
     if config.getoption("capture") == "no" or config.getoption("usepdb"):
         config.option.numprocesses = 0

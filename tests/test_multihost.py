@@ -16,7 +16,7 @@ runs of five sleeping steps are shared by three hosts, then one host is lost mid
 And, without namespaces, what a host cut off inside a store transaction leaves on the server (a
 session idle in its transaction, holding the store's write lock) does not stop the other writers.
 
-What is asserted is the at-least-once contract of the README's Reliability section: every step of
+What is asserted is the at-least-once contract of docs/reference/reliability.md: every step of
 every run completed (its output recorded, one ``step_completed`` event) exactly once, and executed
 more than once only where an executor was cut off before its boundary committed (the lost host's
 step under way, or an executor its own log shows losing the run); the lost host's runs taken over by

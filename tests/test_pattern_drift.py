@@ -1,4 +1,4 @@
-"""The rules of an allowed drift inside a pattern under way (the README's table in "Drift inside a
+"""The rules of an allowed drift inside a pattern under way (the table in docs/concepts/drift.md, "Drift inside a
 pattern"), one test per row, on both backends: a run stops inside a pattern (a call asks a person
 and waits, and is answered), the pattern's definition changes, and the run is resumed with
 ``allow_drift``. What a user expects: a debate's round, and a supervisor's turn, is whole or not

@@ -644,11 +644,11 @@ def test_a_user_with_create_on_a_schema_an_administrator_made_can_make_the_store
         server(f"DROP ROLE {role}")
 
 
-def test_the_readmes_two_roles_work_as_written(postgres_schema, tmp_path):
-    """The README's permissions recipe, run as written (its role and schema names made unique): the
+def test_the_docs_two_roles_work_as_written(postgres_schema, tmp_path):
+    """The permissions recipe of docs/how-to/postgres.md, run as written (its role and schema names made unique): the
     administrator's SQL, the owner's ``migrate --grant``, then every command that records, ``copy``
     into the store included, as the everyday role; and a reader granted with ``--grant-read``."""
-    teams = (Path(__file__).resolve().parent.parent / "README.md").read_text().split("\n## Teams:", 1)[1]
+    teams = (Path(__file__).resolve().parent.parent / "docs" / "how-to" / "postgres.md").read_text()
     recipe = re.search(r"```sql\n(.*?)```", teams, flags=re.S).group(1)
     make = re.search(r"```sh\n\s*(relaypoint --db \S+ migrate --grant relay)\n\s*```", teams).group(1)
     owner, user, reader = (f"{postgres_schema}_{r}" for r in ("owner", "relay", "reader"))
@@ -828,7 +828,7 @@ def test_a_pooled_store_reads_writes_and_reconnects_after_a_lost_connection(url)
 
 
 def test_an_upgrade_a_user_may_not_make_names_the_owner_who_may_and_changes_nothing(url, postgres_schema):
-    """After relaypoint is upgraded, the everyday role of the README's two roles opens the store first:
+    """After relaypoint is upgraded, the everyday role of the two roles of docs/how-to/postgres.md opens the store first:
     the migration needs the tables' owner, and says so (not "needs CREATE on the database")."""
     store_at_version(postgres_schema, 6).close()
     ((owner,),) = server("SELECT current_user")

@@ -227,7 +227,7 @@ class Pattern(ABC):
 
     def carry(self, sub: Sub) -> Sub:
         """``sub``, recorded under an earlier definition, for this one, after an allowed drift (the
-        README's table "Drift inside a pattern"): what a run of this definition would go on from,
+        table "Drift inside a pattern" in docs/concepts/drift.md): what a run of this definition would go on from,
         given the calls :meth:`kept`. Default: ``sub`` as it is."""
         return sub
 

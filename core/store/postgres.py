@@ -6,7 +6,7 @@ thread (or one borrowed from the process's pool), transactions under the schema'
 (exclusive, or shared plus the run's row lock for writes confined to one run), a change as one call
 of the schema's ``commit_change`` function, grants, and translating every psycopg error into a
 :class:`~relaypoint.errors.StoreError`. Connecting is in :mod:`.pg_connect`, the change feed of
-``data_version`` in :mod:`.pg_changes`. The README's "Store schema: On PostgreSQL" explains the
+``data_version`` in :mod:`.pg_changes`. docs/reference/schema.md ("On PostgreSQL") explains the
 choices and their measurements.
 """
 
