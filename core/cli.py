@@ -140,8 +140,12 @@ def _input_arg(text: str | None) -> dict[str, Any] | None:
 
 
 def _continue_hint(run_id: str, app: str | None = None) -> str:
+    """How to continue a queued run, as a command to copy: with the ``--db`` given when the same
+    shell would not find the store without it."""
     app = app or os.environ.get("RELAYPOINT_APP") or "MODULE:ATTR"
-    return f"continue it with `relaypoint resume {run_id} --app {app}` or let a worker pick it up"
+    db = click.get_current_context().obj["db"]
+    store = "" if db == os.environ.get("RELAYPOINT_DB", "relaypoint.db") else f" --db {shlex.quote(shown(db))}"
+    return f"continue it with `relaypoint{store} resume {run_id} --app {app}` or let a worker pick it up"
 
 
 def _lease_seconds() -> float:

@@ -561,6 +561,11 @@ class Runtime:
     # Each runs its sync operation in a worker thread (asyncio.to_thread): usable from a running event
     # loop without blocking it, as the runtime is thread-safe. Same arguments, result and errors.
 
+    async def aenqueue(self, name: str, input: dict[str, Any] | None = None) -> str:
+        """``await asyncio.to_thread(self.enqueue, ...)``: :meth:`enqueue` from an event loop (a web
+        handler handing a run to the workers), not blocking it."""
+        return await asyncio.to_thread(self.enqueue, name, input)
+
     async def aget(self, run_id: str, *, with_outputs: bool = True) -> Run:
         """``await asyncio.to_thread(self.get, ...)``: :meth:`get` from an event loop, not blocking it."""
         return await asyncio.to_thread(self.get, run_id, with_outputs=with_outputs)

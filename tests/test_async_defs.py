@@ -370,7 +370,7 @@ def test_async_twins_work_from_a_running_loop_without_blocking_it(tmp_path: Path
         first = rt.start("gate", input={"n": 1})
         second = rt.start("gate", input={"n": 2})
         threads: list[int] = []
-        for name in ("get", "list", "approve", "reject", "respond", "fork", "cancel"):
+        for name in ("get", "list", "approve", "reject", "respond", "fork", "cancel", "enqueue"):
             slowed(rt, name, 0.15, threads)
 
         async def main() -> dict[str, Any]:
@@ -385,6 +385,7 @@ def test_async_twins_work_from_a_running_loop_without_blocking_it(tmp_path: Path
             fork = await rt.afork(first, "publish")
             seen["cancel"] = await rt.acancel(fork, by="bob")
             seen["fork"] = (await rt.aget(fork, with_outputs=False)).status
+            seen["queued"] = (await rt.aget(await rt.aenqueue("gate", {"n": 3}), with_outputs=False)).status
             ticker.task.cancel()
             seen["gap"], seen["ticks"], seen["loop"] = ticker.longest_gap(), len(ticker.ticks), threading.get_ident()
             seen["threads"] = list(threads)
@@ -397,8 +398,9 @@ def test_async_twins_work_from_a_running_loop_without_blocking_it(tmp_path: Path
         assert rt.get(first).tasks[-1].output == {"title": "Title"}
         assert rt.get(second).status == RunStatus.REJECTED
         assert seen["cancel"] == RunStatus.QUEUED and seen["fork"] == RunStatus.CANCELLED
-        assert len(seen["threads"]) == 8 and seen["loop"] not in seen["threads"]  # every twin ran its operation off the loop
-        assert seen["ticks"] >= 8 * 0.15 / 0.01 / 2  # the loop kept ticking through 1.2 s of operations
+        assert seen["queued"] == RunStatus.QUEUED
+        assert len(seen["threads"]) == 10 and seen["loop"] not in seen["threads"]  # every twin ran its operation off the loop
+        assert seen["ticks"] >= 10 * 0.15 / 0.01 / 2  # the loop kept ticking through 1.5 s of operations
         assert seen["gap"] < 0.1
 
 

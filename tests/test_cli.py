@@ -6,6 +6,7 @@ import getpass
 import json
 import os
 import random
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -126,6 +127,18 @@ def test_a_huge_error_is_said_bounded_when_start_ends(tmp_path, db):
     assert "failed: step 'shout' failed: RuntimeError: AAAA" in line
 
 
+def test_the_hint_to_continue_names_the_store_only_where_the_shell_would_not_find_it(app):
+    (rid,) = prepare(str(app / "relaypoint.db"), "review")
+    said = relaypoint(app, "approve", rid, db=None)
+    assert said.returncode == 0 and f"`relaypoint resume {rid} --app MODULE:ATTR`" in said.stderr
+    (other,) = prepare(str(app / "other.db"), "review")
+    said = relaypoint(app, "approve", other, db=None, env={"RELAYPOINT_DB": "other.db"})
+    assert said.returncode == 0 and f"`relaypoint resume {other} --app MODULE:ATTR`" in said.stderr
+    (third,) = prepare(str(app / "third.db"), "review")
+    said = relaypoint(app, "approve", third, db="third.db")
+    assert f"`relaypoint --db third.db resume {third} --app MODULE:ATTR`" in said.stderr
+
+
 def test_start_creates_the_store_owner_only(app):
     ok(relaypoint(app, "start", "simple", "--app", APP))
     assert (app / DB).stat().st_mode & 0o777 == 0o600
@@ -135,8 +148,8 @@ def test_start_queue_records_the_run_queued_prints_its_id_and_executes_nothing(a
     result = relaypoint(app, "start", "review", "--queue", "--app", APP, "--input", '{"topic": "cats"}', db=db)
     rid = ok(result).strip()
     assert result.stdout == f"{rid}\n"
-    assert result.stderr == (f"run {rid} is queued: continue it with `relaypoint resume {rid} --app {APP}` or let a "
-                             "worker pick it up\n")
+    assert result.stderr == (f"run {rid} is queued: continue it with `relaypoint --db {shlex.quote(db)} resume {rid} "
+                             f"--app {APP}` or let a worker pick it up\n")
     run = as_json(app, db, "show", rid)
     assert (run["status"], run["input"], run["lease"]) == ("queued", {"topic": "cats"}, None)
     assert [(t["name"], t["status"], t["attempts"]) for t in run["tasks"]] == [

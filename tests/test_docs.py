@@ -199,7 +199,10 @@ def check_async_app(ran: Ran) -> None:
 
     with Runtime(str(ran.cwd / "app.db"), create=False) as rt:
         statuses = {r.run_id: r.status for r in rt.list()}
-    assert sorted(statuses.values()) == ["awaiting_approval", "completed"]
+        served = [r for r in rt.list() if rt.get(r.run_id, with_outputs=False).input == {"topic": "the web"}]
+    assert sorted(statuses.values()) == ["awaiting_approval", "awaiting_approval", "completed"]
+    assert len(served) == 1 and f'{{"run_id":"{served[0].run_id}","status":"awaiting_approval","step":"draft"}}' \
+        in ran.stdout, "the server answered where the run it started stands"
 
 
 def check_cli_session(ran: Ran) -> None:
