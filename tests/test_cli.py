@@ -130,13 +130,13 @@ def test_a_huge_error_is_said_bounded_when_start_ends(tmp_path, db):
 def test_the_hint_to_continue_names_the_store_only_where_the_shell_would_not_find_it(app):
     (rid,) = prepare(str(app / "relaypoint.db"), "review")
     said = relaypoint(app, "approve", rid, db=None)
-    assert said.returncode == 0 and f"`relaypoint resume {rid} --app MODULE:ATTR`" in said.stderr
+    assert said.returncode == 0 and f"`relaypoint resume {rid} --app MODULE:ATTR`" in said.stdout
     (other,) = prepare(str(app / "other.db"), "review")
     said = relaypoint(app, "approve", other, db=None, env={"RELAYPOINT_DB": "other.db"})
-    assert said.returncode == 0 and f"`relaypoint resume {other} --app MODULE:ATTR`" in said.stderr
+    assert said.returncode == 0 and f"`relaypoint resume {other} --app MODULE:ATTR`" in said.stdout
     (third,) = prepare(str(app / "third.db"), "review")
     said = relaypoint(app, "approve", third, db="third.db")
-    assert f"`relaypoint --db third.db resume {third} --app MODULE:ATTR`" in said.stderr
+    assert f"`relaypoint --db third.db resume {third} --app MODULE:ATTR`" in said.stdout
 
 
 def test_start_creates_the_store_owner_only(app):
