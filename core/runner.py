@@ -41,21 +41,27 @@ CALL_THREADS = 64
 """At most this many sync calls of one runtime run at once (the worker threads they run in)."""
 CALL_THREAD_PREFIX = "relaypoint-call"
 """The name of each of those threads begins with this."""
+CLOSE_SECONDS = 1.0
+"""How long closing the runtime waits for its event loop's thread to stop and close the loop."""
 
 
 class LoopThread:
     """An event loop of the runtime's own, running in a daemon thread from its first use until
-    :meth:`close`."""
+    :meth:`close`, then closed in that thread (a loop left unclosed is closed by the garbage
+    collector, which at interpreter exit may find its self-pipe already gone and print a traceback)."""
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="relaypoint-loop", daemon=True).start()
+                self._thread = threading.Thread(target=_run_then_close, args=(loop,), name="relaypoint-loop",
+                                                daemon=True)
+                self._thread.start()
                 self._loop = loop
             return self._loop
 
@@ -85,11 +91,21 @@ class LoopThread:
             raise
 
     def close(self) -> None:
-        """Stop the loop (calls still on it are abandoned)."""
+        """Stop the loop (calls still on it are abandoned) and wait up to :data:`CLOSE_SECONDS`
+        for its thread to close it (a call blocking the loop may hold it longer: it is not waited for)."""
         with self._lock:
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._loop = None
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            if thread is not threading.current_thread():
+                thread.join(CLOSE_SECONDS)
+
+
+def _run_then_close(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
 
 
 class _Carried(Exception):
