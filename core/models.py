@@ -208,7 +208,7 @@ class Run(RunSummary):
     def forked_at(self) -> datetime | None:
         """When the run was created as a fork (its usage counts only the calls it made since, see
         :func:`relaypoint.usage.own`); None when it is no fork."""
-        return self.created_at if self.parent_run_id is not None else None
+        return usage.forked_at(self.created_at, self.parent_run_id)
 
     def shown(self) -> dict[str, Any]:
         """The run as JSON values, as ``relaypoint show --json`` prints it and the MCP server's

@@ -33,7 +33,7 @@ from .runner import Runner
 from .status import TERMINAL, AnnouncementOutcome, RunStatus
 from .store import Change, Lookup, StoreReadOnly, open_store
 from .store.group import CommitCounts
-from .usage import Usage, of_calls, own, per_execution, recorded_prices
+from .usage import Usage, forked_at, of_calls, own, per_execution, recorded_prices
 from .workflow import Workflow, find_workflow
 
 __all__ = ["Runtime", "os_user"]
@@ -218,8 +218,8 @@ class Runtime:
         if run_id not in self.store.usage([run_id]):  # no model request recorded: no call read
             return Usage()
         head = self.store.run(run_id, documents=False)
-        forked_at = head.created_at if head.parent_run_id is not None else None
-        return of_calls(own(self.store.calls(run_id), forked_at), self.prices(run_id))
+        return of_calls(own(self.store.calls(run_id), forked_at(head.created_at, head.parent_run_id)),
+                        self.prices(run_id))
 
     def execution_usage(self, run_id: str, seq: int) -> Usage:
         """Execution ``seq``'s usage in run ``run_id`` (a full id): its recorded calls' and, for a

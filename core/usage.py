@@ -138,6 +138,12 @@ def per_execution(tasks: Iterable[StepRecord], prices: Prices) -> dict[int, Usag
     return {t.seq: of_calls(calls(t), prices) for t in tasks}
 
 
+def forked_at(created_at: datetime, parent_run_id: str | None) -> datetime | None:
+    """When a run was created as a fork (``created_at`` when it has a parent), else None: what
+    :func:`own` takes."""
+    return created_at if parent_run_id is not None else None
+
+
 def own(calls: Iterable[CallRecord], forked_at: datetime | None) -> Iterator[CallRecord]:
     """The ``calls`` a run made itself: all of them, or for a fork (``forked_at``: when it was
     created) those recorded since, not the ones it copied from its parent with the executions

@@ -89,26 +89,21 @@ def _arguments(args: Any) -> Any:
 # ---- PydanticAI -----------------------------------------------------------------------------------
 
 
-def _pydantic_request(part: dict[str, Any]) -> Part:
+_PYDANTIC_TEXTS = {"system-prompt": "system", "user-prompt": "user", "text": "text", "thinking": "thinking"}
+"""The part kinds of PydanticAI messages whose content is shown as it is, by their label."""
+
+
+def _pydantic_part(part: dict[str, Any]) -> Part:
+    """One part of a PydanticAI request (prompts, tool returns, retries) or response (text,
+    thinking, tool calls); a kind not known here as its JSON."""
     kind = part.get("part_kind")
-    if kind == "system-prompt":
-        return Part("system", _text(part.get("content")))
-    if kind == "user-prompt":
-        return Part("user", _text(part.get("content")))
+    if kind in _PYDANTIC_TEXTS:
+        return Part(_PYDANTIC_TEXTS[kind], _text(part.get("content")))
     if kind in ("tool-return", "builtin-tool-return"):
         return Part(f"tool return {part.get('tool_name', '?')}", _text(part.get("content")))
     if kind == "retry-prompt":
         tool = part.get("tool_name")
         return Part("retry" + (f" {tool}" if tool else ""), _text(part.get("content")))
-    return Part(str(kind or "part"), part)
-
-
-def _pydantic_response(part: dict[str, Any]) -> Part:
-    kind = part.get("part_kind")
-    if kind == "text":
-        return Part("text", _text(part.get("content")))
-    if kind == "thinking":
-        return Part("thinking", _text(part.get("content")))
     if kind in ("tool-call", "builtin-tool-call"):
         return Part(f"tool call {part.get('tool_name', '?')}", _arguments(part.get("args")))
     return Part(str(kind or "part"), part)
@@ -126,7 +121,7 @@ def _pydantic_sent(detail: Any, seen: set[str]) -> list[Part] | None:
         if isinstance(instructions, str) and instructions and instructions not in seen:
             seen.add(instructions)
             parts.append(Part("instructions", instructions))
-        parts += [_pydantic_request(p) if isinstance(p, dict) else Part("part", p) for p in message["parts"]]
+        parts += [_pydantic_part(p) if isinstance(p, dict) else Part("part", p) for p in message["parts"]]
     return parts
 
 
@@ -134,7 +129,7 @@ def _pydantic_received(value: Any) -> list[Part] | None:
     parts = _dict(value).get("parts")
     if not isinstance(parts, list):
         return None
-    return [_pydantic_response(p) if isinstance(p, dict) else Part("part", p) for p in parts]
+    return [_pydantic_part(p) if isinstance(p, dict) else Part("part", p) for p in parts]
 
 
 # ---- OpenAI Agents SDK ----------------------------------------------------------------------------
